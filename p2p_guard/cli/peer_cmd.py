@@ -1,0 +1,84 @@
+"""``p2p-guard peer``: join a swarm as a volunteer (or as a simulated adversarial peer with ``--attack``)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+from typing import Any
+
+from p2p_guard.cli.config_files import read_table
+from p2p_guard.swarm.config import PeerConfig, config_from_mapping
+
+__all__ = ["add_parser", "resolve_config", "run"]
+
+logger = logging.getLogger(__name__)
+
+_FLAGS: dict[str, dict[str, Any]] = {
+    "initial_peers": {"nargs": "+", "metavar": "MULTIADDR", "help": "bootstrap multiaddr(s) /ip4/HOST/tcp/PORT/p2p/PEERID"},
+    "run_id": {"help": "name of the training run (peers of other runs are ignored)"},
+    "task": {"help": "task: digits or shakespeare"},
+    "seed": {"type": int, "help": "run seed (the initial model is built from it)"},
+    "peer_index": {"type": int, "help": "this peer's data shard in [0, num_peers)"},
+    "num_peers": {"type": int, "help": "number of data shards (intended swarm size)"},
+    "partition": {"help": "iid or dirichlet:ALPHA"},
+    "rounds": {"type": int, "help": "outer rounds to run (0 = until stopped)"},
+    "inner_steps": {"type": int, "metavar": "H", "help": "inner AdamW steps per outer round"},
+    "guard": {"help": "aggregation rule: semantic (default), mean, median, trimmed_mean, multi_krum, ..."},
+    "assumed_byzantine": {"type": int, "metavar": "F", "help": "f̂, Byzantine senders the guard tolerates"},
+    "attack": {"help": "run as a simulated adversarial peer: NAME[:key=value,...] or module:Class"},
+    "byzantine_count": {"type": int, "help": "colluding Byzantine peers an attack may assume"},
+    "codec": {"help": "pseudo-gradient wire codec: fp32 or fp16"},
+    "min_peers": {"type": int, "help": "start the first round once this many peers are present"},
+    "commit_timeout_s": {"type": float, "help": "commit phase deadline, seconds"},
+    "fetch_timeout_s": {"type": float, "help": "payload fetch deadline, seconds"},
+    "join_timeout_s": {"type": float, "help": "how long to wait for min_peers, seconds"},
+    "identity": {"help": "Ed25519 identity file (created on first start, mode 0600)"},
+    "host": {"help": "listen address"},
+    "port": {"type": int, "help": "TCP port to listen on (0 = any free port)"},
+    "announce_host": {"help": "public address to announce (for a server behind a fixed IP)"},
+    "device": {"choices": ["auto", "cpu", "cuda"], "help": "compute device (auto: CUDA if present)"},
+    "events": {"metavar": "PATH", "help": "write JSON-lines events (verdicts, rounds) here"},
+    "state_out": {"metavar": "PATH", "help": "save the final model state here"},
+}
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``peer`` on the CLI's subparsers."""
+    parser = subparsers.add_parser("peer", help="join a swarm as a volunteer peer",
+                                   description="Join a p2p_guard swarm and train. Flags override the --config file.")
+    parser.add_argument("--config", metavar="TOML", help="peer config file with a [peer] table (see peers/)")
+    for name, options in _FLAGS.items():
+        parser.add_argument("--" + name.replace("_", "-"), dest=name, default=None, **options)
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run)
+
+
+def resolve_config(args: argparse.Namespace) -> PeerConfig:
+    """Merge the defaults, the ``--config`` file and the command-line flags (in that order).
+
+    Raises:
+        ValueError: on a bad file or value (the message names the setting).
+    """
+    values: dict[str, Any] = read_table(args.config, "peer") if args.config else {}
+    for name in _FLAGS:
+        value = getattr(args, name, None)
+        if value is not None:
+            values[name] = value
+    config = config_from_mapping(values, source=args.config or "command line")
+    if not config.initial_peers:
+        raise ValueError("no --initial-peers given (the multiaddr printed by `p2p-guard bootstrap`)")
+    return config
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the peer; return the exit code."""
+    from p2p_guard.swarm.peer import run_peer  # heavy (torch, hivemind): imported only when needed
+
+    try:
+        config = resolve_config(args)
+    except ValueError as e:
+        logger.error("%s", e)
+        return 2
+    logger.info("peer config: %s", {k: v for k, v in dataclasses.asdict(config).items() if v not in (None, {}, ())})
+    return run_peer(config, progress=not args.no_progress)

@@ -1,0 +1,56 @@
+"""protocol: the wire format. Pure functions and frozen dataclasses; no I/O, no hivemind.
+
+Module map:
+    reasons.py: :class:`RejectReason` (Enum) and the check results :class:`Accepted` /
+        :class:`Rejected` ``(reason, detail, evidence)``.
+    envelope.py: :data:`PROTOCOL_VERSION`, the signed commit :class:`Envelope`, :func:`sign_envelope`,
+        :func:`open_envelope` (size → structure → version → signature; never raises),
+        :func:`envelope_message` and :func:`pack_envelope` (for tests and simulated attackers).
+    codecs.py: :data:`CODECS` (``fp32``, ``fp16``), :func:`encode_update`, :func:`decode_update`,
+        :func:`expected_payload_bytes`.
+    digests.py: :func:`payload_digest` / :func:`payload_hasher` (SHA-256 of a payload) and
+        :func:`state_hash` (SHA-256 of the flat model state, lengths mixed in).
+
+The checks that depend on the round (run, round, base hash, shapes, codec, sizes, digest, finiteness) are
+stage 1 of the guard: ``p2p_guard.guard.integrity``.
+"""
+
+from p2p_guard.protocol.codecs import CODECS, decode_update, encode_update, expected_payload_bytes
+from p2p_guard.protocol.digests import DIGEST_BYTES, payload_digest, payload_hasher, state_hash
+from p2p_guard.protocol.envelope import (
+    BODY_FIELDS,
+    ENVELOPE_SIGNING_CONTEXT,
+    MAX_ENVELOPE_BYTES,
+    PROTOCOL_VERSION,
+    SUPPORTED_VERSIONS,
+    Envelope,
+    envelope_message,
+    open_envelope,
+    pack_envelope,
+    sign_envelope,
+)
+from p2p_guard.protocol.reasons import Accepted, Rejected, RejectReason
+
+__all__ = [
+    "BODY_FIELDS",
+    "CODECS",
+    "DIGEST_BYTES",
+    "ENVELOPE_SIGNING_CONTEXT",
+    "MAX_ENVELOPE_BYTES",
+    "PROTOCOL_VERSION",
+    "SUPPORTED_VERSIONS",
+    "Accepted",
+    "Envelope",
+    "RejectReason",
+    "Rejected",
+    "decode_update",
+    "encode_update",
+    "envelope_message",
+    "expected_payload_bytes",
+    "open_envelope",
+    "pack_envelope",
+    "payload_digest",
+    "payload_hasher",
+    "sign_envelope",
+    "state_hash",
+]

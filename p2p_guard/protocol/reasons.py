@@ -1,0 +1,88 @@
+"""The result of every check on network input: :class:`Accepted` or :class:`Rejected` with a reason.
+
+A check never raises on hostile input; it returns one of these. Reasons are an Enum so that they can be
+counted, written to the event stream (``reason.value``) and acted on (provable faults ban at once).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from enum import Enum
+
+logger = logging.getLogger(__name__)
+
+
+class RejectReason(Enum):
+    """Why a peer's envelope, payload or record was rejected. Values are lower snake case strings."""
+
+    #: The envelope carries an empty signature.
+    UNSIGNED = "unsigned"
+    #: The signature does not verify against the sender's PeerID (or the PeerID holds no Ed25519 key).
+    BAD_SIGNATURE = "bad_signature"
+    #: The envelope's protocol version is not one this peer speaks.
+    UNSUPPORTED_VERSION = "unsupported_version"
+    #: The envelope belongs to another training run.
+    WRONG_RUN = "wrong_run"
+    #: The envelope is for another outer round (a replay or a clock skew).
+    WRONG_ROUND = "wrong_round"
+    #: The update was computed from another model state than this round's θ_r.
+    STALE_BASE = "stale_base"
+    #: The bytes do not parse, a field has the wrong type or bound, or the codec is unknown or not allowed.
+    DECODE_ERROR = "decode_error"
+    #: The declared tensor shapes differ from the model's.
+    SHAPE_MISMATCH = "shape_mismatch"
+    #: More bytes than allowed or than declared.
+    OVERSIZE = "oversize"
+    #: The decoded update holds NaN or ±Inf.
+    NON_FINITE = "non_finite"
+    #: The served payload's digest differs from the signed, committed digest.
+    DIGEST_MISMATCH = "digest_mismatch"
+    #: Two valid signatures by one sender on different digests for the same round.
+    EQUIVOCATION = "equivocation"
+    #: The payload or record did not arrive before the deadline.
+    TIMEOUT = "timeout"
+    #: The sender could not be reached or refused to serve its payload.
+    UNAVAILABLE = "unavailable"
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """A check passed."""
+
+    @property
+    def ok(self) -> bool:
+        """Always True (so that ``result.ok`` works on both result types)."""
+        return True
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A check failed.
+
+    Args:
+        reason: Why.
+        detail: A short human-readable explanation with the offending values (never key material or payloads).
+        evidence: For faults a third party can verify (equivocation): the signed bytes that prove it, e.g.
+            both signed envelopes. Empty otherwise. A bad signature proves nothing about the claimed sender
+            (anyone can forge one in its name), and a digest mismatch is only attributable to the peer that
+            served the bytes over an authenticated stream, so neither carries evidence.
+
+    Raises:
+        TypeError: ``reason`` is not a :class:`RejectReason` or ``detail`` not a string (a local bug).
+    """
+
+    reason: RejectReason
+    detail: str = ""
+    evidence: tuple[bytes, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.reason, RejectReason):
+            raise TypeError(f"reason must be a RejectReason, got {type(self.reason).__name__}")
+        if not isinstance(self.detail, str):
+            raise TypeError(f"detail must be a str, got {type(self.detail).__name__}")
+
+    @property
+    def ok(self) -> bool:
+        """Always False."""
+        return False

@@ -1,0 +1,131 @@
+"""Small signed records published in the DHT beside commits: presence and state hashes.
+
+Wire form (msgpack): ``[body, signature]`` where ``body`` is the msgpack encoding of
+``[kind, protocol_version, run_id, round, sender, value]`` and ``signature`` is the Ed25519 signature of
+``body`` by the key inside the PeerID ``sender``.
+
+- ``kind == "state"``: ``value`` is the 32-byte hash of (θ_round, outer momentum) that the sender holds at
+  the start of outer round ``round``. Peers that fell behind download a state whose hash a majority agrees on.
+- ``kind == "presence"``: ``value`` is the round the sender is working on (a hint only: it is self-reported
+  and never trusted for anything but deciding how long to wait for commits).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from p2p_guard.identity import Identity, verify
+from p2p_guard.protocol.envelope import PROTOCOL_VERSION
+from p2p_guard.protocol.reasons import Rejected, RejectReason
+
+__all__ = ["RECORD_KINDS", "SignedRecord", "open_record", "sign_record"]
+
+RECORD_KINDS = ("state", "presence")
+MAX_RECORD_BYTES = 1024
+_MAX_STR = 256
+
+
+@dataclass(frozen=True)
+class SignedRecord:
+    """A verified record: who signed what, for which run and round.
+
+    Attributes:
+        kind: ``"state"`` or ``"presence"``.
+        run_id: the run the record belongs to.
+        round: the outer round it refers to.
+        sender: the signer's PeerID bytes (its public key is inside).
+        value: ``bytes`` (32-byte state hash) for ``state``; ``int`` (round) for ``presence``.
+    """
+
+    kind: str
+    run_id: str
+    round: int
+    sender: bytes
+    value: Any
+
+
+def sign_record(kind: str, run_id: str, round_: int, value: Any, identity: Identity) -> bytes:
+    """Sign and serialise a record.
+
+    Args:
+        kind: one of :data:`RECORD_KINDS`.
+        run_id: run name.
+        round_: outer round number (>= 0).
+        value: 32 bytes for ``state``; a non-negative int for ``presence``.
+        identity: the signer.
+
+    Returns:
+        The wire bytes (at most :data:`MAX_RECORD_BYTES`).
+
+    Raises:
+        ValueError: if ``kind`` is unknown.
+    """
+    if kind not in RECORD_KINDS:
+        raise ValueError(f"kind must be one of {RECORD_KINDS}; got kind={kind!r}")
+    body = msgpack.packb([kind, PROTOCOL_VERSION, run_id, int(round_), identity.peer_id, value], use_bin_type=True)
+    return msgpack.packb([body, identity.sign(body)], use_bin_type=True)
+
+
+def open_record(data: object, *, kind: str, run_id: str) -> SignedRecord | Rejected:
+    """Parse and verify a record read from the DHT. Never raises on hostile bytes.
+
+    Args:
+        data: whatever the DHT returned (expected ``bytes``).
+        kind: the expected record kind.
+        run_id: the expected run.
+
+    Returns:
+        The verified :class:`SignedRecord`, or :class:`Rejected` with the reason.
+    """
+    if not isinstance(data, bytes):
+        return Rejected(RejectReason.DECODE_ERROR, f"record is {type(data).__name__}, not bytes")
+    if len(data) > MAX_RECORD_BYTES:
+        return Rejected(RejectReason.OVERSIZE, f"record of {len(data)} bytes > {MAX_RECORD_BYTES}")
+    parsed = _unpack(data)
+    if isinstance(parsed, Rejected):
+        return parsed
+    body, signature = parsed
+    fields = _unpack(body)
+    if isinstance(fields, Rejected):
+        return fields
+    return _check_fields(fields, body, signature, kind=kind, run_id=run_id)
+
+
+def _unpack(data: bytes) -> list[Any] | Rejected:
+    try:
+        value = msgpack.unpackb(data, raw=False, strict_map_key=True, max_bin_len=MAX_RECORD_BYTES,
+                                max_str_len=_MAX_STR, max_array_len=8, max_map_len=0, max_ext_len=0)
+    except Exception as e:  # noqa: BLE001 - any parser failure on hostile bytes is a rejection
+        return Rejected(RejectReason.DECODE_ERROR, f"msgpack: {type(e).__name__}")
+    if not isinstance(value, list):
+        return Rejected(RejectReason.DECODE_ERROR, "record is not a msgpack array")
+    return value
+
+
+def _check_fields(fields: list[Any], body: Any, signature: Any, *, kind: str, run_id: str
+                  ) -> SignedRecord | Rejected:
+    if len(fields) != 6 or not isinstance(body, bytes) or not isinstance(signature, bytes):
+        return Rejected(RejectReason.DECODE_ERROR, "record has the wrong structure")
+    r_kind, version, r_run, r_round, sender, value = fields
+    if version != PROTOCOL_VERSION or isinstance(version, bool):
+        return Rejected(RejectReason.UNSUPPORTED_VERSION, f"protocol version {version!r}")
+    if r_kind != kind:
+        return Rejected(RejectReason.DECODE_ERROR, f"record kind {r_kind!r}, expected {kind!r}")
+    if not isinstance(sender, bytes):
+        return Rejected(RejectReason.DECODE_ERROR, "sender is not bytes")
+    if not signature:
+        return Rejected(RejectReason.UNSIGNED, "empty signature")
+    if not verify(sender, body, signature):
+        return Rejected(RejectReason.BAD_SIGNATURE, "signature does not match the sender's PeerID")
+    if r_run != run_id:
+        return Rejected(RejectReason.WRONG_RUN, f"run {r_run!r}")
+    if not isinstance(r_round, int) or isinstance(r_round, bool) or r_round < 0:
+        return Rejected(RejectReason.DECODE_ERROR, f"round {r_round!r}")
+    valid_value = (isinstance(value, bytes) and len(value) == 32) if kind == "state" else (
+        isinstance(value, int) and not isinstance(value, bool) and value >= 0)
+    if not valid_value:
+        return Rejected(RejectReason.DECODE_ERROR, f"bad {kind} value")
+    return SignedRecord(kind=kind, run_id=r_run, round=r_round, sender=sender, value=value)

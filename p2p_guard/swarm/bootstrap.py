@@ -1,0 +1,70 @@
+"""The bootstrap node: a plain DHT node with a persistent identity that new peers dial first.
+
+It holds no model and takes no part in rounds. Once peers have joined, they know each other, and the
+bootstrap node can go away without stopping training.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import tempfile
+import threading
+from pathlib import Path
+
+from p2p_guard.identity import Identity
+from p2p_guard.swarm.dht import start_dht
+from p2p_guard.swarm.reaper import start_reaper, stop_reaper
+
+__all__ = ["run_bootstrap", "write_address_file"]
+
+logger = logging.getLogger(__name__)
+
+
+def write_address_file(path: str | Path, maddrs: list[str]) -> None:
+    """Write one multiaddr per line to ``path`` atomically (readers never see a partial file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".addr-")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write("\n".join(maddrs) + "\n")
+    os.replace(tmp, path)
+
+
+def run_bootstrap(*, identity_path: str, host: str, port: int, announce_host: str | None = None,
+                  address_file: str | None = None, on_ready: object = None) -> int:
+    """Run a bootstrap DHT node until SIGINT or SIGTERM; return the exit code.
+
+    Args:
+        identity_path: Ed25519 identity file (created on first start, mode 0600), so the node keeps its
+            PeerID, and therefore its multiaddr, across restarts.
+        host: listen address (``0.0.0.0`` for all interfaces); port: TCP port to open (0 = any).
+        announce_host: the public address peers should dial, if it differs from ``host``.
+        address_file: if set, the visible multiaddrs are written there, one per line, once ready.
+        on_ready: optional callable receiving the list of multiaddrs (the CLI prints them).
+
+    Returns:
+        0 on a requested stop.
+    """
+    reaper = start_reaper()
+    identity = Identity.load_or_create(identity_path)
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    dht = start_dht(identity_path=identity_path, host=host, port=port, announce_host=announce_host)
+    try:
+        maddrs = [str(m) for m in dht.get_visible_maddrs()]
+        logger.info("bootstrap node %s listening", identity.peer_id_b58)
+        if address_file:
+            write_address_file(address_file, maddrs)
+        if callable(on_ready):
+            on_ready(maddrs)
+        while not stop.wait(1.0):
+            pass
+        logger.info("stopping the bootstrap node")
+    finally:
+        dht.shutdown()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    stop_reaper(reaper)
+    return 0

@@ -1,0 +1,148 @@
+"""Settings of one volunteer peer: what it trains, how it talks to the swarm, and its limits.
+
+The same dataclass is filled from a TOML file (``peers/*.toml``) and from command-line flags; flags win.
+Every field carries its unit in its name (``_s`` seconds, ``_bytes`` bytes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["PeerConfig", "config_from_mapping"]
+
+
+@dataclass(frozen=True)
+class PeerConfig:
+    """Resolved settings of a volunteer (or simulated adversarial) peer.
+
+    Attributes:
+        initial_peers: multiaddrs of one or more bootstrap peers (``/ip4/HOST/tcp/PORT/p2p/PEERID``).
+        run_id: name of the training run; peers of different runs ignore each other's updates.
+        task: task name (``digits``, ``shakespeare``).
+        seed: run seed; the initial model θ_0 is built from it, so every peer starts identical.
+        peer_index: this peer's data shard index in ``[0, num_peers)``.
+        num_peers: number of data shards (the intended swarm size).
+        partition: ``iid`` or ``dirichlet:ALPHA`` (``by_work`` is implied for text).
+        rounds: outer rounds to run before leaving; 0 means run until stopped.
+        inner_steps: H, the number of inner AdamW steps per outer round (None: the task's default).
+        guard: robust aggregation rule applied to received pseudo-gradients.
+        assumed_byzantine: f̂, how many Byzantine senders the guard is configured to tolerate (None: guard default).
+        attack: attack spec for a simulated adversarial peer (``NAME:key=value,...`` or ``module:Class``).
+        byzantine_count: how many Byzantine peers the attack may assume collude (omniscient attacks use it).
+        codec: wire codec of pseudo-gradients (``fp32`` or ``fp16``).
+        outer_lr: outer Nesterov learning rate (DiLoCo: 0.7).
+        outer_momentum: outer Nesterov momentum (DiLoCo: 0.9).
+        min_peers: the first round starts once this many peers (self included) are present.
+        quorum_fraction: a round closes after a grace window once this fraction of present peers committed.
+        grace_s: grace window after the quorum is reached, in seconds.
+        commit_timeout_s: deadline of the commit phase, in seconds.
+        fetch_timeout_s: deadline for fetching all payloads of a round, in seconds.
+        join_timeout_s: how long to wait for ``min_peers`` before giving up, in seconds.
+        max_payload_bytes: largest payload accepted from any sender, in bytes.
+        max_envelope_bytes: largest signed envelope accepted, in bytes.
+        identity: path of the Ed25519 identity file (created on first start, mode 0600).
+        host: address to listen on; port: TCP port (0 = any free port).
+        announce_host: public address to announce to other peers (None: the listen address).
+        device: ``auto`` (CUDA if available, else CPU), ``cpu`` or ``cuda``.
+        events: path of the JSON-lines event file (None: no events).
+        state_out: where to write the final model state (None: not written).
+    """
+
+    initial_peers: tuple[str, ...] = ()
+    run_id: str = "p2p-guard"
+    task: str = "digits"
+    seed: int = 0
+    peer_index: int = 0
+    num_peers: int = 1
+    partition: str = "iid"
+    rounds: int = 10
+    inner_steps: int | None = None
+    guard: str = "semantic"
+    assumed_byzantine: int | None = None
+    attack: str | None = None
+    byzantine_count: int = 0
+    codec: str = "fp32"
+    outer_lr: float = 0.7
+    outer_momentum: float = 0.9
+    min_peers: int = 2
+    quorum_fraction: float = 2.0 / 3.0
+    grace_s: float = 2.0
+    commit_timeout_s: float = 60.0
+    fetch_timeout_s: float = 30.0
+    join_timeout_s: float = 300.0
+    max_payload_bytes: int = 256 * 1024 * 1024
+    max_envelope_bytes: int = 64 * 1024
+    identity: str = "peer_identity.key"
+    host: str = "0.0.0.0"
+    port: int = 0
+    announce_host: str | None = None
+    device: str = "auto"
+    events: str | None = None
+    state_out: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_positive("num_peers", self.num_peers)
+        _check_positive("min_peers", self.min_peers)
+        if not 0 <= self.peer_index < self.num_peers:
+            raise ValueError(f"peer_index must be in [0, num_peers); got peer_index={self.peer_index}, "
+                             f"num_peers={self.num_peers}")
+        if self.rounds < 0:
+            raise ValueError(f"rounds must be >= 0; got rounds={self.rounds}")
+        if self.inner_steps is not None:
+            _check_positive("inner_steps", self.inner_steps)
+        if not 0.0 < self.quorum_fraction <= 1.0:
+            raise ValueError(f"quorum_fraction must be in (0, 1]; got quorum_fraction={self.quorum_fraction}")
+        for name in ("grace_s", "commit_timeout_s", "fetch_timeout_s", "join_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0 seconds; got {name}={getattr(self, name)}")
+        _check_positive("max_payload_bytes", self.max_payload_bytes)
+        _check_positive("max_envelope_bytes", self.max_envelope_bytes)
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"device must be auto, cpu or cuda; got device={self.device!r}")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in [0, 65535]; got port={self.port}")
+
+    def replace(self, **changes: Any) -> PeerConfig:
+        """Return a copy with ``changes`` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the settings as plain JSON-serialisable values."""
+        data = dataclasses.asdict(self)
+        data["initial_peers"] = list(self.initial_peers)
+        return data
+
+
+def _check_positive(name: str, value: int) -> None:
+    if value <= 0:
+        raise ValueError(f"{name} must be > 0; got {name}={value}")
+
+
+def config_from_mapping(values: dict[str, Any], *, source: str | Path = "<mapping>") -> PeerConfig:
+    """Build a :class:`PeerConfig` from a mapping (a parsed TOML table), rejecting unknown keys.
+
+    Args:
+        values: keys are :class:`PeerConfig` field names.
+        source: where the mapping came from, for error messages.
+
+    Returns:
+        The validated config.
+
+    Raises:
+        ValueError: on an unknown key or an invalid value (the message names the key and the source).
+    """
+    known = {f.name for f in dataclasses.fields(PeerConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"{source}: unknown setting(s) {unknown}; known settings: {sorted(known)}")
+    values = dict(values)
+    if "initial_peers" in values:
+        values["initial_peers"] = tuple(values["initial_peers"])
+    try:
+        return PeerConfig(**values)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{source}: {e}") from e

@@ -1,0 +1,112 @@
+"""Starting a hivemind DHT node and reading or writing our records in it.
+
+hivemind runs the DHT in a forked child process that owns the ``p2pd`` daemon; the peer process talks to it
+through a pipe (``hivemind.DHT``) and opens payload streams through a replica of the same daemon
+(``DHT.replicate_p2p``). Keys and subkeys are strings; values are the signed bytes built in ``protocol``.
+Everything read back is hostile: only ``bytes`` values under ``str`` subkeys are passed on, still unverified.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import hivemind
+
+__all__ = ["SwarmDHT", "listen_maddr", "start_dht"]
+
+logger = logging.getLogger(__name__)
+
+MAX_SUBKEYS_READ = 4096
+
+
+def listen_maddr(host: str, port: int) -> str:
+    """Return the libp2p multiaddr to listen on, e.g. ``/ip4/0.0.0.0/tcp/31337`` (``/ip6/...`` for IPv6)."""
+    proto = "ip6" if ":" in host else "ip4"
+    return f"/{proto}/{host}/tcp/{port}"
+
+
+def start_dht(
+    *,
+    identity_path: str,
+    initial_peers: Sequence[str] = (),
+    host: str = "0.0.0.0",
+    port: int = 0,
+    announce_host: str | None = None,
+    startup_timeout_s: float = 60.0,
+) -> hivemind.DHT:
+    """Start a DHT node whose libp2p identity is our Ed25519 key file.
+
+    Args:
+        identity_path: libp2p ``PrivateKey`` protobuf file (Ed25519); see ``p2p_guard.identity``.
+        initial_peers: bootstrap multiaddrs; empty for the first (bootstrap) node.
+        host: listen address; port: TCP port (0 = any free port).
+        announce_host: address other peers should dial (public IP of a server); None keeps the listen one.
+        startup_timeout_s: how long to wait for the DHT process, in seconds.
+
+    Returns:
+        A started ``hivemind.DHT``; call ``shutdown()`` when done.
+
+    Raises:
+        hivemind.p2p.P2PDaemonError: if ``p2pd`` cannot start (port taken, bad identity file).
+        TimeoutError: if the node is not ready in time, or cannot reach any initial peer.
+    """
+    kwargs: dict[str, object] = {
+        "host_maddrs": [listen_maddr(host, port)],
+        "identity_path": identity_path,
+        "check_if_identity_free": False,
+        "nat_port_map": False,
+    }
+    if announce_host:
+        if port == 0:
+            raise ValueError("announce_host needs a fixed port (port=0 picks a random one)")
+        kwargs["announce_maddrs"] = [listen_maddr(announce_host, port)]
+    dht = hivemind.DHT(initial_peers=list(initial_peers) or None, start=False, **kwargs)
+    dht.run_in_background(await_ready=False)
+    try:
+        dht.wait_until_ready(timeout=startup_timeout_s)
+    except BaseException:
+        dht.shutdown()
+        raise
+    return dht
+
+
+class SwarmDHT:
+    """Async access to our records in a running ``hivemind.DHT`` (from the peer's event loop)."""
+
+    def __init__(self, dht: hivemind.DHT) -> None:
+        """Wrap a started DHT.
+
+        Args:
+            dht: a started ``hivemind.DHT`` (owned by the caller, who shuts it down).
+        """
+        self.dht = dht
+
+    async def store(self, key: str, subkey: str, value: bytes, ttl_s: float) -> bool:
+        """Store ``value`` under ``key``/``subkey`` for ``ttl_s`` seconds; False if no node accepted it."""
+        expiration = hivemind.get_dht_time() + ttl_s
+        try:
+            return bool(await self.dht.store(key, value, expiration, subkey=subkey, return_future=True))
+        except Exception as e:  # noqa: BLE001 - a failed store is reported, the round goes on
+            logger.warning("DHT store of %s failed: %s", key, e)
+            return False
+
+    async def read(self, key: str) -> dict[str, bytes]:
+        """Return every ``subkey -> bytes`` value stored under ``key`` (unverified), {} if none.
+
+        Values that are not bytes, and subkeys that are not strings, are dropped here.
+        """
+        try:
+            found = await self.dht.get(key, latest=True, return_future=True)
+        except Exception as e:  # noqa: BLE001 - a failed read is an empty read
+            logger.warning("DHT read of %s failed: %s", key, e)
+            return {}
+        if found is None or not isinstance(found.value, dict):
+            return {}
+        out: dict[str, bytes] = {}
+        for subkey, item in list(found.value.items())[:MAX_SUBKEYS_READ]:
+            value = getattr(item, "value", None)
+            if isinstance(subkey, str) and isinstance(value, bytes):
+                out[subkey] = value
+        return out
+

@@ -1,0 +1,252 @@
+"""A watchdog process that kills our leftover descendants when the process that started it dies.
+
+hivemind runs the DHT in a forked child process, and that child runs ``p2pd``. When the process that owns the
+``hivemind.DHT`` is killed with SIGKILL, neither of them notices: both run forever. A peer (or bootstrap) process
+therefore calls :func:`start_reaper` first thing, before it creates the DHT. It launches this module as a tiny
+separate program (standard library and psutil only; no torch, no hivemind, not even the ``p2p_guard``
+package) that polls every ``poll_interval_s``:
+
+1. it records the parent's descendants, recursively, as ``(pid, create_time)`` pairs, never itself;
+2. as soon as the parent is gone (``os.getppid()`` changed, i.e. we were re-parented), it sends SIGTERM to every
+   recorded descendant still alive whose create time matches (so a reused pid is never hit), waits up to
+   ``grace_s``, sends SIGKILL to the rest, and exits.
+
+The watchdog ignores SIGINT, SIGTERM and SIGHUP, so a signal sent to the whole process group (Ctrl+C in a
+terminal, ``killpg`` by the simulator) cannot remove it before it has done its job; it never outlives its
+parent by more than about ``poll_interval_s + grace_s``. :func:`stop_reaper` (SIGUSR1) ends it without a sweep,
+for a parent that has shut its DHT down itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import psutil
+
+__all__ = ["start_reaper", "stop_reaper", "sweep", "watch"]
+
+logger = logging.getLogger(__name__)
+
+POLL_INTERVAL_S = 0.5
+GRACE_S = 2.0
+_IGNORED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def start_reaper(
+    *, poll_interval_s: float = POLL_INTERVAL_S, grace_s: float = GRACE_S
+) -> subprocess.Popen[bytes] | None:
+    """Launch the watchdog for the current process; call it before creating a ``hivemind.DHT``.
+
+    The watchdog stays in our process group and shares our stderr (its few log lines land in our log).
+
+    Args:
+        poll_interval_s: how often the watchdog looks at our descendants, in seconds.
+        grace_s: time between SIGTERM and SIGKILL of leftovers, in seconds.
+
+    Returns:
+        The watchdog process (pass it to :func:`stop_reaper` at clean shutdown), or None if it could not be
+        started (logged as a warning: the peer still runs, only without this safety net).
+    """
+    command = [
+        sys.executable,
+        "-I",  # isolated: no user site, no script dir on sys.path, no PYTHON* variables
+        os.path.abspath(__file__),
+        "--parent-pid",
+        str(os.getpid()),
+        "--poll-interval-s",
+        str(poll_interval_s),
+        "--grace-s",
+        str(grace_s),
+    ]
+    try:
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, close_fds=True)
+    except OSError as e:
+        logger.warning("could not start the process reaper: %s", e)
+        return None
+    logger.debug("process reaper started (pid %d)", proc.pid)
+    return proc
+
+
+def stop_reaper(proc: subprocess.Popen[bytes] | None, *, timeout_s: float = 5.0) -> None:
+    """End the watchdog without a sweep; call it once we have shut our DHT and ``p2pd`` down ourselves.
+
+    Args:
+        proc: what :func:`start_reaper` returned (None is accepted and ignored).
+        timeout_s: how long to wait for it to exit before killing it, in seconds.
+    """
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        proc.send_signal(signal.SIGUSR1)
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        logger.warning("process reaper %d did not stop in %.1f s; killing it", proc.pid, timeout_s)
+        proc.kill()
+        proc.wait(timeout=timeout_s)
+    except ProcessLookupError:
+        proc.wait(timeout=timeout_s)
+
+
+@dataclass
+class _Watch:
+    """What the watchdog knows: the parent and the descendants it has seen (pid -> create time)."""
+
+    parent: psutil.Process
+    own_pid: int
+    seen: dict[int, float] = field(default_factory=dict)
+
+
+def _descendants(proc: psutil.Process, exclude_pid: int) -> dict[int, float]:
+    """Return ``{pid: create_time}`` of every live descendant of ``proc`` except ``exclude_pid``.
+
+    Returns {} if ``proc`` itself is gone (its pid may have been reused: its create time is checked).
+    """
+    try:
+        if not proc.is_running():
+            return {}
+        children = proc.children(recursive=True)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return {}
+    found: dict[int, float] = {}
+    for child in children:
+        if child.pid == exclude_pid:
+            continue
+        try:
+            found[child.pid] = child.create_time()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def _alive(pid: int, create_time: float) -> psutil.Process | None:
+    """Return the process ``pid`` if it still runs and was created at ``create_time``; else None."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.create_time() != create_time or proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+    return proc
+
+
+def _record(watch: _Watch) -> None:
+    """Add the parent's current descendants to ``watch.seen`` and forget the ones that are gone."""
+    still_alive = {pid: ct for pid, ct in watch.seen.items() if _alive(pid, ct) is not None}
+    current = _descendants(watch.parent, watch.own_pid)
+    new = sorted(set(current) - set(still_alive))
+    if new:
+        logger.info("watching descendants of %d: new %s", watch.parent.pid, new)
+    still_alive.update(current)
+    watch.seen = still_alive
+
+
+def _parent_gone(watch: _Watch) -> bool:
+    """True once our parent has exited (we were re-parented to init or a subreaper)."""
+    return os.getppid() != watch.parent.pid
+
+
+def _signal_all(procs: Iterable[psutil.Process], sig: int) -> None:
+    """Send ``sig`` to each process, ignoring the ones that are already gone."""
+    for proc in procs:
+        try:
+            proc.send_signal(sig)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+
+
+def sweep(seen: dict[int, float], *, grace_s: float, own_pid: int) -> list[int]:
+    """SIGTERM, then after ``grace_s`` SIGKILL, every recorded process still alive (and its descendants).
+
+    Descendants of recorded processes are added before signalling: a ``p2pd`` started by the DHT process
+    between two polls is still found through it.
+
+    Args:
+        seen: ``{pid: create_time}`` recorded earlier; a pid whose create time differs is left alone.
+        grace_s: seconds to wait between SIGTERM and SIGKILL.
+        own_pid: our own pid, never signalled.
+
+    Returns:
+        The pids that were still alive and were signalled.
+    """
+    targets: dict[int, float] = dict(seen)
+    for pid, create_time in list(seen.items()):
+        if (proc := _alive(pid, create_time)) is not None:
+            targets.update(_descendants(proc, own_pid))
+    procs = [p for pid, ct in targets.items() if pid != own_pid and (p := _alive(pid, ct)) is not None]
+    if not procs:
+        return []
+    logger.warning("parent gone: terminating leftover processes %s", sorted(p.pid for p in procs))
+    _signal_all(procs, signal.SIGTERM)
+    _, remaining = psutil.wait_procs(procs, timeout=grace_s)
+    remaining = [p for p in remaining if _alive(p.pid, p.create_time()) is not None]
+    if remaining:
+        logger.warning("killing leftover processes %s", sorted(p.pid for p in remaining))
+        _signal_all(remaining, signal.SIGKILL)
+        psutil.wait_procs(remaining, timeout=grace_s)
+    return sorted(p.pid for p in procs)
+
+
+def watch(parent_pid: int, *, poll_interval_s: float, grace_s: float) -> int:
+    """Watch ``parent_pid`` until it exits (then sweep its leftovers) or until SIGUSR1 (no sweep).
+
+    Args:
+        parent_pid: the process whose descendants we protect the system from; must be our parent.
+        poll_interval_s: seconds between two looks at the descendants.
+        grace_s: seconds between SIGTERM and SIGKILL of leftovers.
+
+    Returns:
+        The exit code of the watchdog: 0.
+    """
+    stop_requested: list[bool] = []
+    for sig in _IGNORED_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR1, lambda _signum, _frame: stop_requested.append(True))
+    try:
+        parent = psutil.Process(parent_pid)
+        parent.create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        parent = None
+    if parent is None or os.getppid() != parent_pid:  # it died before we started: nothing was recorded
+        logger.warning("parent %d exited before the reaper started", parent_pid)
+        return 0
+    state = _Watch(parent=parent, own_pid=os.getpid())
+    while not stop_requested:
+        _record(state)
+        if _parent_gone(state):
+            sweep(state.seen, grace_s=grace_s, own_pid=state.own_pid)
+            return 0
+        time.sleep(poll_interval_s)
+    logger.debug("reaper of %d stopped on request", parent_pid)
+    return 0
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse the watchdog's command line (it is only started by :func:`start_reaper`)."""
+    parser = argparse.ArgumentParser(description="Kill a process's leftover descendants once it dies.")
+    parser.add_argument("--parent-pid", type=int, required=True)
+    parser.add_argument("--poll-interval-s", type=float, default=POLL_INTERVAL_S)
+    parser.add_argument("--grace-s", type=float, default=GRACE_S)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the watchdog program (a separate process; it installs its own log handler)."""
+    args = _parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO,
+        format=f"%(asctime)s reaper[{os.getpid()}] %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    return watch(args.parent_pid, poll_interval_s=args.poll_interval_s, grace_s=args.grace_s)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

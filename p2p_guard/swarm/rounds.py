@@ -1,0 +1,206 @@
+"""One outer round as seen by one peer: wait for commits, open them, fetch payloads, check integrity.
+
+The state machine of round r for peer i (see ``docs/protocol.md``)::
+
+    INNER  --commit-->  COMMITTED  --quorum+grace | all present | deadline-->  CLOSED (reveal own payload)
+    CLOSED --open envelopes, agree on the base, fetch payloads with bounded reads-->  CHECKED
+    CHECKED --guard, outer step-->  round r+1
+
+Nothing here decides what to aggregate: it hands ``swarm.peer`` the integrity-checked rows and one
+verdict per rejected sender. No step waits past its deadline, so a dead or silent peer never blocks a round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from hivemind.p2p import P2P, PeerID
+
+from p2p_guard.guard.integrity import RoundExpectation, check_envelope, check_payload
+from p2p_guard.identity import peer_id_to_b58
+from p2p_guard.protocol import Envelope, Rejected, RejectReason, open_envelope
+from p2p_guard.swarm.config import PeerConfig
+from p2p_guard.swarm.dht import SwarmDHT
+from p2p_guard.swarm.records import commit_key, read_presence
+from p2p_guard.swarm.transport import NOT_READY, OK, fetch
+
+__all__ = ["IntegrityVerdict", "await_commits", "check_rows", "majority_base", "open_commits"]
+
+logger = logging.getLogger(__name__)
+
+POLL_S = 0.5
+
+
+@dataclass(frozen=True)
+class IntegrityVerdict:
+    """Outcome of the integrity stage for one sender of one round.
+
+    Attributes:
+        sender: PeerID (base58) the commit was filed under.
+        reason: ``None`` if the update passed, else the :class:`RejectReason`.
+        detail: human-readable detail (never payload bytes).
+    """
+
+    sender: str
+    reason: RejectReason | None
+    detail: str = ""
+
+
+async def await_commits(dht: SwarmDHT, config: PeerConfig, round_: int, me: str,
+                        stop: asyncio.Event) -> dict[str, bytes]:
+    """Poll the round's commit key until the commit phase closes for this peer.
+
+    It closes when every present peer has committed, or when ``ceil(quorum_fraction · present)`` commits
+    are in and ``grace_s`` has passed since, or at ``commit_timeout_s``, whichever comes first
+    (a minimum quorum plus a grace window, as in Decoupled DiLoCo, arXiv:2604.21428).
+
+    Returns:
+        ``{subkey: raw envelope bytes}`` as read from the DHT (unverified).
+    """
+    started = time.monotonic()
+    quorum_since: float | None = None
+    commits: dict[str, bytes] = {}
+    while not stop.is_set():
+        commits = await dht.read(commit_key(config.run_id, round_))
+        present = set(await read_presence(dht, config.run_id)) | {me}
+        now = time.monotonic()
+        if present <= commits.keys():
+            break
+        if len(commits.keys() & present) >= math.ceil(config.quorum_fraction * len(present)):
+            quorum_since = quorum_since if quorum_since is not None else now
+            if now - quorum_since >= config.grace_s:
+                break
+        if now - started >= config.commit_timeout_s:
+            logger.warning("round %d: commit deadline (%.0f s) reached with %d/%d commits",
+                           round_, config.commit_timeout_s, len(commits), len(present))
+            break
+        await asyncio.sleep(POLL_S)
+    return commits
+
+
+def open_commits(commits: dict[str, bytes], config: PeerConfig
+                 ) -> tuple[dict[str, Envelope], list[IntegrityVerdict]]:
+    """Parse and verify every committed envelope; the sender must be the PeerID of its subkey.
+
+    Returns:
+        The envelopes that are well-formed and correctly signed, by subkey, and a verdict for each that
+        is not (bad signature, unsigned, impersonation, undecodable, unsupported version, oversized).
+    """
+    opened: dict[str, Envelope] = {}
+    rejected: list[IntegrityVerdict] = []
+    for subkey, raw in commits.items():
+        env = open_envelope(raw, max_bytes=config.max_envelope_bytes)
+        if isinstance(env, Rejected):
+            rejected.append(IntegrityVerdict(subkey, env.reason, env.detail))
+        elif peer_id_to_b58(env.sender) != subkey:
+            rejected.append(IntegrityVerdict(subkey, RejectReason.BAD_SIGNATURE,
+                                             "envelope signed by another PeerID than the one it is filed under"))
+        else:
+            opened[subkey] = env
+    return opened, rejected
+
+
+def majority_base(envelopes: dict[str, Envelope], run_id: str, round_: int) -> bytes | None:
+    """The base hash that strictly more than half of this round's valid signers committed on, if any.
+
+    Only envelopes of this run and round count, one per signer; at least two signers must agree, so one
+    peer's word never moves anyone's model.
+    """
+    votes = Counter(env.base_hash for env in envelopes.values() if env.run_id == run_id and env.round == round_)
+    if not votes:
+        return None
+    base, count = votes.most_common(1)[0]
+    total = sum(votes.values())
+    return base if count >= 2 and 2 * count > total else None
+
+
+async def check_rows(p2p: P2P, envelopes: dict[str, Envelope], expect: RoundExpectation, config: PeerConfig,
+                     local_payloads: dict[str, bytes], stop: asyncio.Event
+                     ) -> tuple[dict[str, torch.Tensor], list[IntegrityVerdict]]:
+    """Check each envelope against the round, fetch its payload (bounded), and check the payload.
+
+    Args:
+        p2p: our P2P replica.
+        envelopes: verified envelopes by sender (base58).
+        expect: what this round's updates must match (run, round, base hash, shapes, codecs, size limit).
+        config: peer settings (fetch timeout).
+        local_payloads: payloads we already hold (our own), by sender; they are not fetched.
+        stop: set when the peer is shutting down.
+
+    Returns:
+        ``{sender: (d,) float32 update}`` for the updates that passed, and one verdict per sender rejected.
+    """
+    rows: dict[str, torch.Tensor] = {}
+    verdicts: list[IntegrityVerdict] = []
+    to_fetch: dict[str, Envelope] = {}
+    for sender, env in envelopes.items():
+        result = check_envelope(env, expect)
+        if isinstance(result, Rejected):
+            verdicts.append(IntegrityVerdict(sender, result.reason, result.detail))
+        else:
+            to_fetch[sender] = env
+    deadline = time.monotonic() + config.fetch_timeout_s
+    fetched = await asyncio.gather(*(
+        _payload(p2p, sender, env, config.run_id, deadline, local_payloads, stop)
+        for sender, env in to_fetch.items()))
+    for (sender, env), payload in zip(to_fetch.items(), fetched):
+        checked = payload if isinstance(payload, Rejected) else check_payload(env, payload, expect)
+        if isinstance(checked, Rejected):
+            verdicts.append(IntegrityVerdict(sender, checked.reason, checked.detail))
+        else:
+            rows[sender] = checked
+    return rows, verdicts
+
+
+async def _payload(p2p: P2P, sender: str, env: Envelope, run_id: str, deadline: float,
+                   local: dict[str, bytes], stop: asyncio.Event) -> bytes | Rejected:
+    if sender in local:
+        return local[sender][:env.payload_bytes + 1]
+    peer = PeerID(env.sender)
+    detail = "no answer"
+    while not stop.is_set():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        result = await fetch(p2p, peer, run_id, ["payload", env.round], max_bytes=env.payload_bytes,
+                             timeout_s=remaining)
+        if result.status == OK and result.data is not None:
+            return result.data
+        detail = result.detail or f"status {result.status}"
+        if result.status not in (NOT_READY, -1):
+            break
+        await asyncio.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
+    return Rejected(RejectReason.TIMEOUT, f"payload not received before the fetch deadline ({detail})")
+
+
+async def fetch_state(p2p: P2P, senders: list[bytes], run_id: str, state_hash: bytes, numel: int,
+                      timeout_s: float, hash_fn: Callable[[bytes], bytes]) -> bytes | None:
+    """Download the model state with ``state_hash`` from the first of ``senders`` that serves it intact.
+
+    Args:
+        senders: PeerIDs (bytes) of peers that committed on this base.
+        state_hash: the agreed 32-byte hash.
+        numel: d; the state is 12·d bytes (θ, momentum, previous aggregate in fp32).
+        timeout_s: limit per sender, in seconds.
+        hash_fn: maps raw state bytes to their hash.
+
+    Returns:
+        The state bytes whose hash matches, or None if no sender served them.
+    """
+    size = 12 * numel
+    for sender in senders:
+        result = await fetch(p2p, PeerID(sender), run_id, ["state", state_hash], max_bytes=size,
+                             timeout_s=timeout_s)
+        if result.status == OK and result.data is not None and len(result.data) == size \
+                and hash_fn(result.data) == state_hash:
+            return result.data
+        logger.warning("state download from %s failed (status %d, %s)", peer_id_to_b58(sender)[:16],
+                       result.status, result.detail or "hash or size mismatch")
+    return None

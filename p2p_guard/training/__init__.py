@@ -1,0 +1,31 @@
+"""Training: DiLoCo's inner AdamW phase and outer Nesterov step, on flat parameter vectors.
+
+Modules:
+    params: :func:`flatten` / :func:`load_flat` / :func:`param_shapes` / :func:`num_params` (model ⇄ ``(d,)``
+        float32 vector).
+    inner: :func:`run_inner_steps` (H steps on the peer's shard, optional data attack) and
+        :func:`make_inner_optimizer` (AdamW with the task's defaults).
+    outer: :class:`OuterNesterov` (Nesterov SGD on the aggregated pseudo-gradient, bit-identical to
+        ``torch.optim.SGD(nesterov=True)``).
+
+References:
+    Douillard et al., "DiLoCo: Distributed Low-Communication Training of Language Models", arXiv:2311.08105,
+    2023.
+"""
+
+from p2p_guard.training.inner import DataTransform, make_inner_optimizer, run_inner_steps
+from p2p_guard.training.outer import DILOCO_OUTER_LR, DILOCO_OUTER_MOMENTUM, OuterNesterov
+from p2p_guard.training.params import flatten, load_flat, num_params, param_shapes
+
+__all__ = [
+    "DILOCO_OUTER_LR",
+    "DILOCO_OUTER_MOMENTUM",
+    "DataTransform",
+    "OuterNesterov",
+    "flatten",
+    "load_flat",
+    "make_inner_optimizer",
+    "num_params",
+    "param_shapes",
+    "run_inner_steps",
+]

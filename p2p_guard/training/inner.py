@@ -1,0 +1,136 @@
+"""DiLoCo's inner phase: H AdamW steps on the peer's own shard, starting from the round's θ_r.
+
+The caller owns the inner optimiser and keeps it across rounds (DiLoCo keeps each worker's AdamW moments; only
+the parameters are reset to θ_{r+1} at the start of a round, with :func:`p2p_guard.training.load_flat`).
+
+Inner optimiser: AdamW with each task's :class:`~p2p_guard.tasks.HParams` (betas (0.9, 0.95) and weight
+decay 0.1 as in DiLoCo; learning rate 3e-3 rather than DiLoCo's 4e-4, because the built-in models are tiny and
+a round has only H = 20-30 steps), optionally with global gradient-norm clipping.
+
+References:
+    Douillard et al., "DiLoCo: Distributed Low-Communication Training of Language Models", arXiv:2311.08105,
+    2023: inner AdamW lr 4e-4, weight decay 0.1, betas (0.9, 0.95); H = 500.
+    Loshchilov, Hutter, "Decoupled Weight Decay Regularization" (AdamW), ICLR 2019, arXiv:1711.05101.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Protocol, runtime_checkable
+
+import torch
+from torch import Tensor, nn
+
+from p2p_guard.tasks.base import Shard, Task
+
+__all__ = ["DataTransform", "make_inner_optimizer", "run_inner_steps"]
+
+logger = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class DataTransform(Protocol):
+    """A data attack (e.g. label flip): rewrites every inner batch before the loss sees it."""
+
+    def transform(self, x: Tensor, y: Tensor, num_classes: int) -> tuple[Tensor, Tensor]:
+        """Return the batch to train on.
+
+        Args:
+            x: Inputs as sampled by the task (CPU).
+            y: Labels/targets as sampled by the task (CPU, int64).
+            num_classes: The task's number of classes (vocabulary size for a language model).
+
+        Returns:
+            ``(x, y)`` of the same shapes and dtypes.
+        """
+        ...
+
+
+def make_inner_optimizer(model: nn.Module, task: Task, *, lr: float | None = None) -> torch.optim.AdamW:
+    """The inner AdamW for ``model`` with the task's default hyper-parameters.
+
+    Args:
+        model: The model whose parameters it updates (already on its training device).
+        task: Supplies ``default_hparams`` (lr, betas, weight decay).
+        lr: Overrides the task's inner learning rate.
+
+    Returns:
+        A fresh ``torch.optim.AdamW``.
+
+    Raises:
+        ValueError: If ``lr`` is not finite and positive.
+    """
+    hparams = task.default_hparams
+    inner_lr = hparams.inner_lr if lr is None else lr
+    if not math.isfinite(inner_lr) or inner_lr <= 0.0:
+        raise ValueError(f"lr={inner_lr} must be finite and > 0")
+    return torch.optim.AdamW(
+        model.parameters(),
+        lr=inner_lr,
+        betas=hparams.betas,
+        weight_decay=hparams.weight_decay,
+    )
+
+
+def run_inner_steps(
+    model: nn.Module,
+    task: Task,
+    shard: Shard,
+    steps: int,
+    optimizer: torch.optim.Optimizer,
+    generator: torch.Generator,
+    device: torch.device | str = "cpu",
+    data_attack: DataTransform | None = None,
+    *,
+    batch_size: int | None = None,
+) -> float:
+    """Run ``steps`` optimiser steps on batches from ``shard``; the model is updated in place.
+
+    Each step: ``(x, y) = task.sample_batch(shard, B, generator)``; if ``data_attack`` is given,
+    ``(x, y) = data_attack.transform(x, y, task.num_classes)``; then the loss, backward, optional gradient
+    clipping (``task.default_hparams.grad_clip_norm``) and ``optimizer.step()``.
+
+    Args:
+        model: The task's model, on ``device``; left in train mode.
+        task: The task (sampling, loss, hyper-parameters).
+        shard: This peer's shard.
+        steps: H, the number of inner steps, ``>= 1``.
+        optimizer: The inner optimiser over ``model``'s parameters (kept by the caller across rounds).
+        generator: CPU generator for batch sampling; advanced by the sampling.
+        device: Where the model lives; batches are moved there.
+        data_attack: Optional batch rewrite (a simulated data-poisoning peer).
+        batch_size: Overrides ``task.default_hparams.batch_size``.
+
+    Returns:
+        Mean training loss over the steps (nats; on the attacked labels when ``data_attack`` is set). NaN or
+        inf if a step's loss was not finite (logged as a warning; the guard rejects such an update).
+
+    Raises:
+        ValueError: If ``steps < 1`` or ``batch_size < 1``.
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps={steps!r} must be an integer >= 1")
+    hparams = task.default_hparams
+    size = hparams.batch_size if batch_size is None else batch_size
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"batch_size={size!r} must be an integer >= 1")
+    clip = hparams.grad_clip_norm
+    model.train()
+    losses = torch.zeros(steps, dtype=torch.float32, device=device)
+    for step in range(steps):
+        x, y = task.sample_batch(shard, size, generator)
+        if data_attack is not None:
+            x, y = data_attack.transform(x, y, task.num_classes)
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        optimizer.zero_grad(set_to_none=True)
+        loss = task.loss(model, x, y)
+        loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        losses[step] = loss.detach()
+    mean = float(losses.mean())
+    if not math.isfinite(mean):
+        logger.warning("inner phase: non-finite training loss (%s) over %d steps", mean, steps)
+    return mean

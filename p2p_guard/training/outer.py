@@ -1,0 +1,159 @@
+"""DiLoCo's outer step: Nesterov SGD on the aggregated pseudo-gradient, over flat vectors.
+
+With pseudo-gradient (aggregate) ``g_r`` (Δ = θ_start − θ_after_H, so it points along a gradient), momentum
+``μ`` and learning rate ``η``, as ``torch.optim.SGD(nesterov=True, dampening=0, weight_decay=0)``::
+
+    b_0 = g_0,            b_r = μ · b_{r−1} + g_r     (r ≥ 1)
+    θ_{r+1} = θ_r − η · (g_r + μ · b_r)
+
+The arithmetic is the same sequence of float32 tensor operations as PyTorch's single-tensor SGD, so the result
+is bit-identical to ``torch.optim.SGD`` and, on one machine type, between peers: honest peers that apply the
+same aggregate to the same θ and momentum buffer get the same θ_{r+1} bit for bit (which their published state
+hashes check). Element-wise CPU kernels are deterministic; across CPU architectures a differently vectorised
+kernel could in principle round differently, which the state-hash vote would expose.
+
+References:
+    Douillard et al., "DiLoCo: Distributed Low-Communication Training of Language Models", arXiv:2311.08105,
+    2023: outer SGD with Nesterov momentum, lr 0.7, momentum 0.9.
+    Sutskever, Martens, Dahl, Hinton, "On the importance of initialization and momentum in deep learning",
+    ICML 2013 (Nesterov momentum in this form).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = ["DILOCO_OUTER_LR", "DILOCO_OUTER_MOMENTUM", "OuterNesterov"]
+
+logger = logging.getLogger(__name__)
+
+DILOCO_OUTER_LR = 0.7
+"""Outer learning rate (Douillard et al., arXiv:2311.08105, 2023)."""
+
+DILOCO_OUTER_MOMENTUM = 0.9
+"""Outer Nesterov momentum (Douillard et al., arXiv:2311.08105, 2023)."""
+
+
+class OuterNesterov:
+    """Nesterov SGD on flat float32 vectors, matching ``torch.optim.SGD(nesterov=True)`` bit for bit.
+
+    Args:
+        lr: Outer learning rate η, finite and ``> 0``.
+        momentum: Momentum coefficient μ, in ``[0, 1)``; with 0 this is plain SGD.
+
+    Attributes:
+        lr: η.
+        momentum: μ (the coefficient; the buffer is :attr:`momentum_buffer`).
+        momentum_buffer: ``(d,)`` float32 CPU tensor b_r after the last step, or None before the first.
+
+    Raises:
+        ValueError: On an out-of-range ``lr`` or ``momentum``.
+
+    References:
+        Douillard et al., arXiv:2311.08105, 2023.
+    """
+
+    def __init__(self, lr: float = DILOCO_OUTER_LR, momentum: float = DILOCO_OUTER_MOMENTUM) -> None:
+        """Check and store the hyper-parameters; the buffer starts empty."""
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0.0:
+            raise ValueError(f"lr={lr!r} must be a finite number > 0")
+        if (
+            isinstance(momentum, bool)
+            or not isinstance(momentum, (int, float))
+            or not math.isfinite(momentum)
+            or not 0.0 <= momentum < 1.0
+        ):
+            raise ValueError(f"momentum={momentum!r} must be a number in [0, 1)")
+        self.lr = float(lr)
+        self.momentum = float(momentum)
+        self.momentum_buffer: Tensor | None = None
+
+    def __repr__(self) -> str:
+        """Return the hyper-parameters and whether the buffer is set."""
+        state = "empty" if self.momentum_buffer is None else f"d={self.momentum_buffer.numel()}"
+        return f"OuterNesterov(lr={self.lr}, momentum={self.momentum}, buffer={state})"
+
+    def step(self, theta: Tensor, aggregate: Tensor) -> Tensor:
+        """Apply one outer step.
+
+        Args:
+            theta: ``(d,)`` float32 CPU, θ_r (not modified).
+            aggregate: ``(d,)`` float32 CPU, the robust aggregate of the pseudo-gradients (not modified).
+
+        Returns:
+            ``(d,)`` float32 CPU, θ_{r+1} (a new tensor). The momentum buffer is updated.
+
+        Raises:
+            ValueError: If the shapes, dtypes or devices are wrong, ``aggregate`` has a non-finite value, or
+                ``d`` differs from the buffer's.
+        """
+        _check_vector("theta", theta)
+        _check_vector("aggregate", aggregate)
+        if theta.shape != aggregate.shape:
+            raise ValueError(f"theta {tuple(theta.shape)} and aggregate {tuple(aggregate.shape)} differ in shape")
+        if not bool(torch.isfinite(aggregate).all()):
+            raise ValueError("aggregate has a non-finite value")
+        grad = aggregate
+        if self.momentum != 0.0:
+            buf = self.momentum_buffer
+            if buf is None:
+                buf = torch.clone(grad).detach()
+            else:
+                if buf.shape != grad.shape:
+                    raise ValueError(f"aggregate {tuple(grad.shape)} does not match the buffer {tuple(buf.shape)}")
+                buf = buf.mul(self.momentum).add_(grad)
+            self.momentum_buffer = buf
+            grad = grad.add(buf, alpha=self.momentum)
+        return theta.detach().clone().add_(grad, alpha=-self.lr)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The optimiser state, to ship to a late joiner or checkpoint.
+
+        Returns:
+            ``{"lr": float, "momentum": float, "momentum_buffer": Tensor (d,) float32 | None}``; the buffer is a
+            copy.
+        """
+        buf = self.momentum_buffer
+        return {
+            "lr": self.lr,
+            "momentum": self.momentum,
+            "momentum_buffer": None if buf is None else buf.clone(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict` (the buffer is copied).
+
+        Args:
+            state: As returned by :meth:`state_dict`.
+
+        Raises:
+            ValueError: If a key is missing, a hyper-parameter is out of range, or the buffer is not a finite
+                1-D float32 CPU tensor.
+        """
+        missing = {"lr", "momentum", "momentum_buffer"} - set(state)
+        if missing:
+            raise ValueError(f"state_dict lacks {sorted(missing)}")
+        fresh = OuterNesterov(lr=state["lr"], momentum=state["momentum"])
+        buf = state["momentum_buffer"]
+        if buf is not None:
+            if not isinstance(buf, Tensor):
+                raise ValueError(f"momentum_buffer must be a Tensor or None, got {type(buf).__name__}")
+            _check_vector("momentum_buffer", buf)
+            if not bool(torch.isfinite(buf).all()):
+                raise ValueError("momentum_buffer has a non-finite value")
+            buf = buf.detach().clone()
+        self.lr, self.momentum, self.momentum_buffer = fresh.lr, fresh.momentum, buf
+
+
+def _check_vector(name: str, vector: Tensor) -> None:
+    if not isinstance(vector, Tensor) or vector.dim() != 1 or vector.dtype != torch.float32:
+        shape = tuple(vector.shape) if isinstance(vector, Tensor) else None
+        dtype = vector.dtype if isinstance(vector, Tensor) else type(vector).__name__
+        raise ValueError(f"{name} must be a (d,) float32 tensor, got {dtype} {shape}")
+    if vector.device.type != "cpu":
+        raise ValueError(f"{name} must be on CPU, got {vector.device}")
