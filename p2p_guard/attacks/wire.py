@@ -228,10 +228,11 @@ class WrongShape:
         """Replace ``envelope.shapes`` with a different factorisation of the same numel."""
         shapes = draft.envelope.shapes
         numel = sum(math.prod(shape) for shape in shapes)
-        for candidate in (tuple(shape[::-1] for shape in shapes), ((numel,),), ((1, numel),)):
-            if candidate != shapes:
-                return _with_envelope(draft, shapes=candidate)
-        raise AssertionError("unreachable: ((numel,),) and ((1, numel),) cannot both equal the shapes")
+        transposed = tuple(shape[::-1] for shape in shapes)
+        if transposed != shapes:
+            return _with_envelope(draft, shapes=transposed)
+        flat = ((numel,),)
+        return _with_envelope(draft, shapes=flat if shapes != flat else ((1, numel),))
 
     def __repr__(self) -> str:
         return "WrongShape()"

@@ -125,8 +125,8 @@ def check_envelope(env: Envelope, expect: RoundExpectation) -> Accepted | Reject
                         f"declares {env.payload_bytes} payload bytes, limit {expect.max_payload_bytes}")
     expected = expected_payload_bytes(env.codec, expect.numel)
     if env.payload_bytes != expected:
-        return Rejected(RejectReason.DECODE_ERROR,
-                        f"declares {env.payload_bytes} payload bytes, {env.codec} × {expect.numel} is {expected}")
+        detail = f"declares {env.payload_bytes} payload bytes; {env.codec} × {expect.numel} is {expected}"
+        return Rejected(RejectReason.DECODE_ERROR, detail)
     return Accepted()
 
 

@@ -121,7 +121,9 @@ class Identity:
             raise ValueError(f"{source}: not a libp2p PrivateKey protobuf: {error}") from None
         if key_type != ED25519_KEY_TYPE:
             name = _KEY_TYPE_NAMES.get(key_type, "unknown")
-            raise ValueError(f"{source}: key type {key_type} ({name}) is not supported; p2p_guard needs Ed25519")
+            raise ValueError(
+                f"{source}: key type {key_type} ({name}) is not supported; p2p_guard needs Ed25519"
+            )
         if len(key_data) != SEED_BYTES + PUBLIC_KEY_BYTES:
             raise ValueError(
                 f"{source}: Ed25519 key data must be {SEED_BYTES + PUBLIC_KEY_BYTES} bytes "

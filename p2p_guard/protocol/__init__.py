@@ -10,6 +10,7 @@ Module map:
         :func:`expected_payload_bytes`.
     digests.py: :func:`payload_digest` / :func:`payload_hasher` (SHA-256 of a payload) and
         :func:`state_hash` (SHA-256 of the flat model state, lengths mixed in).
+    records.py: the small signed DHT records beside commits (presence, state hash); import from the module.
 
 The checks that depend on the round (run, round, base hash, shapes, codec, sizes, digest, finiteness) are
 stage 1 of the guard: ``p2p_guard.guard.integrity``.

@@ -59,7 +59,8 @@ def encode_update(vector: torch.Tensor, codec: str) -> bytes:
     if not isinstance(vector, torch.Tensor) or not vector.is_floating_point() or vector.dim() != 1:
         raise ValueError(f"vector must be a flat (d,) floating-point tensor, got {_describe(vector)}")
     array = vector.detach().to(device="cpu", dtype=torch.float32).numpy()
-    return array.astype(dtype, copy=False).tobytes()
+    with np.errstate(over="ignore"):  # fp16 overflow to ±Inf is documented; the receiver rejects it
+        return array.astype(dtype, copy=False).tobytes()
 
 
 def decode_update(payload: bytes, codec: str, numel: int) -> torch.Tensor | Rejected:

@@ -5,8 +5,8 @@
 
 where ``u64`` is an unsigned 64-bit little-endian integer and ``f32le`` the raw IEEE-754 float32
 little-endian bytes of a flat tensor. Mixing in the count and the lengths makes ``state_hash(a, b)`` differ
-from ``state_hash(concat(a, b))`` and from any other split. The hash is over bits: ``-0.0`` and ``0.0``, or two
-NaN payloads, hash differently, which is what "bit-for-bit identical models" means.
+from ``state_hash(concat(a, b))`` and from any other split. The hash is over bits: ``-0.0`` and ``0.0``, or
+two NaN payloads, hash differently, which is what "bit-for-bit identical models" means.
 
 References:
     [1] NIST, "Secure Hash Standard (SHS)", FIPS 180-4, 2015 (SHA-256).

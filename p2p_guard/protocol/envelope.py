@@ -206,21 +206,39 @@ def open_envelope(data: bytes, *, max_bytes: int = MAX_ENVELOPE_BYTES) -> Envelo
 
 def _decode_body(body: bytes) -> Envelope | Rejected:
     """Parse the signed body into an :class:`Envelope` (version first, then every field)."""
+    version = _peek_version(body)
+    if isinstance(version, Rejected):
+        return version
+    if version not in SUPPORTED_VERSIONS:
+        return Rejected(RejectReason.UNSUPPORTED_VERSION,
+                        f"protocol version {version}, supported {list(SUPPORTED_VERSIONS)}")
     fields = _unpack(body, max_bin_len=MAX_SENDER_BYTES, max_array_len=MAX_TENSORS,
                      max_str_len=max(MAX_RUN_ID_BYTES, MAX_CODEC_BYTES))
     if isinstance(fields, Rejected):
         return fields
-    if type(fields) is not list or not fields or type(fields[0]) is not int:
-        return Rejected(RejectReason.DECODE_ERROR, "body is not an array starting with an int version")
-    if fields[0] not in SUPPORTED_VERSIONS:
-        return Rejected(RejectReason.UNSUPPORTED_VERSION,
-                        f"protocol version {fields[0]}, supported {list(SUPPORTED_VERSIONS)}")
-    if len(fields) != len(BODY_FIELDS):
-        return Rejected(RejectReason.DECODE_ERROR, f"body has {len(fields)} fields, expected {len(BODY_FIELDS)}")
+    if type(fields) is not list or len(fields) != len(BODY_FIELDS):
+        return Rejected(RejectReason.DECODE_ERROR, f"body is not an array of {len(BODY_FIELDS)} fields")
     try:
         return Envelope(*fields)
     except (TypeError, ValueError) as error:
         return Rejected(RejectReason.DECODE_ERROR, str(error)[:_DETAIL_CHARS])
+
+
+def _peek_version(body: bytes) -> int | Rejected:
+    """Read only the array header and first element of a body: the version, whatever layout follows."""
+    unpacker = msgpack.Unpacker(
+        raw=False, strict_map_key=True, max_buffer_size=max(len(body), 1), max_bin_len=0, max_str_len=0,
+        max_array_len=2**31, max_map_len=0, max_ext_len=0,
+    )
+    try:
+        unpacker.feed(body)
+        unpacker.read_array_header()
+        version = unpacker.unpack()
+    except Exception:  # noqa: BLE001 - the parse boundary: any parser failure is a decode error
+        version = None
+    if type(version) is not int:
+        return Rejected(RejectReason.DECODE_ERROR, "body is not an array starting with an int version")
+    return version
 
 
 def _unpack(data: bytes, *, max_bin_len: int, max_array_len: int, max_str_len: int = 0) -> Any:
@@ -266,13 +284,13 @@ def _check_bytes(name: str, value: object, min_len: int, max_len: int) -> None:
 
 def _normalise_shapes(shapes: object) -> tuple[tuple[int, ...], ...]:
     """Check shapes (a sequence of ≤ MAX_TENSORS shapes of rank ≤ MAX_RANK, dims in [0, 2**63)) → tuples."""
-    if type(shapes) not in (list, tuple):
+    if not isinstance(shapes, (list, tuple)):
         raise TypeError(f"shapes must be a list of shapes, got {type(shapes).__name__}")
     if len(shapes) > MAX_TENSORS:
         raise ValueError(f"at most {MAX_TENSORS} tensors, got {len(shapes)}")
     normalised = []
     for index, shape in enumerate(shapes):
-        if type(shape) not in (list, tuple):
+        if not isinstance(shape, (list, tuple)):  # torch.Size is a tuple; an ExtType fails the int check
             raise TypeError(f"shapes[{index}] must be a list of ints, got {type(shape).__name__}")
         if len(shape) > MAX_RANK:
             raise ValueError(f"shapes[{index}] has rank {len(shape)}, at most {MAX_RANK}")

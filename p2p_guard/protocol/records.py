@@ -2,7 +2,7 @@
 
 Wire form (msgpack): ``[body, signature]`` where ``body`` is the msgpack encoding of
 ``[kind, protocol_version, run_id, round, sender, value]`` and ``signature`` is the Ed25519 signature of
-``body`` by the key inside the PeerID ``sender``.
+``RECORD_SIGNING_CONTEXT + body`` by the key inside the PeerID ``sender``.
 
 - ``kind == "state"``: ``value`` is the 32-byte hash of (θ_round, outer momentum) that the sender holds at
   the start of outer round ``round``. Peers that fell behind download a state whose hash a majority agrees on.
@@ -24,6 +24,8 @@ from p2p_guard.protocol.reasons import Rejected, RejectReason
 __all__ = ["RECORD_KINDS", "SignedRecord", "open_record", "sign_record"]
 
 RECORD_KINDS = ("state", "presence")
+#: Domain separation: a record signature can never be replayed as an envelope signature, or vice versa.
+RECORD_SIGNING_CONTEXT = b"p2p_guard.record\x00"
 MAX_RECORD_BYTES = 1024
 _MAX_STR = 256
 
@@ -66,7 +68,7 @@ def sign_record(kind: str, run_id: str, round_: int, value: Any, identity: Ident
     if kind not in RECORD_KINDS:
         raise ValueError(f"kind must be one of {RECORD_KINDS}; got kind={kind!r}")
     body = msgpack.packb([kind, PROTOCOL_VERSION, run_id, int(round_), identity.peer_id, value], use_bin_type=True)
-    return msgpack.packb([body, identity.sign(body)], use_bin_type=True)
+    return msgpack.packb([body, identity.sign(RECORD_SIGNING_CONTEXT + body)], use_bin_type=True)
 
 
 def open_record(data: object, *, kind: str, run_id: str) -> SignedRecord | Rejected:
@@ -118,7 +120,7 @@ def _check_fields(fields: list[Any], body: Any, signature: Any, *, kind: str, ru
         return Rejected(RejectReason.DECODE_ERROR, "sender is not bytes")
     if not signature:
         return Rejected(RejectReason.UNSIGNED, "empty signature")
-    if not verify(sender, body, signature):
+    if not verify(sender, RECORD_SIGNING_CONTEXT + body, signature):
         return Rejected(RejectReason.BAD_SIGNATURE, "signature does not match the sender's PeerID")
     if r_run != run_id:
         return Rejected(RejectReason.WRONG_RUN, f"run {r_run!r}")

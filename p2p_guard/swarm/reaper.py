@@ -105,7 +105,7 @@ class _Watch:
 
 
 def _descendants(proc: psutil.Process, exclude_pid: int) -> dict[int, float]:
-    """Return ``{pid: create_time}`` of every live descendant of ``proc`` except ``exclude_pid``.
+    """Return ``{pid: create_time}`` of every live (non-zombie) descendant of ``proc`` except ``exclude_pid``.
 
     Returns {} if ``proc`` itself is gone (its pid may have been reused: its create time is checked).
     """
@@ -120,7 +120,8 @@ def _descendants(proc: psutil.Process, exclude_pid: int) -> dict[int, float]:
         if child.pid == exclude_pid:
             continue
         try:
-            found[child.pid] = child.create_time()
+            if child.status() != psutil.STATUS_ZOMBIE:
+                found[child.pid] = child.create_time()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return found

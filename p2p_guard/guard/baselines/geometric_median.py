@@ -47,7 +47,10 @@ class GeometricMedian:
 
     Example:
         >>> x = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [50.0, 50.0]])
-        >>> GeometricMedian(nu=1e-6)(x, ctx)   # near (0.21, 0.21); the mean would be (12.75, 12.75)
+        >>> GeometricMedian(nu=1e-6, max_iter=1000, tol=0.0)(x, ctx)   # where the diagonals cross
+        tensor([0.5000, 0.5000])
+
+        The mean would be (12.75, 12.75).
 
     References:
         Krishna Pillutla, Sham M. Kakade, Zaid Harchaoui. Robust Aggregation for Federated Learning. IEEE

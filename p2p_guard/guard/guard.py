@@ -1,0 +1,110 @@
+"""The :class:`Guard`: one aggregation rule made safe to call on a round's rows, with a verdict per sender.
+
+What the wrapper adds to a bare rule:
+
+- a canonical row order (by sender PeerID), so that two peers that received the same rows in different orders
+  compute the same aggregate bit for bit;
+- non-finite rows rejected (reason ``"non_finite"``) before the rule sees them (integrity already rejects them;
+  this is the last line, since one NaN row would poison every rule);
+- a fallback to the coordinate-wise median when the rule raises
+  :class:`~p2p_guard.guard.base.NotEnoughUpdates` (too few rows for its f); the median needs one row;
+- one :class:`~p2p_guard.guard.base.Verdict` per sender, in the caller's order: the rule's own verdicts for a
+  judging rule (``semantic``, ``multi_krum``), otherwise every finite row accepted.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from p2p_guard.guard.base import (
+    AggregationContext,
+    Aggregator,
+    GuardResult,
+    JudgingAggregator,
+    NotEnoughUpdates,
+    Verdict,
+)
+from p2p_guard.guard.baselines.median import CoordinateMedian
+from p2p_guard.guard.linalg import cosines_to, row_norms
+from p2p_guard.guard.verdict import make_verdicts
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["NON_FINITE", "Guard"]
+
+NON_FINITE = "non_finite"
+"""Reason given to a row holding NaN or an infinity."""
+
+
+@dataclass(frozen=True)
+class Guard:
+    """An aggregation rule wrapped with canonical ordering, a non-finite filter, a fallback and verdicts.
+
+    Args:
+        name: the rule's registry name (for logs and events).
+        aggregator: the rule; a :class:`~p2p_guard.guard.base.JudgingAggregator` supplies its own verdicts.
+        fallback: rule used when ``aggregator`` raises ``NotEnoughUpdates`` (coordinate-wise median).
+    """
+
+    name: str
+    aggregator: Aggregator
+    fallback: Aggregator = field(default_factory=CoordinateMedian)
+
+    def __call__(self, updates: torch.Tensor, ctx: AggregationContext) -> GuardResult:
+        """Judge and aggregate one round's rows.
+
+        Args:
+            updates: ``(n, d)`` float tensor, one row per sender in the order of ``ctx.senders``; not mutated.
+            ctx: the round's context.
+
+        Returns:
+            The ``(d,)`` aggregate (dtype of ``updates``) and one verdict per sender, in ``ctx.senders`` order.
+
+        Raises:
+            ValueError: when ``updates`` is not ``(len(ctx.senders), d)`` (a local bug).
+            NotEnoughUpdates: when no finite row is left, so even the fallback has nothing to aggregate;
+                the round logic then falls back to the peer's own update.
+        """
+        if updates.dim() != 2 or updates.shape[0] != len(ctx.senders):
+            raise ValueError(
+                f"updates must be ({len(ctx.senders)}, d) to match ctx.senders, got {tuple(updates.shape)}"
+            )
+        order = sorted(range(len(ctx.senders)), key=lambda i: ctx.senders[i])
+        finite = [i for i in order if bool(torch.isfinite(updates[i]).all())]
+        rows = updates[finite]
+        sub_ctx = replace(
+            ctx,
+            senders=tuple(ctx.senders[i] for i in finite),
+            own_index=finite.index(ctx.own_index) if ctx.own_index in finite else None,
+        )
+        try:
+            if isinstance(self.aggregator, JudgingAggregator):
+                result = self.aggregator.judge(rows, sub_ctx)
+            else:
+                aggregate = self.aggregator(rows, sub_ctx)
+                result = GuardResult(aggregate, self._all_accepted(rows, sub_ctx, aggregate, self.name))
+        except NotEnoughUpdates as exc:
+            logger.warning("round %d: %s: %s; falling back to the coordinate-wise median", ctx.round, self.name, exc)
+            aggregate = self.fallback(rows, sub_ctx)
+            result = GuardResult(aggregate, self._all_accepted(rows, sub_ctx, aggregate, f"fallback ({exc})"))
+
+        by_sender = {v.sender: v for v in result.verdicts}
+        nan = float("nan")
+        for i in order:
+            if i not in finite:
+                sender = ctx.senders[i]
+                by_sender[sender] = Verdict(sender, False, NON_FINITE, "row holds NaN or infinite values", nan, nan)
+        verdicts = tuple(by_sender[s] for s in ctx.senders)
+        for v in verdicts:  # DEBUG: the round logic logs each rejection once, at WARNING, with its peer prefix
+            if not v.accepted:
+                logger.debug("round %d: %s rejected %s (%s): %s", ctx.round, self.name, v.sender, v.reason, v.detail)
+        return GuardResult(aggregate=result.aggregate, verdicts=verdicts)
+
+    @staticmethod
+    def _all_accepted(
+        rows: torch.Tensor, ctx: AggregationContext, aggregate: torch.Tensor, how: str
+    ) -> tuple[Verdict, ...]:
+        return make_verdicts(ctx.senders, row_norms(rows), cosines_to(rows, aggregate), {}, f"accepted by {how}")

@@ -1,0 +1,606 @@
+"""Run a whole swarm locally: a bootstrap node and every peer as its own OS process on 127.0.0.1.
+
+Nothing is simulated in-process: each peer is ``python -m p2p_guard.cli.main peer ...`` with real hivemind
+DHT and P2P. :class:`LocalSwarm` starts and stops the processes (the integration tests use it too);
+:func:`run_simulation` drives one run to its end and builds the report from the peers' event files.
+
+Process hygiene: every process leads its own session (``start_new_session=True``), so it can be stopped as a
+group (SIGTERM, then SIGKILL after ``stop_grace_s``) together with the DHT process and ``p2pd`` it forked. Every
+process also carries ``P2P_GUARD_RUN_DIR=<workdir>`` in its environment, inherited by everything below it;
+after stopping the groups, any process still carrying it is killed. A reaper watchdog
+(:mod:`p2p_guard.swarm.reaper`) kills them all if the simulator itself is killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import psutil
+import torch
+
+from p2p_guard.simulation.config import SimulationConfig
+from p2p_guard.simulation.events import Event, EventReader
+from p2p_guard.simulation.processes import (
+    RUN_DIR_ENV,
+    ManagedProcess,
+    find_marked_processes,
+    kill_processes,
+    launch,
+    stop_processes,
+)
+from p2p_guard.simulation.report import PeerLog, build_report, round_summaries
+from p2p_guard.swarm.reaper import start_reaper, stop_reaper
+
+__all__ = [
+    "LocalSwarm",
+    "ProcessFailed",
+    "Progress",
+    "SimulationError",
+    "SimulationTimeout",
+    "bootstrap_command",
+    "load_theta",
+    "make_workdir",
+    "peer_command",
+    "run_env",
+    "run_simulation",
+    "write_report",
+]
+
+logger = logging.getLogger(__name__)
+
+POLL_INTERVAL_S = 0.5
+LOG_TAIL_LINES = 20
+DEFAULT_ENTRY = (sys.executable, "-m", "p2p_guard.cli.main")
+
+
+class SimulationError(RuntimeError):
+    """The simulation could not run to its end (a process failed, a wait ran out, bad outputs)."""
+
+
+class SimulationTimeout(SimulationError):
+    """A bounded wait of the simulation ran out."""
+
+
+class ProcessFailed(SimulationError):
+    """A process of the swarm exited with a non-zero status before the end of the run."""
+
+    def __init__(self, name: str, returncode: int, log_path: Path) -> None:
+        """Describe the failure; the message names the log file and quotes its last lines.
+
+        Args:
+            name: the process (``bootstrap``, ``peer3``).
+            returncode: its exit status (negative: killed by that signal).
+            log_path: its log file.
+        """
+        self.name = name
+        self.returncode = returncode
+        self.log_path = log_path
+        status = f"code {returncode}"
+        if returncode < 0:
+            with contextlib.suppress(ValueError):
+                status = f"signal {signal.Signals(-returncode).name}"
+        tail = _log_tail(log_path, LOG_TAIL_LINES)
+        message = f"{name} exited with {status} before the end of the run; its log: {log_path}"
+        if tail:
+            message += "\n--- last lines of its log ---\n" + tail
+        super().__init__(message)
+
+
+def _log_tail(path: Path, lines: int) -> str:
+    """The last ``lines`` lines of a text file ("" if unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 16384))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far the honest peers are.
+
+    Attributes:
+        rounds_done: the fewest rounds completed by any honest peer.
+        rounds_total: rounds of the run.
+        accuracy, loss, perplexity: honest means of round ``rounds_done`` (None if not reported).
+    """
+
+    rounds_done: int
+    rounds_total: int
+    accuracy: float | None = None
+    loss: float | None = None
+    perplexity: float | None = None
+
+
+ProgressCallback = Callable[[Progress], None]
+
+
+def make_workdir(base: Path | None = None) -> Path:
+    """Create a fresh run directory ``runs/<YYYYmmdd-HHMMSS>[-k]`` (or ``base`` itself) and return it, absolute."""
+    if base is not None:
+        base.mkdir(parents=True, exist_ok=True)
+        return base.resolve()
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    for k in range(1000):
+        candidate = Path("runs") / (stamp if k == 0 else f"{stamp}-{k}")
+        try:
+            candidate.mkdir(parents=True)
+        except FileExistsError:
+            continue
+        return candidate.resolve()
+    raise SimulationError(f"could not create a fresh run directory under runs/{stamp}")
+
+
+def run_env(workdir: Path) -> dict[str, str]:
+    """Environment of every process of the run: ours, plus the run marker and unbuffered output."""
+    env = dict(os.environ)
+    env[RUN_DIR_ENV] = str(workdir)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def bootstrap_command(workdir: Path, *, entry: Sequence[str] = DEFAULT_ENTRY) -> list[str]:
+    """Command line of the bootstrap node; it writes its multiaddrs to ``workdir/bootstrap.addr``.
+
+    Args:
+        workdir: the run directory.
+        entry: the ``p2p-guard`` program (default: this Python running ``p2p_guard.cli.main``).
+    """
+    return [
+        *entry, "bootstrap",
+        "--identity", str(workdir / "bootstrap.key"),
+        "--host", "127.0.0.1",
+        "--port", "0",
+        "--address-file", str(workdir / "bootstrap.addr"),
+    ]  # fmt: skip
+
+
+def peer_paths(workdir: Path, index: int) -> dict[str, Path]:
+    """Files of peer ``index``: ``identity``, ``events``, ``state``, ``log``."""
+    return {
+        "identity": workdir / f"peer{index}.key",
+        "events": workdir / f"peer{index}.events.jsonl",
+        "state": workdir / f"peer{index}.state.pt",
+        "log": workdir / f"peer{index}.log",
+    }
+
+
+def peer_command(
+    config: SimulationConfig,
+    index: int,
+    initial_peers: Sequence[str],
+    workdir: Path,
+    *,
+    entry: Sequence[str] = DEFAULT_ENTRY,
+) -> list[str]:
+    """Command line of peer ``index`` (honest peers first, then the Byzantine ones).
+
+    Args:
+        config: the swarm's settings.
+        index: the peer's index.
+        initial_peers: the bootstrap node's multiaddrs.
+        workdir: the run directory.
+        entry: the ``p2p-guard`` program (default: this Python running ``p2p_guard.cli.main``).
+    """
+    paths = peer_paths(workdir, index)
+    command = [
+        *entry, "peer",
+        "--initial-peers", *initial_peers,
+        "--run-id", config.resolved_run_id,
+        "--task", config.task,
+        "--seed", str(config.seed),
+        "--peer-index", str(index),
+        "--num-peers", str(config.num_peers),
+        "--partition", config.partition,
+        "--rounds", str(config.rounds),
+        "--guard", config.guard,
+        "--min-peers", str(config.num_peers),
+        "--identity", str(paths["identity"]),
+        "--events", str(paths["events"]),
+        "--state-out", str(paths["state"]),
+        "--host", "127.0.0.1",
+        "--no-progress",
+    ]  # fmt: skip
+    if config.inner_steps is not None:
+        command += ["--inner-steps", str(config.inner_steps)]
+    if config.is_byzantine(index) and config.attack:
+        command += ["--attack", config.attack, "--byzantine-count", str(config.byzantine)]
+    return command
+
+
+def load_theta(path: Path) -> torch.Tensor:
+    """Read the flat model ``theta`` ``(d,)`` float32 from a peer's state file.
+
+    Raises:
+        SimulationError: if the file is missing or holds no ``theta`` tensor.
+    """
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, ValueError) as e:
+        raise SimulationError(f"cannot read the state file {path}: {e}") from e
+    theta = state.get("theta") if isinstance(state, dict) else None
+    if not isinstance(theta, torch.Tensor):
+        raise SimulationError(f"state file {path} holds no 'theta' tensor")
+    return theta.reshape(-1).to(torch.float32)
+
+
+def _json_safe(value: Any) -> Any:
+    """Replace non-finite floats (not valid JSON) by None, recursively."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def write_report(report: dict[str, Any], path: Path) -> None:
+    """Write the report as indented JSON (non-finite numbers become null), atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(_json_safe(report), indent=2, allow_nan=False) + "\n")
+    tmp.replace(path)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Ignore SIGINT and SIGTERM meanwhile (main thread only), so cleanup is not cut short by a second one."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class LocalSwarm:
+    """A bootstrap node and ``config.num_peers`` peers on 127.0.0.1, each process in its own session.
+
+    Use it as a context manager: leaving the block stops every process it started (also on errors), and
+    kills whatever still carries this run's marker.
+    """
+
+    def __init__(
+        self, config: SimulationConfig, workdir: Path, *, entry: Sequence[str] = DEFAULT_ENTRY
+    ) -> None:
+        """Prepare a swarm; nothing starts yet.
+
+        Args:
+            config: the swarm's settings.
+            workdir: directory for keys, logs, event and state files (created if missing).
+            entry: the ``p2p-guard`` program (default: this Python running ``p2p_guard.cli.main``).
+        """
+        self.config = config
+        self.entry = tuple(entry)
+        self.workdir = workdir.resolve()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.bootstrap: ManagedProcess | None = None
+        self.initial_peers: list[str] = []
+        self.peers: dict[int, ManagedProcess] = {}
+        self.events: dict[int, list[Event]] = {i: [] for i in range(config.num_peers)}
+        self._readers = {i: EventReader(peer_paths(self.workdir, i)["events"]) for i in range(config.num_peers)}
+        self._finished_readers: set[int] = set()
+        self._reaper: Any = None
+        self._bootstrap_exit_logged = False
+
+    # -- starting ---------------------------------------------------------------------------------------
+    def __enter__(self) -> LocalSwarm:
+        """Arm the reaper watchdog (it kills our processes if this one dies)."""
+        self._reaper = start_reaper()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        """Stop every process of the run."""
+        self.stop()
+
+    @property
+    def processes(self) -> list[ManagedProcess]:
+        """Every process started so far."""
+        return ([self.bootstrap] if self.bootstrap else []) + list(self.peers.values())
+
+    def start(self) -> None:
+        """Start the bootstrap node, wait for its addresses, then start every peer."""
+        self.start_bootstrap()
+        self.start_peers()
+
+    def start_bootstrap(self) -> list[str]:
+        """Start the bootstrap node and return its multiaddrs, waiting at most ``startup_timeout_s``.
+
+        Raises:
+            ProcessFailed: if it exits first.
+            SimulationTimeout: if it has not published its addresses in time.
+        """
+        address_file = self.workdir / "bootstrap.addr"
+        address_file.unlink(missing_ok=True)
+        self.bootstrap = launch(
+            "bootstrap", bootstrap_command(self.workdir, entry=self.entry), log_path=self.workdir / "bootstrap.log",
+            env=run_env(self.workdir),
+        )  # fmt: skip
+        deadline = time.monotonic() + self.config.startup_timeout_s
+        while not address_file.exists():
+            self._raise_if_exited(self.bootstrap)
+            if time.monotonic() >= deadline:
+                raise SimulationTimeout(
+                    f"the bootstrap node published no address within {self.config.startup_timeout_s:.0f} s; "
+                    f"its log: {self.bootstrap.log_path}"
+                )
+            time.sleep(0.1)
+        maddrs = [line.strip() for line in address_file.read_text().splitlines() if line.strip()]
+        if not maddrs:
+            raise SimulationError(f"the bootstrap node wrote an empty address file {address_file}")
+        self.initial_peers = maddrs
+        logger.info("bootstrap node ready at %s", " ".join(maddrs))
+        return maddrs
+
+    def start_peers(self, indices: Sequence[int] | None = None) -> None:
+        """Start peers (all by default) against the bootstrap node's addresses."""
+        if not self.initial_peers:
+            raise SimulationError("start the bootstrap node before the peers")
+        for index in range(self.config.num_peers) if indices is None else indices:
+            self.peers[index] = self.start_peer(index)
+        logger.info("started %d peers (%d Byzantine)", len(self.peers), self.config.byzantine)
+
+    def start_peer(self, index: int) -> ManagedProcess:
+        """Start peer ``index`` and return its process (the caller keeps it; :meth:`start_peers` does)."""
+        command = peer_command(self.config, index, self.initial_peers, self.workdir, entry=self.entry)
+        log_path = peer_paths(self.workdir, index)["log"]
+        return launch(f"peer{index}", command, log_path=log_path, env=run_env(self.workdir))
+
+    # -- watching ---------------------------------------------------------------------------------------
+    @staticmethod
+    def _raise_if_exited(proc: ManagedProcess) -> None:
+        """Raise :class:`ProcessFailed` if ``proc`` has exited (whatever its status)."""
+        code = proc.returncode()
+        if code is not None:
+            raise ProcessFailed(proc.name, code, proc.log_path)
+
+    def check_processes(self, indices: Iterable[int] | None = None) -> None:
+        """Raise :class:`ProcessFailed` for the first peer that exited non-zero (a bootstrap exit is logged).
+
+        Args:
+            indices: the peers to check (default: all started peers).
+        """
+        for index in sorted(self.peers) if indices is None else indices:
+            peer = self.peers[index]
+            code = peer.returncode()
+            if code is not None and code != 0:
+                raise ProcessFailed(peer.name, code, peer.log_path)
+        bootstrap = self.bootstrap
+        if bootstrap is not None and bootstrap.returncode() is not None and not self._bootstrap_exit_logged:
+            self._bootstrap_exit_logged = True
+            logger.warning(
+                "the bootstrap node exited with %s (the peers go on without it); its log: %s",
+                bootstrap.returncode(), bootstrap.log_path,
+            )  # fmt: skip
+
+    def poll_events(self) -> bool:
+        """Read new events of every peer; True if there were any."""
+        exited = {i for i, p in self.peers.items() if p.returncode() is not None}
+        new = False
+        for index, reader in self._readers.items():
+            if index in self._finished_readers:
+                continue
+            final = index in exited
+            events = reader.read_new(final=final)
+            if final:
+                self._finished_readers.add(index)
+            self.events[index].extend(events)
+            new = new or bool(events)
+        return new
+
+    def peer_logs(self) -> list[PeerLog]:
+        """Every peer's events so far, with its role."""
+        return [PeerLog(index=i, byzantine=self.config.is_byzantine(i), events=list(ev)) for i, ev in self.events.items()]
+
+    def ready_events(self) -> dict[int, Event]:
+        """The first ``ready`` event of each peer that has announced itself."""
+        out = {}
+        for index, events in self.events.items():
+            ready = [e for e in events if e.get("event") == "ready"]
+            if ready:
+                out[index] = ready[0]
+        return out
+
+    def wait_until(
+        self, done: Callable[[], bool], *, timeout_s: float, what: str, indices: Iterable[int] | None = None
+    ) -> None:
+        """Poll events until ``done()`` holds; every wait of a swarm goes through here, bounded.
+
+        Args:
+            done: the condition, evaluated after each read of the event files.
+            timeout_s: give up after this many seconds.
+            what: what we wait for, for the timeout message.
+            indices: peers whose non-zero exit aborts the wait (default: all started peers).
+
+        Raises:
+            ProcessFailed: if one of those peers exits non-zero meanwhile.
+            SimulationTimeout: if ``done()`` does not hold within ``timeout_s``.
+        """
+        deadline = time.monotonic() + timeout_s
+        watched = list(self.peers) if indices is None else list(indices)
+        while True:
+            self.poll_events()
+            if done():
+                return
+            self.check_processes(watched)
+            if time.monotonic() >= deadline:
+                raise SimulationTimeout(f"{what}: not within {timeout_s:.0f} s; logs in {self.workdir}")
+            time.sleep(0.2)
+
+    def wait_ready(self, timeout_s: float, indices: Iterable[int] | None = None) -> dict[int, Event]:
+        """Wait until the peers (default: all started) have written their ``ready`` event; return them by index.
+
+        Raises:
+            ProcessFailed: if one of them exits non-zero meanwhile.
+            SimulationTimeout: if they are not all ready within ``timeout_s``.
+        """
+        wanted = set(self.peers) if indices is None else set(indices)
+        self.wait_until(
+            lambda: wanted <= set(self.ready_events()), timeout_s=timeout_s, what=f"peers {sorted(wanted)} ready",
+            indices=wanted,
+        )  # fmt: skip
+        return {i: e for i, e in self.ready_events().items() if i in wanted}
+
+    def rounds_done(self, index: int) -> int:
+        """Number of distinct rounds peer ``index`` has reported."""
+        return len({e.get("round") for e in self.events[index] if e.get("event") == "round"})
+
+    def wait_rounds(self, count: int, timeout_s: float, indices: Iterable[int] | None = None) -> None:
+        """Wait until each of the peers (default: the honest ones started) has reported ``count`` rounds.
+
+        Raises:
+            ProcessFailed: if one of them exits non-zero meanwhile.
+            SimulationTimeout: if they do not get there within ``timeout_s``.
+        """
+        wanted = [i for i in self.peers if not self.config.is_byzantine(i)] if indices is None else list(indices)
+        self.wait_until(
+            lambda: all(self.rounds_done(i) >= count for i in wanted), timeout_s=timeout_s,
+            what=f"peers {wanted} at {count} rounds", indices=wanted,
+        )  # fmt: skip
+
+    def wait_exited(self, timeout_s: float, indices: Iterable[int] | None = None) -> dict[int, int]:
+        """Wait until the peers (default: all started) have exited; return their exit codes by index.
+
+        Raises:
+            SimulationTimeout: if they have not all exited within ``timeout_s``.
+        """
+        wanted = list(self.peers) if indices is None else list(indices)
+        self.wait_until(
+            lambda: all(self.peers[i].returncode() is not None for i in wanted), timeout_s=timeout_s,
+            what=f"peers {wanted} exited", indices=[],
+        )  # fmt: skip
+        return {i: self.peers[i].popen.wait() for i in wanted}
+
+    def peers_exited(self) -> bool:
+        """True once every started peer has exited."""
+        return bool(self.peers) and all(p.returncode() is not None for p in self.peers.values())
+
+    def progress(self) -> Progress:
+        """Rounds completed by the slowest honest peer, and the honest means of that round."""
+        done = min(self.rounds_done(i) for i in range(self.config.honest))
+        summaries = round_summaries(self.peer_logs())
+        row = summaries[done - 1] if 0 < done <= len(summaries) else {}
+        return Progress(
+            rounds_done=done, rounds_total=self.config.rounds, accuracy=row.get("accuracy"),
+            loss=row.get("loss"), perplexity=row.get("perplexity"),
+        )  # fmt: skip
+
+    # -- stopping ---------------------------------------------------------------------------------------
+    def marked_processes(self) -> list[psutil.Process]:
+        """Live processes (any parent) that carry this run's ``P2P_GUARD_RUN_DIR`` marker."""
+        return find_marked_processes(str(self.workdir))
+
+    def stop(self) -> None:
+        """Stop every process group (SIGTERM, then SIGKILL), kill marked stragglers, disarm the reaper.
+
+        Safe to call more than once. SIGINT and SIGTERM are ignored meanwhile, so it runs to its end.
+        """
+        with _signals_deferred():
+            procs = self.processes
+            if any(p.returncode() is None for p in procs):
+                logger.info("stopping %d processes (up to %.0f s)", len(procs), self.config.stop_grace_s)
+            stop_processes(procs, grace_s=self.config.stop_grace_s)
+            stragglers = self.marked_processes()
+            if stragglers:
+                logger.warning("killing %d stray processes of this run: %s", len(stragglers),
+                               [p.pid for p in stragglers])
+                kill_processes(stragglers)
+            stop_reaper(self._reaper)
+            self._reaper = None
+
+
+def _honest_thetas(swarm: LocalSwarm) -> list[torch.Tensor]:
+    """Final models of the honest peers (from the ``final`` event's ``state_path``, else the default path)."""
+    thetas = []
+    for log in swarm.peer_logs():
+        if log.byzantine:
+            continue
+        finals = log.of_kind("final")
+        path = Path(finals[-1].get("state_path") or "") if finals else Path()
+        if not finals or not path.name:
+            path = peer_paths(swarm.workdir, log.index)["state"]
+        thetas.append(load_theta(path))
+    return thetas
+
+
+def _drive(swarm: LocalSwarm, deadline: float, on_progress: ProgressCallback | None, poll_interval_s: float) -> None:
+    """Watch the peers until all have exited successfully; raise on a failure or at the deadline."""
+    last: Progress | None = None
+    while True:
+        swarm.check_processes()
+        swarm.poll_events()
+        current = swarm.progress()
+        if on_progress is not None and current != last:
+            on_progress(current)
+            last = current
+        if swarm.peers_exited():
+            swarm.check_processes()
+            return
+        if time.monotonic() >= deadline:
+            raise SimulationTimeout(
+                f"the run did not finish within {swarm.config.timeout_s:.0f} s "
+                f"({current.rounds_done}/{current.rounds_total} rounds done); logs in {swarm.workdir}"
+            )
+        time.sleep(poll_interval_s)
+
+
+def run_simulation(
+    config: SimulationConfig,
+    workdir: Path,
+    *,
+    on_progress: ProgressCallback | None = None,
+    poll_interval_s: float = POLL_INTERVAL_S,
+    entry: Sequence[str] = DEFAULT_ENTRY,
+) -> dict[str, Any]:
+    """Run a local swarm to its end and return the report (see :func:`p2p_guard.simulation.report.build_report`).
+
+    Every process is stopped before this returns or raises, whatever happens (KeyboardInterrupt included).
+
+    Args:
+        config: the swarm's settings.
+        workdir: directory for keys, logs, events and states (created if missing; kept afterwards).
+        on_progress: called whenever the honest peers' progress changes.
+        poll_interval_s: seconds between two looks at the processes and event files.
+        entry: the ``p2p-guard`` program (default: this Python running ``p2p_guard.cli.main``).
+
+    Returns:
+        The report dict; also written to ``workdir/report.json``.
+
+    Raises:
+        ProcessFailed: a peer (or the bootstrap node at start) exited non-zero; the message names its log.
+        SimulationTimeout: the run, or the bootstrap node's start, took too long.
+        SimulationError: the peers' outputs cannot be read.
+    """
+    deadline = time.monotonic() + config.timeout_s
+    with LocalSwarm(config, workdir, entry=entry) as swarm:
+        logger.info("simulation in %s: %d honest + %d Byzantine peers", swarm.workdir, config.honest, config.byzantine)
+        swarm.start()
+        _drive(swarm, deadline, on_progress, poll_interval_s)
+    swarm.poll_events()
+    report_config = {**config.to_dict(), "workdir": str(swarm.workdir)}
+    report = build_report(report_config, swarm.peer_logs(), _honest_thetas(swarm))
+    write_report(report, swarm.workdir / "report.json")
+    return report

@@ -1,0 +1,205 @@
+"""Unit tests for p2p_guard.attacks.wire: each attack yields exactly its RejectReason at a receiver."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from p2p_guard.attacks.wire import (
+    WIRE_ATTACKS,
+    BadSignature,
+    CommitDraft,
+    DigestMismatch,
+    NaNPayload,
+    Oversized,
+    WireAttack,
+    WrongRun,
+    WrongShape,
+    seal,
+)
+from p2p_guard.guard.integrity import RoundExpectation, check_envelope, check_payload
+from p2p_guard.identity import Identity
+from p2p_guard.protocol import (
+    PROTOCOL_VERSION,
+    Envelope,
+    Rejected,
+    RejectReason,
+    encode_update,
+    open_envelope,
+    payload_digest,
+    sign_envelope,
+)
+
+MALLORY = Identity.from_seed(bytes(range(100, 132)))
+BASE = b"\x0b" * 32
+SHAPES = ((2, 3), (4,))
+UPDATE = torch.linspace(-1.0, 1.0, 10)
+EXPECTED_REASON = {
+    "unsigned": RejectReason.UNSIGNED,
+    "bad_signature": RejectReason.BAD_SIGNATURE,
+    "wrong_run": RejectReason.WRONG_RUN,
+    "wrong_round": RejectReason.WRONG_ROUND,
+    "stale_base": RejectReason.STALE_BASE,
+    "digest_mismatch": RejectReason.DIGEST_MISMATCH,
+    "wrong_shape": RejectReason.SHAPE_MISMATCH,
+    "nan": RejectReason.NON_FINITE,
+    "oversized": RejectReason.OVERSIZE,
+}
+
+
+def expectation(round_: int = 3, shapes: tuple[tuple[int, ...], ...] = SHAPES) -> RoundExpectation:
+    return RoundExpectation(run_id="run-1", round=round_, base_hash=BASE, shapes=shapes,
+                            max_payload_bytes=1 << 20)
+
+
+def honest_draft(codec: str = "fp32", round_: int = 3, shapes: tuple[tuple[int, ...], ...] = SHAPES,
+                 vector: torch.Tensor = UPDATE) -> CommitDraft:
+    envelope = Envelope(
+        protocol_version=PROTOCOL_VERSION, run_id="run-1", round=round_, sender=MALLORY.peer_id,
+        base_hash=BASE, digest=bytes(32), codec=codec, shapes=shapes, n_samples=64, payload_bytes=0,
+    )
+    return CommitDraft.honest(envelope, encode_update(vector, codec))
+
+
+def receive(draft: CommitDraft, expect: RoundExpectation) -> torch.Tensor | Rejected:
+    """What a correct receiver does: open the envelope, check it, then check the served payload."""
+    env = open_envelope(seal(draft, MALLORY))
+    if isinstance(env, Rejected):
+        return env
+    verdict = check_envelope(env, expect)
+    if isinstance(verdict, Rejected):
+        return verdict
+    return check_payload(env, draft.serve_payload, expect)
+
+
+def test_registry_names() -> None:
+    assert set(WIRE_ATTACKS) == set(EXPECTED_REASON)
+
+
+@pytest.mark.parametrize("codec", ["fp32", "fp16"])
+def test_honest_draft_passes(codec: str) -> None:
+    update = receive(honest_draft(codec), expectation())
+    assert isinstance(update, torch.Tensor)
+    assert torch.allclose(update, UPDATE, atol=1e-3)
+
+
+def test_honest_seal_equals_sign_envelope() -> None:
+    draft = honest_draft()
+    assert seal(draft, MALLORY) == sign_envelope(draft.envelope, MALLORY)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_REASON))
+@pytest.mark.parametrize("codec", ["fp32", "fp16"])
+def test_attack_yields_exactly_its_reason(name: str, codec: str) -> None:
+    attack = WIRE_ATTACKS[name]()
+    draft = honest_draft(codec)
+    attacked = attack.mutate(draft, torch.Generator().manual_seed(0))
+    result = receive(attacked, expectation())
+    assert isinstance(result, Rejected), f"{name} passed the receiver"
+    assert result.reason is EXPECTED_REASON[name], result.detail
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_REASON))
+def test_attack_follows_protocol_and_leaves_input_untouched(name: str) -> None:
+    attack = WIRE_ATTACKS[name]()
+    assert isinstance(attack, WireAttack)
+    assert attack.kind == "wire"
+    assert EXPECTED_REASON[name].name in (type(attack).__doc__ or "")
+    draft = honest_draft()
+    before = copy.deepcopy(draft)
+    attack.mutate(draft, torch.Generator().manual_seed(0))
+    assert draft == before
+
+
+@pytest.mark.parametrize("name", ["bad_signature", "stale_base", "nan"])
+def test_randomness_comes_from_generator(name: str) -> None:
+    attack = WIRE_ATTACKS[name]()
+    first = attack.mutate(honest_draft(), torch.Generator().manual_seed(5))
+    second = attack.mutate(honest_draft(), torch.Generator().manual_seed(5))
+    assert seal(first, MALLORY) == seal(second, MALLORY)
+
+
+def test_wrong_round_in_round_zero() -> None:
+    result = receive(WIRE_ATTACKS["wrong_round"]().mutate(honest_draft(round_=0), torch.Generator()),
+                     expectation(round_=0))
+    assert isinstance(result, Rejected) and result.reason is RejectReason.WRONG_ROUND
+
+
+def test_wrong_round_is_a_replay_of_the_previous_round() -> None:
+    attacked = WIRE_ATTACKS["wrong_round"]().mutate(honest_draft(round_=3), torch.Generator())
+    assert attacked.envelope.round == 2
+
+
+@pytest.mark.parametrize(
+    "shapes", [((2, 3), (4,)), ((10,),), ((5, 2),), ((3, 3), (1,)), ((2, 2), (2, 3))]
+)
+def test_wrong_shape_is_self_consistent(shapes: tuple[tuple[int, ...], ...]) -> None:
+    attacked = WrongShape().mutate(honest_draft(shapes=shapes), torch.Generator())
+    assert attacked.envelope.shapes != shapes
+    assert attacked.envelope.numel == 10
+    assert attacked.serve_payload == attacked.digest_payload
+    result = receive(attacked, expectation(shapes=shapes))
+    assert isinstance(result, Rejected) and result.reason is RejectReason.SHAPE_MISMATCH
+    # A receiver whose model had the attacker's shapes would accept the same commit.
+    assert isinstance(receive(attacked, expectation(shapes=attacked.envelope.shapes)), torch.Tensor)
+
+
+def test_digest_mismatch_serves_sign_flipped_update() -> None:
+    attacked = DigestMismatch().mutate(honest_draft(), torch.Generator())
+    assert len(attacked.serve_payload) == len(attacked.digest_payload)
+    assert attacked.serve_payload == encode_update(-UPDATE, "fp32")
+
+
+def test_digest_mismatch_on_empty_payload() -> None:
+    attacked = DigestMismatch().mutate(honest_draft(shapes=((0,),), vector=torch.zeros(0)), torch.Generator())
+    result = receive(attacked, expectation(shapes=((0,),)))
+    assert isinstance(result, Rejected) and result.reason is RejectReason.OVERSIZE
+
+
+def test_nan_payload_is_digested_and_signed() -> None:
+    attacked = NaNPayload().mutate(honest_draft(), torch.Generator().manual_seed(1))
+    assert attacked.serve_payload == attacked.digest_payload
+    env = open_envelope(seal(attacked, MALLORY))
+    assert isinstance(env, Envelope)
+    assert env.digest == payload_digest(attacked.serve_payload)
+    values = torch.frombuffer(bytearray(attacked.serve_payload), dtype=torch.float32)
+    assert torch.isnan(values).sum() == 1
+    assert torch.isinf(values).sum() == 1
+
+
+def test_nan_payload_needs_parameters() -> None:
+    with pytest.raises(ValueError, match="no parameters"):
+        NaNPayload().mutate(honest_draft(shapes=((0,),), vector=torch.zeros(0)), torch.Generator())
+
+
+def test_oversized_declares_real_size() -> None:
+    attacked = Oversized().mutate(honest_draft(), torch.Generator())
+    assert len(attacked.serve_payload) == 40 + 4 * 1024 * 1024
+    assert attacked.envelope.payload_bytes == 40
+
+
+def test_bad_signature_is_64_bytes() -> None:
+    attacked = BadSignature().mutate(honest_draft(), torch.Generator())
+    assert attacked.signature_override is not None and len(attacked.signature_override) == 64
+
+
+@pytest.mark.parametrize(
+    ("factory", "kwargs"),
+    [(Oversized, {"extra_bytes": 0}), (Oversized, {"extra_bytes": True}), (WrongRun, {"suffix": ""})],
+)
+def test_constructor_rejections(factory: type, kwargs: dict[str, object]) -> None:
+    with pytest.raises(ValueError):  # noqa: PT011
+        factory(**kwargs)
+
+
+def test_seal_refuses_to_sign_for_another_sender() -> None:
+    draft = honest_draft()
+    with pytest.raises(ValueError, match="another peer"):
+        seal(draft, Identity.generate())
+
+
+def test_repr_names_parameters() -> None:
+    assert repr(Oversized(extra_bytes=10)) == "Oversized(extra_bytes=10)"
+    assert repr(WrongRun(suffix="-x")) == "WrongRun(suffix='-x')"
