@@ -4,8 +4,8 @@ At session start every process this pytest run will create is marked: ``P2P_GUAR
 in ``os.environ``, and children inherit it, down to hivemind's forked DHT process and its ``p2pd`` (hivemind
 copies ``os.environ`` for the daemon), even those that started their own session or lost their parent.
 
-- After each test, a process that appeared during the test and is still alive (a descendant of pytest, or any
-  process carrying the marker) is reported with a warning, then terminated and killed.
+- After each test, a process that appeared during the test and is still alive ``LINGER_S`` later (a descendant
+  of pytest, or any process carrying the marker) is reported with a warning, then terminated and killed.
 - At the end of the session, every such process is terminated and killed.
 
 Long-lived helpers of the pytest process itself (multiprocessing's resource tracker and forkserver, torch's
@@ -25,6 +25,7 @@ from p2p_guard.simulation.processes import find_marked_processes, kill_processes
 
 SESSION_ENV = "P2P_GUARD_TEST_SESSION"
 _SESSION_HELPERS = ("resource_tracker", "forkserver", "torch_shm_manager")
+LINGER_S = 2.0
 
 
 class LeakedProcessWarning(UserWarning):
@@ -97,6 +98,8 @@ def test_process_reaper(session_process_reaper: str) -> Iterator[None]:
         for key, proc in _our_processes(session_process_reaper).items()
         if key not in before and not _session_helper(proc)
     ]
+    _, leaked = psutil.wait_procs(leaked, timeout=LINGER_S)  # a daemon may still be on its way out
+    leaked = [proc for proc in leaked if _live(proc)]
     if leaked:
         warnings.warn(
             f"test left {len(leaked)} processes running: {[p.pid for p in leaked]}; killing them",

@@ -26,7 +26,7 @@ ATTACK_KINDS = ("update", "data", "wire")
 """The values an attack class's ``kind`` may take."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)  # eq=False: it holds tensors, whose == is elementwise
 class AttackContext:
     """What an attack may know about the run besides the updates it saw.
 
@@ -48,6 +48,7 @@ class AttackContext:
     guard_name: str | None = None
 
     def __post_init__(self) -> None:
+        """Check the fields (ValueError naming the field and its value)."""
         check_int("round", self.round, minimum=0)
         check_int("n", self.n, minimum=1)
         check_int("f", self.f, minimum=0)
@@ -87,7 +88,9 @@ class DataAttack(Protocol):
         """Always ``"data"``."""
         ...
 
-    def transform(self, x: torch.Tensor, y: torch.Tensor, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def transform(
+        self, x: torch.Tensor, y: torch.Tensor, num_classes: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Return the batch to train on instead of ``(x, y)``; the inputs are not mutated."""
         ...
 

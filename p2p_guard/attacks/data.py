@@ -37,7 +37,9 @@ class LabelFlip:
 
     kind: ClassVar[str] = "data"
 
-    def transform(self, x: torch.Tensor, y: torch.Tensor, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def transform(
+        self, x: torch.Tensor, y: torch.Tensor, num_classes: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Flip the labels of one batch.
 
         Args:

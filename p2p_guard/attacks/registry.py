@@ -5,11 +5,11 @@ Spec grammar::
     spec   := NAME [":" params] | MODULE ":" CLASS [":" params]
     params := key "=" value ("," key "=" value)*
 
-A value is read as a bool (``true`` / ``false``, any case), an int, a float, or else kept as a string. A built-in
-NAME is looked up in the registry (update and data attacks here; wire attacks in ``p2p_guard.attacks.wire``,
-imported only when one is asked for). ``MODULE:CLASS`` is imported with importlib; the class must carry
-``kind`` (``"update"``, ``"data"`` or ``"wire"``) and define the method that kind needs (``__call__``,
-``transform`` or ``mutate``).
+A value is read as a bool (``true`` / ``false``, any case), an int, a float, or else kept as a string. A
+built-in NAME is looked up in the registry (update and data attacks here; wire attacks in
+``p2p_guard.attacks.wire``, imported only when one is asked for). ``MODULE:CLASS`` is imported with
+importlib; the class must carry ``kind`` (``"update"``, ``"data"`` or ``"wire"``) and define the method that
+kind needs (``__call__``, ``transform`` or ``mutate``).
 """
 
 from __future__ import annotations
@@ -92,6 +92,8 @@ def parse_attack_spec(spec: str) -> tuple[str, dict[str, ParamValue]]:
             raise ValueError(f"bad attack spec {spec!r}: {name!r} is not an attack name")
     elif len(parts) in (2, 3):
         module, cls = parts[0], parts[1]
+        if module in ATTACK_NAMES:
+            raise ValueError(f"bad attack spec {spec!r}: parameters are key=value, got {cls!r}")
         if not _MODULE.fullmatch(module) or not _NAME.fullmatch(cls):
             raise ValueError(f"bad attack spec {spec!r}: expected NAME[:key=value,...] or MODULE:CLASS[:...]")
         name, params_text = f"{module}:{cls}", (parts[2] if len(parts) == 3 else None)
@@ -139,7 +141,9 @@ def load_attack(spec: str) -> Any:
     cls = _import_class(spec, name) if ":" in name else _builtin_class(spec, name)
     kind = getattr(cls, "kind", None)
     if kind not in ATTACK_KINDS:
-        raise ValueError(f"attack spec {spec!r}: {name} must define kind, one of {ATTACK_KINDS}; got {kind!r}")
+        raise ValueError(
+            f"attack spec {spec!r}: {name} must define kind, one of {ATTACK_KINDS}; got {kind!r}"
+        )
     method = _METHOD_OF_KIND[kind]
     if not any(method in vars(klass) for klass in cls.__mro__) or not callable(getattr(cls, method)):
         raise ValueError(f"attack spec {spec!r}: {name} has kind {kind!r} but no method {method}()")
@@ -147,13 +151,17 @@ def load_attack(spec: str) -> Any:
         return cls(**params)
     except TypeError as exc:
         raise ValueError(f"attack spec {spec!r}: bad parameters {sorted(params)}: {exc}") from exc
+    except ValueError as exc:
+        raise ValueError(f"attack spec {spec!r}: {exc}") from exc
 
 
 def _builtin_class(spec: str, name: str) -> type:
     if name in _BUILTIN:
         return _BUILTIN[name]
     if name not in WIRE_ATTACK_NAMES:
-        raise ValueError(f"attack spec {spec!r}: unknown attack {name!r}; expected one of {', '.join(ATTACK_NAMES)}")
+        raise ValueError(
+            f"attack spec {spec!r}: unknown attack {name!r}; expected one of {', '.join(ATTACK_NAMES)}"
+        )
     try:
         wire = importlib.import_module(_WIRE_MODULE)
     except ModuleNotFoundError as exc:

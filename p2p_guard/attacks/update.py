@@ -56,6 +56,7 @@ class SignFlip:
     scale: float = 1.0
 
     def __post_init__(self) -> None:
+        """Check the fields (ValueError naming the field and its value)."""
         check_real("scale", self.scale, minimum=0.0)
 
     def __call__(self, known: torch.Tensor, ctx: AttackContext) -> torch.Tensor:
@@ -90,6 +91,7 @@ class GaussianNoise:
     std: float = 1.0
 
     def __post_init__(self) -> None:
+        """Check the fields (ValueError naming the field and its value)."""
         check_real("std", self.std, minimum=0.0)
 
     def __call__(self, known: torch.Tensor, ctx: AttackContext) -> torch.Tensor:
@@ -128,6 +130,7 @@ class Scale:
     factor: float = 10.0
 
     def __post_init__(self) -> None:
+        """Check the fields (ValueError naming the field and its value)."""
         check_real("factor", self.factor, minimum=0.0)
 
     def __call__(self, known: torch.Tensor, ctx: AttackContext) -> torch.Tensor:
@@ -167,7 +170,7 @@ def alie_z(n: int, f: int) -> float:
 
 @dataclass(frozen=True, kw_only=True)
 class ALittleIsEnough:
-    """A Little Is Enough (ALIE): shift every coordinate of the estimated honest mean by z standard deviations.
+    """A Little Is Enough (ALIE): shift each coordinate of the estimated honest mean by z standard deviations.
 
     [a]_k = μ_k − z · σ_k
 
@@ -198,6 +201,7 @@ class ALittleIsEnough:
     z: float | None = None
 
     def __post_init__(self) -> None:
+        """Check the fields (ValueError naming the field and its value)."""
         if self.z is not None:
             check_real("z", self.z, minimum=0.0, inclusive=True)
 
@@ -241,6 +245,7 @@ class InnerProductManipulation:
     epsilon: float = 0.1
 
     def __post_init__(self) -> None:
+        """Check the fields (ValueError naming the field and its value)."""
         check_real("epsilon", self.epsilon, minimum=0.0)
 
     def __call__(self, known: torch.Tensor, ctx: AttackContext) -> torch.Tensor:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import signal
 import sys
 import threading
@@ -17,6 +18,7 @@ from types import FrameType
 from typing import Any
 
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from p2p_guard.simulation.config import DEFAULT_TIMEOUT_S, SimulationConfig, check_partition
 from p2p_guard.simulation.orchestrator import (
@@ -41,7 +43,7 @@ class _Terminated(BaseException):
 
 
 def _partition(text: str) -> str:
-    """argparse type for ``--partition``."""
+    """Check ``--partition`` for argparse."""
     try:
         return check_partition(text)
     except ValueError as e:
@@ -57,30 +59,50 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     Returns:
         The sub-command's parser.
     """
-    parser = subparsers.add_parser(
+    parser: argparse.ArgumentParser = subparsers.add_parser(
         "simulate",
         help="run a local swarm with simulated attackers and report how the guard did",
-        description="Start a bootstrap node and every peer as its own process on 127.0.0.1, run the rounds, "
-        "then print a table and write a JSON report. Logs, keys, events and states stay in the work directory.",
+        description="Start a bootstrap node and every peer as its own process on 127.0.0.1, run the "
+        "rounds, then print a table and write a JSON report. Logs, keys, events and states stay in the work "
+        "directory.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     defaults = SimulationConfig()
     parser.add_argument("--task", default=defaults.task, help="task: digits or shakespeare")
     parser.add_argument("--honest", type=int, default=defaults.honest, help="number of honest peers")
     parser.add_argument("--byzantine", type=int, default=defaults.byzantine, help="number of attacking peers")
-    parser.add_argument("--attack", default=defaults.attack, help="attack of the Byzantine peers: NAME:key=value,... "
-                        "or module:Class")  # fmt: skip
+    parser.add_argument(
+        "--attack",
+        default=defaults.attack,
+        help="attack of the Byzantine peers: NAME:key=value,... or module:Class",
+    )
     parser.add_argument("--rounds", type=int, default=defaults.rounds, help="outer rounds")
-    parser.add_argument("--seed", type=int, default=defaults.seed, help="run seed (same initial model for all)")
-    parser.add_argument("--guard", default=defaults.guard, help="aggregation rule of every peer (mean: undefended)")
-    parser.add_argument("--inner-steps", type=int, default=None, help="inner steps H per round (None: the task's default)")
-    parser.add_argument("--partition", type=_partition, default=defaults.partition, help="iid or dirichlet:ALPHA")
+    parser.add_argument(
+        "--seed", type=int, default=defaults.seed, help="run seed (same initial model for all)"
+    )
+    parser.add_argument(
+        "--guard", default=defaults.guard, help="aggregation rule of every peer (mean: undefended)"
+    )
+    parser.add_argument(
+        "--inner-steps", type=int, default=None, help="inner steps H per round (None: the task's default)"
+    )
+    parser.add_argument(
+        "--partition", type=_partition, default=defaults.partition, help="iid or dirichlet:ALPHA"
+    )
     parser.add_argument("--run-id", default=None, help="run id shared by the peers (None: sim-TASK-seedSEED)")
     parser.add_argument("--report", type=Path, default=None, help="also write the JSON report here")
-    parser.add_argument("--workdir", type=Path, default=None, help="directory for logs, keys, events and states "
-                        "(None: a fresh runs/<timestamp>)")  # fmt: skip
-    parser.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S, help="the whole run must end within "
-                        "this many seconds")  # fmt: skip
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="directory for logs, keys, events and states (None: a fresh runs/<timestamp>)",
+    )
+    parser.add_argument(
+        "--timeout-s",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        help="the whole run must end within this many seconds",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
     return parser
@@ -89,10 +111,18 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def _config(args: argparse.Namespace) -> SimulationConfig:
     """Resolved settings from the parsed arguments (raises ``ValueError`` on a bad one)."""
     return SimulationConfig(
-        task=args.task, honest=args.honest, byzantine=args.byzantine, attack=args.attack, rounds=args.rounds,
-        seed=args.seed, guard=args.guard, inner_steps=args.inner_steps, partition=args.partition,
-        run_id=args.run_id, timeout_s=args.timeout_s,
-    )  # fmt: skip
+        task=args.task,
+        honest=args.honest,
+        byzantine=args.byzantine,
+        attack=args.attack,
+        rounds=args.rounds,
+        seed=args.seed,
+        guard=args.guard,
+        inner_steps=args.inner_steps,
+        partition=args.partition,
+        run_id=args.run_id,
+        timeout_s=args.timeout_s,
+    )
 
 
 def _check_attack(config: SimulationConfig) -> None:
@@ -113,7 +143,7 @@ def _check_attack(config: SimulationConfig) -> None:
 
 @contextlib.contextmanager
 def _progress_bar(total: int, enabled: bool) -> Iterator[Callable[[Progress], None] | None]:
-    """A tqdm bar over rounds; yields the callback that moves it (None when disabled)."""
+    """A tqdm bar over rounds (log lines are written above it); yields the callback that moves it, or None."""
     if not enabled:
         yield None
         return
@@ -126,7 +156,8 @@ def _progress_bar(total: int, enabled: bool) -> Iterator[Callable[[Progress], No
         bar.refresh()
 
     try:
-        yield update
+        with logging_redirect_tqdm(loggers=[logging.root, logging.getLogger("p2p_guard")]):
+            yield update
     finally:
         bar.close()
 

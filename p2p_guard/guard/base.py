@@ -44,13 +44,14 @@ class NotEnoughUpdates(Exception):
     """
 
     def __init__(self, n: int, f: int, needed: str = "n >= 1") -> None:
+        """Record the figures and build the message."""
         super().__init__(f"not enough updates: need {needed}; got n={n}, f={f}")
         self.n = n
         self.f = f
         self.needed = needed
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)  # eq=False: it holds tensors, whose == is elementwise
 class AggregationContext:
     """What a rule may know about the round besides the rows themselves.
 
@@ -77,6 +78,7 @@ class AggregationContext:
     f: int | None = None
 
     def __post_init__(self) -> None:
+        """Check the fields (ValueError naming the field and its value)."""
         if len(set(self.senders)) != len(self.senders):
             raise ValueError(f"senders must be unique, got {self.senders!r}")
         if self.own_index is not None and not 0 <= self.own_index < len(self.senders):
@@ -110,7 +112,7 @@ class Verdict:
     cosine: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # eq=False: it holds a tensor, whose == is elementwise
 class GuardResult:
     """What a guard returns for one round: the aggregate and one verdict per sender.
 

@@ -4,8 +4,8 @@ What the wrapper adds to a bare rule:
 
 - a canonical row order (by sender PeerID), so that two peers that received the same rows in different orders
   compute the same aggregate bit for bit;
-- non-finite rows rejected (reason ``"non_finite"``) before the rule sees them (integrity already rejects them;
-  this is the last line, since one NaN row would poison every rule);
+- non-finite rows rejected (reason ``"non_finite"``) before the rule sees them (integrity already rejects
+  them; this is the last line, since one NaN row would poison every rule);
 - a fallback to the coordinate-wise median when the rule raises
   :class:`~p2p_guard.guard.base.NotEnoughUpdates` (too few rows for its f); the median needs one row;
 - one :class:`~p2p_guard.guard.base.Verdict` per sender, in the caller's order: the rule's own verdicts for a
@@ -61,7 +61,8 @@ class Guard:
             ctx: the round's context.
 
         Returns:
-            The ``(d,)`` aggregate (dtype of ``updates``) and one verdict per sender, in ``ctx.senders`` order.
+            The ``(d,)`` aggregate (dtype of ``updates``) and one verdict per sender, in the order of
+            ``ctx.senders``.
 
         Raises:
             ValueError: when ``updates`` is not ``(len(ctx.senders), d)`` (a local bug).
@@ -87,24 +88,32 @@ class Guard:
                 aggregate = self.aggregator(rows, sub_ctx)
                 result = GuardResult(aggregate, self._all_accepted(rows, sub_ctx, aggregate, self.name))
         except NotEnoughUpdates as exc:
-            logger.warning("round %d: %s: %s; falling back to the coordinate-wise median", ctx.round, self.name, exc)
+            logger.warning(
+                "round %d: %s: %s; falling back to the coordinate-wise median", ctx.round, self.name, exc
+            )
             aggregate = self.fallback(rows, sub_ctx)
             result = GuardResult(aggregate, self._all_accepted(rows, sub_ctx, aggregate, f"fallback ({exc})"))
 
         by_sender = {v.sender: v for v in result.verdicts}
         nan = float("nan")
-        for i in order:
-            if i not in finite:
-                sender = ctx.senders[i]
-                by_sender[sender] = Verdict(sender, False, NON_FINITE, "row holds NaN or infinite values", nan, nan)
+        for sender in ctx.senders:
+            if sender not in by_sender:
+                by_sender[sender] = Verdict(
+                    sender, False, NON_FINITE, "row holds NaN or infinite values", nan, nan
+                )
         verdicts = tuple(by_sender[s] for s in ctx.senders)
-        for v in verdicts:  # DEBUG: the round logic logs each rejection once, at WARNING, with its peer prefix
+        # DEBUG only: the round logic logs each rejection once, at WARNING, with its peer prefix.
+        for v in verdicts:
             if not v.accepted:
-                logger.debug("round %d: %s rejected %s (%s): %s", ctx.round, self.name, v.sender, v.reason, v.detail)
+                logger.debug(
+                    "round %d: %s rejected %s (%s): %s", ctx.round, self.name, v.sender, v.reason, v.detail
+                )
         return GuardResult(aggregate=result.aggregate, verdicts=verdicts)
 
     @staticmethod
     def _all_accepted(
         rows: torch.Tensor, ctx: AggregationContext, aggregate: torch.Tensor, how: str
     ) -> tuple[Verdict, ...]:
-        return make_verdicts(ctx.senders, row_norms(rows), cosines_to(rows, aggregate), {}, f"accepted by {how}")
+        return make_verdicts(
+            ctx.senders, row_norms(rows), cosines_to(rows, aggregate), {}, f"accepted by {how}"
+        )

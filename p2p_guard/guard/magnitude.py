@@ -6,9 +6,9 @@ where
     - x_1, …, x_n are the round's rows (own included), norms taken on the full vector;
     - c > 0 is the clipping multiple (the ``semantic`` guard uses c = 2).
 
-With fewer than half of the rows Byzantine, the median norm lies between two honest norms, so after clipping no
-row, however scaled, is longer than c times a typical honest one. Norms are never taken on a projection or a
-sketch: an attack hidden in a projection's null space would pass one (DESIGN.md, "The semantic guard").
+With fewer than half of the rows Byzantine, the median norm lies between two honest norms, so after clipping
+no row, however scaled, is longer than c times a typical honest one. Norms are never taken on a projection or
+a sketch: an attack hidden in a projection's null space would pass one (DESIGN.md, "The semantic guard").
 
 References:
     Sai Praneeth Karimireddy, Lie He, Martin Jaggi. Learning from History for Byzantine Robust

@@ -1,4 +1,4 @@
-"""Guards by name: ``build_guard("trimmed_mean", f=2)`` returns a ready :class:`~p2p_guard.guard.guard.Guard`."""
+"""Guards by name: ``build_guard("trimmed_mean", f=2)`` returns a ready :class:`~p2p_guard.guard.Guard`."""
 
 from __future__ import annotations
 

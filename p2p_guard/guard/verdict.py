@@ -51,7 +51,7 @@ def outlier_rows(
     """
     limit = c_reject * median_norm
     rejected: dict[int, str] = {}
-    for i, (norm, cos) in enumerate(zip(norms.tolist(), cosines.tolist())):
+    for i, (norm, cos) in enumerate(zip(norms.tolist(), cosines.tolist(), strict=True)):
         why = []
         if norm > limit:
             why.append(f"norm {norm:.4g} > {c_reject:g} x median norm {median_norm:.4g}")

@@ -89,6 +89,8 @@ def open_record(data: object, *, kind: str, run_id: str) -> SignedRecord | Rejec
     parsed = _unpack(data)
     if isinstance(parsed, Rejected):
         return parsed
+    if len(parsed) != 2:
+        return Rejected(RejectReason.DECODE_ERROR, "record is not an array [body, signature]")
     body, signature = parsed
     fields = _unpack(body)
     if isinstance(fields, Rejected):
@@ -112,7 +114,7 @@ def _check_fields(fields: list[Any], body: Any, signature: Any, *, kind: str, ru
     if len(fields) != 6 or not isinstance(body, bytes) or not isinstance(signature, bytes):
         return Rejected(RejectReason.DECODE_ERROR, "record has the wrong structure")
     r_kind, version, r_run, r_round, sender, value = fields
-    if version != PROTOCOL_VERSION or isinstance(version, bool):
+    if type(version) is not int or version != PROTOCOL_VERSION:
         return Rejected(RejectReason.UNSUPPORTED_VERSION, f"protocol version {version!r}")
     if r_kind != kind:
         return Rejected(RejectReason.DECODE_ERROR, f"record kind {r_kind!r}, expected {kind!r}")

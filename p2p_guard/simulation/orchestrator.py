@@ -4,10 +4,10 @@ Nothing is simulated in-process: each peer is ``python -m p2p_guard.cli.main pee
 DHT and P2P. :class:`LocalSwarm` starts and stops the processes (the integration tests use it too);
 :func:`run_simulation` drives one run to its end and builds the report from the peers' event files.
 
-Process hygiene: every process leads its own session (``start_new_session=True``), so it can be stopped as a
-group (SIGTERM, then SIGKILL after ``stop_grace_s``) together with the DHT process and ``p2pd`` it forked. Every
-process also carries ``P2P_GUARD_RUN_DIR=<workdir>`` in its environment, inherited by everything below it;
-after stopping the groups, any process still carrying it is killed. A reaper watchdog
+Process hygiene: every process leads its own session (``start_new_session=True``). It is stopped with
+SIGTERM, and after ``stop_grace_s`` its whole process group, the DHT process and ``p2pd`` it forked included,
+gets SIGKILL. Every process also carries ``P2P_GUARD_RUN_DIR=<workdir>`` in its environment, inherited by
+everything below it; after stopping the groups, any process still carrying it is killed. A reaper watchdog
 (:mod:`p2p_guard.swarm.reaper`) kills them all if the simulator itself is killed.
 """
 
@@ -19,6 +19,7 @@ import logging
 import math
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -133,7 +134,7 @@ ProgressCallback = Callable[[Progress], None]
 
 
 def make_workdir(base: Path | None = None) -> Path:
-    """Create a fresh run directory ``runs/<YYYYmmdd-HHMMSS>[-k]`` (or ``base`` itself) and return it, absolute."""
+    """Create a fresh run directory ``runs/<YYYYmmdd-HHMMSS>[-k]`` (or ``base``); return its absolute path."""
     if base is not None:
         base.mkdir(parents=True, exist_ok=True)
         return base.resolve()
@@ -299,9 +300,12 @@ class LocalSwarm:
         self.initial_peers: list[str] = []
         self.peers: dict[int, ManagedProcess] = {}
         self.events: dict[int, list[Event]] = {i: [] for i in range(config.num_peers)}
-        self._readers = {i: EventReader(peer_paths(self.workdir, i)["events"]) for i in range(config.num_peers)}
+        self._readers = {
+            i: EventReader(peer_paths(self.workdir, i)["events"]) for i in range(config.num_peers)
+        }
         self._finished_readers: set[int] = set()
-        self._reaper: Any = None
+        self._retired: list[ManagedProcess] = []  # earlier processes of restarted peers
+        self._reaper: subprocess.Popen[bytes] | None = None
         self._bootstrap_exit_logged = False
 
     # -- starting ---------------------------------------------------------------------------------------
@@ -319,7 +323,7 @@ class LocalSwarm:
     @property
     def processes(self) -> list[ManagedProcess]:
         """Every process started so far."""
-        return ([self.bootstrap] if self.bootstrap else []) + list(self.peers.values())
+        return ([self.bootstrap] if self.bootstrap else []) + self._retired + list(self.peers.values())
 
     def start(self) -> None:
         """Start the bootstrap node, wait for its addresses, then start every peer."""
@@ -336,9 +340,11 @@ class LocalSwarm:
         address_file = self.workdir / "bootstrap.addr"
         address_file.unlink(missing_ok=True)
         self.bootstrap = launch(
-            "bootstrap", bootstrap_command(self.workdir, entry=self.entry), log_path=self.workdir / "bootstrap.log",
+            "bootstrap",
+            bootstrap_command(self.workdir, entry=self.entry),
+            log_path=self.workdir / "bootstrap.log",
             env=run_env(self.workdir),
-        )  # fmt: skip
+        )
         deadline = time.monotonic() + self.config.startup_timeout_s
         while not address_file.exists():
             self._raise_if_exited(self.bootstrap)
@@ -356,18 +362,38 @@ class LocalSwarm:
         return maddrs
 
     def start_peers(self, indices: Sequence[int] | None = None) -> None:
-        """Start peers (all by default) against the bootstrap node's addresses."""
+        """Start peers (all by default) against the bootstrap node's addresses.
+
+        A peer that has exited may be started again (a restart: same identity, events appended).
+
+        Raises:
+            SimulationError: if the bootstrap node is not up, or one of the peers still runs.
+        """
         if not self.initial_peers:
             raise SimulationError("start the bootstrap node before the peers")
-        for index in range(self.config.num_peers) if indices is None else indices:
-            self.peers[index] = self.start_peer(index)
-        logger.info("started %d peers (%d Byzantine)", len(self.peers), self.config.byzantine)
+        chosen = list(range(self.config.num_peers)) if indices is None else list(indices)
+        for index in chosen:
+            self.start_peer(index)
+        logger.info("started %d peers (%d Byzantine in the swarm)", len(chosen), self.config.byzantine)
 
     def start_peer(self, index: int) -> ManagedProcess:
-        """Start peer ``index`` and return its process (the caller keeps it; :meth:`start_peers` does)."""
+        """Start peer ``index`` (or restart it once it has exited) and return its process.
+
+        Raises:
+            SimulationError: if ``index`` is out of range or that peer still runs.
+        """
+        if not 0 <= index < self.config.num_peers:
+            raise SimulationError(f"peer index {index} is not in [0, {self.config.num_peers})")
+        previous = self.peers.get(index)
+        if previous is not None:
+            if previous.returncode() is None:
+                raise SimulationError(f"{previous.name} still runs (pid {previous.pid})")
+            self._retired.append(previous)
+            self._finished_readers.discard(index)
         command = peer_command(self.config, index, self.initial_peers, self.workdir, entry=self.entry)
         log_path = peer_paths(self.workdir, index)["log"]
-        return launch(f"peer{index}", command, log_path=log_path, env=run_env(self.workdir))
+        self.peers[index] = launch(f"peer{index}", command, log_path=log_path, env=run_env(self.workdir))
+        return self.peers[index]
 
     # -- watching ---------------------------------------------------------------------------------------
     @staticmethod
@@ -393,8 +419,9 @@ class LocalSwarm:
             self._bootstrap_exit_logged = True
             logger.warning(
                 "the bootstrap node exited with %s (the peers go on without it); its log: %s",
-                bootstrap.returncode(), bootstrap.log_path,
-            )  # fmt: skip
+                bootstrap.returncode(),
+                bootstrap.log_path,
+            )
 
     def poll_events(self) -> bool:
         """Read new events of every peer; True if there were any."""
@@ -413,7 +440,10 @@ class LocalSwarm:
 
     def peer_logs(self) -> list[PeerLog]:
         """Every peer's events so far, with its role."""
-        return [PeerLog(index=i, byzantine=self.config.is_byzantine(i), events=list(ev)) for i, ev in self.events.items()]
+        return [
+            PeerLog(index=i, byzantine=self.config.is_byzantine(i), events=list(ev))
+            for i, ev in self.events.items()
+        ]
 
     def ready_events(self) -> dict[int, Event]:
         """The first ``ready`` event of each peer that has announced itself."""
@@ -451,7 +481,7 @@ class LocalSwarm:
             time.sleep(0.2)
 
     def wait_ready(self, timeout_s: float, indices: Iterable[int] | None = None) -> dict[int, Event]:
-        """Wait until the peers (default: all started) have written their ``ready`` event; return them by index.
+        """Wait until the peers (default: all started) have written their ``ready`` event; return the events.
 
         Raises:
             ProcessFailed: if one of them exits non-zero meanwhile.
@@ -459,9 +489,11 @@ class LocalSwarm:
         """
         wanted = set(self.peers) if indices is None else set(indices)
         self.wait_until(
-            lambda: wanted <= set(self.ready_events()), timeout_s=timeout_s, what=f"peers {sorted(wanted)} ready",
+            lambda: wanted <= set(self.ready_events()),
+            timeout_s=timeout_s,
+            what=f"peers {sorted(wanted)} ready",
             indices=wanted,
-        )  # fmt: skip
+        )
         return {i: e for i, e in self.ready_events().items() if i in wanted}
 
     def rounds_done(self, index: int) -> int:
@@ -475,11 +507,15 @@ class LocalSwarm:
             ProcessFailed: if one of them exits non-zero meanwhile.
             SimulationTimeout: if they do not get there within ``timeout_s``.
         """
-        wanted = [i for i in self.peers if not self.config.is_byzantine(i)] if indices is None else list(indices)
+        wanted = (
+            [i for i in self.peers if not self.config.is_byzantine(i)] if indices is None else list(indices)
+        )
         self.wait_until(
-            lambda: all(self.rounds_done(i) >= count for i in wanted), timeout_s=timeout_s,
-            what=f"peers {wanted} at {count} rounds", indices=wanted,
-        )  # fmt: skip
+            lambda: all(self.rounds_done(i) >= count for i in wanted),
+            timeout_s=timeout_s,
+            what=f"peers {wanted} at {count} rounds",
+            indices=wanted,
+        )
 
     def wait_exited(self, timeout_s: float, indices: Iterable[int] | None = None) -> dict[int, int]:
         """Wait until the peers (default: all started) have exited; return their exit codes by index.
@@ -489,9 +525,11 @@ class LocalSwarm:
         """
         wanted = list(self.peers) if indices is None else list(indices)
         self.wait_until(
-            lambda: all(self.peers[i].returncode() is not None for i in wanted), timeout_s=timeout_s,
-            what=f"peers {wanted} exited", indices=[],
-        )  # fmt: skip
+            lambda: all(self.peers[i].returncode() is not None for i in wanted),
+            timeout_s=timeout_s,
+            what=f"peers {wanted} exited",
+            indices=[],
+        )
         return {i: self.peers[i].popen.wait() for i in wanted}
 
     def peers_exited(self) -> bool:
@@ -504,9 +542,12 @@ class LocalSwarm:
         summaries = round_summaries(self.peer_logs())
         row = summaries[done - 1] if 0 < done <= len(summaries) else {}
         return Progress(
-            rounds_done=done, rounds_total=self.config.rounds, accuracy=row.get("accuracy"),
-            loss=row.get("loss"), perplexity=row.get("perplexity"),
-        )  # fmt: skip
+            rounds_done=done,
+            rounds_total=self.config.rounds,
+            accuracy=row.get("accuracy"),
+            loss=row.get("loss"),
+            perplexity=row.get("perplexity"),
+        )
 
     # -- stopping ---------------------------------------------------------------------------------------
     def marked_processes(self) -> list[psutil.Process]:
@@ -520,16 +561,31 @@ class LocalSwarm:
         """
         with _signals_deferred():
             procs = self.processes
-            if any(p.returncode() is None for p in procs):
-                logger.info("stopping %d processes (up to %.0f s)", len(procs), self.config.stop_grace_s)
+            running = [p.name for p in procs if p.returncode() is None]
+            if running:
+                logger.info("stopping %s (up to %.0f s)", ", ".join(running), self.config.stop_grace_s)
             stop_processes(procs, grace_s=self.config.stop_grace_s)
             stragglers = self.marked_processes()
-            if stragglers:
-                logger.warning("killing %d stray processes of this run: %s", len(stragglers),
-                               [p.pid for p in stragglers])
+            if stragglers:  # e.g. torch_shm_manager, which starts its own session
+                logger.info(
+                    "ending %d processes of this run outside its process groups: %s",
+                    len(stragglers),
+                    _describe(stragglers),
+                )
                 kill_processes(stragglers)
             stop_reaper(self._reaper)
             self._reaper = None
+
+
+def _describe(procs: Sequence[psutil.Process]) -> list[str]:
+    """``name[pid]`` of each process, for log lines."""
+    out = []
+    for proc in procs:
+        try:
+            out.append(f"{proc.name()}[{proc.pid}]")
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            out.append(f"?[{proc.pid}]")
+    return out
 
 
 def _honest_thetas(swarm: LocalSwarm) -> list[torch.Tensor]:
@@ -546,7 +602,9 @@ def _honest_thetas(swarm: LocalSwarm) -> list[torch.Tensor]:
     return thetas
 
 
-def _drive(swarm: LocalSwarm, deadline: float, on_progress: ProgressCallback | None, poll_interval_s: float) -> None:
+def _drive(
+    swarm: LocalSwarm, deadline: float, on_progress: ProgressCallback | None, poll_interval_s: float
+) -> None:
     """Watch the peers until all have exited successfully; raise on a failure or at the deadline."""
     last: Progress | None = None
     while True:
@@ -575,7 +633,7 @@ def run_simulation(
     poll_interval_s: float = POLL_INTERVAL_S,
     entry: Sequence[str] = DEFAULT_ENTRY,
 ) -> dict[str, Any]:
-    """Run a local swarm to its end and return the report (see :func:`p2p_guard.simulation.report.build_report`).
+    """Run a local swarm to its end and return the report (see :func:`.report.build_report`).
 
     Every process is stopped before this returns or raises, whatever happens (KeyboardInterrupt included).
 
@@ -596,7 +654,9 @@ def run_simulation(
     """
     deadline = time.monotonic() + config.timeout_s
     with LocalSwarm(config, workdir, entry=entry) as swarm:
-        logger.info("simulation in %s: %d honest + %d Byzantine peers", swarm.workdir, config.honest, config.byzantine)
+        logger.info(
+            "simulation in %s: %d honest + %d Byzantine peers", swarm.workdir, config.honest, config.byzantine
+        )
         swarm.start()
         _drive(swarm, deadline, on_progress, poll_interval_s)
     swarm.poll_events()

@@ -8,6 +8,7 @@ whoever their parent is now. That is the last sweep after stopping a run, and th
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -44,11 +45,13 @@ class ManagedProcess:
         name: short name used in messages (``bootstrap``, ``peer3``).
         popen: the process.
         log_path: file that receives its stdout and stderr.
+        run_dir: the value of :data:`RUN_DIR_ENV` it was started with (None: unmarked).
     """
 
     name: str
     popen: subprocess.Popen[bytes]
     log_path: Path
+    run_dir: str | None = None
 
     @property
     def pid(self) -> int:
@@ -76,7 +79,7 @@ def launch(
         The started process.
     """
     with open(log_path, "ab") as log:  # the child keeps its own copy of the descriptor
-        popen = subprocess.Popen(
+        popen = subprocess.Popen(  # noqa: S603 - our own program, arguments as a list, no shell
             list(command),
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -86,27 +89,44 @@ def launch(
             start_new_session=True,
         )
     logger.debug("started %s (pid %d): %s", name, popen.pid, " ".join(command))
-    return ManagedProcess(name=name, popen=popen, log_path=log_path)
+    return ManagedProcess(name=name, popen=popen, log_path=log_path, run_dir=env.get(RUN_DIR_ENV))
 
 
-def _group_members(pgid: int) -> list[psutil.Process]:
-    """Live (non-zombie) processes whose process group is ``pgid``."""
-    members = []
+def _members(procs: Sequence[ManagedProcess]) -> dict[int, list[psutil.Process]]:
+    """``pid -> live members of its process group`` for each of ``procs``, in one scan of the process table.
+
+    A member must carry the process's run marker (when it has one): once a group is empty its id may be reused
+    by an unrelated session, which must never be mistaken for ours.
+    """
+    wanted = {p.pid: p.run_dir for p in procs}
+    found: dict[int, list[psutil.Process]] = {pid: [] for pid in wanted}
     for proc in psutil.process_iter():
         try:
-            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
-                members.append(proc)
+            pgid = os.getpgid(proc.pid)
+            if pgid not in wanted or proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            marker = wanted[pgid]
+            if marker is None or proc.environ().get(RUN_DIR_ENV) == marker:
+                found[pgid].append(proc)
         except (ProcessLookupError, PermissionError, *_UNREADABLE):
             continue
-    return members
+    return found
 
 
-def _signal_group(pgid: int, sig: int) -> None:
-    """Send ``sig`` to process group ``pgid``, if it still exists."""
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        return
+def _kill_group(proc: ManagedProcess, members: Sequence[psutil.Process]) -> None:
+    """SIGKILL the group of ``proc``: with ``killpg`` while its leader is unreaped, else member by member.
+
+    While the leader has not been waited for, its pid, and so the group id, cannot be reused; after that,
+    only the members we identified (psutil checks their create time) are signalled.
+    """
+    if proc.popen.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    for member in members:
+        try:
+            member.kill()
+        except _GONE:
+            continue
 
 
 def _reap(procs: Iterable[ManagedProcess]) -> None:
@@ -115,38 +135,53 @@ def _reap(procs: Iterable[ManagedProcess]) -> None:
         proc.popen.poll()
 
 
-def _wait_groups_empty(procs: Sequence[ManagedProcess], timeout_s: float) -> list[ManagedProcess]:
-    """Wait until no live process remains in any of the groups; return the ones still populated."""
+def _wait_groups_empty(
+    procs: Sequence[ManagedProcess], timeout_s: float
+) -> list[tuple[ManagedProcess, list[psutil.Process]]]:
+    """Wait until no live process remains in any of the groups; return those still populated, with members."""
     deadline = time.monotonic() + timeout_s
     while True:
         _reap(procs)
-        busy = [p for p in procs if _group_members(p.pid)]
+        members = _members(procs)
+        busy = [(p, members[p.pid]) for p in procs if members[p.pid]]
         if not busy or time.monotonic() >= deadline:
             return busy
         time.sleep(_POLL_S)
 
 
-def stop_processes(procs: Sequence[ManagedProcess], *, grace_s: float = 10.0, kill_wait_s: float = 5.0) -> None:
-    """SIGTERM each process group, wait up to ``grace_s``, then SIGKILL the groups that are not empty.
+def stop_processes(
+    procs: Sequence[ManagedProcess], *, grace_s: float = 10.0, kill_wait_s: float = 5.0
+) -> None:
+    """SIGTERM each process, wait up to ``grace_s`` for its whole group to exit, then SIGKILL the group.
 
-    Safe to call twice and on processes that have already exited. Only the groups of ``procs`` are touched.
+    SIGTERM goes to the leader only, not to the group: a peer shuts its hivemind DHT process and ``p2pd`` down
+    itself, and a DHT process that received SIGTERM on its own would die under it and stall that shutdown.
+    Whatever is still in the group after ``grace_s`` is killed together. Safe to call twice and on processes
+    that have already exited. Only the groups of ``procs`` are touched.
 
     Args:
         procs: processes started by :func:`launch` (each leads its own group).
-        grace_s: seconds a group has to exit after SIGTERM.
+        grace_s: seconds a group has to empty after SIGTERM.
         kill_wait_s: seconds to wait for the groups to vanish after SIGKILL.
     """
     _reap(procs)
     for proc in procs:
-        _signal_group(proc.pid, signal.SIGTERM)
+        if proc.returncode() is None:
+            proc.popen.send_signal(signal.SIGTERM)  # Popen never signals a pid it has already reaped
     busy = _wait_groups_empty(procs, grace_s)
-    for proc in busy:
-        logger.warning("%s (pid %d) did not stop within %.0f s of SIGTERM; killing its group", proc.name,
-                       proc.pid, grace_s)
-        _signal_group(proc.pid, signal.SIGKILL)
-    busy = _wait_groups_empty(busy, kill_wait_s)
-    for proc in busy:
-        logger.error("process group %d of %s survived SIGKILL", proc.pid, proc.name)
+    for proc, members in busy:
+        logger.warning(
+            "%s (pid %d) or its children still run %.0f s after SIGTERM; killing its process group",
+            proc.name,
+            proc.pid,
+            grace_s,
+        )
+        _kill_group(proc, members)
+    busy = _wait_groups_empty([proc for proc, _ in busy], kill_wait_s)
+    for proc, members in busy:
+        logger.error(
+            "process group %d of %s survived SIGKILL: %s", proc.pid, proc.name, [m.pid for m in members]
+        )
     for proc in procs:
         try:
             proc.popen.wait(timeout=kill_wait_s)
@@ -157,7 +192,7 @@ def stop_processes(procs: Sequence[ManagedProcess], *, grace_s: float = 10.0, ki
 def _marked(proc: psutil.Process, key: str, value: str) -> bool:
     """True if ``proc`` is alive (not a zombie) and has ``key=value`` in its environment."""
     try:
-        return proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get(key) == value
+        return bool(proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get(key) == value)
     except _UNREADABLE:
         return False
 

@@ -3,8 +3,8 @@
 Definitions (issue 2):
 
 - A round's metrics are the mean over the honest peers that reported that round.
-- Guard confusion counts every verdict of an honest receiver about another peer: a rejection is a positive, and
-  a sender is truly positive when it is Byzantine (ground truth: the ``ready`` events' ``peer_id`` and
+- Guard confusion counts every verdict of an honest receiver about another peer: a rejection is a positive,
+  and a sender is truly positive when it is Byzantine (ground truth: the ``ready`` events' ``peer_id`` and
   ``byzantine`` flag). Verdicts about the receiver itself are left out; verdicts about a sender no peer
   announced are counted apart (``unknown_sender``).
 - ``consensus_distance`` = max over ordered pairs (i, j) of honest peers of ‖θ_i − θ_j‖ / ‖θ_i‖.
@@ -161,9 +161,9 @@ def round_summaries(peers: Sequence[PeerLog]) -> list[dict[str, Any]]:
     """One entry per round, in round order: honest means and verdict totals.
 
     Returns:
-        Dicts with ``round``, ``accuracy``, ``loss``, ``perplexity`` (means over honest peers; None when no peer
-        reported a number), ``accepted``, ``rejected`` (totals over honest receivers' verdicts about other
-        peers), ``seconds`` (mean), ``peers`` (honest peers that reported the round) and
+        Dicts with ``round``, ``accuracy``, ``loss``, ``perplexity`` (means over honest peers; None when no
+        peer reported a number), ``accepted``, ``rejected`` (totals over honest receivers' verdicts about
+        other peers), ``seconds`` (mean), ``peers`` (honest peers that reported the round) and
         ``state_hashes_agree`` (every reporting honest peer has the same ``state_hash``).
     """
     rounds = _honest_round_events(peers)

@@ -81,9 +81,17 @@ def format_table(report: Mapping[str, Any]) -> str:
     lines.append("guard verdicts (honest receivers; a rejection is a positive):")
     lines.extend(_guard_lines(report.get("guard", {})))
     lines.append("")
-    lines.append(f"consensus distance (max ‖θi−θj‖/‖θi‖): {_cell(report.get('consensus_distance'), '{:.3g}')}")
-    lines.append(f"bytes sent per peer per round: {_cell(report.get('bytes_sent_per_peer_per_round'), '{:,.0f}')}")
+    lines.append(
+        f"consensus distance (max ‖θi−θj‖/‖θi‖): {_cell(report.get('consensus_distance'), '{:.3g}')}"
+    )
+    lines.append(
+        f"bytes sent per peer per round: {_cell(report.get('bytes_sent_per_peer_per_round'), '{:,.0f}')}"
+    )
     final = report.get("final", {})
-    parts = [f"{k}={_cell(final.get(k), '{:.4f}')}" for k in ("accuracy", "loss", "perplexity") if final.get(k) is not None]
+    parts = [
+        f"{k}={_cell(final.get(k), '{:.4f}')}"
+        for k in ("accuracy", "loss", "perplexity")
+        if final.get(k) is not None
+    ]
     lines.append("final: " + (" ".join(parts) if parts else "-"))
     return "\n".join(lines)

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Sequence
 
 import hivemind
+from hivemind.utils import get_dht_time
 
 __all__ = ["SwarmDHT", "listen_maddr", "start_dht"]
 
@@ -84,7 +85,7 @@ class SwarmDHT:
 
     async def store(self, key: str, subkey: str, value: bytes, ttl_s: float) -> bool:
         """Store ``value`` under ``key``/``subkey`` for ``ttl_s`` seconds; False if no node accepted it."""
-        expiration = hivemind.get_dht_time() + ttl_s
+        expiration = get_dht_time() + ttl_s
         try:
             return bool(await self.dht.store(key, value, expiration, subkey=subkey, return_future=True))
         except Exception as e:  # noqa: BLE001 - a failed store is reported, the round goes on

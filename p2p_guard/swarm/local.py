@@ -78,7 +78,8 @@ class LocalModel:
         flat = torch.frombuffer(bytearray(data), dtype=torch.float32)
         theta, momentum, previous = flat.split(self.numel)
         self.theta, self.momentum, self.previous_aggregate = theta.clone(), momentum.clone(), previous.clone()
-        self.outer.load_state_dict({"momentum": self.momentum.clone()})
+        self.outer.load_state_dict({"lr": self.outer.lr, "momentum": self.outer.momentum,
+                                    "momentum_buffer": self.momentum.clone()})
         load_flat(self.model, self.theta)
 
     def train_round(self, steps: int, generator: torch.Generator, data_attack: object | None = None
@@ -94,7 +95,8 @@ class LocalModel:
     def apply(self, aggregate: torch.Tensor) -> None:
         """Outer Nesterov step on the robust aggregate: θ_{r+1} = outer(θ_r, aggregate)."""
         self.theta = self.outer.step(self.theta, aggregate)
-        self.momentum = self.outer.momentum.clone()
+        buffer = self.outer.momentum_buffer
+        self.momentum = buffer.clone() if buffer is not None else torch.zeros_like(self.theta)
         self.previous_aggregate = aggregate.clone()
         load_flat(self.model, self.theta)
 

@@ -143,7 +143,7 @@ class Peer:
         own: dict[str, bytes] = {}
         if contribute:
             own = await self._commit(round_, base, outcome)
-        commits = await await_commits(self.dht, self.config, round_, self.me, stop)
+        commits = await await_commits(self.dht, self.config, round_, self.me if contribute else None, stop)
         if contribute:
             sealed, serve = own.pop("sealed"), own.pop("serve")
             commits[self.me] = sealed
@@ -156,6 +156,8 @@ class Peer:
                                   max_payload_bytes=self.config.max_payload_bytes)
         rows, more = await check_rows(self.p2p, envelopes, expect, self.config, own, stop)
         outcome.rows = rows
+        if stop.is_set():
+            return outcome  # a partial round is never applied
         self._aggregate_and_step(rows, rejected + more, outcome)
         return outcome
 
@@ -167,7 +169,7 @@ class Peer:
         payload = encode_update(update, self.config.codec)
         envelope = Envelope(protocol_version=PROTOCOL_VERSION, run_id=self.config.run_id, round=round_,
                             sender=self.identity.peer_id, base_hash=base, digest=payload_digest(payload),
-                            codec=self.config.codec, shapes=self.local.shapes, n_samples=len(self.local.shard),
+                            codec=self.config.codec, shapes=self.local.shapes, n_samples=self.local.shard.num_samples,
                             payload_bytes=len(payload))
         draft = CommitDraft(envelope=envelope, digest_payload=payload, serve_payload=payload)
         if self.attack_kind == "wire":
@@ -228,6 +230,11 @@ class Peer:
         self.known_previous = [rows[s] for s in senders if s != self.me]
 
 
+def _log_task_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("background task failed", exc_info=task.exception())
+
+
 def _finite_or_none(x: float) -> float | None:
     return float(x) if x == x and abs(x) != float("inf") else None
 
@@ -270,6 +277,7 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
         events.emit("ready", peer_id=identity.peer_id_b58, byzantine=config.attack is not None,
                     attack=config.attack, maddrs=maddrs, numel=local.numel)
         announcer = asyncio.create_task(peer.announce(stop))
+        announcer.add_done_callback(_log_task_failure)
         return await _round_loop(peer, config, progress, stop, events)
     finally:
         stop.set()
@@ -312,6 +320,8 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
             contribute = True
     peer.round = round_
     if not stop.is_set():
+        record = sign_record("presence", config.run_id, round_, round_, peer.identity)
+        await peer.dht.store(presence_key(config.run_id), peer.me, record, PRESENCE_TTL_S)
         await _linger(peer, round_ - 1, stop)
     _save_state(peer, config, events, completed)
     return completed

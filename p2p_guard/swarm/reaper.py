@@ -1,20 +1,20 @@
 """A watchdog process that kills our leftover descendants when the process that started it dies.
 
-hivemind runs the DHT in a forked child process, and that child runs ``p2pd``. When the process that owns the
-``hivemind.DHT`` is killed with SIGKILL, neither of them notices: both run forever. A peer (or bootstrap) process
-therefore calls :func:`start_reaper` first thing, before it creates the DHT. It launches this module as a tiny
-separate program (standard library and psutil only; no torch, no hivemind, not even the ``p2p_guard``
-package) that polls every ``poll_interval_s``:
+hivemind runs the DHT in a forked child process, and that child runs ``p2pd``. When the process that owns
+the ``hivemind.DHT`` is killed with SIGKILL, neither of them notices: both run forever. A peer (or bootstrap)
+process therefore calls :func:`start_reaper` first thing, before it creates the DHT. It launches this module
+as a tiny separate program (standard library and psutil only; no torch, no hivemind, not even the
+``p2p_guard`` package) that polls every ``poll_interval_s``:
 
 1. it records the parent's descendants, recursively, as ``(pid, create_time)`` pairs, never itself;
-2. as soon as the parent is gone (``os.getppid()`` changed, i.e. we were re-parented), it sends SIGTERM to every
+2. as soon as the parent is gone (``os.getppid()`` changed: we were re-parented), it sends SIGTERM to every
    recorded descendant still alive whose create time matches (so a reused pid is never hit), waits up to
    ``grace_s``, sends SIGKILL to the rest, and exits.
 
 The watchdog ignores SIGINT, SIGTERM and SIGHUP, so a signal sent to the whole process group (Ctrl+C in a
 terminal, ``killpg`` by the simulator) cannot remove it before it has done its job; it never outlives its
-parent by more than about ``poll_interval_s + grace_s``. :func:`stop_reaper` (SIGUSR1) ends it without a sweep,
-for a parent that has shut its DHT down itself.
+parent by more than about ``poll_interval_s + grace_s``. :func:`stop_reaper` (SIGUSR1) ends it without a
+sweep, for a parent that has shut its DHT down itself.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ _IGNORED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def start_reaper(
-    *, poll_interval_s: float = POLL_INTERVAL_S, grace_s: float = GRACE_S
+    *, poll_interval_s: float = POLL_INTERVAL_S, grace_s: float = GRACE_S, log_level: int | None = None
 ) -> subprocess.Popen[bytes] | None:
     """Launch the watchdog for the current process; call it before creating a ``hivemind.DHT``.
 
@@ -50,6 +50,8 @@ def start_reaper(
     Args:
         poll_interval_s: how often the watchdog looks at our descendants, in seconds.
         grace_s: time between SIGTERM and SIGKILL of leftovers, in seconds.
+        log_level: the watchdog's log level (None: this module logger's effective level). At DEBUG it logs
+            each descendant it starts watching; at INFO and above, only what it kills.
 
     Returns:
         The watchdog process (pass it to :func:`stop_reaper` at clean shutdown), or None if it could not be
@@ -65,9 +67,12 @@ def start_reaper(
         str(poll_interval_s),
         "--grace-s",
         str(grace_s),
+        "--log-level",
+        str(logger.getEffectiveLevel() if log_level is None else log_level),
     ]
     try:
-        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, close_fds=True)
+        # our own interpreter running this file, arguments as a list, no shell
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, close_fds=True)  # noqa: S603
     except OSError as e:
         logger.warning("could not start the process reaper: %s", e)
         return None
@@ -144,14 +149,14 @@ def _record(watch: _Watch) -> None:
     current = _descendants(watch.parent, watch.own_pid)
     new = sorted(set(current) - set(still_alive))
     if new:
-        logger.info("watching descendants of %d: new %s", watch.parent.pid, new)
+        logger.debug("watching descendants of %d: new %s", watch.parent.pid, new)
     still_alive.update(current)
     watch.seen = still_alive
 
 
 def _parent_gone(watch: _Watch) -> bool:
     """True once our parent has exited (we were re-parented to init or a subreaper)."""
-    return os.getppid() != watch.parent.pid
+    return bool(os.getppid() != watch.parent.pid)
 
 
 def _signal_all(procs: Iterable[psutil.Process], sig: int) -> None:
@@ -235,6 +240,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--parent-pid", type=int, required=True)
     parser.add_argument("--poll-interval-s", type=float, default=POLL_INTERVAL_S)
     parser.add_argument("--grace-s", type=float, default=GRACE_S)
+    parser.add_argument("--log-level", type=int, default=logging.INFO, help="numeric logging level")
     return parser.parse_args(argv)
 
 
@@ -242,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the watchdog program (a separate process; it installs its own log handler)."""
     args = _parse_args(argv)
     logging.basicConfig(
-        level=logging.INFO,
+        level=args.log_level,
         format=f"%(asctime)s reaper[{os.getpid()}] %(levelname)s %(message)s",
         stream=sys.stderr,
     )

@@ -53,13 +53,16 @@ class IntegrityVerdict:
     detail: str = ""
 
 
-async def await_commits(dht: SwarmDHT, config: PeerConfig, round_: int, me: str,
+async def await_commits(dht: SwarmDHT, config: PeerConfig, round_: int, me: str | None,
                         stop: asyncio.Event) -> dict[str, bytes]:
     """Poll the round's commit key until the commit phase closes for this peer.
 
     It closes when every present peer has committed, or when ``ceil(quorum_fraction · present)`` commits
     are in and ``grace_s`` has passed since, or at ``commit_timeout_s``, whichever comes first
     (a minimum quorum plus a grace window, as in Decoupled DiLoCo, arXiv:2604.21428).
+
+    Args:
+        me: our PeerID (base58) when we committed this round; None for a peer that only listens.
 
     Returns:
         ``{subkey: raw envelope bytes}`` as read from the DHT (unverified).
@@ -69,7 +72,7 @@ async def await_commits(dht: SwarmDHT, config: PeerConfig, round_: int, me: str,
     commits: dict[str, bytes] = {}
     while not stop.is_set():
         commits = await dht.read(commit_key(config.run_id, round_))
-        present = set(await read_presence(dht, config.run_id)) | {me}
+        present = set(await read_presence(dht, config.run_id)) | ({me} if me else set())
         now = time.monotonic()
         if present <= commits.keys():
             break

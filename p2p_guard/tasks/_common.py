@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import torch
 from torch import Tensor, nn
 
 __all__ = [
+    "DeferredEmbedding",
+    "DeferredLinear",
     "check_batch_size",
     "evaluating",
-    "gather_rows",
     "init_generator",
     "linear_default_",
-    "materialize",
 ]
 
 
@@ -38,25 +38,23 @@ def init_generator(seed: int) -> torch.Generator:
     return generator
 
 
-def materialize(factory: Callable[[], nn.Module], init: Callable[[nn.Module], None]) -> nn.Module:
-    """Build a module without touching the global RNG, then initialise it.
+class DeferredLinear(nn.Linear):
+    """``nn.Linear`` whose constructor draws nothing: its storage is left for ``build_model`` to fill.
 
-    The module is constructed on the ``meta`` device (no storage, no random draws), moved to CPU storage with
-    ``to_empty`` and filled by ``init``, which must set every parameter and buffer.
-
-    Args:
-        factory: Builds the module's structure.
-        init: Fills every parameter and buffer in place (deterministically).
-
-    Returns:
-        The initialised module on CPU, in float32 and train mode.
+    ``nn.Linear.__init__`` calls ``reset_parameters``, which draws from the global RNG; here that call does
+    nothing, so building a model neither reads nor advances the global RNG. Fill it with
+    :func:`linear_default_` or another initialiser that takes a ``generator``.
     """
-    with torch.device("meta"):
-        module = factory()
-    module = module.to_empty(device="cpu")
-    with torch.no_grad():
-        init(module)
-    return module.float().train()
+
+    def reset_parameters(self) -> None:
+        """Leave the parameters uninitialised (see the class docstring)."""
+
+
+class DeferredEmbedding(nn.Embedding):
+    """``nn.Embedding`` whose constructor draws nothing (as :class:`DeferredLinear`)."""
+
+    def reset_parameters(self) -> None:
+        """Leave the parameters uninitialised (see the class docstring)."""
 
 
 def linear_default_(layer: nn.Linear, generator: torch.Generator) -> None:
@@ -104,16 +102,3 @@ def evaluating(model: nn.Module) -> Iterator[nn.Module]:
             yield model
     finally:
         model.train(was_training)
-
-
-def gather_rows(data: Tensor, index: Tensor) -> Tensor:
-    """``data[index]`` for a 1-D ``int64`` index (kept as a function for clarity at call sites).
-
-    Args:
-        data: ``(N, ...)`` tensor.
-        index: ``(B,)`` int64 indices into ``data``.
-
-    Returns:
-        ``(B, ...)`` rows of ``data``.
-    """
-    return data.index_select(0, index)

@@ -2,9 +2,9 @@
 
 A *task* is everything p2p_guard needs to know about a learning problem, and nothing about the network. A peer
 builds the model from a seed shared by the whole run (so every peer starts from the same θ_0), takes its shard
-of the training data, samples inner-step batches from it with its own ``torch.Generator``, and evaluates a model
-on the task's held-out split. The semantic guard additionally scores candidate updates on a small *private*
-batch from the peer's own shard that is never used for training (``holdout_batch``).
+of the training data, samples inner-step batches from it with its own ``torch.Generator``, and evaluates a
+model on the task's held-out split. The semantic guard additionally scores candidate updates on a small
+*private* batch from the peer's own shard that is never used for training (``holdout_batch``).
 
 To train your own model, write a class that satisfies the :class:`Task` Protocol (a structural type: no base
 class is needed) and hand an instance to the swarm or the simulation in place of a built-in task. The built-in
@@ -21,8 +21,8 @@ Contract, in short:
   disjoint shards that together cover the training split.
 * ``sample_batch`` and ``holdout_batch`` draw only from the given generator, so a peer's data order is
   reproducible from its seed. They return CPU tensors.
-* ``loss`` returns a scalar float tensor with autograd attached; ``evaluate`` runs without autograd, leaves the
-  model's train/eval mode as it found it, and returns plain Python floats.
+* ``loss`` returns a scalar float tensor with autograd attached; ``evaluate`` runs without autograd, leaves
+  the model's train/eval mode as it found it, and returns plain Python floats.
 
 References:
     Douillard et al., "DiLoCo: Distributed Low-Communication Training of Language Models", arXiv:2311.08105,
@@ -37,10 +37,13 @@ from typing import Literal, Protocol, runtime_checkable
 import torch
 from torch import Tensor, nn
 
-__all__ = ["HParams", "Metrics", "Shard", "Task", "TaskKind"]
+__all__ = ["Batch", "HParams", "Metrics", "Shard", "Task", "TaskKind"]
 
 TaskKind = Literal["classification", "lm"]
 """``"classification"``: one label per input. ``"lm"``: next-token prediction, one label per position."""
+
+Batch = tuple[Tensor, Tensor]
+"""``(x, y)``: inputs and targets of one batch, on CPU."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,8 @@ class HParams:
         weight_decay: AdamW decoupled weight decay.
         betas: AdamW ``(beta1, beta2)``.
         grad_clip_norm: Global gradient-norm clip applied before each inner step, or None for no clipping.
+        warmup_steps: Linear inner learning-rate warm-up over this many inner steps, counted over the whole
+            run (the inner optimiser lives across rounds); 0 for none.
 
     References:
         Douillard et al., arXiv:2311.08105, 2023: inner AdamW with betas (0.9, 0.95), weight decay 0.1.
@@ -82,6 +87,7 @@ class HParams:
     weight_decay: float = 0.1
     betas: tuple[float, float] = (0.9, 0.95)
     grad_clip_norm: float | None = None
+    warmup_steps: int = 0
 
 
 @dataclass(frozen=True, eq=False)
@@ -117,25 +123,38 @@ class Shard:
 class Task(Protocol):
     """A learning problem: model, data shards, batches, loss and held-out evaluation.
 
-    Attributes:
-        name: Short registry name (``"digits"``).
-        kind: ``"classification"`` or ``"lm"``.
-        num_classes: Number of classes; the vocabulary size for a language model. Label-flip attacks map a
-            label ``y`` to ``num_classes - 1 - y``.
-        default_hparams: Inner-loop defaults (learning rate, batch size, H) known to work for this task.
+    The four attributes may be plain class attributes or read-only properties.
     """
 
-    name: str
-    kind: TaskKind
-    num_classes: int
-    default_hparams: HParams
+    @property
+    def name(self) -> str:
+        """Short registry name (``"digits"``)."""
+        ...
+
+    @property
+    def kind(self) -> TaskKind:
+        """``"classification"`` or ``"lm"``."""
+        ...
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes; the vocabulary size for a language model.
+
+        Label-flip attacks map a label ``y`` to ``num_classes - 1 - y``.
+        """
+        ...
+
+    @property
+    def default_hparams(self) -> HParams:
+        """Inner-loop defaults (learning rate, batch size, H) known to work for this task."""
+        ...
 
     def build_model(self, seed: int) -> nn.Module:
         """Build the model with parameters drawn from ``seed``, on CPU, in float32.
 
         Args:
-            seed: Initialisation seed; the same seed gives bit-identical parameters. The global torch RNG is not
-                used.
+            seed: Initialisation seed; the same seed gives bit-identical parameters. The global torch RNG
+                is not used.
 
         Returns:
             A freshly initialised module in train mode.
@@ -160,7 +179,7 @@ class Task(Protocol):
         """
         ...
 
-    def sample_batch(self, shard: Shard, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    def sample_batch(self, shard: Shard, batch_size: int, generator: torch.Generator) -> Batch:
         """Draw a training batch (with replacement) from the shard's training part.
 
         Args:
@@ -169,12 +188,12 @@ class Task(Protocol):
             generator: CPU generator; the only source of randomness.
 
         Returns:
-            ``(x, y)`` on CPU. Classification: ``x`` float32 ``(B, ...)``, ``y`` int64 ``(B,)``. Language model:
-            ``x`` and ``y`` int64 ``(B, T)``, ``y`` being ``x`` shifted by one position.
+            ``(x, y)`` on CPU. Classification: ``x`` float32 ``(B, ...)``, ``y`` int64 ``(B,)``. Language
+            model: ``x`` and ``y`` int64 ``(B, T)``, ``y`` being ``x`` shifted by one position.
         """
         ...
 
-    def holdout_batch(self, shard: Shard, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    def holdout_batch(self, shard: Shard, batch_size: int, generator: torch.Generator) -> Batch:
         """Draw a batch from the shard's private hold-out (never used for training).
 
         Args:

@@ -1,16 +1,17 @@
 """``digits``: scikit-learn's 8×8 handwritten digits with a small MLP; seconds per run, for tests and demos.
 
 Data: ``sklearn.datasets.load_digits`` (1,797 images of 8×8 pixels, 10 classes, ships with scikit-learn),
-pixels scaled from 0..16 to [0, 1], split once into train / test (80 / 20, stratified, ``split_seed`` 0: 1,437
-train and 360 test images). The split does not depend on the run seed, so all runs evaluate on the same images.
+pixels scaled from 0..16 to [0, 1], split once into train / test (80 / 20, stratified, ``split_seed`` 0:
+1,437 train and 360 test images). The split does not depend on the run seed, so all runs evaluate on the same
+images.
 
-Model: MLP 64 → 64 → 10 with ReLU (4,810 parameters), initialised as PyTorch's ``nn.Linear`` default but from a
-local generator.
+Model: MLP 64 → 64 → 10 with ReLU (4,810 parameters), initialised as PyTorch's ``nn.Linear`` default but from
+a local generator.
 
 Defaults (``HParams``): AdamW lr 3e-3, betas (0.9, 0.95), weight decay 0.1, batch 32, H = 20 inner steps. With
 DiLoCo's outer Nesterov (lr 0.7, momentum 0.9), 8 peers and 10 rounds reach about 0.95 test accuracy
-(iid: 0.953, dirichlet:1.0: 0.95 measured here); with 2 of 8 peers sending −10 × their update and a plain mean,
-training collapses to about 0.1.
+(measured here over seeds 0-4: iid 0.942-0.956, mean 0.948; dirichlet:1.0 0.931-0.942, mean 0.935); with 2
+of 8 peers sending −10 × their own update and a plain mean, accuracy collapses to about 0.10.
 """
 
 from __future__ import annotations
@@ -24,13 +25,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from p2p_guard.tasks._common import (
+    DeferredLinear,
     check_batch_size,
     evaluating,
     init_generator,
     linear_default_,
-    materialize,
 )
-from p2p_guard.tasks.base import HParams, Metrics, Shard, TaskKind
+from p2p_guard.tasks.base import Batch, HParams, Metrics, Shard, TaskKind
 from p2p_guard.tasks.partition import (
     check_shard_args,
     make_rng,
@@ -71,7 +72,9 @@ class DigitsTask:
     name = "digits"
     kind: TaskKind = "classification"
     num_classes = 10
-    default_hparams = HParams(inner_lr=3e-3, batch_size=32, inner_steps=20, weight_decay=0.1, betas=(0.9, 0.95))
+    default_hparams = HParams(
+        inner_lr=3e-3, batch_size=32, inner_steps=20, weight_decay=0.1, betas=(0.9, 0.95)
+    )
 
     def __init__(self, *, test_fraction: float = 0.2, split_seed: int = 0, hidden: int = 64) -> None:
         """Check the options; the data is loaded on first use."""
@@ -87,7 +90,10 @@ class DigitsTask:
 
     def __repr__(self) -> str:
         """Return the constructor call that rebuilds this task."""
-        return f"DigitsTask(test_fraction={self.test_fraction}, split_seed={self.split_seed}, hidden={self.hidden})"
+        return (
+            f"DigitsTask(test_fraction={self.test_fraction}, split_seed={self.split_seed}, "
+            f"hidden={self.hidden})"
+        )
 
     @cached_property
     def _data(self) -> _DigitsData:
@@ -126,18 +132,14 @@ class DigitsTask:
             ValueError: If ``seed`` is not an integer.
         """
         generator = init_generator(seed)
-
-        def init(model: nn.Module) -> None:
+        model = nn.Sequential(
+            DeferredLinear(_NUM_PIXELS, self.hidden), nn.ReLU(), DeferredLinear(self.hidden, self.num_classes)
+        )
+        with torch.no_grad():
             for layer in model.modules():
                 if isinstance(layer, nn.Linear):
                     linear_default_(layer, generator)
-
-        return materialize(
-            lambda: nn.Sequential(
-                nn.Linear(_NUM_PIXELS, self.hidden), nn.ReLU(), nn.Linear(self.hidden, self.num_classes)
-            ),
-            init,
-        )
+        return model.train()
 
     def shard(self, num_shards: int, index: int, partition: str, seed: int) -> Shard:
         """Shard ``index`` of the training images, 10% of it kept as the peer's private hold-out.
@@ -174,7 +176,7 @@ class DigitsTask:
             num_samples=len(train),
         )
 
-    def _batch(self, units: Tensor, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    def _batch(self, units: Tensor, batch_size: int, generator: torch.Generator) -> Batch:
         check_batch_size(batch_size)
         if units.numel() == 0:
             raise ValueError("the shard has no examples to draw from")
@@ -183,7 +185,7 @@ class DigitsTask:
         data = self._data
         return data.x_train.index_select(0, rows), data.y_train.index_select(0, rows)
 
-    def sample_batch(self, shard: Shard, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    def sample_batch(self, shard: Shard, batch_size: int, generator: torch.Generator) -> Batch:
         """Draw ``batch_size`` training images (with replacement) from the shard.
 
         Args:
@@ -199,7 +201,7 @@ class DigitsTask:
         """
         return self._batch(shard.train, batch_size, generator)
 
-    def holdout_batch(self, shard: Shard, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    def holdout_batch(self, shard: Shard, batch_size: int, generator: torch.Generator) -> Batch:
         """Draw ``batch_size`` images (with replacement) from the shard's private hold-out.
 
         Args:

@@ -1,15 +1,15 @@
 """Cutting a training split into per-peer shards: IID, Dirichlet over labels, or whole groups (works).
 
 Every function here computes the *whole* partition from a seeded ``numpy.random.Generator`` and is
-deterministic, so peers that agree on ``(num_shards, partition, seed)`` get disjoint shards that together cover
-the data, without talking to each other.
+deterministic, so peers that agree on ``(num_shards, partition, seed)`` get disjoint shards that together
+cover the data, without talking to each other.
 
 Partition specs (strings, as on the command line):
 
 * ``"iid"``: items shuffled and dealt into near-equal shards (sizes differ by at most one).
-* ``"dirichlet:ALPHA"``: label skew. For each class ``c`` a share vector ``p_c ~ Dir(ALPHA · 1_n)`` over the
-  ``n`` shards cuts class ``c``'s (shuffled) items; ALPHA → ∞ approaches IID, ALPHA = 0.1 gives shards that are
-  nearly single-class. Draws are repeated until every shard holds at least ``min_size`` items.
+* ``"dirichlet:ALPHA"``: label skew. For each class ``c`` a share vector ``p_c ~ Dir(ALPHA · 1_n)`` over
+  the ``n`` shards cuts class ``c``'s (shuffled) items; ALPHA → ∞ approaches IID, ALPHA = 0.1 gives shards
+  that are nearly single-class. Draws are repeated until every shard holds at least ``min_size`` items.
 
 For grouped data (text, where the unit is a whole work) :func:`assign_groups` gives each shard whole groups:
 ``"iid"`` deals randomly ordered groups to the currently smallest shard (balanced sizes, random membership);
@@ -246,8 +246,8 @@ def assign_groups(
     """Give every shard whole groups (e.g. works), at least one each.
 
     ``iid``: groups in random order, each to the currently smallest shard (balanced sizes). ``dirichlet``:
-    size shares ``p ~ Dir(alpha · 1_n)``; after one random group per shard, each remaining group (random order)
-    goes to the shard with the largest deficit ``p_i · total − size_i``.
+    size shares ``p ~ Dir(alpha · 1_n)``; after one random group per shard, each remaining group (in random
+    order) goes to the shard with the largest deficit ``p_i · total − size_i``.
 
     Args:
         sizes: Size of each group (e.g. characters), ``> 0``.

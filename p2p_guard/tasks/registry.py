@@ -1,8 +1,8 @@
 """Built-in tasks by name.
 
-``load_task("digits")`` or ``load_task("shakespeare", d_model=128)`` returns a task instance. A task's module
-(and its data) is imported only when the task is loaded, and the data itself is read on first use, so importing
-this module and listing :data:`TASK_NAMES` is free.
+``load_task("digits")`` or ``load_task("shakespeare", d_model=128)`` returns a task instance. A task's
+module is imported only when the task is loaded, and its data is read on first use, so importing this module
+and listing :data:`TASK_NAMES` is free.
 """
 
 from __future__ import annotations

@@ -3,9 +3,12 @@
 The caller owns the inner optimiser and keeps it across rounds (DiLoCo keeps each worker's AdamW moments; only
 the parameters are reset to θ_{r+1} at the start of a round, with :func:`p2p_guard.training.load_flat`).
 
-Inner optimiser: AdamW with each task's :class:`~p2p_guard.tasks.HParams` (betas (0.9, 0.95) and weight
+Inner optimiser: AdamW with each task's :class:`~p2p_guard.tasks.HParams`: betas (0.9, 0.95) and weight
 decay 0.1 as in DiLoCo; learning rate 3e-3 rather than DiLoCo's 4e-4, because the built-in models are tiny and
-a round has only H = 20-30 steps), optionally with global gradient-norm clipping.
+a round has only H = 20 (digits) or 50 (shakespeare) steps; optional global gradient-norm clipping and a
+linear learning-rate warm-up counted over the optimiser's whole life (DiLoCo warms its inner optimiser up too).
+The warm-up position is kept in the optimiser's param groups (``"inner_step"``, ``"initial_lr"``), so it
+survives across rounds and in ``optimizer.state_dict()``.
 
 References:
     Douillard et al., "DiLoCo: Distributed Low-Communication Training of Language Models", arXiv:2311.08105,
@@ -88,8 +91,10 @@ def run_inner_steps(
     """Run ``steps`` optimiser steps on batches from ``shard``; the model is updated in place.
 
     Each step: ``(x, y) = task.sample_batch(shard, B, generator)``; if ``data_attack`` is given,
-    ``(x, y) = data_attack.transform(x, y, task.num_classes)``; then the loss, backward, optional gradient
-    clipping (``task.default_hparams.grad_clip_norm``) and ``optimizer.step()``.
+    ``(x, y) = data_attack.transform(x, y, task.num_classes)``; the warm-up learning rate
+    ``lr_k = initial_lr · (k + 1) / warmup_steps`` while the optimiser's step ``k < warmup_steps``; then the
+    loss, backward, optional gradient clipping (``task.default_hparams.grad_clip_norm``) and
+    ``optimizer.step()``.
 
     Args:
         model: The task's model, on ``device``; left in train mode.
@@ -116,6 +121,10 @@ def run_inner_steps(
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"batch_size={size!r} must be an integer >= 1")
     clip = hparams.grad_clip_norm
+    warmup = hparams.warmup_steps
+    for group in optimizer.param_groups:
+        group.setdefault("initial_lr", group["lr"])
+        group.setdefault("inner_step", 0)
     model.train()
     losses = torch.zeros(steps, dtype=torch.float32, device=device)
     for step in range(steps):
@@ -123,6 +132,10 @@ def run_inner_steps(
         if data_attack is not None:
             x, y = data_attack.transform(x, y, task.num_classes)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        for group in optimizer.param_groups:
+            if group["inner_step"] < warmup:
+                group["lr"] = group["initial_lr"] * (group["inner_step"] + 1) / warmup
+            group["inner_step"] += 1
         optimizer.zero_grad(set_to_none=True)
         loss = task.loss(model, x, y)
         loss.backward()

@@ -95,7 +95,9 @@ class OuterNesterov:
         _check_vector("theta", theta)
         _check_vector("aggregate", aggregate)
         if theta.shape != aggregate.shape:
-            raise ValueError(f"theta {tuple(theta.shape)} and aggregate {tuple(aggregate.shape)} differ in shape")
+            raise ValueError(
+                f"theta {tuple(theta.shape)} and aggregate {tuple(aggregate.shape)} differ in shape"
+            )
         if not bool(torch.isfinite(aggregate).all()):
             raise ValueError("aggregate has a non-finite value")
         grad = aggregate
@@ -105,7 +107,9 @@ class OuterNesterov:
                 buf = torch.clone(grad).detach()
             else:
                 if buf.shape != grad.shape:
-                    raise ValueError(f"aggregate {tuple(grad.shape)} does not match the buffer {tuple(buf.shape)}")
+                    raise ValueError(
+                        f"aggregate {tuple(grad.shape)} does not match the buffer {tuple(buf.shape)}"
+                    )
                 buf = buf.mul(self.momentum).add_(grad)
             self.momentum_buffer = buf
             grad = grad.add(buf, alpha=self.momentum)
@@ -115,8 +119,8 @@ class OuterNesterov:
         """The optimiser state, to ship to a late joiner or checkpoint.
 
         Returns:
-            ``{"lr": float, "momentum": float, "momentum_buffer": Tensor (d,) float32 | None}``; the buffer is a
-            copy.
+            ``{"lr": float, "momentum": float, "momentum_buffer": Tensor (d,) float32 | None}``; the
+            buffer is a copy.
         """
         buf = self.momentum_buffer
         return {

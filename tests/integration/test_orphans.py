@@ -34,10 +34,10 @@ CLI_SNIPPET = (
 # A process that arms the reaper, then forks a grandchild with subprocess and one with multiprocessing.
 REAPER_CHILD = textwrap.dedent(
     """
-    import json, multiprocessing, subprocess, sys, time
+    import json, logging, multiprocessing, subprocess, sys, time
     from p2p_guard.swarm.reaper import start_reaper
 
-    reaper = start_reaper()
+    reaper = start_reaper(log_level=logging.DEBUG)
     sleeper = subprocess.Popen(["sleep", "300"])
     forked = multiprocessing.get_context("fork").Process(target=time.sleep, args=(300,), daemon=True)
     forked.start()
@@ -98,8 +98,12 @@ def _start_reaper_child(tmp_path: Path, lifetime_s: float) -> tuple[subprocess.P
     with open(log_path, "w") as log:
         child = subprocess.Popen(
             [sys.executable, "-c", REAPER_CHILD, str(lifetime_s)],
-            stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True, cwd=REPO_ROOT,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            start_new_session=True,
+            cwd=REPO_ROOT,
+        )
     assert child.stdout is not None
     line = child.stdout.readline()
     child.stdout.close()
@@ -162,9 +166,22 @@ def _simulate(workdir: Path, *args: str) -> subprocess.Popen[str]:
     """Start ``p2p-guard simulate`` with its work directory in its own session, output to a log file."""
     with open(workdir.parent / f"{workdir.name}.simulate.log", "w") as log:
         return subprocess.Popen(
-            [sys.executable, "-c", CLI_SNIPPET, "simulate", "--workdir", str(workdir), "--no-progress", *args],
-            stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True, cwd=REPO_ROOT,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-c",
+                CLI_SNIPPET,
+                "simulate",
+                "--workdir",
+                str(workdir),
+                "--no-progress",
+                *args,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            cwd=REPO_ROOT,
+        )
 
 
 def _simulate_output(workdir: Path) -> str:
@@ -249,7 +266,9 @@ def test_simulate_interrupted_leaves_nothing(tmp_path: Path, sig: signal.Signals
 @pytest.mark.timeout(120)
 def test_simulate_with_a_bad_attack_fails_fast_and_leaves_nothing(tmp_path: Path) -> None:
     workdir = tmp_path / "run"
-    proc = _simulate(workdir, "--honest", "2", "--byzantine", "1", "--attack", "no_such_attack", "--rounds", "2")
+    proc = _simulate(
+        workdir, "--honest", "2", "--byzantine", "1", "--attack", "no_such_attack", "--rounds", "2"
+    )
     try:
         assert proc.wait(timeout=90) != 0
     finally:
@@ -273,7 +292,7 @@ def test_simulate_stops_everything_when_a_peer_dies(tmp_path: Path) -> None:
     finally:
         _stop(proc)
     output = _simulate_output(workdir)
-    assert "peer1" in output and str(workdir / "peer1.log") in output
+    assert str(workdir / "peer1.log") in output
     _assert_nothing_left(workdir)
 
 
@@ -309,3 +328,37 @@ def test_sigkilled_peer_leaves_no_dht_process_or_p2pd(swarm: Callable[..., objec
     peer.popen.wait(timeout=10)
     gone = _wait_for(lambda: not _running(watched), timeout_s=5)
     assert gone, f"left 5 s after SIGKILL: {_names(_running(watched))}"
+
+
+# -- stopping process groups (no network) ----------------------------------------------------------------
+
+STUBBORN = textwrap.dedent(
+    """
+    import signal, subprocess, sys, time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the child inherits this: it ignores SIGTERM too
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    subprocess.Popen(["setsid", "sleep", "300"])  # escapes the group: only the run marker finds it
+    print("up", flush=True)
+    time.sleep(300)
+    """
+)
+
+
+@pytest.mark.timeout(60)
+def test_stop_processes_kills_groups_that_ignore_sigterm_and_marked_escapees(tmp_path: Path) -> None:
+    from p2p_guard.simulation.processes import RUN_DIR_ENV, kill_processes, launch, stop_processes
+
+    marker = str(tmp_path)
+    env = dict(os.environ, **{RUN_DIR_ENV: marker})
+    proc = launch("stubborn", [sys.executable, "-c", STUBBORN], log_path=tmp_path / "s.log", env=env)
+    assert _wait_for(lambda: "up" in (tmp_path / "s.log").read_text(), timeout_s=20)
+    assert _wait_for(lambda: len(find_marked_processes(marker)) == 3, timeout_s=10)
+
+    started = time.monotonic()
+    stop_processes([proc], grace_s=1.0)
+    assert time.monotonic() - started < 8
+    assert proc.returncode() == -signal.SIGKILL
+    escaped = find_marked_processes(marker)
+    assert [p.name() for p in escaped] == ["sleep"]  # its own session: not in the group
+    kill_processes(escaped)
+    assert not find_marked_processes(marker)

@@ -40,7 +40,9 @@ def t(rows: list[list[float]]) -> torch.Tensor:
 class TestContext:
     def test_defaults(self) -> None:
         ctx = make_ctx(3)
-        assert ctx.own_index is None and ctx.previous_aggregate is None and ctx.f is None
+        assert ctx.own_index is None
+        assert ctx.previous_aggregate is None
+        assert ctx.f is None
 
     @pytest.mark.parametrize(
         ("kwargs", "match"),
@@ -236,7 +238,9 @@ class TestCenteredClipping:
 
     def test_adaptive_tau_is_the_median_distance(self) -> None:
         # Distances from 0 are 1, 1, 50: tau = 1, as in the fixed-tau case.
-        assert torch.allclose(CenteredClipping()(self.X, make_ctx(3)), CenteredClipping(tau=1.0)(self.X, make_ctx(3)))
+        assert torch.allclose(
+            CenteredClipping()(self.X, make_ctx(3)), CenteredClipping(tau=1.0)(self.X, make_ctx(3))
+        )
 
     def test_more_iterations_move_further(self) -> None:
         x = t([[10.0], [10.0], [10.0]])
@@ -300,7 +304,8 @@ class TestProperties:
     @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
     def test_shape_and_dtype_kept(self, rule: object, dtype: torch.dtype) -> None:
         out = rule(self.rows(dtype), make_ctx(9))  # type: ignore[operator]
-        assert out.shape == (17,) and out.dtype == dtype
+        assert out.shape == (17,)
+        assert out.dtype == dtype
 
     def test_permutation_invariant(self, rule: object) -> None:
         x = self.rows()

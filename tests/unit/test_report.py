@@ -37,34 +37,71 @@ def _ready(peer_id: str, byzantine: bool) -> dict[str, Any]:
 
 def _verdict(round_: int, sender: str, accepted: bool) -> dict[str, Any]:
     reason = None if accepted else "outlier"
-    return {"event": "verdict", "round": round_, "sender": sender, "accepted": accepted, "reason": reason,
-            "detail": ""}  # fmt: skip
+    return {
+        "event": "verdict",
+        "round": round_,
+        "sender": sender,
+        "accepted": accepted,
+        "reason": reason,
+        "detail": "",
+    }
 
 
-def _round(round_: int, loss: float, accuracy: float | None, *, bytes_sent: int = 100, state_hash: str = "h",
-           perplexity: float | None = None, seconds: float = 1.0) -> dict[str, Any]:  # fmt: skip
-    return {"event": "round", "round": round_, "loss": loss, "accuracy": accuracy, "perplexity": perplexity,
-            "accepted": 0, "rejected": 0, "seconds": seconds, "bytes_sent": bytes_sent, "state_hash": state_hash,
-            "peers_seen": 3}  # fmt: skip
+def _round(
+    round_: int,
+    loss: float,
+    accuracy: float | None,
+    *,
+    bytes_sent: int = 100,
+    state_hash: str = "h",
+    perplexity: float | None = None,
+    seconds: float = 1.0,
+) -> dict[str, Any]:
+    return {
+        "event": "round",
+        "round": round_,
+        "loss": loss,
+        "accuracy": accuracy,
+        "perplexity": perplexity,
+        "accepted": 0,
+        "rejected": 0,
+        "seconds": seconds,
+        "bytes_sent": bytes_sent,
+        "state_hash": state_hash,
+        "peers_seen": 3,
+    }
 
 
 def _swarm() -> list[PeerLog]:
     """Two rounds. A rejects Z both rounds and wrongly rejects B in round 1; B accepts Z in round 0."""
     a = [
         _ready("A", False),
-        _verdict(0, "A", True), _verdict(0, "B", True), _verdict(0, "Z", False), _round(0, 2.0, 0.5),
-        _verdict(1, "A", True), _verdict(1, "B", False), _verdict(1, "Z", False), _round(1, 1.0, 0.7),
+        _verdict(0, "A", True),
+        _verdict(0, "B", True),
+        _verdict(0, "Z", False),
+        _round(0, 2.0, 0.5),
+        _verdict(1, "A", True),
+        _verdict(1, "B", False),
+        _verdict(1, "Z", False),
+        _round(1, 1.0, 0.7),
         {"event": "final", "rounds_completed": 2, "state_path": "a.pt"},
-    ]  # fmt: skip
+    ]
     b = [
         _ready("B", False),
-        _verdict(0, "B", False), _verdict(0, "A", True), _verdict(0, "Z", True), _round(0, 4.0, 0.3, bytes_sent=300),
-        _verdict(1, "A", True), _verdict(1, "Z", False), _round(1, 3.0, 0.9, bytes_sent=300),
-    ]  # fmt: skip
+        _verdict(0, "B", False),
+        _verdict(0, "A", True),
+        _verdict(0, "Z", True),
+        _round(0, 4.0, 0.3, bytes_sent=300),
+        _verdict(1, "A", True),
+        _verdict(1, "Z", False),
+        _round(1, 3.0, 0.9, bytes_sent=300),
+    ]
     z = [
         _ready("Z", True),
-        _verdict(0, "A", False), _verdict(0, "B", False), _round(0, 99.0, 0.0, bytes_sent=10_000),
-    ]  # fmt: skip
+        _verdict(0, "A", False),
+        _verdict(0, "B", False),
+        _round(0, 99.0, 0.0, bytes_sent=10_000),
+    ]
     return [PeerLog(0, False, a), PeerLog(1, False, b), PeerLog(2, True, z)]
 
 
@@ -138,9 +175,14 @@ def test_consensus_distance_rejects_models_of_different_shapes() -> None:
 def test_build_report_has_the_issue_keys_and_the_last_round_as_final() -> None:
     thetas = [torch.ones(4), torch.ones(4) * 1.001]
     report = build_report({"task": "digits"}, _swarm(), thetas)
-    assert {"config", "rounds", "final", "guard", "consensus_distance", "bytes_sent_per_peer_per_round"} <= set(
-        report
-    )
+    assert {
+        "config",
+        "rounds",
+        "final",
+        "guard",
+        "consensus_distance",
+        "bytes_sent_per_peer_per_round",
+    } <= set(report)
     assert report["final"] == {"accuracy": pytest.approx(0.8), "loss": pytest.approx(2.0), "perplexity": None}
     assert report["consensus_distance"] == pytest.approx(0.001, rel=1e-3)
     assert report["rounds_completed"] == {"0": 2, "1": None, "2": None}
@@ -156,9 +198,12 @@ def test_write_report_turns_non_finite_numbers_into_null(tmp_path: Path) -> None
 def test_format_table_shows_rounds_confusion_and_consensus() -> None:
     report = build_report({"task": "digits", "guard": "semantic"}, _swarm(), [torch.ones(3), torch.ones(3)])
     text = format_table(report)
-    assert "accuracy" in text and "perplexity" not in text.splitlines()[2]
-    assert "byzantine" in text and "false positive rate: 25.00%" in text
-    assert "consensus distance" in text and "final: accuracy=0.8000" in text
+    header = text.splitlines()[2]
+    assert "accuracy" in header
+    assert "perplexity" not in header  # no peer reported one: the column is dropped
+    assert "false positive rate: 25.00%" in text
+    assert "consensus distance" in text
+    assert "final: accuracy=0.8000" in text
 
 
 def test_format_table_survives_an_empty_report() -> None:
@@ -184,7 +229,9 @@ def test_event_reader_waits_for_the_end_of_a_partial_line(tmp_path: Path) -> Non
 
 def test_event_reader_skips_garbage_and_drops_a_torn_last_line(tmp_path: Path) -> None:
     path = tmp_path / "e.jsonl"
-    path.write_text('not json\n[1, 2]\n{"no_event": 1}\n{"event": "final", "rounds_completed": 1}\n{"event": "ro')
+    path.write_text(
+        'not json\n[1, 2]\n{"no_event": 1}\n{"event": "final", "rounds_completed": 1}\n{"event": "ro'
+    )
     events = read_events(path)
     assert events == [{"event": "final", "rounds_completed": 1}]
 

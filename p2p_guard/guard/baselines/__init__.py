@@ -5,11 +5,12 @@
 - ``trimmed_mean.py``: :class:`TrimmedMean` and :func:`coordinate_trimmed_mean` (Yin et al. 2018).
 - ``krum.py``: :class:`MultiKrum` and :func:`krum_scores` (Blanchard et al. 2017; El Mhamdi et al. 2018).
 - ``geometric_median.py``: :class:`GeometricMedian`, smoothed Weiszfeld (Pillutla et al. 2022).
-- ``centered_clipping.py``: :class:`CenteredClipping` around the previous aggregate (Karimireddy et al. 2021).
+- ``centered_clipping.py``: :class:`CenteredClipping` around the previous aggregate and :func:`centered_clip`
+  (Karimireddy et al. 2021).
 - ``nnm.py``: :class:`NNMTrimmedMean` and :func:`nearest_neighbour_mixing` (Allouah et al. 2023).
 """
 
-from p2p_guard.guard.baselines.centered_clipping import CenteredClipping
+from p2p_guard.guard.baselines.centered_clipping import CenteredClipping, centered_clip
 from p2p_guard.guard.baselines.geometric_median import GeometricMedian
 from p2p_guard.guard.baselines.krum import MultiKrum, krum_scores
 from p2p_guard.guard.baselines.mean import Mean
@@ -25,6 +26,7 @@ __all__ = [
     "MultiKrum",
     "NNMTrimmedMean",
     "TrimmedMean",
+    "centered_clip",
     "coordinate_median",
     "coordinate_trimmed_mean",
     "krum_scores",

@@ -9,7 +9,28 @@ import torch
 from p2p_guard.guard.base import AggregationContext, check_int, check_real, check_stack
 from p2p_guard.guard.linalg import row_norms, scalar_median
 
-__all__ = ["CenteredClipping"]
+__all__ = ["CenteredClipping", "centered_clip"]
+
+
+def centered_clip(updates: torch.Tensor, centre: torch.Tensor, tau: float | None, iters: int) -> torch.Tensor:
+    """Run ``iters`` centered-clipping steps from ``centre`` (the formula of :class:`CenteredClipping`).
+
+    Args:
+        updates: ``(n, d)`` float tensor, ``n >= 1``; not mutated.
+        centre: ``(d,)`` starting centre v⁰, dtype of ``updates``.
+        tau: clipping radius; ``None`` for the median distance of the rows to the current centre.
+        iters: number of steps L, ``>= 1``.
+
+    Returns:
+        ``(d,)`` tensor, dtype of ``updates``.
+    """
+    for _ in range(iters):
+        diffs = updates - centre
+        dists = row_norms(diffs)
+        radius = tau if tau is not None else scalar_median(dists)
+        scale = torch.where(dists > radius, radius / torch.clamp(dists, min=1e-300), 1.0)
+        centre = centre + (scale.to(updates.dtype)[:, None] * diffs).mean(dim=0)
+    return centre
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,6 +72,7 @@ class CenteredClipping:
     iters: int = 1
 
     def __post_init__(self) -> None:
+        """Check the fields (ValueError naming the field and its value)."""
         if self.tau is not None:
             check_real("tau", self.tau, minimum=0.0)
         check_int("iters", self.iters, minimum=1)
@@ -79,10 +101,4 @@ class CenteredClipping:
             )
         else:
             centre = ctx.previous_aggregate.to(dtype=updates.dtype, device=updates.device)
-        for _ in range(self.iters):
-            diffs = updates - centre
-            dists = row_norms(diffs)
-            tau = self.tau if self.tau is not None else scalar_median(dists)
-            scale = torch.where(dists > tau, tau / torch.clamp(dists, min=1e-300), 1.0)
-            centre = centre + (scale.to(updates.dtype)[:, None] * diffs).mean(dim=0)
-        return centre
+        return centered_clip(updates, centre, self.tau, self.iters)

@@ -64,6 +64,7 @@ class GeometricMedian:
     tol: float = 1e-6
 
     def __post_init__(self) -> None:
+        """Check the fields (ValueError naming the field and its value)."""
         check_real("nu", self.nu, minimum=0.0)
         check_int("max_iter", self.max_iter, minimum=1)
         check_real("tol", self.tol, minimum=0.0, inclusive=True)

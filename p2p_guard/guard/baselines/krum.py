@@ -79,12 +79,15 @@ class MultiKrum:
     m: int | None = None
 
     def __post_init__(self) -> None:
+        """Check the fields (ValueError naming the field and its value)."""
         if self.f is not None:
             check_int("f", self.f, minimum=0)
         if self.m is not None:
             check_int("m", self.m, minimum=1)
 
-    def _select(self, updates: torch.Tensor, ctx: AggregationContext) -> tuple[torch.Tensor, int, torch.Tensor]:
+    def _select(
+        self, updates: torch.Tensor, ctx: AggregationContext
+    ) -> tuple[torch.Tensor, int, torch.Tensor]:
         f = resolve_f(self.f, ctx, len(updates))
         n = check_stack(updates, f, needed_rows=2 * f + 3, needed="n > 2f + 2")
         m = n - f if self.m is None else self.m
@@ -128,6 +131,10 @@ class MultiKrum:
             if i not in kept
         }
         verdicts = make_verdicts(
-            ctx.senders, row_norms(updates), cosines_to(updates, aggregate), rejected, "selected by Multi-Krum"
+            ctx.senders,
+            row_norms(updates),
+            cosines_to(updates, aggregate),
+            rejected,
+            "selected by Multi-Krum",
         )
         return GuardResult(aggregate=aggregate, verdicts=verdicts)

@@ -75,6 +75,7 @@ class NNMTrimmedMean:
     f: int | None = None
 
     def __post_init__(self) -> None:
+        """Check the fields (ValueError naming the field and its value)."""
         if self.f is not None:
             check_int("f", self.f, minimum=0)
 

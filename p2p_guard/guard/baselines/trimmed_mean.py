@@ -57,6 +57,7 @@ class TrimmedMean:
     f: int | None = None
 
     def __post_init__(self) -> None:
+        """Check the fields (ValueError naming the field and its value)."""
         if self.f is not None:
             check_int("f", self.f, minimum=0)
 

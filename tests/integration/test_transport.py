@@ -1,0 +1,293 @@
+"""Integration: the payload/state stream handler (``swarm/transport.py``) between two real p2pd daemons.
+
+Two hivemind ``P2P`` instances on 127.0.0.1 (port 0, no NAT port mapping): one serves, the other fetches.
+Checks commit-before-reveal (``NOT_READY`` until :meth:`PayloadServer.reveal`), exact bytes after it,
+``NOT_FOUND`` / ``BAD_REQUEST``, the bounded read (never more than ``max_bytes + 1`` bytes, however much the
+server streams) and the time bound (a silent server gives status -1 within the timeout). Every daemon is shut
+down in ``finally``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import msgpack
+import pytest
+
+hivemind_p2p = pytest.importorskip("hivemind.p2p")
+P2P = hivemind_p2p.P2P
+
+from p2p_guard.swarm.transport import (  # noqa: E402 - after the importorskip
+    BAD_REQUEST,
+    CHUNK_BYTES,
+    MAX_KEPT_ROUNDS,
+    MAX_REQUEST_BYTES,
+    NOT_FOUND,
+    NOT_READY,
+    OK,
+    FetchResult,
+    PayloadServer,
+    fetch,
+    handler_name,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
+
+RUN = "transport-test"
+LOOPBACK = ["/ip4/127.0.0.1/tcp/0"]
+START_TIMEOUT_S = 30.0
+SHUTDOWN_TIMEOUT_S = 15.0
+
+
+@contextlib.asynccontextmanager
+async def p2p_pair() -> AsyncIterator[tuple[Any, Any]]:
+    """Yield ``(server, client)``: two daemons on loopback, the client bootstrapped from the server."""
+    started: list[Any] = []
+    try:
+        server = await asyncio.wait_for(P2P.create(host_maddrs=LOOPBACK, nat_port_map=False), START_TIMEOUT_S)
+        started.append(server)
+        maddrs = [str(m) for m in await server.get_visible_maddrs()]
+        client = await asyncio.wait_for(
+            P2P.create(initial_peers=maddrs, host_maddrs=LOOPBACK, nat_port_map=False), START_TIMEOUT_S)
+        started.append(client)
+        yield server, client
+    finally:
+        for p2p in reversed(started):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(p2p.shutdown(), SHUTDOWN_TIMEOUT_S)
+
+
+def run_with_pair(scenario: Callable[[Any, Any], Awaitable[None]]) -> None:
+    async def main() -> None:
+        async with p2p_pair() as (server, client):
+            await scenario(server, client)
+
+    asyncio.run(main())
+
+
+async def raw_exchange(client: Any, server: Any, request_bytes: bytes, timeout_s: float = 10.0) -> bytes:
+    """Send raw bytes to the server's handler and return everything it answers until it closes."""
+    async def exchange() -> bytes:
+        _, reader, writer = await client.call_binary_stream_handler(server.peer_id, handler_name(RUN))
+        try:
+            writer.write(request_bytes)
+            await writer.drain()
+            return await reader.read(64)
+        finally:
+            writer.close()
+
+    return await asyncio.wait_for(exchange(), timeout_s)
+
+
+def test_commit_before_reveal_then_exact_bytes() -> None:
+    payload = os.urandom(3 * CHUNK_BYTES + 12345)  # several chunks, not a multiple of the chunk size
+
+    async def scenario(server: Any, client: Any) -> None:
+        served = PayloadServer(RUN)
+        await served.attach(server)
+
+        before = await fetch(client, server.peer_id, RUN, ["payload", 4], max_bytes=len(payload),
+                             timeout_s=10)
+        assert before == FetchResult(NOT_READY)
+
+        served.reveal(4, payload)
+        after = await fetch(client, server.peer_id, RUN, ["payload", 4], max_bytes=len(payload), timeout_s=20)
+        assert after.status == OK, after.detail
+        assert after.data == payload
+        assert served.bytes_sent == len(payload)
+
+        other_round = await fetch(client, server.peer_id, RUN, ["payload", 5], max_bytes=10, timeout_s=10)
+        assert other_round.status == NOT_READY
+
+    run_with_pair(scenario)
+
+
+def test_states_and_unknown_hash() -> None:
+    state = os.urandom(4096)
+    known, unknown = b"\x11" * 32, b"\x22" * 32
+
+    async def scenario(server: Any, client: Any) -> None:
+        served = PayloadServer(RUN)
+        await served.attach(server)
+        missing = await fetch(client, server.peer_id, RUN, ["state", unknown], max_bytes=len(state),
+                              timeout_s=10)
+        assert missing == FetchResult(NOT_FOUND)
+
+        served.publish_state(known, state)
+        found = await fetch(client, server.peer_id, RUN, ["state", known], max_bytes=len(state), timeout_s=10)
+        assert found == FetchResult(OK, state)
+        still_missing = await fetch(client, server.peer_id, RUN, ["state", unknown], max_bytes=len(state),
+                                    timeout_s=10)
+        assert still_missing.status == NOT_FOUND
+
+    run_with_pair(scenario)
+
+
+def test_only_recent_rounds_are_kept() -> None:
+    async def scenario(server: Any, client: Any) -> None:
+        served = PayloadServer(RUN)
+        await served.attach(server)
+        rounds = list(range(MAX_KEPT_ROUNDS + 2))
+        for round_ in rounds:
+            served.reveal(round_, bytes([round_]) * 8)
+        for round_ in rounds:
+            result = await fetch(client, server.peer_id, RUN, ["payload", round_], max_bytes=8, timeout_s=10)
+            if round_ < len(rounds) - MAX_KEPT_ROUNDS:
+                assert result.status == NOT_READY, round_
+            else:
+                assert result == FetchResult(OK, bytes([round_]) * 8), round_
+
+    run_with_pair(scenario)
+
+
+@pytest.mark.parametrize("request_", [
+    ["payload", "4"], ["payload", True], ["payload", 1.5], ["payload", None],
+    ["state", 7], ["state", "hash"], ["bogus", 1], ["payload"], [], "payload",
+    ["payload", 1, 2],  # three items: over the request parser's array limit
+])
+def test_bad_request_through_fetch(request_: Any) -> None:
+    async def scenario(server: Any, client: Any) -> None:
+        served = PayloadServer(RUN)
+        await served.attach(server)
+        served.reveal(1, b"x" * 8)
+        result = await fetch(client, server.peer_id, RUN, request_, max_bytes=8, timeout_s=10)
+        assert result == FetchResult(BAD_REQUEST)
+
+    run_with_pair(scenario)
+
+
+def test_bad_request_raw_bytes() -> None:
+    garbage = b"\xc1\xc1\xc1"  # 0xc1 is never used in msgpack
+    long_body = msgpack.packb(["state", b"\x00" * 65], use_bin_type=True)  # bin over the 64-byte limit
+
+    async def scenario(server: Any, client: Any) -> None:
+        served = PayloadServer(RUN)
+        await served.attach(server)
+        cases = {
+            "garbage body": len(garbage).to_bytes(4, "big") + garbage,
+            "declared length over the limit": (MAX_REQUEST_BYTES + 1).to_bytes(4, "big"),
+            "huge declared length": (2**32 - 1).to_bytes(4, "big"),
+            "bin over the limit": len(long_body).to_bytes(4, "big") + long_body,
+            "map instead of array": (lambda b: len(b).to_bytes(4, "big") + b)(msgpack.packb({"a": 1})),
+        }
+        for name, request_bytes in cases.items():
+            answer = await raw_exchange(client, server, request_bytes)
+            assert answer == bytes([BAD_REQUEST]), name
+
+    run_with_pair(scenario)
+
+
+def test_bounded_read_of_a_large_payload() -> None:
+    """The server streams all 5 MiB; the reader keeps max_bytes + 1 and stops."""
+    payload = os.urandom(5 * CHUNK_BYTES)
+
+    async def scenario(server: Any, client: Any) -> None:
+        served = PayloadServer(RUN)
+        await served.attach(server)
+        served.reveal(0, payload)
+        for max_bytes in (0, 1000, CHUNK_BYTES - 1, CHUNK_BYTES, 2 * CHUNK_BYTES + 3):
+            result = await fetch(client, server.peer_id, RUN, ["payload", 0], max_bytes=max_bytes,
+                                 timeout_s=20)
+            assert result.status == OK, result.detail
+            assert result.data == payload[:max_bytes + 1], max_bytes
+
+    run_with_pair(scenario)
+
+
+def test_bounded_read_of_an_endless_stream() -> None:
+    """A hostile server that never stops writing: fetch returns exactly max_bytes + 1 bytes, in time."""
+    max_bytes = 3 * CHUNK_BYTES + 7
+    chunk = b"\xab" * (64 * 1024)
+
+    async def endless(info: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        deadline = time.monotonic() + 30.0
+        try:
+            await reader.readexactly(4)
+            writer.write(bytes([OK]))
+            while time.monotonic() < deadline:  # bounded so that a test failure never leaves it spinning
+                writer.write(chunk)
+                await writer.drain()
+        except Exception:  # noqa: BLE001, S110 - the reader hung up: that is the point
+            pass
+        finally:
+            writer.close()
+
+    async def scenario(server: Any, client: Any) -> None:
+        await server.add_binary_stream_handler(handler_name(RUN), endless)
+        started = time.monotonic()
+        result = await fetch(client, server.peer_id, RUN, ["payload", 0], max_bytes=max_bytes, timeout_s=20)
+        assert result.status == OK, result.detail
+        assert result.data is not None
+        assert len(result.data) == max_bytes + 1
+        assert set(result.data) == {0xAB}
+        assert time.monotonic() - started < 20
+
+    run_with_pair(scenario)
+
+
+def test_silent_server_times_out() -> None:
+    """A server that accepts the stream and never answers: status -1 within the timeout, not a hang."""
+    timeout_s = 1.5
+    release = asyncio.Event()
+
+    async def silent(info: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await asyncio.wait_for(release.wait(), 30.0)
+        except Exception:  # noqa: BLE001, S110 - cancelled or timed out: just close
+            pass
+        finally:
+            writer.close()
+
+    async def scenario(server: Any, client: Any) -> None:
+        await server.add_binary_stream_handler(handler_name(RUN), silent)
+        try:
+            started = time.monotonic()
+            result = await fetch(client, server.peer_id, RUN, ["payload", 0], max_bytes=100,
+                                 timeout_s=timeout_s)
+            elapsed = time.monotonic() - started
+            assert result.status == -1
+            assert result.data is None
+            assert "within" in result.detail
+            assert timeout_s - 0.1 <= elapsed < timeout_s + 2.0
+        finally:
+            release.set()
+
+    run_with_pair(scenario)
+
+
+def test_server_that_closes_after_ok_gives_what_it_sent() -> None:
+    """A short answer is not an error for ``fetch``: it returns the bytes; the digest check rejects them."""
+    async def short(info: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readexactly(4)
+            writer.write(bytes([OK]) + b"abc")
+            await writer.drain()
+        finally:
+            writer.close()
+
+    async def scenario(server: Any, client: Any) -> None:
+        await server.add_binary_stream_handler(handler_name(RUN), short)
+        result = await fetch(client, server.peer_id, RUN, ["payload", 0], max_bytes=100, timeout_s=10)
+        assert result == FetchResult(OK, b"abc")
+
+    run_with_pair(scenario)
+
+
+def test_no_handler_for_this_run() -> None:
+    """Asking for another run's handler fails fast with status -1 (the daemon refuses the protocol)."""
+    async def scenario(server: Any, client: Any) -> None:
+        served = PayloadServer(RUN)
+        await served.attach(server)
+        served.reveal(0, b"x")
+        started = time.monotonic()
+        result = await fetch(client, server.peer_id, "another-run", ["payload", 0], max_bytes=1, timeout_s=10)
+        assert result.status == -1
+        assert result.detail
+        assert time.monotonic() - started < 10
+
+    run_with_pair(scenario)

@@ -1,0 +1,226 @@
+"""Training: flat parameter vectors, the inner AdamW phase and the outer Nesterov step."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from torch import Tensor
+
+from p2p_guard.tasks import Task, load_task
+from p2p_guard.training import (
+    OuterNesterov,
+    flatten,
+    load_flat,
+    make_inner_optimizer,
+    num_params,
+    param_shapes,
+    run_inner_steps,
+)
+
+
+@pytest.fixture(scope="module")
+def digits() -> Task:
+    return load_task("digits")
+
+
+# ------------------------------------------------------------------ params
+
+
+def test_flatten_load_round_trip(digits: Task) -> None:
+    model = digits.build_model(0)
+    vec = flatten(model)
+    assert vec.shape == (num_params(model),) == (4810,)
+    assert vec.dtype == torch.float32 and vec.device.type == "cpu" and not vec.requires_grad
+    assert sum(torch.Size(s).numel() for s in param_shapes(model)) == vec.numel()
+    assert param_shapes(model) == ((64, 64), (64,), (10, 64), (10,))
+
+    original = vec.clone()
+    vec.add_(1.0)  # a copy: the model does not change
+    assert torch.equal(flatten(model), original)
+
+    other = digits.build_model(1)
+    load_flat(other, vec)
+    assert torch.equal(flatten(other), vec)
+    assert all(p.requires_grad and p.grad_fn is None for p in other.parameters())
+    loaded = vec.clone()
+    vec.zero_()  # loaded by copy, too
+    assert torch.equal(flatten(other), loaded)
+
+
+@pytest.mark.parametrize("bad", [torch.zeros(4809), torch.zeros(4810, dtype=torch.int64), torch.zeros(2, 2405)])
+def test_load_flat_rejects(digits: Task, bad: Tensor) -> None:
+    with pytest.raises(ValueError, match="4810"):
+        load_flat(digits.build_model(0), bad)
+
+
+# ------------------------------------------------------------------- outer
+
+
+@pytest.mark.parametrize(("lr", "momentum"), [(0.7, 0.9), (0.3, 0.0), (1.0, 0.5)])
+def test_outer_nesterov_matches_torch_sgd(lr: float, momentum: float) -> None:
+    gen = torch.Generator().manual_seed(0)
+    d = 1003
+    theta = torch.randn(d, generator=gen)
+    param = torch.nn.Parameter(theta.clone())
+    sgd = torch.optim.SGD([param], lr=lr, momentum=momentum, nesterov=momentum > 0)
+    outer = OuterNesterov(lr=lr, momentum=momentum)
+    for _ in range(6):
+        aggregate = torch.randn(d, generator=gen)
+        before = (theta.clone(), aggregate.clone())
+        new = outer.step(theta, aggregate)
+        assert torch.equal(theta, before[0]) and torch.equal(aggregate, before[1])  # inputs untouched
+        param.grad = aggregate.clone()
+        sgd.step()
+        assert torch.equal(new, param.detach())
+        if momentum:
+            assert outer.momentum_buffer is not None
+            assert torch.equal(outer.momentum_buffer, sgd.state[param]["momentum_buffer"])
+        theta = new
+
+
+def test_outer_nesterov_state_round_trip_and_determinism() -> None:
+    gen = torch.Generator().manual_seed(1)
+    theta = torch.randn(50, generator=gen)
+    aggregates = [torch.randn(50, generator=gen) for _ in range(4)]
+    a, b = OuterNesterov(), OuterNesterov()
+    assert a.momentum_buffer is None
+    ta = tb = theta
+    for g in aggregates[:2]:
+        ta, tb = a.step(ta, g), b.step(tb, g)
+    assert torch.equal(ta, tb)
+    c = OuterNesterov(lr=0.1, momentum=0.1)
+    c.load_state_dict(a.state_dict())
+    assert (c.lr, c.momentum) == (0.7, 0.9)
+    state = a.state_dict()
+    state["momentum_buffer"].add_(1.0)  # state_dict hands out a copy
+    tc = ta
+    for g in aggregates[2:]:
+        ta, tc = a.step(ta, g), c.step(tc, g)
+    assert torch.equal(ta, tc)
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        {"lr": 0.7, "momentum": 0.9},
+        {"lr": -1.0, "momentum": 0.9, "momentum_buffer": None},
+        {"lr": 0.7, "momentum": 0.9, "momentum_buffer": torch.zeros(3, dtype=torch.float64)},
+        {"lr": 0.7, "momentum": 0.9, "momentum_buffer": torch.tensor([float("nan")])},
+        {"lr": 0.7, "momentum": 0.9, "momentum_buffer": [0.0]},
+    ],
+)
+def test_outer_load_state_rejects(state: dict[str, object]) -> None:
+    outer = OuterNesterov()
+    with pytest.raises(ValueError):  # noqa: PT011 - each case has its own message
+        outer.load_state_dict(state)
+    assert outer.momentum_buffer is None
+
+
+@pytest.mark.parametrize(("lr", "momentum"), [(0.0, 0.9), (float("inf"), 0.9), (0.7, 1.0), (0.7, -0.1), (True, 0.9)])
+def test_outer_constructor_rejects(lr: float, momentum: float) -> None:
+    with pytest.raises(ValueError, match="lr|momentum"):
+        OuterNesterov(lr=lr, momentum=momentum)
+
+
+def test_outer_step_rejects_bad_vectors() -> None:
+    outer = OuterNesterov()
+    theta = torch.zeros(5)
+    for bad in (torch.zeros(4), torch.zeros(5, dtype=torch.float64), torch.zeros(1, 5), torch.full((5,), float("nan"))):
+        with pytest.raises(ValueError):  # noqa: PT011
+            outer.step(theta, bad)
+    outer.step(theta, torch.ones(5))
+    with pytest.raises(ValueError, match="buffer"):
+        outer.step(torch.zeros(6), torch.ones(6))
+
+
+# ------------------------------------------------------------------- inner
+
+
+def test_make_inner_optimizer_uses_task_defaults(digits: Task) -> None:
+    model = digits.build_model(0)
+    opt = make_inner_optimizer(model, digits)
+    group = opt.param_groups[0]
+    hp = digits.default_hparams
+    assert isinstance(opt, torch.optim.AdamW)
+    assert (group["lr"], group["betas"], group["weight_decay"]) == (hp.inner_lr, hp.betas, hp.weight_decay)
+    assert make_inner_optimizer(model, digits, lr=1e-4).param_groups[0]["lr"] == 1e-4
+    with pytest.raises(ValueError, match="lr"):
+        make_inner_optimizer(model, digits, lr=0.0)
+
+
+def test_run_inner_steps_learns_and_is_deterministic(digits: Task) -> None:
+    shard = digits.shard(2, 0, "iid", seed=0)
+
+    def train() -> tuple[list[float], Tensor]:
+        model = digits.build_model(0)
+        opt = make_inner_optimizer(model, digits)
+        gen = torch.Generator().manual_seed(3)
+        losses = [run_inner_steps(model, digits, shard, 20, opt, gen) for _ in range(3)]
+        return losses, flatten(model)
+
+    losses, theta = train()
+    again, theta_again = train()
+    assert losses == again
+    assert torch.equal(theta, theta_again)
+    assert losses[2] < losses[0] < 2.5
+
+
+def test_run_inner_steps_rejects(digits: Task) -> None:
+    model = digits.build_model(0)
+    opt = make_inner_optimizer(model, digits)
+    shard = digits.shard(2, 0, "iid", seed=0)
+    with pytest.raises(ValueError, match="steps"):
+        run_inner_steps(model, digits, shard, 0, opt, torch.Generator())
+    with pytest.raises(ValueError, match="batch_size"):
+        run_inner_steps(model, digits, shard, 1, opt, torch.Generator(), batch_size=0)
+
+
+class _RecordingFlip:
+    """Label flip y → C − 1 − y that records its calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int]] = []
+
+    def transform(self, x: Tensor, y: Tensor, num_classes: int) -> tuple[Tensor, Tensor]:
+        self.calls.append((int(y.shape[0]), num_classes))
+        return x, num_classes - 1 - y
+
+
+def test_data_attack_applies_to_every_batch(digits: Task) -> None:
+    shard = digits.shard(1, 0, "iid", seed=0)
+    model = digits.build_model(0)
+    opt = make_inner_optimizer(model, digits)
+    attack = _RecordingFlip()
+    for _ in range(4):
+        run_inner_steps(model, digits, shard, 25, opt, torch.Generator().manual_seed(0), "cpu", attack)
+    assert attack.calls == [(32, 10)] * 100
+    data = digits._data  # type: ignore[attr-defined]
+    with torch.no_grad():
+        predicted = model(data.x_test).argmax(dim=1)
+    flipped = float((predicted == 9 - data.y_test).float().mean())
+    assert flipped > 0.6
+    assert digits.evaluate(model).accuracy < 0.2
+
+
+def test_warmup_is_linear_and_spans_rounds(digits: Task) -> None:
+    task = dataclasses.replace(digits.default_hparams, warmup_steps=10)
+
+    class Warm:
+        name, kind, num_classes, default_hparams = digits.name, digits.kind, digits.num_classes, task
+        sample_batch = digits.sample_batch
+        loss = digits.loss
+
+    model = digits.build_model(0)
+    opt = make_inner_optimizer(model, digits)
+    shard = digits.shard(1, 0, "iid", seed=0)
+    gen = torch.Generator().manual_seed(0)
+    lr = digits.default_hparams.inner_lr
+    run_inner_steps(model, Warm(), shard, 4, opt, gen)  # type: ignore[arg-type]
+    assert opt.param_groups[0]["lr"] == pytest.approx(lr * 4 / 10)
+    run_inner_steps(model, Warm(), shard, 4, opt, gen)  # type: ignore[arg-type]
+    assert opt.param_groups[0]["lr"] == pytest.approx(lr * 8 / 10)
+    run_inner_steps(model, Warm(), shard, 4, opt, gen)  # type: ignore[arg-type]
+    assert opt.param_groups[0]["lr"] == pytest.approx(lr)
+    assert opt.param_groups[0]["inner_step"] == 12
