@@ -1,0 +1,193 @@
+"""Live swarms on 127.0.0.1 started exactly as the README says: rounds, consensus, a dead bootstrap node,
+and every integrity rejection reason sent by a real adversarial peer process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+import torch
+
+from p2p_guard.simulation.processes import ManagedProcess, find_marked_processes, launch, stop_processes
+from p2p_guard.simulation.orchestrator import run_env
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+READY_TIMEOUT_S = 120.0
+
+
+def _entry() -> list[str]:
+    script = Path(sys.executable).parent / "p2p-guard"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "p2p_guard.cli.main"]
+
+
+class Swarm:
+    """A bootstrap node and peers launched with the README's commands, each in its own session."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.env = run_env(workdir)
+        self.procs: dict[str, ManagedProcess] = {}
+
+    def start_bootstrap(self) -> str:
+        addr = self.workdir / "bootstrap.addr"
+        command = [*_entry(), "bootstrap", "--config", str(REPO / "bootstrap/bootstrap.toml"),
+                   "--identity", str(self.workdir / "bootstrap.key"), "--host", "127.0.0.1", "--port", "0",
+                   "--address-file", str(addr)]
+        self.procs["bootstrap"] = launch("bootstrap", command, log_path=self.workdir / "bootstrap.log",
+                                         env=self.env, cwd=REPO)
+        _wait(lambda: addr.exists(), READY_TIMEOUT_S, "bootstrap address file")
+        return addr.read_text().split()[0]
+
+    def start_peer(self, index: int, maddr: str, extra: Sequence[str] = ()) -> None:
+        name = f"peer{index}"
+        command = [*_entry(), "peer", "--config", str(REPO / "peers/volunteer.toml"), "--initial-peers", maddr,
+                   "--peer-index", str(index), "--identity", str(self.workdir / f"{name}.key"),
+                   "--host", "127.0.0.1", "--no-progress", "--events", str(self.events_path(index)),
+                   "--state-out", str(self.workdir / f"{name}.pt"), *extra]
+        self.procs[name] = launch(name, command, log_path=self.workdir / f"{name}.log", env=self.env, cwd=REPO)
+
+    def events_path(self, index: int) -> Path:
+        return self.workdir / f"peer{index}.jsonl"
+
+    def events(self, index: int, kind: str) -> list[dict]:
+        path = self.events_path(index)
+        if not path.exists():
+            return []
+        out = []
+        for line in path.read_text().splitlines():
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line still being written
+            if event.get("event") == kind:
+                out.append(event)
+        return out
+
+    def log(self, index: int) -> str:
+        return (self.workdir / f"peer{index}.log").read_text(errors="replace")
+
+    def wait_exit(self, names: Sequence[str], timeout_s: float) -> dict[str, int]:
+        _wait(lambda: all(self.procs[n].returncode() is not None for n in names), timeout_s,
+              f"{names} to exit", self)
+        return {n: self.procs[n].returncode() for n in names}
+
+    def stop(self) -> None:
+        stop_processes(list(self.procs.values()))
+        leftovers = find_marked_processes(str(self.workdir))
+        for proc in leftovers:
+            proc.kill()
+        assert not leftovers, f"processes left behind: {leftovers}"
+
+
+def _wait(predicate, timeout_s: float, what: str, swarm: Swarm | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.25)
+    tails = ""
+    if swarm is not None:
+        tails = "\n".join(f"--- {p.log_path.name}\n" + p.log_path.read_text(errors="replace")[-1500:]
+                          for p in swarm.procs.values())
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}\n{tails}")
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Iterator[Swarm]:
+    swarm = Swarm(tmp_path)
+    try:
+        yield swarm
+    finally:
+        swarm.stop()
+
+
+def _consensus_distance(paths: Sequence[Path]) -> float:
+    thetas = [torch.load(p, weights_only=True)["theta"] for p in paths]
+    return max(float((a - b).norm() / a.norm()) for a in thetas for b in thetas)
+
+
+@pytest.mark.timeout(300)
+def test_readme_swarm_completes_rounds_in_consensus(live: Swarm) -> None:
+    maddr = live.start_bootstrap()
+    for i in range(3):
+        live.start_peer(i, maddr, ["--rounds", "3"])
+    codes = live.wait_exit(["peer0", "peer1", "peer2"], 240)
+    assert codes == {"peer0": 0, "peer1": 0, "peer2": 0}
+    for i in range(3):
+        assert [e["round"] for e in live.events(i, "round")] == [0, 1, 2]
+        assert all(e["accepted"] == 2 and e["rejected"] == 0 for e in live.events(i, "round"))
+    assert _consensus_distance([live.workdir / f"peer{i}.pt" for i in range(3)]) <= 1e-3
+    hashes = {live.events(i, "final")[0]["state_hash"] for i in range(3)}
+    assert len(hashes) == 1, "honest peers must hold bit-identical models"
+    accuracy = live.events(0, "round")[-1]["accuracy"]
+    assert accuracy > live.events(0, "round")[0]["accuracy"]
+
+
+@pytest.mark.timeout(300)
+def test_rounds_go_on_after_the_bootstrap_node_is_killed(live: Swarm) -> None:
+    maddr = live.start_bootstrap()
+    for i in range(3):
+        live.start_peer(i, maddr, ["--rounds", "5"])
+    _wait(lambda: all(live.events(i, "round") for i in range(3)), 180, "round 0 on every peer", live)
+    bootstrap = live.procs["bootstrap"]
+    os.killpg(bootstrap.pid, signal.SIGKILL)
+    bootstrap.popen.wait(10)
+    killed_at = time.time()
+    codes = live.wait_exit(["peer0", "peer1", "peer2"], 200)
+    assert codes == {"peer0": 0, "peer1": 0, "peer2": 0}
+    for i in range(3):
+        after = [e for e in live.events(i, "round") if e["time"] > killed_at]
+        assert len(after) >= 3, f"peer{i} completed only {len(after)} rounds after the bootstrap node died"
+        assert all(e["accepted"] == 2 for e in after)
+    assert len({live.events(i, "final")[0]["state_hash"] for i in range(3)}) == 1
+
+
+WIRE_CASES = {
+    "unsigned": "unsigned",
+    "bad_signature": "bad_signature",
+    "wrong_run": "wrong_run",
+    "wrong_round": "wrong_round",
+    "stale_base": "stale_base",
+    "digest_mismatch": "digest_mismatch",
+    "wrong_shape": "shape_mismatch",
+    "nan": "non_finite",
+    "oversized": "oversize",
+}
+
+
+@pytest.mark.timeout(420)
+def test_every_integrity_rejection_reason_from_live_attackers(live: Swarm) -> None:
+    n_honest = 2
+    attacks = list(WIRE_CASES)
+    n = n_honest + len(attacks)
+    maddr = live.start_bootstrap()
+    common = ["--num-peers", str(n), "--min-peers", str(n), "--rounds", "2", "--run-id", "wire-test"]
+    for i in range(n):
+        extra = list(common)
+        if i >= n_honest:
+            extra += ["--attack", attacks[i - n_honest], "--byzantine-count", str(len(attacks))]
+        live.start_peer(i, maddr, extra)
+    codes = live.wait_exit([f"peer{i}" for i in range(n_honest)], 360)
+    assert codes == {"peer0": 0, "peer1": 0}, "honest peers must keep running and finish"
+    attacker_ids = {live.events(i, "ready")[0]["peer_id"]: attacks[i - n_honest] for i in range(n_honest, n)}
+    for i in range(n_honest):
+        verdicts = live.events(i, "verdict")
+        log = live.log(i)
+        for sender, attack in attacker_ids.items():
+            mine = [v for v in verdicts if v["sender"] == sender and v["round"] == 0]
+            assert mine, f"peer{i} gave no verdict on the {attack} attacker"
+            assert all(not v["accepted"] for v in mine), f"peer{i} accepted the {attack} attacker"
+            assert mine[0]["reason"] == WIRE_CASES[attack], (attack, mine[0])
+            assert f"rejected {sender[-8:]}: {WIRE_CASES[attack]}" in log, f"{attack} not logged by peer{i}"
+        for event in live.events(i, "round"):
+            assert event["accepted"] == n_honest - 1, "only the other honest peer's update may be applied"
+            assert event["loss"] == event["loss"], "model must stay finite"
+    assert live.events(0, "final")[0]["state_hash"] == live.events(1, "final")[0]["state_hash"]
