@@ -25,9 +25,11 @@ from hivemind.p2p import P2P
 from tqdm import tqdm
 
 from p2p_guard.attacks import load_attack
+from p2p_guard.attacks.apply import attacked_update
 from p2p_guard.attacks.base import AttackContext
 from p2p_guard.attacks.wire import CommitDraft, seal
-from p2p_guard.guard import AggregationContext, build_guard
+from p2p_guard.guard import build_guard
+from p2p_guard.guard.apply import judge_rows
 from p2p_guard.guard.integrity import RoundExpectation
 from p2p_guard.identity import Identity, peer_id_to_b58
 from p2p_guard.protocol import CODECS, PROTOCOL_VERSION, Envelope, encode_update, payload_digest, state_hash
@@ -35,13 +37,13 @@ from p2p_guard.protocol.records import sign_record
 from p2p_guard.swarm.config import PeerConfig
 from p2p_guard.swarm.dht import SwarmDHT, start_dht
 from p2p_guard.swarm.events import EventLog
-from p2p_guard.swarm.local import LocalModel, pick_device
 from p2p_guard.swarm.reaper import start_reaper, stop_reaper
 from p2p_guard.swarm.records import COMMIT_TTL_S, PRESENCE_TTL_S, commit_key, presence_key, read_presence
 from p2p_guard.swarm.rounds import IntegrityVerdict, await_commits, check_rows, fetch_state, majority_base, \
     open_commits
 from p2p_guard.swarm.transport import PayloadServer
 from p2p_guard.tasks import load_task
+from p2p_guard.training.local import LocalModel, pick_device, round_generator
 
 __all__ = ["Peer", "run_peer"]
 
@@ -94,8 +96,7 @@ class Peer:
         return getattr(self.attack, "kind", None) if self.attack is not None else None
 
     def _generator(self, round_: int, salt: int) -> torch.Generator:
-        seed = hash((self.config.seed, self.config.peer_index, round_, salt)) & 0x7FFF_FFFF_FFFF_FFFF
-        return torch.Generator().manual_seed(seed)
+        return round_generator(self.config.run_id, self.config.seed, self.config.peer_index, round_, salt)
 
     async def announce(self, stop: asyncio.Event) -> None:
         """Refresh this peer's signed presence record every few seconds until ``stop``."""
@@ -180,12 +181,11 @@ class Peer:
         return {"sealed": sealed, "serve": draft.serve_payload}
 
     def _attacked(self, delta: torch.Tensor, round_: int) -> torch.Tensor:
-        if self.attack_kind != "update":
+        if self.attack is None:
             return delta
-        known = torch.stack([delta, *self.known_previous])
         ctx = AttackContext(round=round_, n=self.config.num_peers, f=max(1, self.config.byzantine_count),
                             generator=self._generator(round_, 3), guard_name=self.config.guard)
-        return self.attack(known, ctx).to(torch.float32)  # type: ignore[misc]
+        return attacked_update(self.attack, delta, self.known_previous, ctx)
 
     async def _agree_on_base(self, envelopes: dict[str, Envelope], round_: int, base: bytes) -> bytes:
         majority = majority_base(envelopes, self.config.run_id, round_)
@@ -213,12 +213,9 @@ class Peer:
         if not rows:
             self.log.warning("no update passed integrity; the model is unchanged this round")
             return
-        senders = tuple(sorted(rows))
-        ctx = AggregationContext(senders=senders, round=outcome.round, generator=self._generator(outcome.round, 4),
-                                 own_index=senders.index(self.me) if self.me in rows else None,
-                                 previous_aggregate=self.local.previous_aggregate,
-                                 f=self.config.assumed_byzantine)
-        result = self.guard(torch.stack([rows[s] for s in senders]), ctx)
+        result = judge_rows(self.guard, rows, me=self.me, round_=outcome.round,
+                            previous_aggregate=self.local.previous_aggregate, f=self.config.assumed_byzantine,
+                            generator=self._generator(outcome.round, 4))
         for verdict in result.verdicts:
             outcome.verdicts.append({"sender": verdict.sender, "accepted": verdict.accepted,
                                      "reason": verdict.reason, "detail": verdict.detail,
@@ -227,7 +224,7 @@ class Peer:
             if not verdict.accepted and verdict.sender != self.me:
                 self.log.warning("rejected %s: %s (%s)", verdict.sender[-8:], verdict.reason, verdict.detail)
         self.local.apply(result.aggregate)
-        self.known_previous = [rows[s] for s in senders if s != self.me]
+        self.known_previous = [rows[s] for s in sorted(rows) if s != self.me]
 
 
 def _log_task_failure(task: asyncio.Task[None]) -> None:
@@ -259,7 +256,9 @@ async def _linger(peer: Peer, last_round: int, stop: asyncio.Event) -> None:
 async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
     identity = Identity.load_or_create(config.identity)
     task = load_task(config.task)
-    local = LocalModel(config, task, pick_device(config.device))
+    local = LocalModel(task, seed=config.seed, num_shards=config.num_peers, shard_index=config.peer_index,
+                       partition=config.partition, outer_lr=config.outer_lr, outer_momentum=config.outer_momentum,
+                       device=pick_device(config.device))
     events = EventLog(config.events)
     dht_node = await asyncio.to_thread(start_dht, identity_path=str(config.identity),
                                        initial_peers=config.initial_peers, host=config.host, port=config.port,

@@ -7,18 +7,27 @@ their SHA-256 (``protocol.state_hash``) is the *base hash* every envelope of rou
 
 from __future__ import annotations
 
+import hashlib
 import logging
 
 import torch
 
 from p2p_guard.protocol import state_hash
-from p2p_guard.swarm.config import PeerConfig
 from p2p_guard.tasks import Task
-from p2p_guard.training import OuterNesterov, flatten, load_flat, make_inner_optimizer, param_shapes, run_inner_steps
+from p2p_guard.training.inner import make_inner_optimizer, run_inner_steps
+from p2p_guard.training.outer import OuterNesterov
+from p2p_guard.training.params import flatten, load_flat, param_shapes
 
-__all__ = ["LocalModel", "pick_device"]
+__all__ = ["LocalModel", "pick_device", "round_generator"]
+
 
 logger = logging.getLogger(__name__)
+
+
+def round_generator(run_id: str, seed: int, peer_index: int, round_: int, salt: int) -> torch.Generator:
+    """A CPU generator seeded from (run, seed, peer, round, purpose): the only randomness a round uses."""
+    digest = hashlib.sha256(f"{run_id}|{seed}|{peer_index}|{round_}|{salt}".encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF)
 
 
 def pick_device(requested: str) -> torch.device:
@@ -41,14 +50,24 @@ class LocalModel:
         Douillard et al., "DiLoCo: Distributed Low-Communication Training of Language Models", arXiv:2311.08105.
     """
 
-    def __init__(self, config: PeerConfig, task: Task, device: torch.device) -> None:
-        """Build θ_0 from the run seed (identical on every peer) and this peer's shard."""
+    def __init__(self, task: Task, *, seed: int, num_shards: int, shard_index: int, partition: str,
+                 outer_lr: float = 0.7, outer_momentum: float = 0.9, device: torch.device | None = None) -> None:
+        """Build θ_0 from the run seed (identical on every peer) and this peer's shard.
+
+        Args:
+            task: the task (model, data, evaluation).
+            seed: run seed; θ_0 and the partition are derived from it.
+            num_shards: number of data shards (swarm size); shard_index: ours, in ``[0, num_shards)``.
+            partition: ``iid`` or ``dirichlet:ALPHA``.
+            outer_lr: outer Nesterov learning rate (DiLoCo: 0.7); outer_momentum: its momentum (0.9).
+            device: where the inner steps run (None: CPU). Outer state stays on the CPU.
+        """
         self.task = task
-        self.device = device
-        self.model = task.build_model(config.seed).to(device)
-        self.shard = task.shard(config.num_peers, config.peer_index, config.partition, config.seed)
+        self.device = device if device is not None else torch.device("cpu")
+        self.model = task.build_model(seed).to(self.device)
+        self.shard = task.shard(num_shards, shard_index, partition, seed)
         self.inner_optimizer = make_inner_optimizer(self.model, task)
-        self.outer = OuterNesterov(lr=config.outer_lr, momentum=config.outer_momentum)
+        self.outer = OuterNesterov(lr=outer_lr, momentum=outer_momentum)
         self.theta = flatten(self.model)
         self.momentum = torch.zeros_like(self.theta)
         self.previous_aggregate = torch.zeros_like(self.theta)

@@ -1,0 +1,32 @@
+"""Applying an update attack the same way everywhere (networked peer and in-process benchmark)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from p2p_guard.attacks.base import AttackContext
+
+__all__ = ["attacked_update"]
+
+
+def attacked_update(attack: object, honest_delta: torch.Tensor, known_previous: Sequence[torch.Tensor],
+                    ctx: AttackContext) -> torch.Tensor:
+    """Return what an adversarial peer sends instead of its honest pseudo-gradient.
+
+    Args:
+        attack: an object from ``load_attack``; only ``kind == "update"`` attacks change the vector here
+            (data attacks act during the inner steps, wire attacks on the envelope).
+        honest_delta: ``(d,)`` float32, the Δ the peer computed honestly this round.
+        known_previous: ``(d,)`` rows the peer received in the previous round (commit-before-reveal lets it
+            see no more of the current round).
+        ctx: round, swarm size n, colluding f, generator, guard name.
+
+    Returns:
+        ``(d,)`` float32 update to commit.
+    """
+    if getattr(attack, "kind", None) != "update":
+        return honest_delta
+    known = torch.stack([honest_delta, *known_previous])
+    return attack(known, ctx).to(torch.float32)  # type: ignore[operator]
