@@ -8,12 +8,19 @@ the signed envelope or the payload bytes (``attacks/wire.py``). Every attack cla
 Knowledge: with commit-before-reveal, an attacker that must commit its update for round r has seen only its
 own honest Δ of round r and the updates revealed in round r − 1. Update attacks therefore receive
 ``known``: row 0 is the attacker's own honest Δ of this round, further rows are the updates it received in the
-previous round (none in round 0). Each attack's docstring says which rows it uses.
+previous round (none in round 0). Those previous rows may include the attacker's colluders' own (malicious)
+rows of that round: the interface does not say which rows they are. Each attack's docstring says which rows it
+uses and what else it assumes.
+
+White-box (omniscient) attacks also read the honest peers' guard from the context (``guard_name``,
+``guard_params``, ``guard_f``), as byzfl's optimal attacks take the defence as an argument, and may test a
+candidate on their own data through ``loss_probe``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -36,6 +43,14 @@ class AttackContext:
         f: number of Byzantine peers, ``0 <= f <= n``.
         generator: the only source of randomness an attack may use.
         guard_name: the guard the honest peers run, when the attack is told (omniscient attacks), else None.
+            Attacks that simulate the guard assume the default guard (``"semantic"``) when it is None.
+        guard_params: keyword arguments the honest peers' guard was built with
+            (``build_guard(guard_name, **guard_params)``); empty for the registry defaults.
+        guard_f: the number of Byzantine rows the honest peers' guard is configured to tolerate (f̂, the
+            ``AggregationContext.f`` the peers pass); None for the guard's own default.
+        loss_probe: optional callable mapping a ``(d,)`` candidate update v to the loss (nats) of the model
+            θ − η·v on a batch of the attacker's own held-out data, with η the outer step the peers apply; an
+            attack may use it to stay within a loss-delta test. None when the caller offers none.
 
     Raises:
         ValueError: on a field out of range.
@@ -46,6 +61,9 @@ class AttackContext:
     f: int
     generator: torch.Generator
     guard_name: str | None = None
+    guard_params: Mapping[str, object] = field(default_factory=dict)
+    guard_f: int | None = None
+    loss_probe: Callable[[torch.Tensor], float] | None = None
 
     def __post_init__(self) -> None:
         """Check the fields (ValueError naming the field and its value)."""
@@ -54,6 +72,12 @@ class AttackContext:
         check_int("f", self.f, minimum=0)
         if self.f > self.n:
             raise ValueError(f"f must be <= n, got f={self.f}, n={self.n}")
+        if self.guard_f is not None:
+            check_int("guard_f", self.guard_f, minimum=0)
+        if not isinstance(self.guard_params, Mapping):
+            raise ValueError(f"guard_params must be a mapping, got {self.guard_params!r}")
+        if self.loss_probe is not None and not callable(self.loss_probe):
+            raise ValueError(f"loss_probe must be callable, got {self.loss_probe!r}")
 
 
 @runtime_checkable
@@ -81,7 +105,12 @@ class UpdateAttack(Protocol):
 
 @runtime_checkable
 class DataAttack(Protocol):
-    """Corrupt the attacker's training data: applied to every inner batch before the forward pass."""
+    """Corrupt the attacker's training data: applied to every inner batch before the forward pass.
+
+    A data attack may also carry a float attribute ``boost`` (model replacement): the Δ trained on the
+    corrupted data is multiplied by it before it is committed (:func:`~p2p_guard.attacks.apply.attacked_update`
+    does this); absent or 1.0, the Δ is committed as trained.
+    """
 
     @property
     def kind(self) -> str:

@@ -4,10 +4,16 @@ Each is a small callable (byzfl's shape): the keyword-only constructor checks th
 ``known (m, d)`` (row 0 the attacker's own honest Δ of this round, further rows the updates it received in the
 previous round) and an :class:`~p2p_guard.attacks.base.AttackContext`, and returns a ``(d,)`` vector of the
 dtype of ``known``. None mutates ``known``; randomness comes only from ``ctx.generator``.
+
+Here: the classic attacks (sign flip, Gaussian noise, scaling, ALIE with its line-searched variant, IPM), the
+distance-bounded attacks of Shejwalkar & Houmansadr (min-max, min-sum) and mimic. Time-coupled and
+evasion attacks are in :mod:`~p2p_guard.attacks.evasive`, the white-box adaptive attack in
+:mod:`~p2p_guard.attacks.whitebox`.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import ClassVar
@@ -15,16 +21,28 @@ from typing import ClassVar
 import torch
 
 from p2p_guard.attacks.base import AttackContext, check_known
-from p2p_guard.guard.base import check_real
+from p2p_guard.attacks.whitebox import honest_stand_ins, simulate_round, simulated_guard
+from p2p_guard.guard.base import check_int, check_real
+from p2p_guard.guard.linalg import pairwise_distances
 
 __all__ = [
+    "ALIE_SEARCH_GRID",
     "ALittleIsEnough",
     "GaussianNoise",
     "InnerProductManipulation",
+    "Mimic",
+    "MinMax",
+    "MinSum",
     "Scale",
     "SignFlip",
     "alie_z",
 ]
+
+ALIE_SEARCH_GRID: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 7.5, 10.0)
+"""The z values ``alie:z=search`` tries (with the formula's z when it is positive)."""
+
+SEARCH = "search"
+"""The value of ``z`` that makes ALIE line-search z against the peers' guard."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -177,16 +195,26 @@ class ALittleIsEnough:
     where
         - μ_k and σ_k are the mean and the sample standard deviation (ddof 1) of the k-th coordinate over all
           rows of ``known`` (own Δ of this round and the previous round's updates; σ = 0 with one row);
-        - z = ``z``, or when ``None`` z_max of :func:`alie_z` for ``ctx.n`` and ``ctx.f``.
+        - z = ``z``; when ``None``, z_max of :func:`alie_z` for ``ctx.n`` and ``ctx.f``; when ``"search"``,
+
+              z* = argmax_{z ∈ Z} ‖G(S ∪ {a(z)}^f) − μ‖₂
+
+          the z whose f copies move the peers' simulated guard G furthest from μ, with S the honest stand-ins
+          (:func:`~p2p_guard.attacks.whitebox.honest_stand_ins`), G built from ``ctx.guard_name`` (``semantic``
+          when None), ``ctx.guard_params`` and ``ctx.guard_f``, and Z = :data:`ALIE_SEARCH_GRID` plus z_max
+          when it is positive (ties go to the smaller z).
 
     The original attack is omniscient (it sees this round's honest updates); under commit-before-reveal it
-    estimates μ and σ from its own update and the previous round's, which is what this class does.
+    estimates μ and σ from its own update and the previous round's, which is what this class does. The search
+    variant is white-box: it also knows the guard's configuration (as byzfl's Opt-ALIE, which takes the
+    aggregator as an argument), and simulates it on stand-ins, never on this round's honest rows.
 
     Args:
-        z: the shift in standard deviations, ``>= 0``; ``None`` for the paper's formula.
+        z: the shift in standard deviations, ``>= 0``; ``None`` for the paper's formula; ``"search"`` for the
+            line search against the guard (spec ``alie:z=search``).
 
     Raises:
-        ValueError: when ``z`` is not a finite number ``>= 0``.
+        ValueError: when ``z`` is not a finite number ``>= 0``, ``None`` or ``"search"``.
 
     Example:
         >>> ALittleIsEnough(z=1.0)(torch.tensor([[1.0, 0.0], [3.0, 0.0]]), ctx)   # μ = (2, 0), σ = (1.414, 0)
@@ -195,24 +223,55 @@ class ALittleIsEnough:
     References:
         Moran Baruch, Gilad Baruch, Yoav Goldberg. A Little Is Enough: Circumventing Defenses For Distributed
         Learning. NeurIPS 2019. arXiv:1902.06156.
+        Youssef Allouah, Sadegh Farhadkhani, Rachid Guerraoui, Nirupam Gupta, Rafaël Pinot, John Stephan.
+        Fixing by Mixing. AISTATS 2023. arXiv:2302.01772 (the line-searched "optimal" ALIE, as in byzfl).
     """
 
     kind: ClassVar[str] = "update"
-    z: float | None = None
+    z: float | str | None = None
 
     def __post_init__(self) -> None:
         """Check the fields (ValueError naming the field and its value)."""
-        if self.z is not None:
+        if isinstance(self.z, str):
+            if self.z != SEARCH:
+                raise ValueError(f"z must be a finite number >= 0, None or {SEARCH!r}, got {self.z!r}")
+        elif self.z is not None:
             check_real("z", self.z, minimum=0.0, inclusive=True)
 
     def __call__(self, known: torch.Tensor, ctx: AttackContext) -> torch.Tensor:
         """Return ``μ − z σ`` over the rows of ``known``, a ``(d,)`` tensor of its dtype."""
         m = check_known(known)
-        z = self.z if self.z is not None else alie_z(ctx.n, ctx.f)
         mean = known.mean(dim=0)
         if m == 1:
             return mean
-        return mean - z * known.std(dim=0, correction=1)
+        return mean - self.chosen_z(known, ctx) * known.std(dim=0, correction=1)
+
+    def chosen_z(self, known: torch.Tensor, ctx: AttackContext) -> float:
+        """The z this call uses: ``z``, the formula's, or the line search's (see the class docstring)."""
+        if self.z is None:
+            return alie_z(ctx.n, ctx.f)
+        if not isinstance(self.z, str):
+            return float(self.z)
+        check_known(known)
+        if len(known) == 1:
+            return 0.0
+        mean = known.mean(dim=0)
+        std = known.std(dim=0, correction=1)
+        grid = set(ALIE_SEARCH_GRID)
+        if 0 <= ctx.f < ctx.n and alie_z(ctx.n, ctx.f) > 0:
+            grid.add(alie_z(ctx.n, ctx.f))
+        guard = simulated_guard(ctx)
+        stand_ins = honest_stand_ins(known, ctx)
+        copies = max(1, ctx.f)
+        mean64 = mean.to(torch.float64)
+        best_z, best = 0.0, -1.0
+        for z in sorted(grid):
+            attack = (mean - z * std).expand(copies, -1)
+            aggregate = simulate_round(guard, stand_ins, attack, ctx).aggregate
+            score = float(torch.linalg.vector_norm(aggregate.to(torch.float64) - mean64))
+            if score > best:
+                best_z, best = z, score
+        return best_z
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -252,3 +311,197 @@ class InnerProductManipulation:
         """Return ``−epsilon · mean(known)``, a ``(d,)`` tensor of the dtype of ``known``."""
         check_known(known)
         return known.mean(dim=0) * -self.epsilon
+
+
+_PERTURBATIONS = ("std", "unit", "sign")
+
+
+def _perturbation(rows: torch.Tensor, mean: torch.Tensor, kind: str) -> torch.Tensor | None:
+    """p̂ of min-max / min-sum, a float64 unit vector, or None when p = 0."""
+    if kind == "unit":
+        p = -mean
+    elif kind == "sign":
+        p = -torch.sign(mean)
+    elif len(rows) > 1:
+        p = -rows.std(dim=0, correction=1)
+    else:
+        return None
+    norm = torch.linalg.vector_norm(p)
+    return p / norm if norm > 0 else None
+
+
+def _check_perturbation(value: object) -> None:
+    if value not in _PERTURBATIONS:
+        raise ValueError(f"perturbation must be one of {_PERTURBATIONS}, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MinMax:
+    """Min-max (AGR-agnostic): the furthest point along p whose largest distance to a known update is no larger
+    than the largest distance between two known updates.
+
+    a = μ + γ* · p̂,   γ* = max {γ ≥ 0 : max_i ‖μ + γ p̂ − x_i‖₂ ≤ max_{i,j} ‖x_i − x_j‖₂}
+
+    where
+        - x_1, …, x_m are the rows of ``known`` (own Δ of this round and the previous round's updates) and μ
+          their mean;
+        - p̂ = p / ‖p‖₂ with p = −σ (``"std"``: σ the coordinate-wise standard deviation, ddof 1),
+          −μ/‖μ‖ (``"unit"``) or −sign(μ) (``"sign"``); the result depends only on the direction of p;
+        - γ* is solved exactly: with a_i = μ − x_i, b_i = ⟨a_i, p̂⟩ and D the largest pairwise distance,
+          γ* = min_i (−b_i + √(b_i² + D² − ‖a_i‖²)) (each constraint is a quadratic in γ; γ = 0 always meets
+          it, since ‖μ − x_i‖ ≤ max_j ‖x_j − x_i‖). This is the limit of the paper's binary search.
+
+    Default ``"std"``: of the three perturbations the paper studies, the inverse standard deviation was the
+    most effective in most of its settings (and is what its public code uses by default in later experiments).
+    With one known row (or p = 0) the attack sends μ.
+
+    Knowledge: the paper's agnostic attacker knows the benign updates of the round; here it knows its own Δ
+    of this round and the previous round's rows (commit-before-reveal), which may include colluders' rows.
+    It does not know the aggregation rule.
+
+    Args:
+        perturbation: ``"std"`` (default), ``"unit"`` or ``"sign"``.
+
+    Raises:
+        ValueError: on an unknown perturbation.
+
+    Example:
+        >>> MinMax(perturbation="unit")(torch.tensor([[2.0, 0.0], [4.0, 0.0]]), ctx)   # μ = (3, 0), D = 2
+        tensor([2., 0.])
+
+    References:
+        Virat Shejwalkar, Amir Houmansadr. Manipulating the Byzantine: Optimizing Model Poisoning Attacks and
+        Defenses for Federated Learning. NDSS 2021.
+    """
+
+    kind: ClassVar[str] = "update"
+    perturbation: str = "std"
+
+    def __post_init__(self) -> None:
+        """Check the fields (ValueError naming the field and its value)."""
+        _check_perturbation(self.perturbation)
+
+    def __call__(self, known: torch.Tensor, ctx: AttackContext) -> torch.Tensor:
+        """Return ``μ + γ* p̂``, a ``(d,)`` tensor of the dtype of ``known``."""
+        check_known(known)
+        rows = known.to(torch.float64)
+        mean = rows.mean(dim=0)
+        p = _perturbation(rows, mean, self.perturbation)
+        if p is None:
+            return mean.to(known.dtype)
+        d_max_sq = float(pairwise_distances(rows).max()) ** 2
+        gamma = math.inf
+        for row in rows:
+            a = mean - row
+            b = float(torch.dot(a, p))
+            a_sq = float(torch.dot(a, a))
+            gamma = min(gamma, -b + math.sqrt(max(0.0, b * b + d_max_sq - a_sq)))
+        return (mean + max(0.0, gamma) * p).to(known.dtype)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MinSum:
+    """Min-sum (AGR-agnostic): the furthest point along p whose sum of squared distances to the known updates
+    is no larger than the largest such sum of a known update.
+
+    a = μ + γ* · p̂,   γ* = max {γ ≥ 0 : Σ_i ‖μ + γ p̂ − x_i‖₂² ≤ max_k Σ_i ‖x_k − x_i‖₂²}
+
+    where
+        - x_i, μ and p̂ are as in :class:`MinMax` (default perturbation ``"std"``, for the same reason);
+        - since μ is the mean of the x_i, Σ_i ‖μ + γp̂ − x_i‖² = Σ_i ‖μ − x_i‖² + m γ², and
+          Σ_i ‖x_k − x_i‖² = Σ_i ‖μ − x_i‖² + m ‖x_k − μ‖², so the exact solution (the limit of the paper's
+          binary search) is γ* = max_k ‖x_k − μ‖₂: the attack sits as far from μ as the furthest known row,
+          along p.
+
+    The bound is the one of the paper's equation (the largest honest sum); its public code compares with the
+    smallest sum instead, a stricter bound.
+
+    Knowledge: as :class:`MinMax`.
+
+    Args:
+        perturbation: ``"std"`` (default), ``"unit"`` or ``"sign"``.
+
+    Raises:
+        ValueError: on an unknown perturbation.
+
+    Example:
+        >>> MinSum(perturbation="unit")(torch.tensor([[2.0, 0.0], [4.0, 0.0]]), ctx)   # μ = (3, 0), γ* = 1
+        tensor([2., 0.])
+
+    References:
+        Virat Shejwalkar, Amir Houmansadr. Manipulating the Byzantine: Optimizing Model Poisoning Attacks and
+        Defenses for Federated Learning. NDSS 2021.
+    """
+
+    kind: ClassVar[str] = "update"
+    perturbation: str = "std"
+
+    def __post_init__(self) -> None:
+        """Check the fields (ValueError naming the field and its value)."""
+        _check_perturbation(self.perturbation)
+
+    def __call__(self, known: torch.Tensor, ctx: AttackContext) -> torch.Tensor:
+        """Return ``μ + γ* p̂``, a ``(d,)`` tensor of the dtype of ``known``."""
+        check_known(known)
+        rows = known.to(torch.float64)
+        mean = rows.mean(dim=0)
+        p = _perturbation(rows, mean, self.perturbation)
+        if p is None:
+            return mean.to(known.dtype)
+        gamma = float(torch.linalg.vector_norm(rows - mean, dim=1).max())
+        return (mean + gamma * p).to(known.dtype)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mimic:
+    """Mimic: send a copy of one known honest update, so that its data is over-represented (hurts under non-IID).
+
+    a = x_{j*},  j* = ``index`` if given and < m, else argmax_{j ≥ 1} ‖x_j − x̄‖₂  (x̄ = mean of rows 1..m−1)
+
+    where
+        - x_0 = ``known[0]`` is the attacker's own Δ of this round and x_1, …, x_{m−1} the previous round's rows;
+        - without ``index`` the copied row is the previous-round row farthest from their mean (the most
+          atypical peer, whose weight the copies multiply; the paper picks the worker furthest along the top
+          principal direction, which this approximates without a warm-up phase); the first such row on ties;
+          with one previous row, that row; with none (round 0), the attacker's own Δ;
+        - with ``index`` ≥ m (too few rows this round) the attacker's own Δ is sent.
+
+    A copied row is the sender's update of the previous round: the colluders repeat it, and since every
+    colluder sees the same previous round, they mostly pick the same row. Its base is one round stale, which
+    the integrity stage cannot see (the digest is the attacker's own).
+
+    Knowledge: the previous round's updates (commit-before-reveal); no knowledge of the guard.
+
+    Args:
+        index: the row of ``known`` to copy, ``>= 0``; ``None`` for the farthest previous-round row.
+
+    Raises:
+        ValueError: when ``index`` is not an integer ``>= 0``.
+
+    References:
+        Sai Praneeth Karimireddy, Lie He, Martin Jaggi. Byzantine-Robust Learning on Heterogeneous Datasets via
+        Bucketing. ICLR 2022. arXiv:2006.09365.
+    """
+
+    kind: ClassVar[str] = "update"
+    index: int | None = None
+
+    def __post_init__(self) -> None:
+        """Check the fields (ValueError naming the field and its value)."""
+        if self.index is not None:
+            check_int("index", self.index, minimum=0)
+
+    def __call__(self, known: torch.Tensor, ctx: AttackContext) -> torch.Tensor:
+        """Return a copy of the chosen row, a ``(d,)`` tensor of the dtype of ``known``."""
+        return known[self.chosen_row(known)].clone()
+
+    def chosen_row(self, known: torch.Tensor) -> int:
+        """The index of the row :meth:`__call__` copies."""
+        m = check_known(known)
+        if self.index is not None:
+            return self.index if self.index < m else 0
+        if m <= 2:
+            return m - 1
+        previous = known[1:].to(torch.float64)
+        dist = torch.linalg.vector_norm(previous - previous.mean(dim=0), dim=1)
+        return 1 + int(torch.argmax(dist))

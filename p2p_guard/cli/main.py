@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -24,6 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen subcommand; return its exit code."""
+    # hivemind's default ("file_system") starts a torch_shm_manager daemon per process that outlives it;
+    # file descriptors need no daemon. Set before hivemind is imported (the subcommands import it lazily).
+    os.environ.setdefault("HIVEMIND_MEMORY_SHARING_STRATEGY", "file_descriptor")
     args = build_parser().parse_args(argv)
     setup_logging(args.log_level)
     try:

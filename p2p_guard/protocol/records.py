@@ -21,13 +21,16 @@ from p2p_guard.identity import Identity, verify
 from p2p_guard.protocol.envelope import PROTOCOL_VERSION
 from p2p_guard.protocol.reasons import Rejected, RejectReason
 
-__all__ = ["RECORD_KINDS", "SignedRecord", "open_record", "sign_record"]
+__all__ = ["RECORD_KINDS", "SignedRecord", "open_record", "open_signed_record", "sign_record"]
 
 RECORD_KINDS = ("state", "presence")
 #: Domain separation: a record signature can never be replayed as an envelope signature, or vice versa.
 RECORD_SIGNING_CONTEXT = b"p2p_guard.record\x00"
 MAX_RECORD_BYTES = 1024
 _MAX_STR = 256
+#: Bounds :func:`open_signed_record` puts on the kind and run strings (UTF-8 bytes) and on the round.
+MAX_KIND_BYTES = 64
+_MAX_ROUND = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -133,3 +136,70 @@ def _check_fields(fields: list[Any], body: Any, signature: Any, *, kind: str, ru
     if not valid_value:
         return Rejected(RejectReason.DECODE_ERROR, f"bad {kind} value")
     return SignedRecord(kind=kind, run_id=r_run, round=r_round, sender=sender, value=value)
+
+
+def open_signed_record(data: object, *, max_bytes: int = MAX_RECORD_BYTES) -> SignedRecord | Rejected:
+    """Authenticate a record of any kind and run, without judging its value. Never raises on hostile bytes.
+
+    For a DHT record validator, which must tell who signed a record and for which run and round before any
+    reader looks at it, including kinds it does not know (``votes``). A reader still opens the record with
+    :func:`open_record` (or the opener of its kind), which also checks the value.
+
+    Checks, first failure wins: ``bytes`` (``DECODE_ERROR``); ``len(data) ≤ max_bytes`` (``OVERSIZE``); the
+    structure ``[body: bin, signature: bin]`` and ``body = [kind, version, run_id, round, sender, value]`` with
+    any msgpack value (``DECODE_ERROR``); ``version == 1`` as an int (``UNSUPPORTED_VERSION``); ``kind`` a str of
+    1..64 UTF-8 bytes, ``run_id`` a str of 1..256, ``round`` an int in [0, 2**63), ``sender`` bin
+    (``DECODE_ERROR``); a non-empty signature (``UNSIGNED``) that verifies against ``sender`` over
+    ``RECORD_SIGNING_CONTEXT ‖ body`` (``BAD_SIGNATURE``).
+
+    Args:
+        data: the raw record, possibly hostile.
+        max_bytes: largest accepted record (bytes).
+
+    Returns:
+        The authenticated :class:`SignedRecord` (``value`` as parsed, unchecked), or :class:`Rejected`.
+    """
+    if not isinstance(data, bytes):
+        return Rejected(RejectReason.DECODE_ERROR, f"record is {type(data).__name__}, not bytes")
+    if len(data) > max_bytes:
+        return Rejected(RejectReason.OVERSIZE, f"record of {len(data)} bytes > {max_bytes}")
+    outer = _unpack_bounded(data, max_bytes)
+    if isinstance(outer, Rejected):
+        return outer
+    if len(outer) != 2 or type(outer[0]) is not bytes or type(outer[1]) is not bytes:
+        return Rejected(RejectReason.DECODE_ERROR, "record is not an array [body: bin, signature: bin]")
+    body, signature = outer
+    fields = _unpack_bounded(body, max_bytes)
+    if isinstance(fields, Rejected):
+        return fields
+    if len(fields) != 6:
+        return Rejected(RejectReason.DECODE_ERROR, f"record body has {len(fields)} fields, expected 6")
+    r_kind, version, r_run, r_round, sender, value = fields
+    if type(version) is not int or version != PROTOCOL_VERSION:
+        return Rejected(RejectReason.UNSUPPORTED_VERSION, f"protocol version {str(version)[:20]}")
+    if type(r_kind) is not str or not 1 <= len(r_kind.encode("utf-8")) <= MAX_KIND_BYTES:
+        return Rejected(RejectReason.DECODE_ERROR, "record kind is not a str of 1..64 bytes")
+    if type(r_run) is not str or not 1 <= len(r_run.encode("utf-8")) <= _MAX_STR:
+        return Rejected(RejectReason.DECODE_ERROR, "record run_id is not a str of 1..256 bytes")
+    if type(r_round) is not int or not 0 <= r_round <= _MAX_ROUND:
+        return Rejected(RejectReason.DECODE_ERROR, "record round is not an int in [0, 2**63)")
+    if type(sender) is not bytes:
+        return Rejected(RejectReason.DECODE_ERROR, "sender is not bytes")
+    if not signature:
+        return Rejected(RejectReason.UNSIGNED, "empty signature")
+    if not verify(sender, RECORD_SIGNING_CONTEXT + body, signature):
+        return Rejected(RejectReason.BAD_SIGNATURE, "signature does not match the sender's PeerID")
+    return SignedRecord(kind=r_kind, run_id=r_run, round=r_round, sender=sender, value=value)
+
+
+def _unpack_bounded(data: bytes, max_bytes: int) -> list[Any] | Rejected:
+    """A msgpack array (maps with str or bin keys allowed inside, ext types refused); errors → DECODE_ERROR."""
+    try:
+        value = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True, max_bin_len=max_bytes,
+                                max_str_len=max_bytes, max_array_len=max_bytes, max_map_len=max_bytes,
+                                max_ext_len=0)
+    except Exception as e:  # noqa: BLE001 - any parser failure on hostile bytes is a rejection
+        return Rejected(RejectReason.DECODE_ERROR, f"msgpack: {type(e).__name__}")
+    if type(value) is not list:
+        return Rejected(RejectReason.DECODE_ERROR, "record is not a msgpack array")
+    return value

@@ -4,9 +4,13 @@
 |-----------------------------------|-------------------|-----------------------------------------|-------|
 | ``p2p_guard/<run>/presence``      | sender PeerID b58 | signed ``presence`` record (its round)  | 20 s  |
 | ``p2p_guard/<run>/<round>/commit``| sender PeerID b58 | signed envelope (``protocol.envelope``) | 10 min|
+| ``p2p_guard/<run>/<round>/votes`` | voter PeerID b58  | signed ``votes`` record (its verdicts)  | 10 min|
+| ``p2p_guard/<run>/proofs``        | ACCUSED PeerID b58| equivocation proof (``protocol.proof``) | 10 min|
 
 A subkey is only a claim: every value is verified against the key inside the PeerID it names, and a value
-signed by a different key than its subkey names is rejected as impersonation.
+signed by a different key than its subkey names is rejected as impersonation. Under ``proofs`` the subkey names
+the accused, whose two signatures are inside the proof, so anyone may publish it and nobody can forge it. DHT
+nodes enforce the same rules on store (``swarm.validator.RecordValidator``); readers check again.
 """
 
 from __future__ import annotations
@@ -14,16 +18,23 @@ from __future__ import annotations
 import logging
 
 from p2p_guard.identity import peer_id_to_b58
+from p2p_guard.protocol.proof import EquivocationProof, verify_proof
 from p2p_guard.protocol.records import SignedRecord, open_record
 from p2p_guard.protocol.reasons import Rejected
 from p2p_guard.swarm.dht import SwarmDHT
 
-__all__ = ["COMMIT_TTL_S", "PRESENCE_TTL_S", "commit_key", "presence_key", "read_presence"]
+__all__ = ["COMMIT_TTL_S", "KEY_PREFIX", "PRESENCE_TTL_S", "PROOF_TTL_S", "VOTES_TTL_S", "commit_key",
+           "presence_key", "proofs_key", "publish_proof", "read_presence", "read_proofs", "votes_key"]
 
 logger = logging.getLogger(__name__)
 
+#: Every key of ours starts with this (the DHT only ever sees the SHA-1 of the whole key).
+KEY_PREFIX = "p2p_guard/"
 PRESENCE_TTL_S = 20.0
 COMMIT_TTL_S = 600.0
+VOTES_TTL_S = 600.0
+#: A proof expires like any record; every honest peer that holds one republishes it each round.
+PROOF_TTL_S = 600.0
 
 
 def commit_key(run_id: str, round_: int) -> str:
@@ -34,6 +45,59 @@ def commit_key(run_id: str, round_: int) -> str:
 def presence_key(run_id: str) -> str:
     """DHT key under which peers announce that they are alive, and at which round."""
     return f"p2p_guard/{run_id}/presence"
+
+
+def votes_key(run_id: str, round_: int) -> str:
+    """DHT key under which each peer publishes its signed verdicts of ``round_`` (subkey: the voter)."""
+    return f"p2p_guard/{run_id}/{round_}/votes"
+
+
+def proofs_key(run_id: str) -> str:
+    """DHT key under which equivocation proofs of the run are published (subkey: the ACCUSED PeerID)."""
+    return f"p2p_guard/{run_id}/proofs"
+
+
+async def publish_proof(dht: SwarmDHT, run_id: str, proof: EquivocationProof, ttl_s: float = PROOF_TTL_S) -> bool:
+    """Store a verified proof under the run's ``proofs`` key, subkey = the accused PeerID (base58).
+
+    Args:
+        dht: the DHT to write.
+        run_id: the run (must be ``proof.run_id``).
+        proof: a proof from :func:`~p2p_guard.protocol.proof.verify_proof` or an ``EquivocationDetector``.
+        ttl_s: lifetime in seconds (at most the validators' cap for ``proofs``).
+
+    Returns:
+        True if at least one DHT node accepted it.
+
+    Raises:
+        ValueError: the proof is for another run (a local bug).
+    """
+    if proof.run_id != run_id:
+        raise ValueError(f"proof is for run {proof.run_id!r}, not {run_id!r}")
+    return await dht.store(proofs_key(run_id), proof.sender_b58, proof.to_bytes(), ttl_s)
+
+
+async def read_proofs(dht: SwarmDHT, run_id: str) -> dict[str, EquivocationProof]:
+    """Return ``{accused PeerID b58: proof}`` for every valid proof of this run found under ``proofs``.
+
+    A value is kept only if it verifies (:func:`~p2p_guard.protocol.proof.verify_proof`), is for ``run_id``,
+    and accuses exactly the PeerID of its subkey.
+
+    Args:
+        dht: the DHT to read.
+        run_id: the run.
+
+    Returns:
+        The accused peers with their proofs (each is enough to ban that peer).
+    """
+    proofs: dict[str, EquivocationProof] = {}
+    for subkey, raw in (await dht.read(proofs_key(run_id))).items():
+        proof = verify_proof(raw)
+        if isinstance(proof, Rejected):
+            logger.debug("proof under %s rejected: %s", subkey[:16], proof.detail)
+        elif proof.run_id == run_id and proof.sender_b58 == subkey:
+            proofs[subkey] = proof
+    return proofs
 
 
 async def read_presence(dht: SwarmDHT, run_id: str) -> dict[str, int]:

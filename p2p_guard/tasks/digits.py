@@ -230,6 +230,13 @@ class DigitsTask:
         """
         return F.cross_entropy(model(x), y)
 
+    def test_split(self) -> Batch:
+        """The fixed test split: ``x`` ``(360, 64)`` float32 in [0, 1] and ``y`` ``(360,)`` int64 (not copies).
+
+        Used by the benchmark to measure a backdoor's success rate on triggered test images.
+        """
+        return self._data.x_test, self._data.y_test
+
     def evaluate(self, model: nn.Module, device: torch.device | str = "cpu") -> Metrics:
         """Loss and accuracy on the fixed 20% test split (360 images).
 

@@ -1,6 +1,7 @@
 """Built-in tasks by name.
 
-``load_task("digits")`` or ``load_task("shakespeare", d_model=128)`` returns a task instance. A task's
+``load_task("digits")``, ``load_task("fashion-mnist", data_dir="/data/fmnist")`` or
+``load_task("shakespeare", d_model=128)`` returns a task instance. A task's
 module is imported only when the task is loaded, and its data is read on first use, so importing this module
 and listing :data:`TASK_NAMES` is free.
 """
@@ -19,6 +20,7 @@ logger = logging.getLogger(__name__)
 
 _BUILTIN: dict[str, tuple[str, str]] = {
     "digits": ("p2p_guard.tasks.digits", "DigitsTask"),
+    "fashion-mnist": ("p2p_guard.tasks.fashion_mnist", "FashionMnistTask"),
     "shakespeare": ("p2p_guard.tasks.shakespeare", "ShakespeareTask"),
 }
 

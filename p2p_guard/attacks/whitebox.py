@@ -1,0 +1,274 @@
+"""White-box attacks: they know the honest peers' guard, simulate it, and craft rows that it accepts.
+
+- :func:`honest_stand_ins`: which known rows stand for this round's honest updates in a simulation;
+- :func:`simulated_guard` / :func:`simulate_round`: the peers' guard, built from the context, run on stand-ins
+  plus candidate attack rows;
+- :class:`Adaptive`: the strongest row the default ``semantic`` guard accepts with a margin on each check.
+
+Knowledge (commit-before-reveal): the attacker has its own honest Δ of this round and the rows of the previous
+round; the guard's name, parameters and f̂ come from the :class:`~p2p_guard.attacks.base.AttackContext`
+(Kerckhoffs: the defence is public). It does not see this round's honest rows, so every simulation runs on
+stand-ins and every check is passed with a margin.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from p2p_guard.attacks.base import AttackContext, check_known
+from p2p_guard.guard.base import AggregationContext, GuardResult, check_int, check_real
+from p2p_guard.guard.guard import Guard
+from p2p_guard.guard.linalg import scalar_median
+from p2p_guard.guard.registry import DEFAULT_GUARD, build_guard
+from p2p_guard.guard.semantic import SemanticGuard
+
+__all__ = [
+    "Adaptive",
+    "GuardThresholds",
+    "guard_thresholds",
+    "honest_stand_ins",
+    "simulate_round",
+    "simulated_guard",
+]
+
+_DIRECTIONS = ("std", "fixed")
+
+
+def honest_stand_ins(known: torch.Tensor, ctx: AttackContext) -> torch.Tensor:
+    """The known rows that stand for this round's n − f honest updates in a simulated round.
+
+    S = {0} ∪ {the h − 1 rows j ≥ 1 nearest to med},  h = max(1, n − f),  med_k = median_j known_{j,k}
+
+    where
+        - row 0 (the attacker's own honest Δ of this round) is always kept;
+        - med is the coordinate-wise (lower) median of all known rows, so that the colluders' own rows of the
+          previous round, which lie far from the honest ones, are the first left out;
+        - with m ≤ h rows, all are kept.
+
+    Args:
+        known: ``(m, d)`` float tensor, row 0 the attacker's own Δ; not mutated.
+        ctx: ``n`` and ``f`` give h.
+
+    Returns:
+        ``(min(m, h), d)`` tensor of rows of ``known``, in their original order.
+    """
+    m = check_known(known)
+    h = max(1, ctx.n - ctx.f)
+    if m <= h:
+        return known
+    centre = known.median(dim=0).values.to(torch.float64)
+    dist = torch.stack([torch.linalg.vector_norm(row.to(torch.float64) - centre) for row in known[1:]])
+    nearest = torch.sort(dist, stable=True).indices[: h - 1] + 1
+    keep = torch.cat([torch.zeros(1, dtype=torch.long), torch.sort(nearest).values])
+    return known[keep]
+
+
+def simulated_guard(ctx: AttackContext) -> Guard:
+    """The honest peers' guard: ``build_guard(ctx.guard_name or "semantic", **ctx.guard_params)``."""
+    return build_guard(ctx.guard_name or DEFAULT_GUARD, **dict(ctx.guard_params))
+
+
+def simulate_round(
+    guard: Guard, honest: torch.Tensor, attack: torch.Tensor, ctx: AttackContext
+) -> GuardResult:
+    """Run ``guard`` on stand-in honest rows followed by candidate attack rows.
+
+    Args:
+        guard: from :func:`simulated_guard`.
+        honest: ``(h, d)`` stand-ins for the honest rows.
+        attack: ``(a, d)`` candidate attack rows, same dtype.
+        ctx: the round and f̂ (``ctx.guard_f``) the peers use; the guard's generator is seeded from
+            ``ctx.generator.initial_seed()`` (no draw is taken from ``ctx.generator``).
+
+    Returns:
+        The guard's result; the last ``a`` verdicts are those of the attack rows.
+    """
+    rows = torch.cat([honest, attack])
+    senders = tuple(f"sim-{i:04d}" for i in range(len(rows)))  # sorted order = row order
+    agg_ctx = AggregationContext(
+        senders=senders,
+        round=ctx.round,
+        generator=torch.Generator().manual_seed(ctx.generator.initial_seed()),
+        f=ctx.guard_f,
+    )
+    return guard(rows, agg_ctx)
+
+
+@dataclass(frozen=True)
+class GuardThresholds:
+    """The checks of the ``semantic`` guard an adaptive attacker must pass.
+
+    Args:
+        c_clip: rows longer than c_clip × median norm are clipped (``inf`` when the magnitude stage is off).
+        c_reject: rows longer than c_reject × median norm are rejected (``inf`` when the verdict stage is off).
+        cos_min: rows whose cosine with the robust centre is below it are rejected (−1 with the verdict off).
+    """
+
+    c_clip: float
+    c_reject: float
+    cos_min: float
+
+
+def guard_thresholds(guard: Guard) -> GuardThresholds:
+    """Read the clipping and verdict thresholds of a guard.
+
+    For the ``semantic`` guard, its own fields (stages switched off give no constraint). Every other rule has
+    no such thresholds; the ``semantic`` defaults are returned as a stealth envelope (a row inside them looks
+    like an honest one to a norm or direction test).
+    """
+    rule = guard.aggregator if isinstance(guard.aggregator, SemanticGuard) else SemanticGuard()
+    return GuardThresholds(
+        c_clip=rule.c_clip if rule.magnitude else math.inf,
+        c_reject=rule.c_reject if rule.verdict else math.inf,
+        cos_min=rule.cos_min if rule.verdict else -1.0,
+    )
+
+
+def _unit(v: torch.Tensor) -> torch.Tensor | None:
+    norm = torch.linalg.vector_norm(v)
+    return v / norm if norm > 0 else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Adaptive:
+    """White-box attack on the ``semantic`` guard: rotate away from the honest direction as far as its checks allow.
+
+    v(φ) = ρ · (cos φ · û + sin φ · ŵ),   φ* = max {φ ∈ [0, φ_max] : v(φ) passes},   φ_max = arccos(cos_min + margin)
+    ρ = norm_fraction · min(c_clip, c_reject) · ν̂
+
+    where
+        - S are the honest stand-ins (:func:`honest_stand_ins`: own Δ of this round and the previous round's
+          rows nearest the coordinate-wise median), μ̂ their mean and û = μ̂ / ‖μ̂‖;
+        - ν̂ is the median norm of the rows of S, an estimate of the round's median norm (the guard's scale);
+        - ŵ is the harmful direction orthogonal to û: the part of −σ̂ (σ̂ the coordinate-wise standard deviation
+          of S, ALIE's direction) orthogonal to û, or with ``direction="fixed"`` (or when σ̂ gives none) the part
+          of a fixed Gaussian direction drawn from ``seed`` orthogonal to û;
+        - c_clip, c_reject, cos_min are the guard's thresholds (:func:`guard_thresholds`: read from the peers'
+          guard, ``build_guard(ctx.guard_name, **ctx.guard_params)``; the ``semantic`` defaults 2, 3, 0 for any
+          other rule);
+        - v(φ) *passes* when (a) the peers' guard, simulated on S plus f copies of v(φ), accepts every copy with
+          a cosine to its robust centre ≥ cos_min + margin and a norm within c_clip × its median norm (no
+          clipping, so the row keeps its full length), and (b) when ``ctx.loss_probe`` is given,
+          loss(θ − η·v) ≤ loss(θ − η·Δ_own) + ``loss_slack`` on the attacker's own data (it beats a loss-delta
+          test, which compares with an honest update, by that margin).
+
+    The optimisation: the norm is fixed at the largest that stays unclipped (a longer row is clipped, a shorter
+    one pulls less), so only the angle φ from the honest direction is searched. φ = 0 is an honest-looking row;
+    as φ grows the row carries less progress and more of the harmful direction (at φ = π/2 none; beyond it, it
+    pulls backwards). φ_max enforces the direction check against μ̂, which leaves out the attackers' own pull on
+    the robust centre (that pull only raises their cosine): the constraint is conservative, because the
+    attacker sees only stand-ins. Within [0, φ_max], bisection (24 halvings) finds the largest φ that passes the
+    simulation; if φ_max passes it is taken at once. If not even φ = 0 passes, the attacker sends μ̂ (the
+    stand-ins' mean, which looks honest).
+
+    Knowledge: white-box. It knows the guard's configuration (name, parameters, f̂) and n and f; it sees its own
+    honest Δ of this round and the previous round's rows (commit-before-reveal), never this round's honest rows.
+    With one known row (round 0) it estimates everything from its own Δ. All colluders compute the same
+    construction from their own knowledge (no coordination beyond sharing the seed).
+
+    Args:
+        margin: how far above cos_min the row's cosine must stay, in ``[0, 2]`` (0.1).
+        norm_fraction: the fraction of the unclipped radius the row uses, in ``(0, 1]`` (0.9: the round's
+            median norm is estimated from stand-ins, partly of the previous round).
+        direction: ``"std"`` (−σ̂, default) or ``"fixed"`` (seeded, the same every round: time-coupled).
+        seed: seed of the fixed direction, ``>= 0``.
+        loss_slack: allowed loss excess over the attacker's honest Δ when ``ctx.loss_probe`` is given, nats
+            ``>= 0`` (0: no worse than an honest update on the attacker's data).
+
+    Raises:
+        ValueError: on a parameter out of range (the message names it).
+
+    References:
+        Kerckhoffs-style white-box evaluation: Nicholas Carlini, Anish Athalye, Nicolas Papernot, et al.
+        On Evaluating Adversarial Robustness. arXiv:1902.06705, 2019.
+        Virat Shejwalkar, Amir Houmansadr. Manipulating the Byzantine: Optimizing Model Poisoning Attacks and
+        Defenses for Federated Learning. NDSS 2021 (the "AGR-tailored" attack: the largest perturbation the
+        known aggregation rule still accepts).
+        Moran Baruch, Gilad Baruch, Yoav Goldberg. A Little Is Enough. NeurIPS 2019. arXiv:1902.06156 (−σ).
+    """
+
+    kind: ClassVar[str] = "update"
+    margin: float = 0.1
+    norm_fraction: float = 0.9
+    direction: str = "std"
+    seed: int = 0
+    loss_slack: float = 0.0
+
+    def __post_init__(self) -> None:
+        """Check the fields (ValueError naming the field and its value)."""
+        if check_real("margin", self.margin, minimum=0.0, inclusive=True) > 2.0:
+            raise ValueError(f"margin must be in [0, 2], got {self.margin!r}")
+        if check_real("norm_fraction", self.norm_fraction, minimum=0.0) > 1.0:
+            raise ValueError(f"norm_fraction must be in (0, 1], got {self.norm_fraction!r}")
+        if self.direction not in _DIRECTIONS:
+            raise ValueError(f"direction must be one of {_DIRECTIONS}, got {self.direction!r}")
+        check_int("seed", self.seed, minimum=0)
+        check_real("loss_slack", self.loss_slack, minimum=0.0, inclusive=True)
+
+    def __call__(self, known: torch.Tensor, ctx: AttackContext) -> torch.Tensor:
+        """Return v(φ*), a ``(d,)`` tensor of the dtype of ``known``."""
+        check_known(known)
+        guard = simulated_guard(ctx)
+        th = guard_thresholds(guard)
+        stand_ins = honest_stand_ins(known, ctx)
+        s64 = stand_ins.to(torch.float64)
+        mean = s64.mean(dim=0)
+        u = _unit(mean)
+        if u is None:
+            return mean.to(known.dtype)
+        w = self._harmful_direction(s64, u)
+        norms = torch.linalg.vector_norm(s64, dim=1)
+        radius_scale = min(th.c_clip, th.c_reject)
+        if not math.isfinite(radius_scale):
+            radius_scale = 1.0  # no magnitude test at all: the honest scale keeps it unremarkable
+        rho = self.norm_fraction * radius_scale * scalar_median(norms)
+        target_cos = min(1.0, th.cos_min + self.margin)
+        phi_max = math.acos(max(-1.0, target_cos))
+        copies = max(1, ctx.f)
+        own_loss = ctx.loss_probe(known[0]) if ctx.loss_probe is not None else None
+
+        def candidate(phi: float) -> torch.Tensor:
+            return (rho * (math.cos(phi) * u + math.sin(phi) * w)).to(known.dtype)
+
+        def passes(phi: float) -> bool:
+            v = candidate(phi)
+            result = simulate_round(guard, stand_ins, v.expand(copies, -1), ctx)
+            sim_median = scalar_median(torch.tensor([vd.norm for vd in result.verdicts], dtype=torch.float64))
+            for vd in result.verdicts[-copies:]:
+                if not vd.accepted or vd.cosine < target_cos - 1e-9 or vd.norm > th.c_clip * sim_median:
+                    return False
+            if ctx.loss_probe is not None and own_loss is not None:
+                return ctx.loss_probe(v) <= own_loss + self.loss_slack
+            return True
+
+        if passes(phi_max):
+            return candidate(phi_max)
+        if not passes(0.0):
+            return mean.to(known.dtype)
+        lo, hi = 0.0, phi_max
+        for _ in range(24):
+            mid = (lo + hi) / 2
+            if passes(mid):
+                lo = mid
+            else:
+                hi = mid
+        return candidate(lo)
+
+    def _harmful_direction(self, stand_ins: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """ŵ: unit vector orthogonal to ``u`` (float64)."""
+        if self.direction == "std" and len(stand_ins) >= 2:
+            h = -stand_ins.std(dim=0, correction=1)
+            w = _unit(h - torch.dot(h, u) * u)
+            if w is not None and float(torch.linalg.vector_norm(h - torch.dot(h, u) * u)) > 1e-12 * float(
+                torch.linalg.vector_norm(h)
+            ):
+                return w
+        g = torch.randn(len(u), generator=torch.Generator().manual_seed(self.seed), dtype=torch.float64)
+        w = _unit(g - torch.dot(g, u) * u)
+        if w is None:  # d = 1: no orthogonal direction exists; the only harm left is −û
+            return -u
+        return w

@@ -1,0 +1,408 @@
+"""One benchmark cell: a whole DiLoCo swarm under one aggregator and one attack, simulated in one process.
+
+The simulation runs the *same code* as a networked peer (:mod:`p2p_guard.swarm.peer`), only without the
+network: every peer is a :class:`~p2p_guard.training.local.LocalModel` built from the run seed (the same θ_0)
+with its own shard, and a round is, for every peer index i (honest peers first, the last f are Byzantine):
+
+1. ``Δ_i, loss = LocalModel.train_round(H, round_generator(run, seed, i, r, 1), data_attack)``;
+2. a Byzantine peer with an update attack commits
+   ``attacked_update(attack, Δ_i, known_previous_i, AttackContext(round=r, n=n, f=max(1, f), generator=
+   round_generator(run, seed, i, r, 3), guard_name=guard))``, where ``known_previous_i`` holds every other row
+   it received in round r − 1 (commit-before-reveal lets it see no more), as in ``Peer._attacked``;
+3. rows that are not finite are dropped before the guard, as the swarm's integrity stage drops them
+   (recorded as rejections with reason ``non_finite``);
+4. each receiver j runs ``judge_rows(guard, rows, me=sender_j, round_=r, previous_aggregate=…, f=f̂,
+   generator=round_generator(run, seed, j, r, 4))`` and applies the aggregate with ``LocalModel.apply``.
+
+Wire attacks (forged envelopes, bad signatures, replays, oversized payloads) are out of scope here: they are
+stopped by the integrity stage, which only a networked swarm exercises (``p2p-guard simulate``).
+
+One shared θ. Every built-in guard is deterministic and ignores ``ctx.own_index`` and ``ctx.generator``, so
+every receiver computes the same aggregate bit for bit and all peers keep one θ (which the swarm checks with
+its state hashes). Step 4 is therefore run once per round, for the first honest peer, and its aggregate is
+applied by every peer. This is *checked* every round, not assumed: the guard is also run for the last honest
+peer (another ``me``, another generator), and if the two results differ in a single bit the cell switches, from
+that round on, to running the guard once per receiver (exactly step 4); the result records which
+(``shared_theta``).
+
+Guard verdicts are counted as in the simulation report: every verdict of an honest receiver about another
+peer, a rejection being a positive and a Byzantine sender a true positive.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from p2p_guard.attacks import load_attack
+from p2p_guard.attacks.apply import attacked_update
+from p2p_guard.attacks.base import AttackContext
+from p2p_guard.guard import build_guard, default_f
+from p2p_guard.guard.apply import judge_rows
+from p2p_guard.guard.base import GuardResult
+from p2p_guard.tasks import Task, load_task
+from p2p_guard.training.local import LocalModel, round_generator
+
+__all__ = [
+    "NON_FINITE",
+    "SALT_ATTACK",
+    "SALT_GUARD",
+    "SALT_INNER",
+    "CellSpec",
+    "backdoor_success",
+    "default_assumed_byzantine",
+    "params_of",
+    "run_cell",
+]
+
+logger = logging.getLogger(__name__)
+
+SALT_INNER = 1
+"""``round_generator`` salt of the inner batches (as in ``swarm/peer.py``)."""
+SALT_ATTACK = 3
+"""``round_generator`` salt of an update attack's randomness (as in ``swarm/peer.py``)."""
+SALT_GUARD = 4
+"""``round_generator`` salt of the guard's generator (as in ``swarm/peer.py``)."""
+
+NON_FINITE = "non_finite"
+"""Reason recorded for a row with NaN or infinite values (the swarm's integrity stage rejects it)."""
+
+Params = tuple[tuple[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """Everything that defines one cell; hashable, picklable, and the same cell gives the same result.
+
+    Attributes:
+        task: task name (``digits``, ``fashion-mnist``).
+        guard: aggregation rule name (one of ``guard.GUARD_NAMES``).
+        attack: attack spec of the Byzantine peers (``sign_flip:scale=10``), or None for a clean run (every
+            peer honest, the guard still configured with ``assumed_byzantine``).
+        n: peers, honest and Byzantine.
+        f: Byzantine peers (the last ``f`` indices); 0 with ``attack=None``.
+        partition: ``iid`` or ``dirichlet:ALPHA``.
+        seed: run seed (θ_0, shards and every generator derive from it).
+        rounds: outer rounds.
+        inner_steps: H (None: the task's default).
+        assumed_byzantine: f̂ handed to the guard (None: the guard's default).
+        guard_params: constructor parameters of the rule, as sorted ``(name, value)`` pairs (the ablation's
+            switches, e.g. ``(("magnitude", False),)``).
+        task_options: options of ``load_task``, as sorted pairs (``(("data_dir", "/x"),)``).
+        run_id: the run id the generators are seeded with (None: ``sim-TASK-seedSEED``, the id
+            ``p2p-guard simulate`` uses, so the same settings give the same generators there).
+        label: the arm's name in tables (None: the guard's name, plus its switched-off stages).
+    """
+
+    task: str
+    guard: str
+    attack: str | None
+    n: int
+    f: int
+    partition: str
+    seed: int
+    rounds: int
+    inner_steps: int | None = None
+    assumed_byzantine: int | None = None
+    guard_params: Params = ()
+    task_options: Params = ()
+    run_id: str | None = None
+    label: str | None = None
+
+    def __post_init__(self) -> None:
+        """Check the figures (ValueError naming the field)."""
+        if self.n < 1:
+            raise ValueError(f"n must be >= 1, got {self.n}")
+        if not 0 <= self.f < self.n:
+            raise ValueError(f"f must be in [0, n), got f={self.f}, n={self.n}")
+        if self.f > 0 and not self.attack:
+            raise ValueError(f"f={self.f} Byzantine peers need an attack")
+        if self.rounds < 1:
+            raise ValueError(f"rounds must be >= 1, got {self.rounds}")
+
+    @property
+    def resolved_run_id(self) -> str:
+        """The run id the generators use."""
+        return self.run_id or f"sim-{self.task}-seed{self.seed}"
+
+    @property
+    def arm(self) -> str:
+        """The arm's name: ``label``, else the guard plus each switched-off stage (``semantic -magnitude``)."""
+        if self.label:
+            return self.label
+        off = [f"-{k}" for k, v in self.guard_params if v is False]
+        return " ".join([self.guard, *off])
+
+    @property
+    def attack_name(self) -> str:
+        """The attack spec, or ``none`` for a clean run."""
+        return self.attack or "none"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict of the fields."""
+        out = asdict(self)
+        out["guard_params"] = dict(self.guard_params)
+        out["task_options"] = dict(self.task_options)
+        return out
+
+
+@dataclass
+class _Counts:
+    tp: int = 0
+    fp: int = 0
+    tn: int = 0
+    fn: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+
+    def add(self, byzantine: bool, rejected: bool, reason: str | None) -> None:
+        if rejected:
+            self.reasons[str(reason)] = self.reasons.get(str(reason), 0) + 1
+            if byzantine:
+                self.tp += 1
+            else:
+                self.fp += 1
+        elif byzantine:
+            self.fn += 1
+        else:
+            self.tn += 1
+
+
+def _same_result(a: GuardResult, b: GuardResult) -> bool:
+    if not torch.equal(a.aggregate, b.aggregate):
+        return False
+    return [(v.sender, v.accepted, v.reason) for v in a.verdicts] == [
+        (v.sender, v.accepted, v.reason) for v in b.verdicts
+    ]
+
+
+def backdoor_success(task: Task, model: torch.nn.Module, attack: object) -> float | None:
+    """Attack success rate of a backdoor: the share of triggered test images classified as its target.
+
+    ASR = |{x ∈ test : y(x) ≠ t, argmax model(trigger(x)) = t}| / |{x ∈ test : y(x) ≠ t}|
+
+    where t is the attack's target class and trigger its ``apply_trigger`` (a pure function of the inputs).
+
+    Args:
+        task: the task; it must offer ``test_split()`` (the built-in classification tasks do).
+        model: the model, with the parameters to measure loaded.
+        attack: the attack object; without ``apply_trigger`` this returns None.
+
+    Returns:
+        The rate in [0, 1], or None when the attack has no trigger, no target, or the task no test split.
+    """
+    trigger = getattr(attack, "apply_trigger", None)
+    target = next(
+        (getattr(attack, k) for k in ("target", "target_class", "target_label") if hasattr(attack, k)), None
+    )
+    test_split = getattr(task, "test_split", None)
+    if not callable(trigger) or target is None or not callable(test_split):
+        return None
+    x, y = test_split()
+    keep = y != int(target)
+    if not bool(keep.any()):
+        return None
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            predicted = model(trigger(x[keep])).argmax(dim=1)
+    finally:
+        model.train(was_training)
+    return float((predicted == int(target)).float().mean())
+
+
+def _state_digest(local: LocalModel) -> str:
+    return hashlib.sha256(local.state_bytes()).hexdigest()
+
+
+def run_cell(
+    spec: CellSpec,
+    *,
+    task: Task | None = None,
+    sender_ids: Sequence[str] | None = None,
+    check_shared: bool = True,
+) -> dict[str, Any]:
+    """Run one cell to its end and return its result.
+
+    Args:
+        spec: the cell.
+        task: a loaded task to reuse (None: ``load_task(spec.task, **spec.task_options)``).
+        sender_ids: the senders' names, by peer index (None: ``peer00``, ``peer01``, …). The guard orders rows
+            by sender, so passing a networked swarm's PeerIDs reproduces its row order exactly.
+        check_shared: run the guard a second time per round for another honest receiver and fall back to one
+            guard call per receiver if the results ever differ (see the module docstring). Off: one shared θ
+            is assumed without a check.
+
+    Returns:
+        ``{"spec", "arm", "attack", "numel", "rounds": [per-round dict], "final", "verdicts", "shared_theta",
+        "state_sha256", "seconds"}``. A round holds ``round``, ``accuracy``, ``loss`` (test split),
+        ``train_loss`` (mean of the honest peers' inner losses), ``tp``/``fp``/``tn``/``fn`` and ``asr``
+        (backdoor success rate, None for other attacks). ``final`` holds the last round's ``accuracy``,
+        ``loss`` and ``asr``; ``verdicts`` the totals with ``fp_rate`` = fp / (fp + tn) and
+        ``detection_rate`` = tp / (tp + fn) (None where undefined) and the rejection reasons.
+
+    Raises:
+        ValueError: on an unknown task, guard or attack, a wire attack (out of scope in-process), or
+            ``sender_ids`` of the wrong length or with duplicates.
+    """
+    started = time.monotonic()
+    if task is None:
+        task = load_task(spec.task, **dict(spec.task_options))
+    n, f = spec.n, spec.f
+    names = list(sender_ids) if sender_ids is not None else [f"peer{i:02d}" for i in range(n)]
+    if len(names) != n or len(set(names)) != n:
+        raise ValueError(f"sender_ids must be {n} distinct names, got {names!r}")
+    byzantine = [i >= n - f for i in range(n)]
+    honest = [i for i in range(n) if not byzantine[i]]
+    attacks: dict[int, Any] = {}
+    kind = None
+    if spec.attack and f > 0:
+        for i in range(n - f, n):
+            attacks[i] = load_attack(spec.attack)  # one object per attacker, as each peer process has its own
+        kind = getattr(attacks[n - 1], "kind", None)
+        if kind not in ("update", "data"):
+            raise ValueError(
+                f"attack {spec.attack!r} has kind {kind!r}: only update and data attacks run in-process "
+                f"(wire attacks need the integrity stage of a networked swarm: p2p-guard simulate)"
+            )
+    guard = build_guard(spec.guard, **dict(spec.guard_params))
+    run_id = spec.resolved_run_id
+    steps = spec.inner_steps or task.default_hparams.inner_steps
+    peers = [
+        LocalModel(task, seed=spec.seed, num_shards=n, shard_index=i, partition=spec.partition)
+        for i in range(n)
+    ]
+    known_previous: dict[int, list[torch.Tensor]] = {i: [] for i in attacks}
+    shared = True
+    probe = honest[-1] if len(honest) > 1 else None
+    history: list[dict[str, Any]] = []
+    totals = _Counts()
+
+    for r in range(spec.rounds):
+        rows: dict[str, torch.Tensor] = {}
+        dropped: dict[str, str] = {}
+        train_losses = []
+        for i, local in enumerate(peers):
+            attack = attacks.get(i)
+            data_attack = attack if kind == "data" else None
+            delta, train_loss = local.train_round(steps, round_generator(run_id, spec.seed, i, r, SALT_INNER),
+                                                  data_attack)
+            if not byzantine[i]:
+                train_losses.append(train_loss)
+            if attack is not None and kind == "update":
+                ctx = AttackContext(round=r, n=n, f=max(1, f),
+                                    generator=round_generator(run_id, spec.seed, i, r, SALT_ATTACK),
+                                    guard_name=spec.guard)
+                delta = attacked_update(attack, delta, known_previous[i], ctx)
+            if bool(torch.isfinite(delta).all()):
+                rows[names[i]] = delta
+            else:
+                dropped[names[i]] = NON_FINITE
+
+        def judge(j: int) -> GuardResult:
+            return judge_rows(guard, rows, me=names[j], round_=r,
+                              previous_aggregate=peers[j].previous_aggregate, f=spec.assumed_byzantine,
+                              generator=round_generator(run_id, spec.seed, j, r, SALT_GUARD))
+
+        results: dict[int, GuardResult] = {}
+        if rows:
+            if shared:
+                first = judge(honest[0])
+                if check_shared and probe is not None and not _same_result(first, judge(probe)):
+                    logger.info("%s: the guard's result depends on the receiver at round %d; running it "
+                                "once per receiver from now on", spec.arm, r)
+                    shared = False
+            if shared:
+                results = dict.fromkeys(range(n), first)
+            else:
+                results = {j: judge(j) for j in range(n)}
+            for j, local in enumerate(peers):
+                local.apply(results[j].aggregate)
+        else:
+            logger.warning("%s round %d: no finite row; the model is unchanged", spec.arm, r)
+
+        counts = _Counts()
+        for j in honest:
+            verdicts = {v.sender: (v.accepted, v.reason) for v in results[j].verdicts} if results else {}
+            for i in range(n):
+                if i == j:
+                    continue
+                if names[i] in dropped:
+                    counts.add(byzantine[i], True, dropped[names[i]])
+                else:
+                    accepted, reason = verdicts.get(names[i], (False, "missing"))
+                    counts.add(byzantine[i], not accepted, reason)
+        for key in ("tp", "fp", "tn", "fn"):
+            setattr(totals, key, getattr(totals, key) + getattr(counts, key))
+        for reason, k in counts.reasons.items():
+            totals.reasons[reason] = totals.reasons.get(reason, 0) + k
+
+        for i in attacks:
+            known_previous[i] = [rows[s] for s in sorted(rows) if s != names[i]]
+
+        evaluated = [honest[0]] if shared else honest
+        metrics = [peers[j].evaluate() for j in evaluated]
+        asr_values = []
+        if attacks:
+            for j in evaluated:
+                peers[j].evaluate()  # loads θ_j into the module
+                value = backdoor_success(task, peers[j].model, attacks[n - 1])
+                if value is not None:
+                    asr_values.append(value)
+        history.append({
+            "round": r,
+            "accuracy": _mean([m.accuracy for m in metrics]),
+            "loss": _mean([m.loss for m in metrics]),
+            "train_loss": _mean(train_losses),
+            "tp": counts.tp, "fp": counts.fp, "tn": counts.tn, "fn": counts.fn,
+            "asr": _mean(asr_values) if asr_values else None,
+        })
+
+    last = history[-1]
+    return {
+        "spec": spec.to_dict(),
+        "arm": spec.arm,
+        "attack": spec.attack_name,
+        "numel": peers[0].numel,
+        "rounds": history,
+        "final": {"accuracy": last["accuracy"], "loss": last["loss"], "asr": last["asr"]},
+        "verdicts": {
+            "tp": totals.tp, "fp": totals.fp, "tn": totals.tn, "fn": totals.fn,
+            "fp_rate": _ratio(totals.fp, totals.fp + totals.tn),
+            "detection_rate": _ratio(totals.tp, totals.tp + totals.fn),
+            "reasons": dict(sorted(totals.reasons.items())),
+        },
+        "shared_theta": shared,
+        "state_sha256": _state_digest(peers[honest[0]]),
+        "seconds": time.monotonic() - started,
+    }
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    numbers = [v for v in values if v is not None and math.isfinite(v)]
+    return sum(numbers) / len(numbers) if numbers else None
+
+
+def _ratio(num: int, den: int) -> float | None:
+    return num / den if den else None
+
+
+def default_assumed_byzantine(n: int, f: int) -> int:
+    """f̂ the benchmark configures every rule with: the true f, or the deployment default when f = 0.
+
+    A rule told to tolerate 0 Byzantine rows degenerates to the mean; a deployment never does that, so the
+    f = 0 arms run with ``default_f(n)`` (2 for n = 10).
+    """
+    return f if f > 0 else default_f(n)
+
+
+def params_of(mapping: Mapping[str, Any] | None) -> Params:
+    """Sorted ``(name, value)`` pairs of a mapping, the hashable form :class:`CellSpec` keeps."""
+    return tuple(sorted((mapping or {}).items()))
