@@ -21,14 +21,19 @@ from types import MappingProxyType
 from typing import Any
 
 from p2p_guard.attacks.base import ATTACK_KINDS
-from p2p_guard.attacks.data import LabelFlip
+from p2p_guard.attacks.data import Backdoor, LabelFlip
+from p2p_guard.attacks.evasive import Drift, NullSpace, Sleeper
 from p2p_guard.attacks.update import (
     ALittleIsEnough,
     GaussianNoise,
     InnerProductManipulation,
+    Mimic,
+    MinMax,
+    MinSum,
     Scale,
     SignFlip,
 )
+from p2p_guard.attacks.whitebox import Adaptive
 
 __all__ = ["ATTACK_NAMES", "WIRE_ATTACK_NAMES", "load_attack", "parse_attack_spec"]
 
@@ -42,6 +47,14 @@ _BUILTIN: Mapping[str, type] = MappingProxyType(
         "alie": ALittleIsEnough,
         "ipm": InnerProductManipulation,
         "label_flip": LabelFlip,
+        "min_max": MinMax,
+        "min_sum": MinSum,
+        "mimic": Mimic,
+        "drift": Drift,
+        "null_space": NullSpace,
+        "sleeper": Sleeper,
+        "backdoor": Backdoor,
+        "adaptive": Adaptive,
     }
 )
 

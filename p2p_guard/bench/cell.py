@@ -44,7 +44,7 @@ import torch
 from p2p_guard.attacks import load_attack
 from p2p_guard.attacks.apply import attacked_update
 from p2p_guard.attacks.base import AttackContext
-from p2p_guard.guard import build_guard, default_f
+from p2p_guard.guard import build_guard
 from p2p_guard.guard.apply import judge_rows
 from p2p_guard.guard.base import GuardResult
 from p2p_guard.tasks import Task, load_task
@@ -57,7 +57,6 @@ __all__ = [
     "SALT_INNER",
     "CellSpec",
     "backdoor_success",
-    "default_assumed_byzantine",
     "params_of",
     "run_cell",
 ]
@@ -246,7 +245,10 @@ def run_cell(
         ``train_loss`` (mean of the honest peers' inner losses), ``tp``/``fp``/``tn``/``fn`` and ``asr``
         (backdoor success rate, None for other attacks). ``final`` holds the last round's ``accuracy``,
         ``loss`` and ``asr``; ``verdicts`` the totals with ``fp_rate`` = fp / (fp + tn) and
-        ``detection_rate`` = tp / (tp + fn) (None where undefined) and the rejection reasons.
+        ``detection_rate`` = tp / (tp + fn) (None where undefined) and the rejection reasons;
+        ``skipped_steps`` counts (honest peer, round) pairs whose aggregate was not finite (an overflow under
+        a huge attack): the outer step refuses it, so that peer's model stays unchanged that round (a networked
+        peer would stop with an error).
 
     Raises:
         ValueError: on an unknown task, guard or attack, a wire attack (out of scope in-process), or
@@ -284,6 +286,7 @@ def run_cell(
     probe = honest[-1] if len(honest) > 1 else None
     history: list[dict[str, Any]] = []
     totals = _Counts()
+    skipped_steps = 0
 
     for r in range(spec.rounds):
         rows: dict[str, torch.Tensor] = {}
@@ -324,7 +327,11 @@ def run_cell(
             else:
                 results = {j: judge(j) for j in range(n)}
             for j, local in enumerate(peers):
-                local.apply(results[j].aggregate)
+                aggregate = results[j].aggregate
+                if bool(torch.isfinite(aggregate).all()):
+                    local.apply(aggregate)
+                else:  # OuterNesterov refuses it; a networked peer would stop with an error here
+                    skipped_steps += j in honest
         else:
             logger.warning("%s round %d: no finite row; the model is unchanged", spec.arm, r)
 
@@ -380,6 +387,7 @@ def run_cell(
             "reasons": dict(sorted(totals.reasons.items())),
         },
         "shared_theta": shared,
+        "skipped_steps": skipped_steps,
         "state_sha256": _state_digest(peers[honest[0]]),
         "seconds": time.monotonic() - started,
     }
@@ -392,15 +400,6 @@ def _mean(values: Sequence[float | None]) -> float | None:
 
 def _ratio(num: int, den: int) -> float | None:
     return num / den if den else None
-
-
-def default_assumed_byzantine(n: int, f: int) -> int:
-    """f̂ the benchmark configures every rule with: the true f, or the deployment default when f = 0.
-
-    A rule told to tolerate 0 Byzantine rows degenerates to the mean; a deployment never does that, so the
-    f = 0 arms run with ``default_f(n)`` (2 for n = 10).
-    """
-    return f if f > 0 else default_f(n)
 
 
 def params_of(mapping: Mapping[str, Any] | None) -> Params:

@@ -7,9 +7,15 @@ Every field carries its unit in its name (``_s`` seconds, ``_bytes`` bytes).
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from p2p_guard.protocol.codecs import CODECS
 
 __all__ = ["PeerConfig", "config_from_mapping"]
 
@@ -85,6 +91,15 @@ class PeerConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        _check_types(self)
+        if not _RUN_ID.fullmatch(self.run_id):
+            raise ValueError(f"run_id must be 1-64 characters of [A-Za-z0-9._-]; got run_id={self.run_id!r}")
+        if self.codec not in CODECS:
+            raise ValueError(f"codec must be one of {CODECS}; got codec={self.codec!r}")
+        for name in ("byzantine_count", "assumed_byzantine"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must be >= 0; got {name}={value}")
         _check_positive("num_peers", self.num_peers)
         _check_positive("min_peers", self.min_peers)
         if not 0 <= self.peer_index < self.num_peers:
@@ -96,9 +111,11 @@ class PeerConfig:
             _check_positive("inner_steps", self.inner_steps)
         if not 0.0 < self.quorum_fraction <= 1.0:
             raise ValueError(f"quorum_fraction must be in (0, 1]; got quorum_fraction={self.quorum_fraction}")
-        for name in ("grace_s", "commit_timeout_s", "fetch_timeout_s", "join_timeout_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0 seconds; got {name}={getattr(self, name)}")
+        for name in ("grace_s", "commit_timeout_s", "fetch_timeout_s", "join_timeout_s", "outer_lr"):
+            if not math.isfinite(getattr(self, name)) or getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be finite and > 0; got {name}={getattr(self, name)}")
+        if not 0.0 <= self.outer_momentum < 1.0:
+            raise ValueError(f"outer_momentum must be in [0, 1); got outer_momentum={self.outer_momentum}")
         _check_positive("max_payload_bytes", self.max_payload_bytes)
         _check_positive("max_envelope_bytes", self.max_envelope_bytes)
         if self.device not in ("auto", "cpu", "cuda"):
@@ -115,6 +132,39 @@ class PeerConfig:
         data = dataclasses.asdict(self)
         data["initial_peers"] = list(self.initial_peers)
         return data
+
+
+_RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+def _check_types(config: PeerConfig) -> None:
+    """Reject values of the wrong type (a TOML string where a number belongs, a bool for an int...)."""
+    hints = typing.get_type_hints(PeerConfig)
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        allowed = _allowed_types(hints[f.name])
+        if isinstance(value, bool) and bool not in allowed:
+            raise ValueError(f"{f.name} must be {_type_names(allowed)}; got {value!r}")
+        if not isinstance(value, allowed):
+            raise ValueError(f"{f.name} must be {_type_names(allowed)}; got {value!r}")
+    if not all(isinstance(p, str) for p in config.initial_peers):
+        raise ValueError(f"initial_peers must be a list of multiaddr strings; got {config.initial_peers!r}")
+
+
+def _allowed_types(hint: Any) -> tuple[type, ...]:
+    args = typing.get_args(hint)
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return tuple(t for a in args for t in _allowed_types(a))
+    if origin is not None:
+        return (origin,)
+    if hint is float:
+        return (float, int)
+    return (type(None),) if hint is None else (hint,)
+
+
+def _type_names(allowed: tuple[type, ...]) -> str:
+    return " or ".join(t.__name__ for t in allowed)
 
 
 def _check_positive(name: str, value: int) -> None:
@@ -141,7 +191,8 @@ def config_from_mapping(values: dict[str, Any], *, source: str | Path = "<mappin
         raise ValueError(f"{source}: unknown setting(s) {unknown}; known settings: {sorted(known)}")
     values = dict(values)
     if "initial_peers" in values:
-        values["initial_peers"] = tuple(values["initial_peers"])
+        peers = values["initial_peers"]
+        values["initial_peers"] = (peers,) if isinstance(peers, str) else tuple(peers)
     try:
         return PeerConfig(**values)
     except (TypeError, ValueError) as e:

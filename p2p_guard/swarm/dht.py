@@ -12,6 +12,7 @@ import logging
 from collections.abc import Sequence
 
 import hivemind
+from hivemind.dht.validation import RecordValidatorBase
 from hivemind.utils import get_dht_time
 
 __all__ = ["SwarmDHT", "listen_maddr", "start_dht"]
@@ -35,6 +36,7 @@ def start_dht(
     port: int = 0,
     announce_host: str | None = None,
     startup_timeout_s: float = 60.0,
+    record_validators: Sequence[RecordValidatorBase] | None = None,
 ) -> hivemind.DHT:
     """Start a DHT node whose libp2p identity is our Ed25519 key file.
 
@@ -44,6 +46,10 @@ def start_dht(
         host: listen address; port: TCP port (0 = any free port).
         announce_host: address other peers should dial (public IP of a server); None keeps the listen one.
         startup_timeout_s: how long to wait for the DHT process, in seconds.
+        record_validators: hivemind record validators the node applies to every record it stores or reads.
+            None (the default) means ``[RecordValidator()]`` (``swarm.validator``), which protects our records
+            by their content; a peer passes ``[RecordValidator([run_id])]`` so that garbage under its run's keys
+            is refused too. An empty sequence disables validation (tests of reader-side checks only).
 
     Returns:
         A started ``hivemind.DHT``; call ``shutdown()`` when done.
@@ -62,7 +68,12 @@ def start_dht(
         if port == 0:
             raise ValueError("announce_host needs a fixed port (port=0 picks a random one)")
         kwargs["announce_maddrs"] = [listen_maddr(announce_host, port)]
-    dht = hivemind.DHT(initial_peers=list(initial_peers) or None, start=False, **kwargs)
+    if record_validators is None:
+        from p2p_guard.swarm.validator import RecordValidator  # here: swarm.validator imports swarm.records
+
+        record_validators = [RecordValidator()]
+    dht = hivemind.DHT(initial_peers=list(initial_peers) or None, start=False,
+                       record_validators=list(record_validators), **kwargs)
     dht.run_in_background(await_ready=False)
     try:
         dht.wait_until_ready(timeout=startup_timeout_s)

@@ -293,8 +293,9 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
 async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyncio.Event,
                       events: EventLog) -> int:
     present = await peer.wait_for_peers(stop)
-    others = [r for p, r in present.items() if p != peer.me]
-    start = max(others, default=0)
+    # Presence rounds are self-reported: take the median, so a Byzantine minority cannot move a joiner.
+    others = sorted(r for p, r in present.items() if p != peer.me)
+    start = others[(len(others) - 1) // 2] if others else 0
     contribute = start == 0
     if not contribute:
         peer.log.info("the swarm is at round %d: listening for one round to catch up", start)

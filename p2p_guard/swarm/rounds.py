@@ -178,7 +178,7 @@ async def _payload(p2p: P2P, sender: str, env: Envelope, run_id: str, deadline: 
             return result.data
         detail = result.detail or f"status {result.status}"
         if result.status not in (NOT_READY, -1):
-            break
+            return Rejected(RejectReason.UNAVAILABLE, f"sender refused to serve its committed payload ({detail})")
         await asyncio.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
     return Rejected(RejectReason.TIMEOUT, f"payload not received before the fetch deadline ({detail})")
 
