@@ -27,6 +27,7 @@ from p2p_guard.guard.linalg import pairwise_distances
 
 __all__ = [
     "ALIE_SEARCH_GRID",
+    "ALIE_SEARCH_SAFETY",
     "ALittleIsEnough",
     "GaussianNoise",
     "InnerProductManipulation",
@@ -40,6 +41,9 @@ __all__ = [
 
 ALIE_SEARCH_GRID: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 7.5, 10.0)
 """The z values ``alie:z=search`` tries (with the formula's z when it is positive)."""
+
+ALIE_SEARCH_SAFETY = 1.25
+"""``alie:z=search`` scores each z by the worse of z and 1.25 z (a margin from the guard's rejection cliff)."""
 
 SEARCH = "search"
 """The value of ``z`` that makes ALIE line-search z against the peers' guard."""
@@ -197,12 +201,15 @@ class ALittleIsEnough:
           rows of ``known`` (own Δ of this round and the previous round's updates; σ = 0 with one row);
         - z = ``z``; when ``None``, z_max of :func:`alie_z` for ``ctx.n`` and ``ctx.f``; when ``"search"``,
 
-              z* = argmax_{z ∈ Z} ‖G(S ∪ {a(z)}^f) − μ‖₂
+              z* = argmax_{z ∈ Z} min(D(z), D(κz)),   D(z) = ‖G(S ∪ {μ − zσ}^f) − μ‖₂
 
           the z whose f copies move the peers' simulated guard G furthest from μ, with S the honest stand-ins
           (:func:`~p2p_guard.attacks.whitebox.honest_stand_ins`), G built from ``ctx.guard_name`` (``semantic``
           when None), ``ctx.guard_params`` and ``ctx.guard_f``, and Z = :data:`ALIE_SEARCH_GRID` plus z_max
-          when it is positive (ties go to the smaller z).
+          when it is positive (ties go to the smaller z). κ = :data:`ALIE_SEARCH_SAFETY` (1.25) keeps a margin
+          from the cliff where the guard starts rejecting: a z that would be rejected if this round's spread
+          were a fifth smaller than estimated scores as low as a rejected one (without it the search lands on
+          the last accepted grid point, which a real round, unlike the simulation, often rejects).
 
     The original attack is omniscient (it sees this round's honest updates); under commit-before-reveal it
     estimates μ and σ from its own update and the previous round's, which is what this class does. The search
@@ -264,11 +271,18 @@ class ALittleIsEnough:
         stand_ins = honest_stand_ins(known, ctx)
         copies = max(1, ctx.f)
         mean64 = mean.to(torch.float64)
+        moved: dict[float, float] = {}
+
+        def distance(z: float) -> float:
+            if z not in moved:
+                attack = (mean - z * std).expand(copies, -1)
+                aggregate = simulate_round(guard, stand_ins, attack, ctx).aggregate
+                moved[z] = float(torch.linalg.vector_norm(aggregate.to(torch.float64) - mean64))
+            return moved[z]
+
         best_z, best = 0.0, -1.0
         for z in sorted(grid):
-            attack = (mean - z * std).expand(copies, -1)
-            aggregate = simulate_round(guard, stand_ins, attack, ctx).aggregate
-            score = float(torch.linalg.vector_norm(aggregate.to(torch.float64) - mean64))
+            score = min(distance(z), distance(ALIE_SEARCH_SAFETY * z))
             if score > best:
                 best_z, best = z, score
         return best_z

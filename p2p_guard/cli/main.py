@@ -1,4 +1,4 @@
-"""The ``p2p-guard`` command: ``bootstrap``, ``peer``, ``simulate``."""
+"""The ``p2p-guard`` command: ``bootstrap``, ``peer``, ``simulate``, ``verify-proof``, ``bench``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from p2p_guard.cli import bootstrap_cmd, peer_cmd, simulate_cmd
+from p2p_guard.cli import bench_cmd, bootstrap_cmd, peer_cmd, simulate_cmd, verify_proof_cmd
 from p2p_guard.cli.logging_setup import setup_logging
 
 __all__ = ["build_parser", "main"]
@@ -18,7 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="p2p-guard", description="Byzantine-robust peer-to-peer training.")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (bootstrap_cmd, peer_cmd, simulate_cmd):
+    for module in (bootstrap_cmd, peer_cmd, simulate_cmd, verify_proof_cmd, bench_cmd):
         module.add_parser(sub)
     return parser
 

@@ -11,7 +11,7 @@ import math
 import re
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +88,6 @@ class PeerConfig:
     device: str = "auto"
     events: str | None = None
     state_out: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _check_types(self)

@@ -342,8 +342,8 @@ class RecordValidator(RecordValidatorBase):
         claimed = _claimed_key(content)
         if claimed is None:
             if spec is not None:
-                return RecordVerdict(False, "wrong_kind", f"a {getattr(content, 'kind', '?')!r} record under a {spec.kind} key",
-                                     spec.kind)
+                unplaced = getattr(content, "kind", "?")
+                return RecordVerdict(False, "wrong_kind", f"a {unplaced!r} record under a {spec.kind} key", spec.kind)
             return _NOT_OURS  # a signed record of a kind we do not place (e.g. ``state``) under an unknown key
         if spec is not None:
             mismatch = _mismatch(spec, claimed)

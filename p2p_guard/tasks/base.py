@@ -53,8 +53,8 @@ class Metrics:
     Attributes:
         loss: Mean cross-entropy per prediction (per example for classification, per token for language
             models), in nats.
-        accuracy: Fraction of correct arg-max predictions in [0, 1] (next-token accuracy for language models),
-            or None where the task has no such notion.
+        accuracy: Fraction of correct arg-max predictions in [0, 1]; None for language models (they report
+            perplexity) and wherever the task has no such notion.
         perplexity: ``exp(loss)`` for language models; None for classification.
     """
 

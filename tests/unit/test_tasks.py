@@ -287,7 +287,7 @@ def test_evaluate_untrained(digits: Task, shakespeare: Task) -> None:
     m = shakespeare.evaluate(lm)
     assert m.perplexity is not None and 40 < m.perplexity < 200
     assert m.perplexity == pytest.approx(math.exp(m.loss))
-    assert m.accuracy is not None and m.accuracy < 0.1
+    assert m.accuracy is None  # reports give perplexity for language models
     assert shakespeare.evaluate(lm) == m
     assert lm.training
     with pytest.raises(dataclasses.FrozenInstanceError):
