@@ -11,8 +11,9 @@ from p2p_guard.attacks.base import AttackContext
 __all__ = ["attacked_update"]
 
 
-def attacked_update(attack: object, honest_delta: torch.Tensor, known_previous: Sequence[torch.Tensor],
-                    ctx: AttackContext) -> torch.Tensor:
+def attacked_update(
+    attack: object, honest_delta: torch.Tensor, known_previous: Sequence[torch.Tensor], ctx: AttackContext
+) -> torch.Tensor:
     """Return what an adversarial peer sends instead of its honest pseudo-gradient.
 
     Args:
@@ -36,4 +37,4 @@ def attacked_update(attack: object, honest_delta: torch.Tensor, known_previous: 
     if kind != "update":
         return honest_delta
     known = torch.stack([honest_delta, *known_previous])
-    return attack(known, ctx).to(torch.float32)  # type: ignore[operator]
+    return attack(known, ctx).to(torch.float32)  # type: ignore[operator,no-any-return]

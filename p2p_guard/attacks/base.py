@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -76,6 +77,8 @@ class AttackContext:
             check_int("guard_f", self.guard_f, minimum=0)
         if not isinstance(self.guard_params, Mapping):
             raise ValueError(f"guard_params must be a mapping, got {self.guard_params!r}")
+        # A read-only copy, so that the frozen context cannot change under an attack that reads it.
+        object.__setattr__(self, "guard_params", MappingProxyType(dict(self.guard_params)))
         if self.loss_probe is not None and not callable(self.loss_probe):
             raise ValueError(f"loss_probe must be callable, got {self.loss_probe!r}")
 
@@ -108,8 +111,9 @@ class DataAttack(Protocol):
     """Corrupt the attacker's training data: applied to every inner batch before the forward pass.
 
     A data attack may also carry a float attribute ``boost`` (model replacement): the Δ trained on the
-    corrupted data is multiplied by it before it is committed (:func:`~p2p_guard.attacks.apply.attacked_update`
-    does this); absent or 1.0, the Δ is committed as trained.
+    corrupted data is multiplied by it before it is committed
+    (:func:`~p2p_guard.attacks.apply.attacked_update` does this); absent or 1.0, the Δ is committed as
+    trained.
     """
 
     @property

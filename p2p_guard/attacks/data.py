@@ -140,16 +140,18 @@ class Backdoor:
     x'_b = T(x_b), y'_b = t   for the first ⌊ρ·B⌋ rows b of the batch;   (x'_b, y'_b) = (x_b, y_b) otherwise
 
     where
-        - T is :func:`apply_trigger` (a bright ``size``-pixel square in the bottom-right corner, pixel ``value``);
-        - t = ``target``, ρ = ``fraction``, B the batch size (batches are drawn at random, so the first rows are a
-          random subset);
-        - the rest of the batch keeps the main task, so the model stays accurate on clean inputs and the update
-          looks like an honest one.
+        - T is :func:`apply_trigger` (a bright ``size``-pixel square in the bottom-right corner, pixel
+          ``value``);
+        - t = ``target``, ρ = ``fraction``, B the batch size (batches are drawn at random, so the first rows
+          are a random subset);
+        - the rest of the batch keeps the main task, so the model stays accurate on clean inputs and the
+          update looks like an honest one.
 
-    Model replacement: ``boost`` (β) scales the Δ the attacker trained before it is committed, Δ' = β·Δ; Bagdasaryan
-    et al. use β = n/η to replace the global model in one round. The swarm peer and the benchmark apply it through
-    :func:`~p2p_guard.attacks.apply.attacked_update` (any data attack with a ``boost`` attribute); β = 1 (default)
-    is a pure data attack. A boosted Δ is as easy to see as ``scale``; the default keeps the attack stealthy.
+    Model replacement: ``boost`` (β) scales the Δ the attacker trained before it is committed, Δ' = β·Δ;
+    Bagdasaryan et al. use β = n/η to replace the global model in one round. The swarm peer and the benchmark
+    apply it through :func:`~p2p_guard.attacks.apply.attacked_update` (any data attack with a ``boost``
+    attribute); β = 1 (default) is a pure data attack. A boosted Δ is as easy to see as ``scale``; the default
+    keeps the attack stealthy.
 
     The attack success rate (reported apart from accuracy) is the fraction of :meth:`triggered_test_inputs`
     classified as ``target``.
@@ -215,7 +217,9 @@ class Backdoor:
         if self.target >= num_classes:
             raise ValueError(f"target must be < num_classes={num_classes}, got {self.target}")
         if y.dim() != 1 or len(x) != len(y):
-            raise ValueError(f"expected (B, ...) inputs and (B,) labels, got {tuple(x.shape)} and {tuple(y.shape)}")
+            raise ValueError(
+                f"expected (B, ...) inputs and (B,) labels, got {tuple(x.shape)} and {tuple(y.shape)}"
+            )
         k = int(self.fraction * len(y))
         x_out, y_out = x.clone(), y.clone()
         if k:
@@ -236,5 +240,7 @@ class Backdoor:
             ``(|S|, ...)`` triggered inputs, dtype of ``x`` (empty when every label is the target).
         """
         if y.dim() != 1 or len(x) != len(y):
-            raise ValueError(f"expected (N, ...) inputs and (N,) labels, got {tuple(x.shape)} and {tuple(y.shape)}")
+            raise ValueError(
+                f"expected (N, ...) inputs and (N,) labels, got {tuple(x.shape)} and {tuple(y.shape)}"
+            )
         return self.apply_trigger(x[y != self.target])

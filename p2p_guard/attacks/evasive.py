@@ -5,9 +5,9 @@
 - :class:`Sleeper`: honest for k rounds, then a sign flip.
 
 Same shape as :mod:`~p2p_guard.attacks.update`: a keyword-only constructor that checks the parameters, and
-``__call__(known (m, d), ctx) -> (d,)`` of the dtype of ``known``, which is never mutated. The fixed directions
-are drawn from a per-attack ``seed`` (not from ``ctx.generator``), so that they are the same every round and for
-every colluder.
+``__call__(known (m, d), ctx) -> (d,)`` of the dtype of ``known``, which is never mutated. The fixed
+directions are drawn from a per-attack ``seed`` (not from ``ctx.generator``), so that they are the same every
+round and for every colluder.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ def fixed_direction(d: int, seed: int) -> torch.Tensor:
         ``(d,)`` float64 tensor of norm 1.
     """
     g = torch.randn(d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    return g / torch.linalg.vector_norm(g)
+    norm = float(torch.linalg.vector_norm(g))
+    return g / norm
 
 
 def _projection_blocks(d: int) -> list[tuple[int, int]]:
@@ -53,12 +54,15 @@ def public_projection(d: int, *, k: int = 32, seed: int = 0) -> torch.Tensor:
         ``(k, d)`` float64 tensor.
     """
     gen = torch.Generator().manual_seed(seed)
-    blocks = [torch.randn(k, stop - start, generator=gen, dtype=torch.float64) for start, stop in _projection_blocks(d)]
+    blocks = [
+        torch.randn(k, stop - start, generator=gen, dtype=torch.float64)
+        for start, stop in _projection_blocks(d)
+    ]
     return torch.cat(blocks, dim=1)
 
 
 def _null_component(g: torch.Tensor, k: int, seed: int) -> torch.Tensor:
-    """g − Pᵀ (P Pᵀ)⁺ P g for the public P, computed block by block (P is never held whole)."""
+    """Return g − Pᵀ (P Pᵀ)⁺ P g for the public P, computed block by block (P is never held whole)."""
     d = len(g)
     blocks = _projection_blocks(d)
     gram = torch.zeros(k, k, dtype=torch.float64)
@@ -120,7 +124,8 @@ class Drift:
         check_known(known)
         own = known[0].to(torch.float64)
         u = fixed_direction(len(own), self.seed)
-        return (own + self.epsilon * torch.linalg.vector_norm(own) * u).to(known.dtype)
+        push = self.epsilon * float(torch.linalg.vector_norm(own))
+        return (own + push * u).to(known.dtype)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,9 +174,9 @@ class NullSpace:
         """Return ``Δ_own + λ ‖Δ_own‖ n̂``, a ``(d,)`` tensor of the dtype of ``known``."""
         check_known(known)
         own = known[0].to(torch.float64)
-        own_norm = torch.linalg.vector_norm(own)
+        own_norm = float(torch.linalg.vector_norm(own))
         null = _null_component(-own, self.k, self.seed)
-        null_norm = torch.linalg.vector_norm(null)
+        null_norm = float(torch.linalg.vector_norm(null))
         if own_norm == 0 or null_norm <= 1e-9 * own_norm:
             return known[0].clone()
         return (own + self.scale * own_norm * null / null_norm).to(known.dtype)
@@ -185,8 +190,8 @@ class Sleeper:
     a = −s · Δ_own           otherwise
 
     where
-        - Δ_own = ``known[0]`` (the only row used) and r = ``ctx.round``, the swarm's outer round (a late joiner
-          counts from the swarm's round, not its own first);
+        - Δ_own = ``known[0]`` (the only row used) and r = ``ctx.round``, the swarm's outer round (a late
+          joiner counts from the swarm's round, not its own first);
         - k = ``k`` honest rounds, s = ``scale`` (``sleeper:k=3,scale=10`` strikes with a ×10 sign flip).
 
     It tests defences that learn trust: a reputation earned in k honest rounds must not buy the attack a pass.

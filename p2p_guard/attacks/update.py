@@ -39,11 +39,12 @@ __all__ = [
     "alie_z",
 ]
 
-ALIE_SEARCH_GRID: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 7.5, 10.0)
-"""The z values ``alie:z=search`` tries (with the formula's z when it is positive)."""
+ALIE_SEARCH_SAFETY = 2**0.5
+"""``alie:z=search`` scores each z by the worse of z and √2·z (a margin from the guard's rejection cliff)."""
 
-ALIE_SEARCH_SAFETY = 1.25
-"""``alie:z=search`` scores each z by the worse of z and 1.25 z (a margin from the guard's rejection cliff)."""
+ALIE_SEARCH_GRID: tuple[float, ...] = tuple(0.25 * ALIE_SEARCH_SAFETY**k for k in range(12))
+"""The z values ``alie:z=search`` tries, 0.25 to 11.3 in steps of √2 (with the formula's z when positive):
+each grid point's safety partner is the next one, so the search costs 13 simulated rounds."""
 
 SEARCH = "search"
 """The value of ``z`` that makes ALIE line-search z against the peers' guard."""
@@ -204,12 +205,13 @@ class ALittleIsEnough:
               z* = argmax_{z ∈ Z} min(D(z), D(κz)),   D(z) = ‖G(S ∪ {μ − zσ}^f) − μ‖₂
 
           the z whose f copies move the peers' simulated guard G furthest from μ, with S the honest stand-ins
-          (:func:`~p2p_guard.attacks.whitebox.honest_stand_ins`), G built from ``ctx.guard_name`` (``semantic``
-          when None), ``ctx.guard_params`` and ``ctx.guard_f``, and Z = :data:`ALIE_SEARCH_GRID` plus z_max
-          when it is positive (ties go to the smaller z). κ = :data:`ALIE_SEARCH_SAFETY` (1.25) keeps a margin
-          from the cliff where the guard starts rejecting: a z that would be rejected if this round's spread
-          were a fifth smaller than estimated scores as low as a rejected one (without it the search lands on
-          the last accepted grid point, which a real round, unlike the simulation, often rejects).
+          (:func:`~p2p_guard.attacks.whitebox.honest_stand_ins`), G built from ``ctx.guard_name``
+          (``semantic`` when None), ``ctx.guard_params`` and ``ctx.guard_f``, and Z = :data:`ALIE_SEARCH_GRID`
+          plus z_max when it is positive (ties go to the smaller z). κ = :data:`ALIE_SEARCH_SAFETY` (√2)
+          keeps a margin from the cliff where the guard starts rejecting: a z that would be rejected if this
+          round's spread were √2 times smaller than estimated scores as low as a rejected one (without it the
+          search lands on the last accepted grid point, which a real round, unlike the simulation, often
+          rejects).
 
     The original attack is omniscient (it sees this round's honest updates); under commit-before-reveal it
     estimates μ and σ from its own update and the previous round's, which is what this class does. The search
@@ -351,8 +353,9 @@ def _check_perturbation(value: object) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class MinMax:
-    """Min-max (AGR-agnostic): the furthest point along p whose largest distance to a known update is no larger
-    than the largest distance between two known updates.
+    """Min-max (AGR-agnostic): the furthest point along p no farther from any known update than two are.
+
+    The largest distance to a known update stays within the largest distance between two known updates.
 
     a = μ + γ* · p̂,   γ* = max {γ ≥ 0 : max_i ‖μ + γ p̂ − x_i‖₂ ≤ max_{i,j} ‖x_i − x_j‖₂}
 
@@ -415,8 +418,9 @@ class MinMax:
 
 @dataclass(frozen=True, kw_only=True)
 class MinSum:
-    """Min-sum (AGR-agnostic): the furthest point along p whose sum of squared distances to the known updates
-    is no larger than the largest such sum of a known update.
+    """Min-sum (AGR-agnostic): the furthest point along p whose squared distances to the known sum no more.
+
+    Its sum of squared distances to the known updates stays within the largest such sum of a known update.
 
     a = μ + γ* · p̂,   γ* = max {γ ≥ 0 : Σ_i ‖μ + γ p̂ − x_i‖₂² ≤ max_k Σ_i ‖x_k − x_i‖₂²}
 
@@ -468,12 +472,13 @@ class MinSum:
 
 @dataclass(frozen=True, kw_only=True)
 class Mimic:
-    """Mimic: send a copy of one known honest update, so that its data is over-represented (hurts under non-IID).
+    """Mimic: send a copy of one known honest update, over-representing its data (hurts under non-IID).
 
-    a = x_{j*},  j* = ``index`` if given and < m, else argmax_{j ≥ 1} ‖x_j − x̄‖₂  (x̄ = mean of rows 1..m−1)
+    a = x_{j*},  j* = ``index`` if given and < m, else argmax_{j ≥ 1} ‖x_j − x̄‖₂  (x̄: mean of rows 1..m−1)
 
     where
-        - x_0 = ``known[0]`` is the attacker's own Δ of this round and x_1, …, x_{m−1} the previous round's rows;
+        - x_0 = ``known[0]`` is the attacker's own Δ of this round and x_1, …, x_{m−1} the previous round's
+          rows;
         - without ``index`` the copied row is the previous-round row farthest from their mean (the most
           atypical peer, whose weight the copies multiply; the paper picks the worker furthest along the top
           principal direction, which this approximates without a warm-up phase); the first such row on ties;
@@ -493,8 +498,8 @@ class Mimic:
         ValueError: when ``index`` is not an integer ``>= 0``.
 
     References:
-        Sai Praneeth Karimireddy, Lie He, Martin Jaggi. Byzantine-Robust Learning on Heterogeneous Datasets via
-        Bucketing. ICLR 2022. arXiv:2006.09365.
+        Sai Praneeth Karimireddy, Lie He, Martin Jaggi. Byzantine-Robust Learning on Heterogeneous Datasets
+        via Bucketing. ICLR 2022. arXiv:2006.09365.
     """
 
     kind: ClassVar[str] = "update"

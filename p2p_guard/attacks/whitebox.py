@@ -104,7 +104,7 @@ class GuardThresholds:
 
     Args:
         c_clip: rows longer than c_clip × median norm are clipped (``inf`` when the magnitude stage is off).
-        c_reject: rows longer than c_reject × median norm are rejected (``inf`` when the verdict stage is off).
+        c_reject: rows longer than c_reject × median norm are rejected (``inf`` with the verdict stage off).
         cos_min: rows whose cosine with the robust centre is below it are rejected (−1 with the verdict off).
     """
 
@@ -135,44 +135,48 @@ def _unit(v: torch.Tensor) -> torch.Tensor | None:
 
 @dataclass(frozen=True, kw_only=True)
 class Adaptive:
-    """White-box attack on the ``semantic`` guard: rotate away from the honest direction as far as its checks allow.
+    """White-box attack on the ``semantic`` guard: turn from the honest direction as far as its checks allow.
 
-    v(φ) = ρ · (cos φ · û + sin φ · ŵ),   φ* = max {φ ∈ [0, φ_hi] : v(φ) passes},   ρ = β · min(c_clip, c_reject) · ν̂
+    v(φ) = ρ · (cos φ · û + sin φ · ŵ),   φ* = max {φ ∈ [0, φ_hi] : v(φ) passes}
+    ρ = β · min(c_clip, c_reject) · ν̂
 
     where
         - S are the honest stand-ins (:func:`honest_stand_ins`: own Δ of this round and the previous round's
           rows nearest the coordinate-wise median), μ̂ their mean and û = μ̂ / ‖μ̂‖;
-        - ν̂ is the median norm of the rows of S, an estimate of the round's median norm (the guard's scale),
-          and β = ``norm_fraction``;
-        - ŵ is the harmful direction orthogonal to û: the part of −σ̂ (σ̂ the coordinate-wise standard deviation
-          of S, ALIE's direction) orthogonal to û, or with ``direction="fixed"`` (or when σ̂ gives none) the part
-          of a fixed Gaussian direction drawn from ``seed`` orthogonal to û;
-        - c_clip, c_reject, cos_min are the guard's thresholds (:func:`guard_thresholds`: read from the peers'
-          guard, ``build_guard(ctx.guard_name, **ctx.guard_params)``; the ``semantic`` defaults 2, 3, 0 for any
-          other rule);
+        - ν̂ is the median norm of the rows of S, an estimate of the round's median norm (the guard's
+          scale), and β = ``norm_fraction``;
+        - ŵ is the harmful direction orthogonal to û: the part of −σ̂ (σ̂ the coordinate-wise standard
+          deviation of S, ALIE's direction) orthogonal to û, or with ``direction="fixed"`` (or when σ̂ gives
+          none) the part of a fixed Gaussian direction drawn from ``seed`` orthogonal to û;
+        - c_clip, c_reject, cos_min are the guard's thresholds (:func:`guard_thresholds`: read from the
+          peers' guard, ``build_guard(ctx.guard_name, **ctx.guard_params)``; the ``semantic`` defaults 2, 3,
+          0 for any other rule);
         - v(φ) *passes* when (a) the peers' guard, simulated on S plus f copies of v(φ)
           (:func:`simulate_round`), accepts every copy with a cosine to its robust centre ≥ cos_min + margin
-          and a norm within c_clip × its median norm (no clipping: the row keeps its full length); (b) when S
-          holds fewer than n − f rows (the attacker has not seen a full round, e.g. round 0, so a simulation
-          would be dominated by its own copies), also cos(v, μ̂) ≥ cos_min + margin, i.e.
+          and a norm within c_clip × its median norm (no clipping: the row keeps its full length); (b) when
+          S holds fewer than n − f rows (the attacker has not seen a full round, e.g. round 0, so a
+          simulation would be dominated by its own copies), also cos(v, μ̂) ≥ cos_min + margin, i.e.
           φ_hi = arccos(cos_min + margin), else φ_hi = π; and (c) when ``ctx.loss_probe`` is given,
-          loss(θ − η·v) ≤ loss(θ − η·Δ_own) + ``loss_slack`` on the attacker's own data (it beats a loss-delta
-          test, which compares with an honest update, by that margin).
+          loss(θ − η·v) ≤ loss(θ − η·Δ_own) + ``loss_slack`` on the attacker's own data (it beats a
+          loss-delta test, which compares with an honest update, by that margin).
 
-    The optimisation: the norm is fixed at the largest that stays unclipped (a longer row is clipped, a shorter
-    one pulls less), so only the angle φ from the honest direction is searched. φ = 0 is an honest-looking row;
-    as φ grows the row carries less progress and more of the harmful direction; past π/2 it pulls backwards
-    (its cosine with the robust centre can stay above cos_min because the f copies pull the centre towards
-    themselves, which the simulation accounts for). If φ_hi passes it is taken at once; otherwise bisection
-    (24 halvings) finds the boundary of the passing angles. If not even φ = 0 passes, the attacker sends μ̂
-    (the stand-ins' mean, which looks honest).
+    The optimisation: the norm is fixed at the largest that stays unclipped (a longer row is clipped, a
+    shorter one pulls less), so only the angle φ from the honest direction is searched. φ = 0 is an
+    honest-looking row; as φ grows the row carries less progress and more of the harmful direction; past π/2
+    it pulls backwards (its cosine with the robust centre can stay above cos_min because the f copies pull the
+    centre towards themselves, which the simulation accounts for). If φ_hi passes it is taken at once;
+    otherwise bisection (10 halvings, 0.2° apart: at most 12 simulated rounds) finds the boundary of the
+    passing angles. If not even φ = 0 passes, the attacker sends μ̂ (the stand-ins' mean, which looks honest).
 
-    Measured on synthetic rounds (n = 10, f = 3, d = 500, honest pairwise cosine 0.2–0.8, previous-round mean
-    at cosine 0.5–0.95 from this round's): the simulation's passing boundary lay 10–60° inside the real one,
-    so the margin holds; the accepted rows moved the ``semantic`` aggregate by 0.3–0.7 ‖μ‖ from the honest mean.
+    Measured on synthetic rounds (n = 10, f = 3, d = 500, honest pairwise cosine 0.2–0.8, previous-round
+    mean at cosine 0.5–0.95 from this round's, previous-round norms 0.8–1.25× this round's; 4 seeds): the
+    simulation's passing boundary lay 10–60° inside the real one, the default guard accepted all 216 adaptive
+    rows, and they moved its aggregate by 0.28–0.71 ‖μ‖ from the honest mean μ (ALIE with the formula's z:
+    0.12–0.39; min-max: 0.17–0.60).
 
-    Knowledge: white-box. It knows the guard's configuration (name, parameters, f̂) and n and f; it sees its own
-    honest Δ of this round and the previous round's rows (commit-before-reveal), never this round's honest rows.
+    Knowledge: white-box. It knows the guard's configuration (name, parameters, f̂) and n and f; it sees its
+    own honest Δ of this round and the previous round's rows (commit-before-reveal), never this round's honest
+    rows.
     All colluders compute the same construction from their own knowledge (no coordination beyond the seed).
 
     Args:
@@ -255,7 +259,7 @@ class Adaptive:
         if not passes(0.0):
             return mean.to(known.dtype)
         lo, hi = 0.0, phi_hi
-        for _ in range(24):
+        for _ in range(10):
             mid = (lo + hi) / 2
             if passes(mid):
                 lo = mid
@@ -264,14 +268,12 @@ class Adaptive:
         return candidate(lo)
 
     def _harmful_direction(self, stand_ins: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-        """ŵ: unit vector orthogonal to ``u`` (float64)."""
+        """ŵ: a float64 unit vector orthogonal to ``u`` (see the class docstring)."""
         if self.direction == "std" and len(stand_ins) >= 2:
             h = -stand_ins.std(dim=0, correction=1)
-            w = _unit(h - torch.dot(h, u) * u)
-            if w is not None and float(torch.linalg.vector_norm(h - torch.dot(h, u) * u)) > 1e-12 * float(
-                torch.linalg.vector_norm(h)
-            ):
-                return w
+            orth = h - torch.dot(h, u) * u
+            if float(torch.linalg.vector_norm(orth)) > 1e-12 * float(torch.linalg.vector_norm(h)):
+                return orth / float(torch.linalg.vector_norm(orth))
         g = torch.randn(len(u), generator=torch.Generator().manual_seed(self.seed), dtype=torch.float64)
         w = _unit(g - torch.dot(g, u) * u)
         if w is None:  # d = 1: no orthogonal direction exists; the only harm left is −û

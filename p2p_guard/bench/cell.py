@@ -5,10 +5,13 @@ network: every peer is a :class:`~p2p_guard.training.local.LocalModel` built fro
 with its own shard, and a round is, for every peer index i (honest peers first, the last f are Byzantine):
 
 1. ``Δ_i, loss = LocalModel.train_round(H, round_generator(run, seed, i, r, 1), data_attack)``;
-2. a Byzantine peer with an update attack commits
-   ``attacked_update(attack, Δ_i, known_previous_i, AttackContext(round=r, n=n, f=max(1, f), generator=
-   round_generator(run, seed, i, r, 3), guard_name=guard))``, where ``known_previous_i`` holds every other row
-   it received in round r − 1 (commit-before-reveal lets it see no more), as in ``Peer._attacked``;
+2. a Byzantine peer commits ``attacked_update(attack, Δ_i, known_previous_i, AttackContext(round=r, n=n,
+   f=max(1, f), generator=round_generator(run, seed, i, r, 3), guard_name=guard, guard_params=…,
+   guard_f=f̂))``, where ``known_previous_i`` holds every other row it received in round r − 1
+   (commit-before-reveal lets it see no more), as in ``Peer._attacked`` (which does not pass ``guard_params``
+   and ``guard_f`` yet: a networked peer has no guard parameters, and its f̂ is ``--assumed-byzantine``; a
+   white-box attack here knows the exact configuration of the arm it attacks, ablation switches included);
+   a data attack acts in step 1 and ``attacked_update`` applies its ``boost``;
 3. rows that are not finite are dropped before the guard, as the swarm's integrity stage drops them
    (recorded as rejections with reason ``non_finite``);
 4. each receiver j runs ``judge_rows(guard, rows, me=sender_j, round_=r, previous_aggregate=…, f=f̂,
@@ -186,7 +189,8 @@ def backdoor_success(task: Task, model: torch.nn.Module, attack: object) -> floa
 
     ASR = |{x ∈ test : y(x) ≠ t, argmax model(trigger(x)) = t}| / |{x ∈ test : y(x) ≠ t}|
 
-    where t is the attack's target class and trigger its ``apply_trigger`` (a pure function of the inputs).
+    where t is the attack's ``target`` and the triggered inputs come from its ``triggered_test_inputs(x, y)``
+    (``attacks.data.Backdoor``).
 
     Args:
         task: the task; it must offer ``test_split()`` (the built-in classification tasks do).
@@ -194,24 +198,23 @@ def backdoor_success(task: Task, model: torch.nn.Module, attack: object) -> floa
         attack: the attack object; without ``apply_trigger`` this returns None.
 
     Returns:
-        The rate in [0, 1], or None when the attack has no trigger, no target, or the task no test split.
+        The rate in [0, 1], or None when the attack has no ``triggered_test_inputs`` or ``target``, or the
+        task no ``test_split``.
     """
-    trigger = getattr(attack, "apply_trigger", None)
-    target = next(
-        (getattr(attack, k) for k in ("target", "target_class", "target_label") if hasattr(attack, k)), None
-    )
+    triggered = getattr(attack, "triggered_test_inputs", None)
+    target = getattr(attack, "target", None)
     test_split = getattr(task, "test_split", None)
-    if not callable(trigger) or target is None or not callable(test_split):
+    if not callable(triggered) or target is None or not callable(test_split):
         return None
     x, y = test_split()
-    keep = y != int(target)
-    if not bool(keep.any()):
+    inputs = triggered(x, y)
+    if len(inputs) == 0:
         return None
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            predicted = model(trigger(x[keep])).argmax(dim=1)
+            predicted = model(inputs).argmax(dim=1)
     finally:
         model.train(was_training)
     return float((predicted == int(target)).float().mean())
@@ -241,7 +244,7 @@ def run_cell(
 
     Returns:
         ``{"spec", "arm", "attack", "numel", "rounds": [per-round dict], "final", "verdicts", "shared_theta",
-        "state_sha256", "seconds"}``. A round holds ``round``, ``accuracy``, ``loss`` (test split),
+        "state_sha256", "seconds", "cpu_seconds"}``. A round holds ``round``, ``accuracy``, ``loss`` (test split),
         ``train_loss`` (mean of the honest peers' inner losses), ``tp``/``fp``/``tn``/``fn`` and ``asr``
         (backdoor success rate, None for other attacks). ``final`` holds the last round's ``accuracy``,
         ``loss`` and ``asr``; ``verdicts`` the totals with ``fp_rate`` = fp / (fp + tn) and
@@ -255,6 +258,7 @@ def run_cell(
             ``sender_ids`` of the wrong length or with duplicates.
     """
     started = time.monotonic()
+    cpu_started = time.process_time()
     if task is None:
         task = load_task(spec.task, **dict(spec.task_options))
     n, f = spec.n, spec.f
@@ -299,10 +303,11 @@ def run_cell(
                                                   data_attack)
             if not byzantine[i]:
                 train_losses.append(train_loss)
-            if attack is not None and kind == "update":
+            if attack is not None:
                 ctx = AttackContext(round=r, n=n, f=max(1, f),
                                     generator=round_generator(run_id, spec.seed, i, r, SALT_ATTACK),
-                                    guard_name=spec.guard)
+                                    guard_name=spec.guard, guard_params=dict(spec.guard_params),
+                                    guard_f=spec.assumed_byzantine)
                 delta = attacked_update(attack, delta, known_previous[i], ctx)
             if bool(torch.isfinite(delta).all()):
                 rows[names[i]] = delta
@@ -390,6 +395,7 @@ def run_cell(
         "skipped_steps": skipped_steps,
         "state_sha256": _state_digest(peers[honest[0]]),
         "seconds": time.monotonic() - started,
+        "cpu_seconds": time.process_time() - cpu_started,
     }
 
 

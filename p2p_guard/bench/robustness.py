@@ -311,6 +311,11 @@ def run_cells(
 
     Raises:
         KeyboardInterrupt: on Ctrl+C, after the workers were terminated.
+
+    Note:
+        Workers run one torch thread. Float results depend on the thread count (kernels split reductions
+        differently), so ``jobs=1`` reproduces the workers' bits only when this process runs one thread too,
+        which the CLI sets.
     """
     done = {} if done is None else done
     todo: dict[str, CellSpec] = {}

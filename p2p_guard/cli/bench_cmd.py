@@ -116,7 +116,10 @@ def run_robustness(args: argparse.Namespace) -> int:
     from p2p_guard.bench.robustness import full_config, quick_config, run_benchmark
     from p2p_guard.tasks import load_task
 
+    import torch
+
     started = time.monotonic()
+    torch.set_num_threads(1)  # as in the workers: results depend on the thread count, so --jobs 1 matches
     if args.jobs < 1:
         _error(f"--jobs must be >= 1, got {args.jobs}")
         return EXIT_USAGE

@@ -1,7 +1,8 @@
 """``p2p-guard verify-proof FILE``: check an equivocation proof offline.
 
-A proof (``p2p_guard.protocol.proof``) is two envelopes validly signed by one sender for the same run and round
-with different payload digests. Checking it needs nothing but the file: the public key is inside the PeerID.
+A proof (``p2p_guard.protocol.proof``) is two envelopes validly signed by one sender for the same run and
+round with different payload digests. Checking it needs nothing but the file: the public key is inside the
+PeerID.
 
 Exit codes: 0 the proof is valid (the accused PeerID, run, round and both digests are printed), 1 it is not
 (the rejection reason is printed), 2 the file cannot be read.
@@ -35,10 +36,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     Returns:
         The sub-command's parser.
     """
-    parser = subparsers.add_parser(
-        "verify-proof", help="check an equivocation proof file offline",
-        description="Check that FILE proves equivocation: two envelopes signed by one sender for the same run "
-                    "and round with different payload digests. Exit 0 if valid, 1 if not, 2 if unreadable.")
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "verify-proof",
+        help="check an equivocation proof file offline",
+        description="Check that FILE proves equivocation: two envelopes signed by one sender for the same "
+        "run and round with different payload digests. Exit 0 if valid, 1 if not, 2 if unreadable.",
+    )
     parser.add_argument("file", metavar="FILE", help="the proof (raw bytes, as peers publish and write them)")
     parser.set_defaults(func=run)
     return parser

@@ -1,4 +1,4 @@
-"""Equivocation proofs: two envelopes, validly signed by one sender, for one run and round, with different digests.
+"""Equivocation proofs: two envelopes validly signed by one sender for one run and round, different digests.
 
 A sender that signs two different commitments for the same round can show one update to some peers and
 another to the rest, which splits the honest models. Its two signatures are proof of the fault that anyone can
@@ -79,7 +79,7 @@ class EquivocationProof:
         sender: The accused PeerID bytes (both envelopes are signed by the key inside it).
         run_id: The run both envelopes name.
         round: The round both envelopes name.
-        envelope_a: The first signed envelope, wire bytes (bytewise the smaller, when built by :func:`make_proof`).
+        envelope_a: The first signed envelope, wire bytes (the bytewise smaller one from :func:`make_proof`).
         envelope_b: The second signed envelope, wire bytes.
         digest_a: ``envelope_a``'s payload digest (32 bytes).
         digest_b: ``envelope_b``'s payload digest (32 bytes), different from ``digest_a``.
@@ -104,13 +104,17 @@ class EquivocationProof:
 
     def rejection(self) -> Rejected:
         """The verdict against the sender: ``Rejected(EQUIVOCATION)`` carrying both envelopes as evidence."""
-        return Rejected(RejectReason.EQUIVOCATION,
-                        f"{self.sender_b58} signed two digests for run {self.run_id!r} round {self.round}: "
-                        f"{self.digest_a.hex()[:16]}… and {self.digest_b.hex()[:16]}…",
-                        evidence=(self.envelope_a, self.envelope_b))
+        return Rejected(
+            RejectReason.EQUIVOCATION,
+            f"{self.sender_b58} signed two digests for run {self.run_id!r} round {self.round}: "
+            f"{self.digest_a.hex()[:16]}… and {self.digest_b.hex()[:16]}…",
+            evidence=(self.envelope_a, self.envelope_b),
+        )
 
 
-def make_proof(env_bytes_a: bytes, env_bytes_b: bytes, *, max_envelope_bytes: int = MAX_ENVELOPE_BYTES) -> bytes:
+def make_proof(
+    env_bytes_a: bytes, env_bytes_b: bytes, *, max_envelope_bytes: int = MAX_ENVELOPE_BYTES
+) -> bytes:
     """Build the transferable proof that the sender of two envelopes equivocated.
 
     Args:
@@ -134,14 +138,16 @@ def make_proof(env_bytes_a: bytes, env_bytes_b: bytes, *, max_envelope_bytes: in
     return data
 
 
-def verify_proof(data: object, *, max_envelope_bytes: int = MAX_ENVELOPE_BYTES) -> EquivocationProof | Rejected:
+def verify_proof(
+    data: object, *, max_envelope_bytes: int = MAX_ENVELOPE_BYTES
+) -> EquivocationProof | Rejected:
     """Check an equivocation proof, offline, against nothing but the PeerID inside it.
 
     Checks, first failure wins: bytes (``DECODE_ERROR``); size ≤ :func:`max_proof_bytes` (``OVERSIZE``);
     structure ``[magic, version, bin, bin]`` (``DECODE_ERROR``); version (``UNSUPPORTED_VERSION``); each
     envelope opens (its own reason: ``DECODE_ERROR``, ``OVERSIZE``, ``UNSUPPORTED_VERSION``, ``UNSIGNED``,
-    ``BAD_SIGNATURE``); same sender (``DECODE_ERROR``); same run (``WRONG_RUN``); same round (``WRONG_ROUND``);
-    different payload digests (``DECODE_ERROR``).
+    ``BAD_SIGNATURE``); same sender (``DECODE_ERROR``); same run (``WRONG_RUN``); same round
+    (``WRONG_ROUND``); different payload digests (``DECODE_ERROR``).
 
     Args:
         data: The proof bytes, possibly hostile.
@@ -153,7 +159,11 @@ def verify_proof(data: object, *, max_envelope_bytes: int = MAX_ENVELOPE_BYTES) 
     Raises:
         ValueError: ``max_envelope_bytes`` is not a positive int (a local configuration bug).
     """
-    if isinstance(max_envelope_bytes, bool) or not isinstance(max_envelope_bytes, int) or max_envelope_bytes <= 0:
+    if (
+        isinstance(max_envelope_bytes, bool)
+        or not isinstance(max_envelope_bytes, int)
+        or max_envelope_bytes <= 0
+    ):
         raise ValueError(f"max_envelope_bytes must be a positive int, got {max_envelope_bytes!r}")
     if not isinstance(data, (bytes, bytearray, memoryview)):
         return Rejected(RejectReason.DECODE_ERROR, f"proof must be bytes, got {type(data).__name__}")
@@ -165,8 +175,10 @@ def verify_proof(data: object, *, max_envelope_bytes: int = MAX_ENVELOPE_BYTES) 
         return fields
     magic, version, raw_a, raw_b = fields
     if version not in SUPPORTED_PROOF_VERSIONS:
-        return Rejected(RejectReason.UNSUPPORTED_VERSION,
-                        f"proof version {version}, supported {list(SUPPORTED_PROOF_VERSIONS)}")
+        return Rejected(
+            RejectReason.UNSUPPORTED_VERSION,
+            f"proof version {version}, supported {list(SUPPORTED_PROOF_VERSIONS)}",
+        )
     opened: list[Envelope] = []
     for name, raw in (("a", raw_a), ("b", raw_b)):
         env = open_envelope(raw, max_bytes=max_envelope_bytes)
@@ -175,27 +187,39 @@ def verify_proof(data: object, *, max_envelope_bytes: int = MAX_ENVELOPE_BYTES) 
         opened.append(env)
     env_a, env_b = opened
     if env_a.sender != env_b.sender:
-        return Rejected(RejectReason.DECODE_ERROR,
-                        "the envelopes have different senders: not one sender's equivocation")
+        return Rejected(
+            RejectReason.DECODE_ERROR, "the envelopes have different senders: not one sender's equivocation"
+        )
     if env_a.run_id != env_b.run_id:
-        return Rejected(RejectReason.WRONG_RUN,
-                        f"the envelopes are for different runs ({env_a.run_id[:40]!r}, {env_b.run_id[:40]!r})")
+        return Rejected(
+            RejectReason.WRONG_RUN,
+            f"the envelopes are for different runs ({env_a.run_id[:40]!r}, {env_b.run_id[:40]!r})",
+        )
     if env_a.round != env_b.round:
-        return Rejected(RejectReason.WRONG_ROUND,
-                        f"the envelopes are for different rounds ({env_a.round}, {env_b.round})")
+        return Rejected(
+            RejectReason.WRONG_ROUND, f"the envelopes are for different rounds ({env_a.round}, {env_b.round})"
+        )
     if env_a.digest == env_b.digest:
-        return Rejected(RejectReason.DECODE_ERROR,
-                        "the envelopes commit to the same payload digest: not an equivocation")
-    return EquivocationProof(sender=env_a.sender, run_id=env_a.run_id, round=env_a.round,
-                             envelope_a=raw_a, envelope_b=raw_b, digest_a=env_a.digest, digest_b=env_b.digest)
+        return Rejected(
+            RejectReason.DECODE_ERROR, "the envelopes commit to the same payload digest: not an equivocation"
+        )
+    return EquivocationProof(
+        sender=env_a.sender,
+        run_id=env_a.run_id,
+        round=env_a.round,
+        envelope_a=raw_a,
+        envelope_b=raw_b,
+        digest_a=env_a.digest,
+        digest_b=env_b.digest,
+    )
 
 
 class EquivocationDetector:
     """Bounded memory of the first envelope seen per (run, round, sender), to catch a conflicting second one.
 
     Feed it every envelope that :func:`~p2p_guard.protocol.envelope.open_envelope` accepted (from DHT reads,
-    from every poll of the commit phase). The first envelope per (run, round, sender) is kept; a later one with
-    another digest yields a proof. The memory holds at most ``max_entries`` envelopes; the oldest is
+    from every poll of the commit phase). The first envelope per (run, round, sender) is kept; a later one
+    with another digest yields a proof. The memory holds at most ``max_entries`` envelopes; the oldest is
     forgotten first, so an attacker flooding it can make it forget, never grow.
 
     Args:
@@ -246,15 +270,22 @@ class EquivocationDetector:
 
 def _pack(env_bytes_a: bytes, env_bytes_b: bytes) -> bytes:
     first, second = sorted((env_bytes_a, env_bytes_b))
-    return msgpack.packb([PROOF_MAGIC, PROOF_VERSION, first, second], use_bin_type=True)
+    return bytes(msgpack.packb([PROOF_MAGIC, PROOF_VERSION, first, second], use_bin_type=True))
 
 
 def _unpack(data: Any, max_envelope_bytes: int) -> tuple[str, int, bytes, bytes] | Rejected:
-    """Parse ``[magic, version, bin, bin]`` strictly; every parser error becomes ``Rejected(DECODE_ERROR)``."""
+    """Parse ``[magic, version, bin, bin]`` strictly; any parser error becomes ``Rejected(DECODE_ERROR)``."""
     try:
         fields = msgpack.unpackb(
-            data, raw=False, strict_map_key=True, use_list=True, max_bin_len=max_envelope_bytes,
-            max_str_len=len(PROOF_MAGIC), max_array_len=4, max_map_len=0, max_ext_len=0,
+            data,
+            raw=False,
+            strict_map_key=True,
+            use_list=True,
+            max_bin_len=max_envelope_bytes,
+            max_str_len=len(PROOF_MAGIC),
+            max_array_len=4,
+            max_map_len=0,
+            max_ext_len=0,
         )
     except Exception as error:  # noqa: BLE001 - the parse boundary: any parser failure is a decode error
         return Rejected(RejectReason.DECODE_ERROR, f"msgpack: {type(error).__name__}: {str(error)[:100]}")

@@ -146,10 +146,10 @@ def open_signed_record(data: object, *, max_bytes: int = MAX_RECORD_BYTES) -> Si
     :func:`open_record` (or the opener of its kind), which also checks the value.
 
     Checks, first failure wins: ``bytes`` (``DECODE_ERROR``); ``len(data) ≤ max_bytes`` (``OVERSIZE``); the
-    structure ``[body: bin, signature: bin]`` and ``body = [kind, version, run_id, round, sender, value]`` with
-    any msgpack value (``DECODE_ERROR``); ``version == 1`` as an int (``UNSUPPORTED_VERSION``); ``kind`` a str of
-    1..64 UTF-8 bytes, ``run_id`` a str of 1..256, ``round`` an int in [0, 2**63), ``sender`` bin
-    (``DECODE_ERROR``); a non-empty signature (``UNSIGNED``) that verifies against ``sender`` over
+    structure ``[body: bin, signature: bin]`` and ``body = [kind, version, run_id, round, sender, value]``
+    with any msgpack value (``DECODE_ERROR``); ``version == 1`` as an int (``UNSUPPORTED_VERSION``);
+    ``kind`` a str of 1..64 UTF-8 bytes, ``run_id`` a str of 1..256, ``round`` an int in [0, 2**63),
+    ``sender`` bin (``DECODE_ERROR``); a non-empty signature (``UNSIGNED``) that verifies against ``sender`` over
     ``RECORD_SIGNING_CONTEXT ‖ body`` (``BAD_SIGNATURE``).
 
     Args:
@@ -193,7 +193,7 @@ def open_signed_record(data: object, *, max_bytes: int = MAX_RECORD_BYTES) -> Si
 
 
 def _unpack_bounded(data: bytes, max_bytes: int) -> list[Any] | Rejected:
-    """A msgpack array (maps with str or bin keys allowed inside, ext types refused); errors → DECODE_ERROR."""
+    """A msgpack array (maps with str or bin keys allowed inside, no ext types); errors → DECODE_ERROR."""
     try:
         value = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True, max_bin_len=max_bytes,
                                 max_str_len=max_bytes, max_array_len=max_bytes, max_map_len=max_bytes,

@@ -47,9 +47,9 @@ def start_dht(
         announce_host: address other peers should dial (public IP of a server); None keeps the listen one.
         startup_timeout_s: how long to wait for the DHT process, in seconds.
         record_validators: hivemind record validators the node applies to every record it stores or reads.
-            None (the default) means ``[RecordValidator()]`` (``swarm.validator``), which protects our records
-            by their content; a peer passes ``[RecordValidator([run_id])]`` so that garbage under its run's keys
-            is refused too. An empty sequence disables validation (tests of reader-side checks only).
+            None (the default) means ``[RecordValidator()]`` (``swarm.validator``), which protects our
+            records by their content; a peer passes ``[RecordValidator([run_id])]`` so that garbage under its
+            run's keys is refused too. An empty sequence disables validation (tests of reader-side checks).
 
     Returns:
         A started ``hivemind.DHT``; call ``shutdown()`` when done.

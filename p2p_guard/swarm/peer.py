@@ -42,6 +42,7 @@ from p2p_guard.swarm.records import COMMIT_TTL_S, PRESENCE_TTL_S, commit_key, pr
 from p2p_guard.swarm.rounds import IntegrityVerdict, await_commits, check_rows, fetch_state, majority_base, \
     open_commits
 from p2p_guard.swarm.transport import PayloadServer
+from p2p_guard.swarm.validator import RecordValidator
 from p2p_guard.tasks import load_task
 from p2p_guard.training.local import LocalModel, pick_device, round_generator
 
@@ -262,7 +263,8 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
     events = EventLog(config.events)
     dht_node = await asyncio.to_thread(start_dht, identity_path=str(config.identity),
                                        initial_peers=config.initial_peers, host=config.host, port=config.port,
-                                       announce_host=config.announce_host)
+                                       announce_host=config.announce_host,
+                                       record_validators=[RecordValidator([config.run_id])])
     announcer: asyncio.Task[None] | None = None
     p2p: P2P | None = None
     try:

@@ -8,9 +8,9 @@
 | ``p2p_guard/<run>/proofs``        | ACCUSED PeerID b58| equivocation proof (``protocol.proof``) | 10 min|
 
 A subkey is only a claim: every value is verified against the key inside the PeerID it names, and a value
-signed by a different key than its subkey names is rejected as impersonation. Under ``proofs`` the subkey names
-the accused, whose two signatures are inside the proof, so anyone may publish it and nobody can forge it. DHT
-nodes enforce the same rules on store (``swarm.validator.RecordValidator``); readers check again.
+signed by a different key than its subkey names is rejected as impersonation. Under ``proofs`` the subkey
+names the accused, whose two signatures are inside the proof, so anyone may publish it and nobody can forge
+it. DHT nodes enforce the same rules on store (``swarm.validator.RecordValidator``); readers check again.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import logging
 
 from p2p_guard.identity import peer_id_to_b58
 from p2p_guard.protocol.proof import EquivocationProof, verify_proof
-from p2p_guard.protocol.records import SignedRecord, open_record
 from p2p_guard.protocol.reasons import Rejected
+from p2p_guard.protocol.records import SignedRecord, open_record
 from p2p_guard.swarm.dht import SwarmDHT
 
 __all__ = ["COMMIT_TTL_S", "KEY_PREFIX", "PRESENCE_TTL_S", "PROOF_TTL_S", "VOTES_TTL_S", "commit_key",
@@ -57,7 +57,8 @@ def proofs_key(run_id: str) -> str:
     return f"p2p_guard/{run_id}/proofs"
 
 
-async def publish_proof(dht: SwarmDHT, run_id: str, proof: EquivocationProof, ttl_s: float = PROOF_TTL_S) -> bool:
+async def publish_proof(dht: SwarmDHT, run_id: str, proof: EquivocationProof,
+                        ttl_s: float = PROOF_TTL_S) -> bool:
     """Store a verified proof under the run's ``proofs`` key, subkey = the accused PeerID (base58).
 
     Args:

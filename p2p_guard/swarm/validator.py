@@ -1,4 +1,4 @@
-"""The DHT record validator: only the owner of subkey P can write under P, with a bounded lifetime and size.
+r"""The DHT record validator: only the owner of subkey P can write under P, with a bounded lifetime and size.
 
 hivemind calls ``validate(record)`` on every record a DHT node is asked to store (by a peer or by itself) and
 on every record it reads back from another node (``DHTProtocol.rpc_store`` / ``call_find``,
@@ -14,8 +14,8 @@ on every record it reads back from another node (``DHTProtocol.rpc_store`` / ``c
 The key text is hashed away, so a record is recognised as ours in two ways:
 
 - **by key**: for each run id the validator is given, it precomputes the hashes of the run's keys
-  (``presence``, ``proofs``, and ``commit``/``votes`` of rounds ``0 … max_rounds − 1``); any record under one of
-  them is ours, whatever its value;
+  (``presence``, ``proofs``, and ``commit``/``votes`` of rounds ``0 … max_rounds − 1``); any record under
+  one of them is ours, whatever its value;
 - **by content**: a value that is structurally a p2p_guard envelope, record or equivocation proof is ours,
   whatever key it is under; once authenticated it names its own key (run, round, kind), which must hash to
   ``record.key`` (so a node that does not know the run still refuses a value replayed under another round's or
@@ -36,8 +36,9 @@ only if, first failure wins:
 5. its expiration is within the cap of its kind (``max_ttl_by_kind``, e.g. ``presence``; ``bad_expiration``);
 6. the signer's PeerID is the subkey (for ``proofs``: the accused's) (``impersonation``).
 
-``validate`` never raises: a parser failure is a rejection, counted by reason (:meth:`RecordValidator.stats`)
-and logged at DEBUG. Every accepted commit also goes through an
+``validate`` never raises: a parser failure is a rejection, counted by reason (:meth:`RecordValidator.stats`),
+kept in a bounded log by (kind, subkey, reason) (:meth:`RecordValidator.refusals`; the subkey is only what
+the writer claimed) and logged at DEBUG. Every accepted commit also goes through an
 :class:`~p2p_guard.protocol.proof.EquivocationDetector`: a DHT node that stores or reads two envelopes of one
 sender for one round with different digests keeps the proof, and the peer process collects it with
 :func:`fetch_validator_report`. A second envelope is still accepted: hivemind rejects a whole dictionary read
@@ -48,7 +49,8 @@ Limits: garbage under the key of a round ≥ ``max_rounds``, or under any key of
 given, is not recognisable and passes (readers still open every value and reject it). A validly signed,
 replayed record of the owner itself (an old presence record, say) is accepted within its TTL cap.
 
-The validator is handed to hivemind's DHT process, so it pickles (its key table is rebuilt there on first use).
+The validator is handed to hivemind's DHT process, so it pickles (its key table is rebuilt there on first
+use).
 
 References:
     [1] hivemind ``dht/validation.py`` (``RecordValidatorBase``, ``DHTRecord``), ``dht/crypto.py``
@@ -57,6 +59,7 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import math
@@ -94,6 +97,7 @@ __all__ = [
     "KeySpec",
     "RecordValidator",
     "RecordVerdict",
+    "Refusal",
     "ValidatorReport",
     "dht_key_id",
     "fetch_validator_report",
@@ -103,11 +107,24 @@ logger = logging.getLogger(__name__)
 
 #: The kinds of key the validator protects, by the name of their last path component.
 KEY_KINDS: tuple[str, ...] = ("presence", "commit", "votes", "proofs")
-#: Every reason :meth:`RecordValidator.check` gives (the counter of :meth:`RecordValidator.stats` has no others).
+#: Every reason :meth:`RecordValidator.check` gives (:meth:`RecordValidator.stats` counts no others).
 REASONS: tuple[str, ...] = (
-    "accepted", "not_ours", "no_subkey", "bad_subkey", "bad_expiration", "oversize", "decode_error",
-    "unsupported_version", "unsigned", "bad_signature", "impersonation", "wrong_kind", "wrong_run",
-    "wrong_round", "wrong_key", "internal_error",
+    "accepted",
+    "not_ours",
+    "no_subkey",
+    "bad_subkey",
+    "bad_expiration",
+    "oversize",
+    "decode_error",
+    "unsupported_version",
+    "unsigned",
+    "bad_signature",
+    "impersonation",
+    "wrong_kind",
+    "wrong_run",
+    "wrong_round",
+    "wrong_key",
+    "internal_error",
 )
 #: Commits live 600 s (``COMMIT_TTL_S``); one minute more allows for clock skew between nodes.
 DEFAULT_MAX_TTL_S = 660.0
@@ -162,12 +179,35 @@ class RecordVerdict:
         reason: One of :data:`REASONS` (``accepted`` and ``not_ours`` for the two ways to pass).
         detail: A short explanation (never key material or values).
         kind: The kind of key, when the record is ours and got far enough to tell.
+        subkey: The subkey text when it names an Ed25519 PeerID, else ``""``. Only a claim: a forged record
+            under Alice's subkey says nothing against Alice.
     """
 
     accepted: bool
     reason: str
     detail: str = ""
     kind: str | None = None
+    subkey: str = ""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Records of ours refused with one reason under one subkey (the count merges repeats).
+
+    Attributes:
+        kind: The kind of key (:data:`KEY_KINDS`), or None if the record did not get far enough to tell.
+        subkey: The PeerID the record was filed under, or ``""``. Only a claim: anyone can file a forged
+            record under anyone's subkey, so a refusal is never evidence against the subkey's owner.
+        reason: One of :data:`REASONS`.
+        detail: The latest explanation.
+        count: How many times this (kind, subkey, reason) was refused.
+    """
+
+    kind: str | None
+    subkey: str
+    reason: str
+    detail: str
+    count: int
 
 
 @dataclass(frozen=True)
@@ -177,16 +217,18 @@ class ValidatorReport:
     Attributes:
         counts: ``{reason: number of records}`` since the process started.
         proofs: Proof bytes (``protocol.proof``), at most one per accused sender.
+        refusals: The latest refusals of records of ours, by (kind, subkey, reason), oldest first (bounded).
     """
 
     counts: dict[str, int]
     proofs: tuple[bytes, ...]
+    refusals: tuple[Refusal, ...] = ()
 
 
 _NOT_OURS = RecordVerdict(True, "not_ours")
 
 
-class RecordValidator(RecordValidatorBase):
+class RecordValidator(RecordValidatorBase):  # type: ignore[misc]  # hivemind ships no type hints
     """hivemind record validator for every key under ``p2p_guard/<run>/`` (see the module docstring).
 
     Args:
@@ -200,16 +242,26 @@ class RecordValidator(RecordValidatorBase):
         max_rounds: Rounds ``0 … max_rounds − 1`` of each known run have their keys precomputed.
         max_tracked_commits: Envelopes the equivocation detector remembers (oldest forgotten first).
         max_proofs: Proofs kept for :func:`fetch_validator_report` (one per accused, first ones kept).
+        max_refusals: Distinct (kind, subkey, reason) refusals kept for the report (least recent forgotten).
 
     Raises:
         ValueError: A run id is not a non-empty str, or a limit is not positive.
     """
 
-    def __init__(self, run_ids: Iterable[str] = (), *, max_ttl_s: float = DEFAULT_MAX_TTL_S,
-                 max_ttl_by_kind: Mapping[str, float] | None = None,
-                 max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES, max_envelope_bytes: int = MAX_ENVELOPE_BYTES,
-                 max_votes_bytes: int = DEFAULT_MAX_VOTES_BYTES, max_rounds: int = DEFAULT_MAX_ROUNDS,
-                 max_tracked_commits: int = 4096, max_proofs: int = 256) -> None:
+    def __init__(
+        self,
+        run_ids: Iterable[str] = (),
+        *,
+        max_ttl_s: float = DEFAULT_MAX_TTL_S,
+        max_ttl_by_kind: Mapping[str, float] | None = None,
+        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+        max_envelope_bytes: int = MAX_ENVELOPE_BYTES,
+        max_votes_bytes: int = DEFAULT_MAX_VOTES_BYTES,
+        max_rounds: int = DEFAULT_MAX_ROUNDS,
+        max_tracked_commits: int = 4096,
+        max_proofs: int = 256,
+        max_refusals: int = 256,
+    ) -> None:
         runs = tuple(run_ids) if not isinstance(run_ids, str) else (run_ids,)
         for run in runs:
             if not isinstance(run, str) or not run:
@@ -220,9 +272,15 @@ class RecordValidator(RecordValidatorBase):
             if kind not in KEY_KINDS:
                 raise ValueError(f"max_ttl_by_kind: unknown kind {kind!r}; known: {', '.join(KEY_KINDS)}")
             _check_positive(f"max_ttl_by_kind[{kind!r}]", ttl, real=True)
-        for name, value in (("max_value_bytes", max_value_bytes), ("max_envelope_bytes", max_envelope_bytes),
-                            ("max_votes_bytes", max_votes_bytes), ("max_rounds", max_rounds),
-                            ("max_tracked_commits", max_tracked_commits), ("max_proofs", max_proofs)):
+        for name, value in (
+            ("max_value_bytes", max_value_bytes),
+            ("max_envelope_bytes", max_envelope_bytes),
+            ("max_votes_bytes", max_votes_bytes),
+            ("max_rounds", max_rounds),
+            ("max_tracked_commits", max_tracked_commits),
+            ("max_proofs", max_proofs),
+            ("max_refusals", max_refusals),
+        ):
             _check_positive(name, value, real=False)
         self.run_ids: tuple[str, ...] = tuple(dict.fromkeys(runs))
         self.max_ttl_s = float(max_ttl_s)
@@ -232,8 +290,12 @@ class RecordValidator(RecordValidatorBase):
         self.max_votes_bytes = max_votes_bytes
         self.max_rounds = max_rounds
         self.max_proofs = max_proofs
+        self.max_refusals = max_refusals
         self._counts: Counter[str] = Counter()
-        self._detector = EquivocationDetector(max_entries=max_tracked_commits, max_envelope_bytes=max_envelope_bytes)
+        self._refusals: OrderedDict[tuple[str | None, str, str], Refusal] = OrderedDict()
+        self._detector = EquivocationDetector(
+            max_entries=max_tracked_commits, max_envelope_bytes=max_envelope_bytes
+        )
         self._proofs: OrderedDict[str, bytes] = OrderedDict()
         self._table: dict[bytes, KeySpec] | None = None
 
@@ -251,7 +313,16 @@ class RecordValidator(RecordValidatorBase):
         verdict = self.check(record)
         self._counts[verdict.reason if verdict.reason in REASONS else "internal_error"] += 1
         if not verdict.accepted:
-            logger.debug("DHT record refused (%s, %s): %s", verdict.kind or "?", verdict.reason, verdict.detail)
+            first = self._note_refusal(verdict)
+            # WARNING once per (kind, subkey, reason), so a flood of garbage cannot flood the log.
+            logger.log(
+                logging.WARNING if first else logging.DEBUG,
+                "DHT record refused (%s under %s, %s): %s",
+                verdict.kind or "?",
+                verdict.subkey[-8:] or "?",
+                verdict.reason,
+                verdict.detail,
+            )
         return verdict.accepted
 
     def merge_with(self, other: RecordValidatorBase) -> bool:
@@ -302,9 +373,23 @@ class RecordValidator(RecordValidatorBase):
         """Equivocation proofs caught or accepted so far in this process (one per accused sender)."""
         return list(self._proofs.values())
 
+    def refusals(self) -> list[Refusal]:
+        """The latest refusals by (kind, subkey, reason), least recent first (bounded by ``max_refusals``)."""
+        return list(self._refusals.values())
+
     def report(self) -> ValidatorReport:
-        """:meth:`stats` and :meth:`proofs` together."""
-        return ValidatorReport(self.stats(), tuple(self.proofs()))
+        """:meth:`stats`, :meth:`proofs` and :meth:`refusals` together."""
+        return ValidatorReport(self.stats(), tuple(self.proofs()), tuple(self.refusals()))
+
+    def _note_refusal(self, verdict: RecordVerdict) -> bool:
+        """Remember a refusal; return True if this (kind, subkey, reason) is new."""
+        key = (verdict.kind, verdict.subkey, verdict.reason)
+        previous = self._refusals.pop(key, None)
+        count = previous.count + 1 if previous is not None else 1
+        self._refusals[key] = Refusal(verdict.kind, verdict.subkey, verdict.reason, verdict.detail, count)
+        while len(self._refusals) > self.max_refusals:
+            self._refusals.popitem(last=False)
+        return previous is None
 
     def key_spec(self, key_id: bytes) -> KeySpec | None:
         """The known key whose hash is ``key_id`` (a run this validator was given, round < ``max_rounds``)."""
@@ -327,15 +412,32 @@ class RecordValidator(RecordValidatorBase):
         kind = spec.kind if spec is not None else None
         owner = _parse_subkey(subkey)
         if isinstance(owner, RecordVerdict):
-            return _with_kind(owner, kind)
+            return dataclasses.replace(owner, kind=kind)
+        return dataclasses.replace(self._judge(key, spec, owner, value, raw, shape, expiration), subkey=owner)
+
+    def _judge(
+        self,
+        key: bytes,
+        spec: KeySpec | None,
+        owner: str,
+        value: bytes,
+        raw: bytes | None,
+        shape: str | None,
+        expiration: object,
+    ) -> RecordVerdict:
+        """Rules 2–6 for a record of ours whose subkey names the Ed25519 PeerID ``owner``."""
+        kind = spec.kind if spec is not None else None
         if len(value) > self.max_value_bytes:
-            return RecordVerdict(False, "oversize", f"value of {len(value)} bytes > {self.max_value_bytes}", kind)
+            return RecordVerdict(
+                False, "oversize", f"value of {len(value)} bytes > {self.max_value_bytes}", kind
+            )
         late = self._expiration_problem(expiration, self.max_ttl_s)
         if late:
             return RecordVerdict(False, "bad_expiration", late, kind)
         if raw is None or shape is None:
-            return RecordVerdict(False, "decode_error",
-                                 "value is not a p2p_guard envelope, signed record or proof", kind)
+            return RecordVerdict(
+                False, "decode_error", "value is not a p2p_guard envelope, signed record or proof", kind
+            )
         content = self._open(shape, raw)
         if isinstance(content, Rejected):
             return RecordVerdict(False, content.reason.value, content.detail[:_DETAIL_CHARS], kind)
@@ -343,27 +445,30 @@ class RecordValidator(RecordValidatorBase):
         if claimed is None:
             if spec is not None:
                 unplaced = getattr(content, "kind", "?")
-                return RecordVerdict(False, "wrong_kind", f"a {unplaced!r} record under a {spec.kind} key", spec.kind)
-            return _NOT_OURS  # a signed record of a kind we do not place (e.g. ``state``) under an unknown key
+                return RecordVerdict(
+                    False, "wrong_kind", f"a {unplaced!r} record under a {spec.kind} key", spec.kind
+                )
+            return (
+                _NOT_OURS  # a signed record of a kind we do not place (e.g. ``state``) under an unknown key
+            )
         if spec is not None:
             mismatch = _mismatch(spec, claimed)
             if mismatch is not None:
                 return mismatch
         elif dht_key_id(claimed.text()) != key:
-            return RecordVerdict(False, "wrong_key", f"the value belongs under {claimed.text()[:120]!r}",
-                                 claimed.kind)
+            return RecordVerdict(
+                False, "wrong_key", f"the value belongs under {claimed.text()[:120]!r}", claimed.kind
+            )
         kind = claimed.kind
         late = self._expiration_problem(expiration, self.max_ttl_by_kind.get(kind, self.max_ttl_s))
         if late:
             return RecordVerdict(False, "bad_expiration", late, kind)
         if kind == "presence" and len(raw) > MAX_RECORD_BYTES:
             return RecordVerdict(False, "oversize", f"presence record of {len(raw)} bytes", kind)
-        signer = content.sender
-        if peer_id_to_b58(signer) != owner:
+        signer = peer_id_to_b58(content.sender)
+        if signer != owner:
             what = "accuses" if kind == "proofs" else "is signed by"
-            return RecordVerdict(False, "impersonation",
-                                 f"the value {what} {peer_id_to_b58(signer)[:16]}…, not its subkey {owner[:16]}…",
-                                 kind)
+            return RecordVerdict(False, "impersonation", f"the value {what} {signer}, not its subkey", kind)
         self._remember(kind, raw, content)
         return RecordVerdict(True, "accepted", "", kind)
 
@@ -375,7 +480,11 @@ class RecordValidator(RecordValidatorBase):
         return open_signed_record(raw, max_bytes=max(MAX_RECORD_BYTES, self.max_votes_bytes))
 
     def _expiration_problem(self, expiration: object, max_ttl_s: float) -> str:
-        if isinstance(expiration, bool) or not isinstance(expiration, (int, float)) or not math.isfinite(expiration):
+        if (
+            isinstance(expiration, bool)
+            or not isinstance(expiration, (int, float))
+            or not math.isfinite(expiration)
+        ):
             return f"expiration {str(expiration)[:40]} is not a finite number"
         ahead = float(expiration) - get_dht_time()
         if ahead > max_ttl_s:
@@ -386,8 +495,12 @@ class RecordValidator(RecordValidatorBase):
         if kind == "commit" and isinstance(content, Envelope):
             proof = self._detector.observe(raw, content)
             if proof is not None:
-                logger.warning("equivocation by %s in run %r round %d caught by the DHT validator",
-                               proof.sender_b58, proof.run_id, proof.round)
+                logger.warning(
+                    "equivocation by %s in run %r round %d caught by the DHT validator",
+                    proof.sender_b58,
+                    proof.run_id,
+                    proof.round,
+                )
                 self._keep_proof(proof.sender_b58, proof.to_bytes())
         elif kind == "proofs" and isinstance(content, EquivocationProof):
             self._keep_proof(content.sender_b58, raw)
@@ -401,20 +514,31 @@ class RecordValidator(RecordValidatorBase):
             table: dict[bytes, KeySpec] = {}
             for run in self.run_ids:
                 specs = [KeySpec("presence", run, None), KeySpec("proofs", run, None)]
-                specs += [KeySpec(kind, run, r) for r in range(self.max_rounds) for kind in ("commit", "votes")]
+                specs += [
+                    KeySpec(kind, run, r) for r in range(self.max_rounds) for kind in ("commit", "votes")
+                ]
                 table.update((dht_key_id(spec.text()), spec) for spec in specs)
             self._table = table
         return self._table
 
     def _limits(self) -> tuple[object, ...]:
-        return (self.max_ttl_s, sorted(self.max_ttl_by_kind.items()), self.max_value_bytes,
-                self.max_envelope_bytes, self.max_votes_bytes, self.max_rounds, self.max_proofs)
+        return (
+            self.max_ttl_s,
+            sorted(self.max_ttl_by_kind.items()),
+            self.max_value_bytes,
+            self.max_envelope_bytes,
+            self.max_votes_bytes,
+            self.max_rounds,
+            self.max_proofs,
+        )
 
     def __repr__(self) -> str:
-        return (f"RecordValidator(run_ids={list(self.run_ids)!r}, max_ttl_s={self.max_ttl_s:g}, "
-                f"max_ttl_by_kind={self.max_ttl_by_kind!r}, max_value_bytes={self.max_value_bytes}, "
-                f"max_envelope_bytes={self.max_envelope_bytes}, max_votes_bytes={self.max_votes_bytes}, "
-                f"max_rounds={self.max_rounds})")
+        return (
+            f"RecordValidator(run_ids={list(self.run_ids)!r}, max_ttl_s={self.max_ttl_s:g}, "
+            f"max_ttl_by_kind={self.max_ttl_by_kind!r}, max_value_bytes={self.max_value_bytes}, "
+            f"max_envelope_bytes={self.max_envelope_bytes}, max_votes_bytes={self.max_votes_bytes}, "
+            f"max_rounds={self.max_rounds})"
+        )
 
 
 async def fetch_validator_report(dht: hivemind.DHT) -> ValidatorReport:
@@ -431,7 +555,7 @@ async def fetch_validator_report(dht: hivemind.DHT) -> ValidatorReport:
     """
     result = await dht.run_coroutine(_report_in_dht_process, return_future=True)
     if not isinstance(result, ValidatorReport):
-        return ValidatorReport({}, ())
+        return ValidatorReport({}, (), ())
     return result
 
 
@@ -439,11 +563,13 @@ async def _report_in_dht_process(_dht: hivemind.DHT, node: Any) -> ValidatorRepo
     """Runs inside the DHT process: merge the reports of every RecordValidator the node uses."""
     counts: Counter[str] = Counter()
     proofs: dict[str, bytes] = {}
+    refusals: list[Refusal] = []
     for validator in _our_validators(getattr(node.protocol, "record_validator", None)):
         counts.update(validator.stats())
         for accused, proof in validator._proofs.items():
             proofs.setdefault(accused, proof)
-    return ValidatorReport(dict(counts), tuple(proofs.values()))
+        refusals += validator.refusals()
+    return ValidatorReport(dict(counts), tuple(proofs.values()), tuple(refusals))
 
 
 def _our_validators(validator: object) -> list[RecordValidator]:
@@ -460,24 +586,21 @@ def _check_positive(name: str, value: object, *, real: bool) -> None:
         raise ValueError(f"{name} must be {kind}, got {value!r}")
 
 
-def _with_kind(verdict: RecordVerdict, kind: str | None) -> RecordVerdict:
-    return RecordVerdict(verdict.accepted, verdict.reason, verdict.detail, kind)
-
-
 def _unwrap_bin(value: bytes, max_bytes: int) -> bytes | None:
     """The bytes inside hivemind's serialised value, if it is exactly one msgpack ``bin`` of ≤ max_bytes."""
     if not value or value[0] not in (0xC4, 0xC5, 0xC6):
         return None
     try:
-        inner = msgpack.unpackb(value, max_bin_len=max_bytes, max_str_len=0, max_array_len=0, max_map_len=0,
-                                max_ext_len=0)
+        inner = msgpack.unpackb(
+            value, max_bin_len=max_bytes, max_str_len=0, max_array_len=0, max_map_len=0, max_ext_len=0
+        )
     except Exception:  # noqa: BLE001 - the parse boundary: anything unparsable is not a bin
         return None
     return inner if type(inner) is bytes else None
 
 
 def _shape(raw: bytes) -> str | None:
-    """``envelope``, ``record`` or ``proof`` from the structure alone (nothing verified yet); None otherwise."""
+    """``envelope``, ``record`` or ``proof`` from the structure alone (nothing verified yet), else None."""
     head = _peek_array(raw, max_str_len=len(PROOF_MAGIC))
     if head is None:
         return None
@@ -498,8 +621,15 @@ def _shape(raw: bytes) -> str | None:
 
 def _peek_array(data: bytes, *, max_str_len: int) -> tuple[int, object] | None:
     """``(length, first element)`` of a msgpack array, reading nothing past its first element."""
-    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=max(len(data), 1), max_bin_len=len(data),
-                                max_str_len=max_str_len, max_array_len=len(data), max_map_len=0, max_ext_len=0)
+    unpacker = msgpack.Unpacker(
+        raw=False,
+        max_buffer_size=max(len(data), 1),
+        max_bin_len=len(data),
+        max_str_len=max_str_len,
+        max_array_len=len(data),
+        max_map_len=0,
+        max_ext_len=0,
+    )
     try:
         unpacker.feed(data)
         length = unpacker.read_array_header()
@@ -516,8 +646,15 @@ def _parse_subkey(subkey: bytes) -> str | RecordVerdict:
     if len(subkey) > _MAX_SUBKEY_BYTES:
         return RecordVerdict(False, "bad_subkey", f"subkey of {len(subkey)} bytes")
     try:
-        text = msgpack.unpackb(subkey, raw=False, max_str_len=_MAX_SUBKEY_BYTES, max_bin_len=_MAX_SUBKEY_BYTES,
-                               max_array_len=16, max_map_len=0, max_ext_len=0)
+        text = msgpack.unpackb(
+            subkey,
+            raw=False,
+            max_str_len=_MAX_SUBKEY_BYTES,
+            max_bin_len=_MAX_SUBKEY_BYTES,
+            max_array_len=16,
+            max_map_len=0,
+            max_ext_len=0,
+        )
     except Exception:  # noqa: BLE001 - the parse boundary
         return RecordVerdict(False, "bad_subkey", "subkey is not msgpack")
     if type(text) is not str:
@@ -544,10 +681,15 @@ def _claimed_key(content: Envelope | SignedRecord | EquivocationProof) -> KeySpe
 def _mismatch(spec: KeySpec, claimed: KeySpec) -> RecordVerdict | None:
     """Why an authenticated value does not belong under the known key ``spec``, or None if it does."""
     if claimed.kind != spec.kind:
-        return RecordVerdict(False, "wrong_kind", f"a {claimed.kind} value under a {spec.kind} key", spec.kind)
+        return RecordVerdict(
+            False, "wrong_kind", f"a {claimed.kind} value under a {spec.kind} key", spec.kind
+        )
     if claimed.run_id != spec.run_id:
-        return RecordVerdict(False, "wrong_run", f"run {claimed.run_id[:60]!r} under run {spec.run_id[:60]!r}",
-                             spec.kind)
+        return RecordVerdict(
+            False, "wrong_run", f"run {claimed.run_id[:60]!r} under run {spec.run_id[:60]!r}", spec.kind
+        )
     if claimed.round != spec.round:
-        return RecordVerdict(False, "wrong_round", f"round {claimed.round} under round {spec.round}", spec.kind)
+        return RecordVerdict(
+            False, "wrong_round", f"round {claimed.round} under round {spec.round}", spec.kind
+        )
     return None

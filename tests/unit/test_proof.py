@@ -43,11 +43,22 @@ BOB = Identity.from_seed(b"\x03" * 32)
 MALLORY = Identity.from_seed(b"\x02" * 32)
 
 
-def envelope(signer: Identity = ALICE, *, payload: bytes = b"\x00\x00\x80\x3f", **changes: object) -> Envelope:
+def envelope(
+    signer: Identity = ALICE, *, payload: bytes = b"\x00\x00\x80\x3f", **changes: object
+) -> Envelope:
     """An envelope of ``signer`` for round 3 of :data:`RUN` over ``payload``, with ``changes`` applied."""
-    fields: dict[str, object] = dict(protocol_version=PROTOCOL_VERSION, run_id=RUN, round=3, sender=signer.peer_id,
-                                     base_hash=bytes(32), digest=payload_digest(payload), codec="fp32",
-                                     shapes=[[1]], n_samples=10, payload_bytes=len(payload))
+    fields: dict[str, object] = dict(
+        protocol_version=PROTOCOL_VERSION,
+        run_id=RUN,
+        round=3,
+        sender=signer.peer_id,
+        base_hash=bytes(32),
+        digest=payload_digest(payload),
+        codec="fp32",
+        shapes=[[1]],
+        n_samples=10,
+        payload_bytes=len(payload),
+    )
     fields.update(changes)
     return Envelope(**fields)  # type: ignore[arg-type]
 
@@ -67,7 +78,9 @@ def assert_rejected(result: object, reason: RejectReason, fragment: str = "") ->
     assert fragment in result.detail, result.detail
 
 
-def raw_proof(first: object, second: object, *, magic: object = PROOF_MAGIC, version: object = PROOF_VERSION) -> bytes:
+def raw_proof(
+    first: object, second: object, *, magic: object = PROOF_MAGIC, version: object = PROOF_VERSION
+) -> bytes:
     return msgpack.packb([magic, version, first, second], use_bin_type=True)
 
 
@@ -85,8 +98,10 @@ class TestValidProof:
         assert proof.sender == ALICE.peer_id
         assert proof.sender_b58 == ALICE.peer_id_b58
         assert (proof.run_id, proof.round) == (RUN, 3)
-        assert {proof.digest_a, proof.digest_b} == {payload_digest(b"\x00\x00\x80\x3f"),
-                                                     payload_digest(b"\x00\x00\x00\x40")}
+        assert {proof.digest_a, proof.digest_b} == {
+            payload_digest(b"\x00\x00\x80\x3f"),
+            payload_digest(b"\x00\x00\x00\x40"),
+        }
         assert {proof.envelope_a, proof.envelope_b} == {A, B}
 
     def test_canonical_whatever_the_order(self) -> None:
@@ -146,8 +161,18 @@ class TestRejected:
         unsigned = pack_envelope(envelope(payload=b"\x00\x00\x00\x40"), b"")
         assert_rejected(verify_proof(raw_proof(A, unsigned)), RejectReason.UNSIGNED)
 
-    @pytest.mark.parametrize("data", [b"", b"\x00", b"garbage", b"\xc1", msgpack.packb([1, 2, 3, 4]),
-                                      msgpack.packb({"a": 1}), msgpack.packb([PROOF_MAGIC, 1, A])])
+    @pytest.mark.parametrize(
+        "data",
+        [
+            b"",
+            b"\x00",
+            b"garbage",
+            b"\xc1",
+            msgpack.packb([1, 2, 3, 4]),
+            msgpack.packb({"a": 1}),
+            msgpack.packb([PROOF_MAGIC, 1, A]),
+        ],
+    )
     def test_garbage(self, data: bytes) -> None:
         assert_rejected(verify_proof(data), RejectReason.DECODE_ERROR)
 
@@ -172,8 +197,9 @@ class TestRejected:
         assert_rejected(verify_proof(b"\x00" * (max_proof_bytes() + 1)), RejectReason.OVERSIZE)
 
     def test_envelope_over_its_own_limit(self) -> None:
-        assert_rejected(verify_proof(make_proof(A, B), max_envelope_bytes=len(min(A, B)) - 1),
-                        RejectReason.DECODE_ERROR)
+        assert_rejected(
+            verify_proof(make_proof(A, B), max_envelope_bytes=len(min(A, B)) - 1), RejectReason.DECODE_ERROR
+        )
 
     def test_trailing_bytes(self) -> None:
         assert_rejected(verify_proof(make_proof(A, B) + b"\x00"), RejectReason.DECODE_ERROR)
@@ -189,11 +215,13 @@ class TestRejected:
             make_proof(A, "B")  # type: ignore[arg-type]
 
     @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(st.one_of(
-        st.binary(max_size=512),
-        st.builds(raw_proof, st.binary(max_size=300), st.binary(max_size=300)),
-        st.builds(_flip, st.integers(0, 10_000), st.integers(1, 255)),
-    ))
+    @given(
+        st.one_of(
+            st.binary(max_size=512),
+            st.builds(raw_proof, st.binary(max_size=300), st.binary(max_size=300)),
+            st.builds(_flip, st.integers(0, 10_000), st.integers(1, 255)),
+        )
+    )
     def test_never_raises(self, data: bytes) -> None:
         result = verify_proof(data)
         assert isinstance(result, (EquivocationProof, Rejected))
@@ -211,7 +239,11 @@ class TestDetector:
 
     def test_other_rounds_and_senders_do_not_conflict(self) -> None:
         detector = EquivocationDetector()
-        for raw in (A, signed(payload=b"\x00\x00\x00\x40", round=4), signed(BOB, payload=b"\x00\x00\x00\x40")):
+        for raw in (
+            A,
+            signed(payload=b"\x00\x00\x00\x40", round=4),
+            signed(BOB, payload=b"\x00\x00\x00\x40"),
+        ):
             assert detector.observe(raw, _open(raw)) is None
         assert len(detector) == 3
 

@@ -43,14 +43,14 @@ def _same_params(a: torch.nn.Module, b: torch.nn.Module) -> bool:
 
 
 def test_registry_names_and_protocol(digits: Task, shakespeare: Task) -> None:
-    assert TASK_NAMES == ("digits", "shakespeare")
+    assert TASK_NAMES == ("digits", "fashion-mnist", "shakespeare")
     assert isinstance(digits, Task)
     assert isinstance(shakespeare, Task)
     assert (digits.kind, shakespeare.kind) == ("classification", "lm")
 
 
 def test_unknown_task_lists_known_names() -> None:
-    with pytest.raises(ValueError, match="digits, shakespeare"):
+    with pytest.raises(ValueError, match="digits, fashion-mnist, shakespeare"):
         load_task("mnist")
 
 

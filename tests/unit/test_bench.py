@@ -1,0 +1,231 @@
+"""The robustness benchmark: one in-process cell, the grid, the summary, the report and the CLI, on digits."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from p2p_guard.bench import cell as cell_module
+from p2p_guard.bench.cell import CellSpec, run_cell
+from p2p_guard.bench.report import render, write_report
+from p2p_guard.bench.robustness import (
+    CLEAN,
+    BenchConfig,
+    Stat,
+    ablation_flags,
+    bench_attacks,
+    cell_key,
+    headline_cells,
+    load_cells,
+    quick_checks,
+    quick_config,
+    run_benchmark,
+    run_cells,
+    sweep_cells,
+)
+from p2p_guard.cli.main import main
+from p2p_guard.guard import Guard, GuardResult
+from p2p_guard.guard.baselines import Mean
+
+ROUND_KEYS = {"round", "accuracy", "loss", "train_loss", "tp", "fp", "tn", "fn", "asr"}
+
+
+def _spec(**changes: Any) -> CellSpec:
+    base = CellSpec(task="digits", guard="mean", attack=None, n=2, f=0, partition="iid", seed=0, rounds=1)
+    return dataclasses.replace(base, **changes)
+
+
+def _tiny(**changes: Any) -> BenchConfig:
+    cfg = quick_config(seeds=1)
+    base = dataclasses.replace(
+        cfg, guards=("mean", "semantic"), attacks=("sign_flip:scale=10",), n=4, f=1, rounds=1, inner_steps=2,
+        ablation_flags=("verdict",), sweep_fractions=(0.0, 0.25), sweep_partitions=("iid",), sweep_worst=1,
+    )  # fmt: skip
+    return dataclasses.replace(base, **changes)
+
+
+def test_two_peers_one_round_runs_with_the_report_keys() -> None:
+    result = run_cell(_spec())
+    assert set(result) >= {"spec", "arm", "attack", "numel", "rounds", "final", "verdicts", "shared_theta",
+                           "state_sha256", "seconds", "cpu_seconds", "skipped_steps"}
+    assert result["numel"] == 64 * 64 + 64 + 64 * 10 + 10
+    assert len(result["rounds"]) == 1 and set(result["rounds"][0]) == ROUND_KEYS
+    assert 0.0 <= result["final"]["accuracy"] <= 1.0
+    assert result["shared_theta"] is True
+    # Each of the 2 honest receivers judges the other peer: 2 verdicts, both honest and accepted.
+    assert {k: result["verdicts"][k] for k in ("tp", "fp", "tn", "fn")} == {"tp": 0, "fp": 0, "tn": 2, "fn": 0}
+    assert (result["arm"], result["attack"]) == ("mean", CLEAN)
+    json.dumps(result, allow_nan=False)
+
+
+def test_cell_is_deterministic() -> None:
+    spec = _spec(n=3, f=1, attack="sign_flip:scale=10", guard="semantic", rounds=2, inner_steps=3)
+    a, b = run_cell(spec), run_cell(spec)
+    assert a["state_sha256"] == b["state_sha256"]
+    assert a["rounds"] == b["rounds"]
+
+
+def test_cell_matches_a_hand_written_round() -> None:
+    """One round of the harness equals the swarm's recipe written out by hand (mean guard, no attack)."""
+    from p2p_guard.tasks import load_task
+    from p2p_guard.training.local import LocalModel, round_generator
+
+    spec = _spec(n=3, rounds=1, inner_steps=4)
+    result = run_cell(spec)
+    task = load_task("digits")
+    peers = [LocalModel(task, seed=0, num_shards=3, shard_index=i, partition="iid") for i in range(3)]
+    deltas = [p.train_round(4, round_generator(spec.resolved_run_id, 0, i, 0, 1))[0] for i, p in enumerate(peers)]
+    peers[0].apply(torch.stack(deltas).mean(dim=0))
+    assert abs(peers[0].evaluate().accuracy - result["final"]["accuracy"]) < 1e-9
+    assert pytest.approx(peers[0].evaluate().loss, rel=1e-6) == result["final"]["loss"]
+
+
+def test_attack_counts_and_data_attack() -> None:
+    result = run_cell(_spec(n=5, f=2, attack="sign_flip:scale=10", guard="semantic", inner_steps=3,
+                            assumed_byzantine=2))
+    v = result["verdicts"]
+    # 3 honest receivers x (2 other honest + 2 Byzantine senders).
+    assert v["tp"] + v["fn"] == 6 and v["fp"] + v["tn"] == 6
+    flipped = run_cell(_spec(n=3, f=1, attack="label_flip", inner_steps=3))
+    assert flipped["final"]["asr"] is None
+
+
+def test_backdoor_reports_attack_success_rate() -> None:
+    names, _ = bench_attacks(["backdoor"])
+    if not names:
+        pytest.skip("no backdoor attack in the registry")
+    result = run_cell(_spec(n=3, f=1, attack=names[0], inner_steps=3))
+    assert 0.0 <= result["final"]["asr"] <= 1.0
+
+
+def test_wire_attacks_are_refused() -> None:
+    with pytest.raises(ValueError, match="only update and data attacks run in-process"):
+        run_cell(_spec(n=3, f=1, attack="nan"))
+
+
+def test_sender_ids_must_match_n() -> None:
+    with pytest.raises(ValueError, match="sender_ids"):
+        run_cell(_spec(), sender_ids=["a"])
+    with pytest.raises(ValueError, match="sender_ids"):
+        run_cell(_spec(), sender_ids=["a", "a"])
+
+
+def test_spec_checks() -> None:
+    with pytest.raises(ValueError, match="f must be"):
+        _spec(f=2)
+    with pytest.raises(ValueError, match="need an attack"):
+        _spec(n=3, f=1)
+    assert _spec(guard="semantic", guard_params=(("verdict", False),)).arm == "semantic -verdict"
+
+
+@dataclasses.dataclass(frozen=True)
+class _SelfishMean:
+    """A rule that depends on the receiver: the mean, plus a nudge of the receiver's own row."""
+
+    def __call__(self, updates: torch.Tensor, ctx: Any) -> torch.Tensor:
+        out = updates.mean(dim=0)
+        return out + 0.1 * updates[ctx.own_index] if ctx.own_index is not None else out
+
+
+def test_receiver_dependent_guard_runs_once_per_receiver(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cell_module, "build_guard", lambda name, **_: Guard(name="selfish", aggregator=_SelfishMean()))
+    result = run_cell(_spec(n=3, rounds=2, inner_steps=2))
+    assert result["shared_theta"] is False
+    assert run_cell(_spec(n=3, rounds=2, inner_steps=2))["state_sha256"] == result["state_sha256"]
+
+
+def test_non_finite_aggregate_skips_the_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    def inf_guard(updates: torch.Tensor, ctx: Any) -> GuardResult:
+        return GuardResult(torch.full_like(updates[0], float("inf")), ())
+
+    monkeypatch.setattr(cell_module, "judge_rows", lambda *a, **k: inf_guard(a[1]["peer00"][None], None))
+    result = run_cell(_spec(n=2, rounds=1))
+    assert result["skipped_steps"] == 2
+
+
+def test_grid_builders_cover_every_arm() -> None:
+    cfg = _tiny(seeds=2)
+    cells = headline_cells(cfg)
+    assert len(cells) == 2 * 2 * 2  # guards x (clean + 1 attack) x seeds
+    clean = [c for c in cells if c.attack is None]
+    assert all(c.f == 0 and c.assumed_byzantine == cfg.f for c in clean)
+    assert {c.rounds for c in cells} == {cfg.rounds}
+    sweep = sweep_cells(cfg, {"mean": ["sign_flip:scale=10"], "semantic": ["sign_flip:scale=10"]})
+    assert sorted({(c.f, c.attack) for c in sweep}) == [(0, None), (1, "sign_flip:scale=10")]
+    assert "verdict" in ablation_flags()
+
+
+def test_run_cells_resumes_from_the_cell_file(tmp_path: Path) -> None:
+    path = tmp_path / "cells.jsonl"
+    specs = [_spec(), _spec(seed=1)]
+    lines: list[str] = []
+    first = run_cells(specs, jobs=1, sink=lambda r: lines.append(json.dumps(r)))
+    path.write_text("\n".join(lines) + "\n{torn")
+    done = load_cells(path)
+    assert set(done) == {cell_key(s) for s in specs}
+    again = run_cells(specs, jobs=1, done=done, sink=lambda r: pytest.fail("reran a finished cell"))
+    assert [r["state_sha256"] for r in again] == [r["state_sha256"] for r in first]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_worker_processes_give_the_same_results() -> None:
+    """Workers run one torch thread; with one thread here too, the bits agree (they depend on the count)."""
+    specs = [_spec(), _spec(seed=1)]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        here = [r["state_sha256"] for r in run_cells(specs, jobs=1)]
+    finally:
+        torch.set_num_threads(threads)
+    assert [r["state_sha256"] for r in run_cells(specs, jobs=2)] == here
+
+
+def test_tiny_benchmark_summary_and_report(tmp_path: Path) -> None:
+    cfg = _tiny()
+    results, summary = run_benchmark(cfg, jobs=1, cells_path=tmp_path / "cells.jsonl")
+    assert len(load_cells(tmp_path / "cells.jsonl")) == len({cell_key(r["spec"]) for r in results})
+    assert set(summary) >= {"headline", "worst_case", "fp", "asr", "ablation", "sweep", "curves", "checks",
+                            "targets", "clean_mean"}
+    assert set(summary["headline"]) == {"mean", "semantic"}
+    assert set(summary["headline"]["mean"]) == {CLEAN, "sign_flip:scale=10"}
+    assert set(summary["ablation"]) == {"semantic", "semantic -verdict"}
+    assert set(summary["sweep"]["semantic"]["iid"]) == {0.0, 0.25}
+    assert len(summary["curves"]["semantic"]) == cfg.rounds
+    meta = {"command": "p2p-guard bench robustness --quick", "wall_s": 1.0, "jobs": 1, "numel": 4810,
+            "model": "MLP", "finished": "now", "cells_file": "x",
+            "machine": {k: "?" for k in ("cpu", "cores", "memory", "os", "python", "torch", "numpy", "p2p_guard")}}
+    text = render(cfg, summary, meta, "plots")
+    for heading in ("## Final test accuracy", "## Worst case over attacks", "## Verdicts on honest peers",
+                    "## Backdoor attack success rate", "## Ablation", "## Sweep", "## Plots", "`sign_flip:scale=10`",
+                    "p2p-guard bench robustness --quick"):
+        assert heading in text
+    out = tmp_path / "docs" / "bench.md"
+    plots = write_report(cfg, summary, meta, out)
+    assert out.read_text().startswith("# Robustness benchmark (quick)")
+    assert {p.name for p in plots.glob("*.png")} >= {"worst-case.png", "sweep.png", "attack-none.png",
+                                                      "attack-sign_flip-scale-10.png"}
+
+
+def test_quick_checks() -> None:
+    def s(v: float) -> Stat:
+        return Stat(v, 0.0, 1)
+
+    headline = {"semantic": {"sign_flip:scale=10": s(0.9)}, "mean": {"sign_flip:scale=10": s(0.1)}}
+    worst = {"semantic": ("alie", s(0.8)), "median": ("alie", s(0.7)), "trimmed_mean": ("alie", s(0.85))}
+    checks = quick_checks(headline, worst)  # type: ignore[arg-type]
+    assert [c.passed for c in checks] == [True, True, False]
+    headline["mean"]["sign_flip:scale=10"] = s(0.65)
+    assert not quick_checks(headline, worst)[0].passed  # type: ignore[arg-type]
+
+
+def test_cli_rejects_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "robustness", "--quick", "--data-dir", str(tmp_path)]) == 2
+    assert main(["bench", "robustness", "--jobs", "0"]) == 2
+    assert main(["bench", "robustness", "--data-dir", str(tmp_path / "none"), "--out", str(tmp_path / "x.md")]) == 2
+    assert "apt-get install dataset-fashion-mnist" in capsys.readouterr().err
