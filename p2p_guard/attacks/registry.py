@@ -59,6 +59,7 @@ _BUILTIN: Mapping[str, type] = MappingProxyType(
 )
 
 WIRE_ATTACK_NAMES: tuple[str, ...] = (
+    "equivocate",
     "unsigned",
     "bad_signature",
     "wrong_run",

@@ -368,9 +368,11 @@ class MinMax:
           γ* = min_i (−b_i + √(b_i² + D² − ‖a_i‖²)) (each constraint is a quadratic in γ; γ = 0 always meets
           it, since ‖μ − x_i‖ ≤ max_j ‖x_j − x_i‖). This is the limit of the paper's binary search.
 
-    Default ``"std"``: of the three perturbations the paper studies, the inverse standard deviation was the
-    most effective in most of its settings (and is what its public code uses by default in later experiments).
-    With one known row (or p = 0) the attack sends μ.
+    Default ``"std"``: the inverse standard deviation moves each coordinate in proportion to its honest spread
+    (ALIE's direction), which hides best among the known rows; it is the perturbation we recall the paper
+    finding most effective in most settings (not re-checked against its text here; the authors' public
+    notebooks default to ``unit_vec`` in some experiments and ``std`` in others). With one known row (or
+    p = 0) the attack sends μ.
 
     Knowledge: the paper's agnostic attacker knows the benign updates of the round; here it knows its own Δ
     of this round and the previous round's rows (commit-before-reveal), which may include colluders' rows.

@@ -296,7 +296,41 @@ class Oversized:
 
 
 #: Built-in wire attacks by name.
+class Equivocate:
+    """Commit two different signed envelopes for the same round (equivocation).
+
+    The peer commits the honest draft first (``mutate`` leaves it unchanged) and, shortly after, the draft
+    returned by :meth:`second_commit` under the same DHT subkey with a later expiration, so different peers
+    (or the same peer at different times) see different digests. Both envelopes are validly signed, so any
+    peer that sees both holds a transferable proof: a correct receiver bans the sender (``EQUIVOCATION``).
+    Knowledge assumed: none beyond its own update.
+    """
+
+    kind: ClassVar[str] = "wire"
+
+    def __init__(self, *, scale: float = -10.0) -> None:
+        """Args: scale: the second payload is ``scale ×`` the honest update (default −10, a sign flip)."""
+        self.scale = float(scale)
+
+    def mutate(self, draft: CommitDraft, generator: torch.Generator) -> CommitDraft:
+        """The first commit is the honest one."""
+        return draft
+
+    def second_commit(self, draft: CommitDraft, generator: torch.Generator) -> CommitDraft:
+        """The conflicting draft: the same envelope fields over ``scale ×`` the honest payload."""
+        numel = draft.envelope.numel
+        vector = decode_update(draft.digest_payload, draft.envelope.codec, numel)
+        if isinstance(vector, Rejected):
+            raise ValueError(f"cannot equivocate on an undecodable draft: {vector.detail}")
+        payload = encode_update(vector * self.scale, draft.envelope.codec)
+        return dataclasses.replace(draft, digest_payload=payload, serve_payload=payload)
+
+    def __repr__(self) -> str:
+        return f"Equivocate(scale={self.scale})"
+
+
 WIRE_ATTACKS: dict[str, type] = {
+    "equivocate": Equivocate,
     "unsigned": Unsigned,
     "bad_signature": BadSignature,
     "wrong_run": WrongRun,

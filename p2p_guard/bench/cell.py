@@ -34,7 +34,6 @@ peer, a rejection being a positive and a Byzantine sender a true positive.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import time
@@ -220,10 +219,6 @@ def backdoor_success(task: Task, model: torch.nn.Module, attack: object) -> floa
     return float((predicted == int(target)).float().mean())
 
 
-def _state_digest(local: LocalModel) -> str:
-    return hashlib.sha256(local.state_bytes()).hexdigest()
-
-
 def run_cell(
     spec: CellSpec,
     *,
@@ -244,7 +239,9 @@ def run_cell(
 
     Returns:
         ``{"spec", "arm", "attack", "numel", "rounds": [per-round dict], "final", "verdicts", "shared_theta",
-        "state_sha256", "seconds", "cpu_seconds"}``. A round holds ``round``, ``accuracy``, ``loss`` (test split),
+        "state_hash", "seconds", "cpu_seconds"}``; ``state_hash`` is
+        ``LocalModel.state_hash()`` of the first honest peer after the last round, the hash a networked peer
+        publishes in its ``final`` event. A round holds ``round``, ``accuracy``, ``loss`` (test split),
         ``train_loss`` (mean of the honest peers' inner losses), ``tp``/``fp``/``tn``/``fn`` and ``asr``
         (backdoor success rate, None for other attacks). ``final`` holds the last round's ``accuracy``,
         ``loss`` and ``asr``; ``verdicts`` the totals with ``fp_rate`` = fp / (fp + tn) and
@@ -393,7 +390,7 @@ def run_cell(
         },
         "shared_theta": shared,
         "skipped_steps": skipped_steps,
-        "state_sha256": _state_digest(peers[honest[0]]),
+        "state_hash": peers[honest[0]].state_hash().hex(),
         "seconds": time.monotonic() - started,
         "cpu_seconds": time.process_time() - cpu_started,
     }

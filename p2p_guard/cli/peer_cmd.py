@@ -40,6 +40,7 @@ _FLAGS: dict[str, dict[str, Any]] = {
     "device": {"choices": ["auto", "cpu", "cuda"], "help": "compute device (auto: CUDA if present)"},
     "events": {"metavar": "PATH", "help": "write JSON-lines events (verdicts, rounds) here"},
     "state_out": {"metavar": "PATH", "help": "save the final model state here"},
+    "proof_dir": {"metavar": "DIR", "help": "write equivocation proofs here (default: proofs/ beside --events)"},
 }
 
 

@@ -55,6 +55,8 @@ class PeerConfig:
         device: ``auto`` (CUDA if available, else CPU), ``cpu`` or ``cuda``.
         events: path of the JSON-lines event file (None: no events).
         state_out: where to write the final model state (None: not written).
+        proof_dir: where equivocation proofs are written (None: ``proofs/`` beside the event file, else beside
+            the identity file).
     """
 
     initial_peers: tuple[str, ...] = ()
@@ -88,6 +90,7 @@ class PeerConfig:
     device: str = "auto"
     events: str | None = None
     state_out: str | None = None
+    proof_dir: str | None = None
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -121,6 +124,12 @@ class PeerConfig:
             raise ValueError(f"device must be auto, cpu or cuda; got device={self.device!r}")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in [0, 65535]; got port={self.port}")
+
+    def resolved_proof_dir(self) -> Path:
+        """The folder equivocation proofs go to (see ``proof_dir``)."""
+        if self.proof_dir is not None:
+            return Path(self.proof_dir)
+        return Path(self.events if self.events is not None else self.identity).resolve().parent / "proofs"
 
     def replace(self, **changes: Any) -> PeerConfig:
         """Return a copy with ``changes`` applied (validated again)."""

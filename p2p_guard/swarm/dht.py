@@ -20,6 +20,9 @@ __all__ = ["SwarmDHT", "listen_maddr", "start_dht"]
 logger = logging.getLogger(__name__)
 
 MAX_SUBKEYS_READ = 4096
+#: Nodes asked to store each record (hivemind's default is 5). More copies mean a Byzantine storage node can
+#: hide a commit from fewer readers, and in a small swarm every node holds, validates and logs every record.
+NUM_REPLICAS = 16
 
 
 def listen_maddr(host: str, port: int) -> str:
@@ -63,6 +66,7 @@ def start_dht(
         "identity_path": identity_path,
         "check_if_identity_free": False,
         "nat_port_map": False,
+        "num_replicas": NUM_REPLICAS,
     }
     if announce_host:
         if port == 0:

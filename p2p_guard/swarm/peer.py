@@ -32,17 +32,20 @@ from p2p_guard.guard import build_guard
 from p2p_guard.guard.apply import judge_rows
 from p2p_guard.guard.integrity import RoundExpectation
 from p2p_guard.identity import Identity, peer_id_to_b58
-from p2p_guard.protocol import CODECS, PROTOCOL_VERSION, Envelope, encode_update, payload_digest, state_hash
+from p2p_guard.protocol import CODECS, PROTOCOL_VERSION, Envelope, Rejected, RejectReason, encode_update, \
+    open_envelope, payload_digest, state_hash
+from p2p_guard.protocol.proof import EquivocationDetector, EquivocationProof, verify_proof
 from p2p_guard.protocol.records import sign_record
 from p2p_guard.swarm.config import PeerConfig
 from p2p_guard.swarm.dht import SwarmDHT, start_dht
 from p2p_guard.swarm.events import EventLog
 from p2p_guard.swarm.reaper import start_reaper, stop_reaper
-from p2p_guard.swarm.records import COMMIT_TTL_S, PRESENCE_TTL_S, commit_key, presence_key, read_presence
+from p2p_guard.swarm.records import COMMIT_TTL_S, PRESENCE_TTL_S, commit_key, presence_key, publish_proof, \
+    read_presence, read_proofs
 from p2p_guard.swarm.rounds import IntegrityVerdict, await_commits, check_rows, fetch_state, majority_base, \
     open_commits
 from p2p_guard.swarm.transport import PayloadServer
-from p2p_guard.swarm.validator import RecordValidator
+from p2p_guard.swarm.validator import RecordValidator, fetch_validator_report
 from p2p_guard.tasks import load_task
 from p2p_guard.training.local import LocalModel, pick_device, round_generator
 
@@ -51,6 +54,8 @@ __all__ = ["Peer", "run_peer"]
 logger = logging.getLogger(__name__)
 
 PRESENCE_REFRESH_S = 4.0
+#: An equivocating attacker stores its second envelope this long after the first (seconds).
+EQUIVOCATION_DELAY_S = 1.0
 
 
 class _PeerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
@@ -88,6 +93,8 @@ class Peer:
         self.attack = load_attack(config.attack) if config.attack else None
         self.round = 0
         self.known_previous: list[torch.Tensor] = []
+        self.detector = EquivocationDetector()
+        self.banned: dict[str, EquivocationProof] = {}
         self.log = _PeerLog(logger, {"peer": self.me[-8:], "round": 0})
         self.inner_steps = config.inner_steps or local.task.default_hparams.inner_steps
 
@@ -145,7 +152,12 @@ class Peer:
         own: dict[str, bytes] = {}
         if contribute:
             own = await self._commit(round_, base, outcome)
-        commits = await await_commits(self.dht, self.config, round_, self.me if contribute else None, stop)
+        commits = await await_commits(self.dht, self.config, round_, self.me if contribute else None, stop,
+                                      on_poll=self._watch_commits, exclude=frozenset(self.banned))
+        await self._collect_proofs(round_)
+        outcome.verdicts += [{"sender": s, "accepted": False, "reason": RejectReason.EQUIVOCATION.value,
+                              "detail": "banned: equivocation proof"} for s in commits if s in self.banned]
+        commits = {s: raw for s, raw in commits.items() if s not in self.banned}
         if contribute:
             sealed, serve = own.pop("sealed"), own.pop("serve")
             commits[self.me] = sealed
@@ -179,7 +191,48 @@ class Peer:
         sealed = seal(draft, self.identity)
         await self.dht.store(commit_key(self.config.run_id, round_), self.me, sealed, COMMIT_TTL_S)
         self.log.debug("committed %d-byte envelope", len(sealed))
+        if hasattr(self.attack, "second_commit"):  # equivocation: a conflicting envelope, stored later
+            await asyncio.sleep(EQUIVOCATION_DELAY_S)
+            draft = self.attack.second_commit(draft, self._generator(round_, 2))  # type: ignore[union-attr]
+            sealed = seal(draft, self.identity)
+            await self.dht.store(commit_key(self.config.run_id, round_), self.me, sealed, COMMIT_TTL_S + 1)
         return {"sealed": sealed, "serve": draft.serve_payload}
+
+    def _watch_commits(self, commits: dict[str, bytes]) -> None:
+        """Feed every envelope seen to the equivocation detector; ban on a conflict."""
+        for subkey, raw in commits.items():
+            env = open_envelope(raw, max_bytes=self.config.max_envelope_bytes)
+            if isinstance(env, Rejected) or peer_id_to_b58(env.sender) != subkey or env.run_id != self.config.run_id:
+                continue
+            proof = self.detector.observe(raw, env)
+            if proof is not None:
+                self._ban(proof, "seen in our own DHT reads")
+
+    async def _collect_proofs(self, round_: int) -> None:
+        """Ban senders proven to equivocate: by our DHT node's validator or by proofs other peers published."""
+        report = await fetch_validator_report(self.dht.dht)
+        for raw in report.proofs:
+            proof = verify_proof(raw)
+            if not isinstance(proof, Rejected) and proof.run_id == self.config.run_id:
+                self._ban(proof, "caught by our DHT node")
+        for proof in (await read_proofs(self.dht, self.config.run_id)).values():
+            self._ban(proof, "published by another peer")
+        for proof in self.banned.values():  # keep every proof we know alive in the DHT (TTL)
+            await publish_proof(self.dht, self.config.run_id, proof)
+
+    def _ban(self, proof: EquivocationProof, how: str) -> None:
+        accused = proof.sender_b58
+        if accused in self.banned or accused == self.me:
+            return
+        self.banned[accused] = proof
+        folder = self.config.resolved_proof_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{accused}.proof"
+        path.write_bytes(proof.to_bytes())
+        self.log.warning("banned %s for equivocation in round %d (%s); proof: %s", accused[-8:], proof.round,
+                         how, path)
+        self.events.emit("ban", sender=accused, round=self.round, proof_round=proof.round,
+                         reason=RejectReason.EQUIVOCATION.value, proof=str(path), how=how)
 
     def _attacked(self, delta: torch.Tensor, round_: int) -> torch.Tensor:
         if self.attack is None:

@@ -54,7 +54,8 @@ class IntegrityVerdict:
 
 
 async def await_commits(dht: SwarmDHT, config: PeerConfig, round_: int, me: str | None,
-                        stop: asyncio.Event) -> dict[str, bytes]:
+                        stop: asyncio.Event, *, on_poll: Callable[[dict[str, bytes]], None] | None = None,
+                        exclude: frozenset[str] = frozenset()) -> dict[str, bytes]:
     """Poll the round's commit key until the commit phase closes for this peer.
 
     It closes when every present peer has committed, or when ``ceil(quorum_fraction · present)`` commits
@@ -63,6 +64,8 @@ async def await_commits(dht: SwarmDHT, config: PeerConfig, round_: int, me: str 
 
     Args:
         me: our PeerID (base58) when we committed this round; None for a peer that only listens.
+        on_poll: called with every poll's raw commits (the equivocation detector watches them change).
+        exclude: banned senders: neither waited for nor returned.
 
     Returns:
         ``{subkey: raw envelope bytes}`` as read from the DHT (unverified).
@@ -72,7 +75,10 @@ async def await_commits(dht: SwarmDHT, config: PeerConfig, round_: int, me: str 
     commits: dict[str, bytes] = {}
     while not stop.is_set():
         commits = await dht.read(commit_key(config.run_id, round_))
-        present = set(await read_presence(dht, config.run_id)) | ({me} if me else set())
+        if on_poll is not None:
+            on_poll(commits)
+        commits = {k: v for k, v in commits.items() if k not in exclude}
+        present = (set(await read_presence(dht, config.run_id)) | ({me} if me else set())) - exclude
         now = time.monotonic()
         if present <= commits.keys():
             break

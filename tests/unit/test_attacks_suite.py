@@ -4,6 +4,7 @@ attacks against the default guard (adaptive passes every verdict check where sig
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -35,6 +36,16 @@ from p2p_guard.attacks.whitebox import honest_stand_ins
 from p2p_guard.guard import AggregationContext, build_guard
 
 N, F = 10, 3
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread() -> Iterator[None]:
+    """Run this module's small tensor work on one thread: on a loaded 2-core runner, torch's intra-op threads
+    spin against each other and a simulated guard round takes 60× longer (0.33 s instead of 5 ms)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def make_ctx(round_: int = 2, n: int = N, f: int = F, seed: int = 0, **extra: Any) -> AttackContext:

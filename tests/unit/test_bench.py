@@ -52,7 +52,7 @@ def _tiny(**changes: Any) -> BenchConfig:
 def test_two_peers_one_round_runs_with_the_report_keys() -> None:
     result = run_cell(_spec())
     assert set(result) >= {"spec", "arm", "attack", "numel", "rounds", "final", "verdicts", "shared_theta",
-                           "state_sha256", "seconds", "cpu_seconds", "skipped_steps"}
+                           "state_hash", "seconds", "cpu_seconds", "skipped_steps"}
     assert result["numel"] == 64 * 64 + 64 + 64 * 10 + 10
     assert len(result["rounds"]) == 1 and set(result["rounds"][0]) == ROUND_KEYS
     assert 0.0 <= result["final"]["accuracy"] <= 1.0
@@ -66,7 +66,7 @@ def test_two_peers_one_round_runs_with_the_report_keys() -> None:
 def test_cell_is_deterministic() -> None:
     spec = _spec(n=3, f=1, attack="sign_flip:scale=10", guard="semantic", rounds=2, inner_steps=3)
     a, b = run_cell(spec), run_cell(spec)
-    assert a["state_sha256"] == b["state_sha256"]
+    assert a["state_hash"] == b["state_hash"]
     assert a["rounds"] == b["rounds"]
 
 
@@ -136,7 +136,7 @@ def test_receiver_dependent_guard_runs_once_per_receiver(monkeypatch: pytest.Mon
     monkeypatch.setattr(cell_module, "build_guard", lambda name, **_: Guard(name="selfish", aggregator=_SelfishMean()))
     result = run_cell(_spec(n=3, rounds=2, inner_steps=2))
     assert result["shared_theta"] is False
-    assert run_cell(_spec(n=3, rounds=2, inner_steps=2))["state_sha256"] == result["state_sha256"]
+    assert run_cell(_spec(n=3, rounds=2, inner_steps=2))["state_hash"] == result["state_hash"]
 
 
 def test_non_finite_aggregate_skips_the_step(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -169,7 +169,7 @@ def test_run_cells_resumes_from_the_cell_file(tmp_path: Path) -> None:
     done = load_cells(path)
     assert set(done) == {cell_key(s) for s in specs}
     again = run_cells(specs, jobs=1, done=done, sink=lambda r: pytest.fail("reran a finished cell"))
-    assert [r["state_sha256"] for r in again] == [r["state_sha256"] for r in first]
+    assert [r["state_hash"] for r in again] == [r["state_hash"] for r in first]
 
 
 @pytest.mark.slow
@@ -180,10 +180,10 @@ def test_worker_processes_give_the_same_results() -> None:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        here = [r["state_sha256"] for r in run_cells(specs, jobs=1)]
+        here = [r["state_hash"] for r in run_cells(specs, jobs=1)]
     finally:
         torch.set_num_threads(threads)
-    assert [r["state_sha256"] for r in run_cells(specs, jobs=2)] == here
+    assert [r["state_hash"] for r in run_cells(specs, jobs=2)] == here
 
 
 def test_tiny_benchmark_summary_and_report(tmp_path: Path) -> None:
