@@ -16,6 +16,7 @@ import dataclasses
 import logging
 import math
 from dataclasses import dataclass
+from collections.abc import Collection, Sequence
 from typing import ClassVar, Protocol, runtime_checkable
 
 import torch
@@ -32,6 +33,7 @@ from p2p_guard.protocol import (
     payload_digest,
     sign_envelope,
 )
+from p2p_guard.protocol.votes import VoteVerdict
 
 logger = logging.getLogger(__name__)
 
@@ -327,6 +329,44 @@ class Equivocate:
 
     def __repr__(self) -> str:
         return f"Equivocate(scale={self.scale})"
+
+
+class VoteSmear:
+    """Behave honestly as a sender, but publish votes that accuse every peer outside the colluders.
+
+    The commit is the honest one (``mutate`` returns the draft unchanged), so honest receivers accept this
+    peer's updates and, in ``guard.reputation``, give its votes full weight: the strongest position for a
+    smear. Its published verdicts are rewritten by :meth:`smear_votes`: every sender outside ``colluders``
+    is voted ``accepted=False`` (reason ``outlier``), every colluder ``accepted=True``. A correct receiver
+    never excludes an honest sender because of these votes: exclusion needs its own rejections
+    (``guard.reputation``), so no ``RejectReason`` applies and the honest updates keep being aggregated.
+    Knowledge assumed: the colluders' PeerIDs, when the caller gives them (else only its own).
+    """
+
+    kind: ClassVar[str] = "wire"
+
+    def mutate(self, draft: CommitDraft, generator: torch.Generator) -> CommitDraft:
+        """The commit is honest."""
+        return draft
+
+    def smear_votes(self, verdicts: Sequence[VoteVerdict], colluders: Collection[str]) -> list[VoteVerdict]:
+        """Rewrite this peer's honest verdicts of a round into the smear.
+
+        Args:
+            verdicts: The honest verdicts it would have published (one per judged sender).
+            colluders: PeerIDs (base58) of the Byzantine peers, itself included, to vote up.
+
+        Returns:
+            New verdicts, same senders and order: colluders accepted, everyone else rejected as ``outlier``.
+        """
+        return [
+            VoteVerdict(sender=v.sender, accepted=True, reason="accepted") if v.sender_b58 in colluders
+            else VoteVerdict(sender=v.sender, accepted=False, reason="outlier")
+            for v in verdicts
+        ]
+
+    def __repr__(self) -> str:
+        return "VoteSmear()"
 
 
 WIRE_ATTACKS: dict[str, type] = {

@@ -24,8 +24,8 @@ One shared θ. Every built-in guard is deterministic and ignores ``ctx.own_index
 every receiver computes the same aggregate bit for bit and all peers keep one θ (which the swarm checks with
 its state hashes). Step 4 is therefore run once per round, for the first honest peer, and its aggregate is
 applied by every peer. This is *checked* every round, not assumed: the guard is also run for the last honest
-peer (another ``me``, another generator), and if the two results differ in a single bit the cell switches, from
-that round on, to running the guard once per receiver (exactly step 4); the result records which
+peer (another ``me``, another generator), and if the two results differ in a single bit the cell switches,
+from that round on, to running the guard once per receiver (exactly step 4); the result records which
 (``shared_theta``).
 
 Guard verdicts are counted as in the simulation report: every verdict of an honest receiver about another
@@ -34,6 +34,7 @@ peer, a rejection being a positive and a Byzantine sender a true positive.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -135,7 +136,7 @@ class CellSpec:
 
     @property
     def arm(self) -> str:
-        """The arm's name: ``label``, else the guard plus each switched-off stage (``semantic -magnitude``)."""
+        """The arm's name: ``label``, else the guard and each switched-off stage (``semantic -magnitude``)."""
         if self.label:
             return self.label
         off = [f"-{k}" for k, v in self.guard_params if v is False]
@@ -219,6 +220,28 @@ def backdoor_success(task: Task, model: torch.nn.Module, attack: object) -> floa
     return float((predicted == int(target)).float().mean())
 
 
+def _judge(
+    guard: object,
+    rows: dict[str, torch.Tensor],
+    round_: int,
+    spec: CellSpec,
+    run_id: str,
+    names: Sequence[str],
+    peers: Sequence[LocalModel],
+    j: int,
+) -> GuardResult:
+    """Receiver ``j``'s guard call, exactly as ``Peer._aggregate_and_step`` makes it."""
+    return judge_rows(
+        guard,
+        rows,
+        me=names[j],
+        round_=round_,
+        previous_aggregate=peers[j].previous_aggregate,
+        f=spec.assumed_byzantine,
+        generator=round_generator(run_id, spec.seed, j, round_, SALT_GUARD),
+    )
+
+
 def run_cell(
     spec: CellSpec,
     *,
@@ -246,9 +269,9 @@ def run_cell(
         (backdoor success rate, None for other attacks). ``final`` holds the last round's ``accuracy``,
         ``loss`` and ``asr``; ``verdicts`` the totals with ``fp_rate`` = fp / (fp + tn) and
         ``detection_rate`` = tp / (tp + fn) (None where undefined) and the rejection reasons;
-        ``skipped_steps`` counts (honest peer, round) pairs whose aggregate was not finite (an overflow under
-        a huge attack): the outer step refuses it, so that peer's model stays unchanged that round (a networked
-        peer would stop with an error).
+        ``skipped_steps`` counts (honest peer, round) pairs whose aggregate was not finite (an overflow
+        under a huge attack): the outer step refuses it, so that peer's model stays unchanged that round (a
+        networked peer would stop with an error).
 
     Raises:
         ValueError: on an unknown task, guard or attack, a wire attack (out of scope in-process), or
@@ -296,38 +319,41 @@ def run_cell(
         for i, local in enumerate(peers):
             attack = attacks.get(i)
             data_attack = attack if kind == "data" else None
-            delta, train_loss = local.train_round(steps, round_generator(run_id, spec.seed, i, r, SALT_INNER),
-                                                  data_attack)
+            delta, train_loss = local.train_round(
+                steps, round_generator(run_id, spec.seed, i, r, SALT_INNER), data_attack
+            )
             if not byzantine[i]:
                 train_losses.append(train_loss)
             if attack is not None:
-                ctx = AttackContext(round=r, n=n, f=max(1, f),
-                                    generator=round_generator(run_id, spec.seed, i, r, SALT_ATTACK),
-                                    guard_name=spec.guard, guard_params=dict(spec.guard_params),
-                                    guard_f=spec.assumed_byzantine)
+                ctx = AttackContext(
+                    round=r,
+                    n=n,
+                    f=max(1, f),
+                    generator=round_generator(run_id, spec.seed, i, r, SALT_ATTACK),
+                    guard_name=spec.guard,
+                    guard_params=dict(spec.guard_params),
+                    guard_f=spec.assumed_byzantine,
+                )
                 delta = attacked_update(attack, delta, known_previous[i], ctx)
             if bool(torch.isfinite(delta).all()):
                 rows[names[i]] = delta
             else:
                 dropped[names[i]] = NON_FINITE
 
-        def judge(j: int) -> GuardResult:
-            return judge_rows(guard, rows, me=names[j], round_=r,
-                              previous_aggregate=peers[j].previous_aggregate, f=spec.assumed_byzantine,
-                              generator=round_generator(run_id, spec.seed, j, r, SALT_GUARD))
-
+        judge = functools.partial(_judge, guard, rows, r, spec, run_id, names, peers)
         results: dict[int, GuardResult] = {}
         if rows:
             if shared:
                 first = judge(honest[0])
                 if check_shared and probe is not None and not _same_result(first, judge(probe)):
-                    logger.info("%s: the guard's result depends on the receiver at round %d; running it "
-                                "once per receiver from now on", spec.arm, r)
+                    logger.info(
+                        "%s: the guard's result depends on the receiver at round %d; running it "
+                        "once per receiver from now on",
+                        spec.arm,
+                        r,
+                    )
                     shared = False
-            if shared:
-                results = dict.fromkeys(range(n), first)
-            else:
-                results = {j: judge(j) for j in range(n)}
+            results = dict.fromkeys(range(n), first) if shared else {j: judge(j) for j in range(n)}
             for j, local in enumerate(peers):
                 aggregate = results[j].aggregate
                 if bool(torch.isfinite(aggregate).all()):
@@ -365,14 +391,19 @@ def run_cell(
                 value = backdoor_success(task, peers[j].model, attacks[n - 1])
                 if value is not None:
                     asr_values.append(value)
-        history.append({
-            "round": r,
-            "accuracy": _mean([m.accuracy for m in metrics]),
-            "loss": _mean([m.loss for m in metrics]),
-            "train_loss": _mean(train_losses),
-            "tp": counts.tp, "fp": counts.fp, "tn": counts.tn, "fn": counts.fn,
-            "asr": _mean(asr_values) if asr_values else None,
-        })
+        history.append(
+            {
+                "round": r,
+                "accuracy": _mean([m.accuracy for m in metrics]),
+                "loss": _mean([m.loss for m in metrics]),
+                "train_loss": _mean(train_losses),
+                "tp": counts.tp,
+                "fp": counts.fp,
+                "tn": counts.tn,
+                "fn": counts.fn,
+                "asr": _mean(asr_values) if asr_values else None,
+            }
+        )
 
     last = history[-1]
     return {
@@ -383,7 +414,10 @@ def run_cell(
         "rounds": history,
         "final": {"accuracy": last["accuracy"], "loss": last["loss"], "asr": last["asr"]},
         "verdicts": {
-            "tp": totals.tp, "fp": totals.fp, "tn": totals.tn, "fn": totals.fn,
+            "tp": totals.tp,
+            "fp": totals.fp,
+            "tn": totals.tn,
+            "fn": totals.fn,
             "fp_rate": _ratio(totals.fp, totals.fp + totals.tn),
             "detection_rate": _ratio(totals.tp, totals.tp + totals.fn),
             "reasons": dict(sorted(totals.reasons.items())),

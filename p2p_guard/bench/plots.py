@@ -62,9 +62,13 @@ def write_plots(cfg: Any, summary: dict[str, Any], directory: Path) -> list[Path
     for guard, wc in summary["worst_case"].items():
         labels[guard] = f"{guard} ({wc[0]})" if wc else guard
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    _axes_accuracy(ax, summary["curves"], labels,
-                   f"{cfg.task}, n={cfg.n}, f={cfg.f}, {cfg.partition}: each aggregator under its worst attack "
-                   f"(mean of {cfg.seeds} seeds)")
+    _axes_accuracy(
+        ax,
+        summary["curves"],
+        labels,
+        f"{cfg.task}, n={cfg.n}, f={cfg.f}, {cfg.partition}: each aggregator under its worst attack "
+        f"(mean of {cfg.seeds} seeds)",
+    )
     path = directory / "worst-case.png"
     fig.tight_layout()
     fig.savefig(path, dpi=_DPI)
@@ -73,8 +77,12 @@ def write_plots(cfg: Any, summary: dict[str, Any], directory: Path) -> list[Path
 
     for attack, curves in summary["per_attack_curves"].items():
         fig, ax = plt.subplots(figsize=(7.5, 4.5))
-        _axes_accuracy(ax, curves, {}, f"{cfg.task}, n={cfg.n}, f={cfg.f if attack != 'none' else 0}, "
-                                       f"{cfg.partition}: attack {attack}")
+        _axes_accuracy(
+            ax,
+            curves,
+            {},
+            f"{cfg.task}, n={cfg.n}, f={cfg.f if attack != 'none' else 0}, {cfg.partition}: attack {attack}",
+        )
         path = directory / f"attack-{attack_slug(attack)}.png"
         fig.tight_layout()
         fig.savefig(path, dpi=_DPI)
@@ -83,14 +91,20 @@ def write_plots(cfg: Any, summary: dict[str, Any], directory: Path) -> list[Path
 
     partitions = list(cfg.sweep_partitions)
     if partitions:
-        fig, axes = plt.subplots(1, len(partitions), figsize=(4.2 * len(partitions), 4.2), sharey=True,
-                                 squeeze=False)
+        fig, axes = plt.subplots(
+            1, len(partitions), figsize=(4.2 * len(partitions), 4.2), sharey=True, squeeze=False
+        )
         for ax, partition in zip(axes[0], partitions, strict=True):
             for guard, by_partition in summary["sweep"].items():
                 points = [(fr, wc[1].mean) for fr, wc in by_partition.get(partition, {}).items() if wc]
                 if points:
-                    ax.plot([100 * fr for fr, _ in points], [100 * v for _, v in points], marker="o",
-                            linewidth=1.4, label=guard)
+                    ax.plot(
+                        [100 * fr for fr, _ in points],
+                        [100 * v for _, v in points],
+                        marker="o",
+                        linewidth=1.4,
+                        label=guard,
+                    )
             ax.set_title(f"{partition}", fontsize=10)
             ax.set_xlabel("Byzantine peers (%)")
             ax.grid(True, alpha=0.3)

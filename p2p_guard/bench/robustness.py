@@ -84,12 +84,13 @@ class BenchConfig:
         task: task name; task_options: its ``load_task`` options as sorted pairs.
         n, f, partition: the headline setting.
         rounds, inner_steps: the outer-round budget of every arm, and H.
-        seeds: headline and ablation seeds (``0 .. seeds − 1``).
+        seeds: headline seeds (``0 .. seeds − 1``); ablation_seeds: the ablation's (the first of them).
         guards: the rules compared.
         attacks: the attack specs (the clean column is added apart).
         skipped_attacks: ``(spec, reason)`` of attacks that could not run in-process.
         ablation_flags: the ``semantic`` stages switched off one at a time.
-        sweep_fractions, sweep_partitions: the sweep's axes; sweep_worst: attacks per rule; sweep_seeds: seeds.
+        sweep_fractions, sweep_partitions: the sweep's axes; sweep_worst: attacks per rule; sweep_seeds: its
+            seeds.
     """
 
     mode: str
@@ -101,6 +102,7 @@ class BenchConfig:
     rounds: int
     inner_steps: int
     seeds: int
+    ablation_seeds: int
     guards: tuple[str, ...]
     attacks: tuple[str, ...]
     skipped_attacks: tuple[tuple[str, str], ...]
@@ -170,7 +172,8 @@ def full_config(*, data_dir: str | None = None, seeds: int = 3, sweep_seeds: int
     options = {"hidden": 32} | ({"data_dir": str(data_dir)} if data_dir else {})
     return BenchConfig(
         mode="full", task="fashion-mnist", task_options=params_of(options), n=10, f=3,
-        partition="dirichlet:1", rounds=20, inner_steps=20, seeds=seeds, guards=tuple(GUARD_NAMES),
+        partition="dirichlet:1", rounds=20, inner_steps=20, seeds=seeds, ablation_seeds=seeds,
+        guards=tuple(GUARD_NAMES),
         attacks=attacks, skipped_attacks=skipped, ablation_flags=ablation_flags(),
         sweep_fractions=(0.0, 0.2, 0.3, 0.4), sweep_partitions=("iid", "dirichlet:1", "dirichlet:0.1"),
         sweep_worst=3, sweep_seeds=sweep_seeds,
@@ -185,14 +188,22 @@ def quick_config(*, seeds: int = 2) -> BenchConfig:
     attacks = tuple(a for a in QUICK_ATTACKS if a in attacks)
     return BenchConfig(
         mode="quick", task="digits", task_options=(), n=10, f=3, partition="dirichlet:1", rounds=10,
-        inner_steps=20, seeds=seeds, guards=tuple(GUARD_NAMES), attacks=attacks,
+        inner_steps=20, seeds=seeds, ablation_seeds=1, guards=tuple(GUARD_NAMES), attacks=attacks,
         skipped_attacks=tuple(s for s in skipped if s[0] in QUICK_ATTACKS), ablation_flags=ablation_flags(),
         sweep_fractions=(0.0, 0.4), sweep_partitions=("iid", "dirichlet:0.1"), sweep_worst=1, sweep_seeds=1,
     )  # fmt: skip
 
 
-def _cell(cfg: BenchConfig, guard: str, attack: str | None, *, f: int, partition: str, seed: int,
-          guard_params: Params = ()) -> CellSpec:
+def _cell(
+    cfg: BenchConfig,
+    guard: str,
+    attack: str | None,
+    *,
+    f: int,
+    partition: str,
+    seed: int,
+    guard_params: Params = (),
+) -> CellSpec:
     return CellSpec(
         task=cfg.task, guard=guard, attack=attack, n=cfg.n, f=f if attack else 0, partition=partition,
         seed=seed, rounds=cfg.rounds, inner_steps=cfg.inner_steps,
@@ -217,7 +228,7 @@ def ablation_cells(cfg: BenchConfig) -> list[CellSpec]:
         _cell(cfg, GUARD, attack, f=cfg.f, partition=cfg.partition, seed=seed, guard_params=((flag, False),))
         for flag in cfg.ablation_flags
         for attack in (None, *cfg.attacks)
-        for seed in range(cfg.seeds)
+        for seed in range(cfg.ablation_seeds)
     ]
 
 
@@ -303,7 +314,8 @@ def run_cells(
         jobs: worker processes; 1 runs the cells in this process.
         done: results already known, by :func:`cell_key`; updated in place.
         sink: called with each new result as it arrives (e.g. to append it to the cell file).
-        progress: ``progress(total)`` returns a bar with ``update(1)`` and ``set_postfix_str`` (tqdm), or None.
+        progress: ``progress(total)`` returns a bar with ``update(1)`` and ``set_postfix_str`` (tqdm), or
+            None.
         log_level: level of the ``p2p_guard`` loggers in the workers.
 
     Returns:
@@ -341,8 +353,10 @@ def run_cells(
         elif todo:
             context = multiprocessing.get_context("spawn")
             # Longest first: update attacks that search (z=search, adaptive) cost the most.
-            order = sorted(todo.values(), key=lambda s: ("search" not in (s.attack or "")
-                                                          and "adaptive" not in (s.attack or "")))
+            order = sorted(
+                todo.values(),
+                key=lambda s: "search" not in (s.attack or "") and "adaptive" not in (s.attack or ""),
+            )
             with context.Pool(jobs, initializer=_init_worker, initargs=(log_level,)) as pool:
                 for result in pool.imap_unordered(_run_job, order):
                     finished(result)
@@ -401,14 +415,19 @@ class Grid:
             if all(r["spec"]["seed"] != spec["seed"] for r in self.cells[group]):
                 self.cells[group].append(result)
 
-    def get(self, arm: str, attack: str, f: int, partition: str) -> list[dict[str, Any]]:
-        """The results of one group (clean groups have f = 0), sorted by seed."""
-        return sorted(self.cells.get((arm, attack, 0 if attack == CLEAN else f, partition), []),
-                      key=lambda r: r["spec"]["seed"])
+    def get(
+        self, arm: str, attack: str, f: int, partition: str, seeds: int | None = None
+    ) -> list[dict[str, Any]]:
+        """The results of one group (clean groups have f = 0) by seed; only seeds < ``seeds`` if set."""
+        runs = self.cells.get((arm, attack, 0 if attack == CLEAN else f, partition), [])
+        runs = [r for r in runs if seeds is None or r["spec"]["seed"] < seeds]
+        return sorted(runs, key=lambda r: r["spec"]["seed"])
 
-    def final(self, arm: str, attack: str, f: int, partition: str, key: str = "accuracy") -> Stat | None:
+    def final(
+        self, arm: str, attack: str, f: int, partition: str, key: str = "accuracy", seeds: int | None = None
+    ) -> Stat | None:
         """Statistic over seeds of the final ``key`` (``accuracy`` or ``asr``)."""
-        return Stat.of(r["final"][key] for r in self.get(arm, attack, f, partition))
+        return Stat.of(r["final"][key] for r in self.get(arm, attack, f, partition, seeds))
 
     def curve(self, arm: str, attack: str, f: int, partition: str) -> list[float]:
         """Accuracy per round, mean over seeds."""
@@ -418,19 +437,23 @@ class Grid:
         rounds = min(len(r["rounds"]) for r in runs)
         return [statistics.fmean(r["rounds"][k]["accuracy"] for r in runs) for k in range(rounds)]
 
-    def verdicts(self, arm: str, attacks: Iterable[str], f: int, partition: str) -> dict[str, int]:
+    def verdicts(
+        self, arm: str, attacks: Iterable[str], f: int, partition: str, seeds: int | None = None
+    ) -> dict[str, int]:
         """Verdict counts summed over the given attacks and seeds."""
         total = {"tp": 0, "fp": 0, "tn": 0, "fn": 0}
         for attack in attacks:
-            for result in self.get(arm, attack, f, partition):
+            for result in self.get(arm, attack, f, partition, seeds):
                 for key in total:
                     total[key] += int(result["verdicts"][key])
         return total
 
 
-def worst_attacks(grid: Grid, arm: str, attacks: Sequence[str], f: int, partition: str) -> list[tuple[str, Stat]]:
+def worst_attacks(
+    grid: Grid, arm: str, attacks: Sequence[str], f: int, partition: str, seeds: int | None = None
+) -> list[tuple[str, Stat]]:
     """The attacks sorted from the lowest mean final accuracy up (attacks without results left out)."""
-    rows = [(a, s) for a in attacks if (s := grid.final(arm, a, f, partition)) is not None]
+    rows = [(a, s) for a in attacks if (s := grid.final(arm, a, f, partition, seeds=seeds)) is not None]
     return sorted(rows, key=lambda row: (row[1].mean, row[0]))
 
 
@@ -457,20 +480,24 @@ def summarise(cfg: BenchConfig, results: Iterable[dict[str, Any]]) -> dict[str, 
     fp = {}
     for g in cfg.guards:
         counts = grid.verdicts(g, columns, f, part)
-        fp[g] = {**counts, "fp_rate": _rate(counts["fp"], counts["fp"] + counts["tn"]),
-                 "detection_rate": _rate(counts["tp"], counts["tp"] + counts["fn"])}
+        fp[g] = {
+            **counts,
+            "fp_rate": _rate(counts["fp"], counts["fp"] + counts["tn"]),
+            "detection_rate": _rate(counts["tp"], counts["tp"] + counts["fn"]),
+        }
     backdoor = [a for a in cfg.attacks if a.partition(":")[0] == "backdoor"]
     asr = {a: {g: grid.final(g, a, f, part, key="asr") for g in cfg.guards} for a in backdoor}
 
     ablation = {}
+    k = cfg.ablation_seeds
     for arm in (GUARD, *(f"{GUARD} -{flag}" for flag in cfg.ablation_flags)):
-        rows = worst_attacks(grid, arm, cfg.attacks, f, part)
-        counts = grid.verdicts(arm, columns, f, part)
+        rows = worst_attacks(grid, arm, cfg.attacks, f, part, seeds=k)
+        counts = grid.verdicts(arm, columns, f, part, seeds=k)
         ablation[arm] = {
             "worst": rows[0] if rows else None,
-            "clean": grid.final(arm, CLEAN, f, part),
+            "clean": grid.final(arm, CLEAN, f, part, seeds=k),
             "fp_rate": _rate(counts["fp"], counts["fp"] + counts["tn"]),
-            "per_attack": {a: grid.final(arm, a, f, part) for a in columns},
+            "per_attack": {a: grid.final(arm, a, f, part, seeds=k) for a in columns},
         }
 
     sweep: dict[str, dict[str, dict[float, Any]]] = {}
@@ -510,8 +537,9 @@ def summarise(cfg: BenchConfig, results: Iterable[dict[str, Any]]) -> dict[str, 
     }
 
 
-def quick_checks(headline: dict[str, dict[str, Stat | None]],
-                 worst_case: dict[str, tuple[str, Stat] | None]) -> list[Check]:
+def quick_checks(
+    headline: dict[str, dict[str, Stat | None]], worst_case: dict[str, tuple[str, Stat] | None]
+) -> list[Check]:
     """The assertions of ``--quick``.
 
     1. Under ``sign_flip:scale=10`` the semantic guard's mean final accuracy beats ``mean``'s by ≥ 30 points.
@@ -521,12 +549,22 @@ def quick_checks(headline: dict[str, dict[str, Stat | None]],
     ours = headline.get(GUARD, {}).get(SIGN_FLIP_10)
     theirs = headline.get("mean", {}).get(SIGN_FLIP_10)
     if ours is None or theirs is None:
-        checks.append(Check("semantic beats mean by >= 30 points under sign_flip:scale=10", False,
-                            "no result for sign_flip:scale=10"))
+        checks.append(
+            Check(
+                "semantic beats mean by >= 30 points under sign_flip:scale=10",
+                False,
+                "no result for sign_flip:scale=10",
+            )
+        )
     else:
         gap = 100 * (ours.mean - theirs.mean)
-        checks.append(Check("semantic beats mean by >= 30 points under sign_flip:scale=10", gap >= 30.0,
-                            f"semantic {100 * ours.mean:.1f}%, mean {100 * theirs.mean:.1f}%: {gap:+.1f} points"))
+        checks.append(
+            Check(
+                "semantic beats mean by >= 30 points under sign_flip:scale=10",
+                gap >= 30.0,
+                f"semantic {100 * ours.mean:.1f}%, mean {100 * theirs.mean:.1f}%: {gap:+.1f} points",
+            )
+        )
     mine = worst_case.get(GUARD)
     for other in ("median", "trimmed_mean"):
         theirs_wc = worst_case.get(other)
@@ -534,23 +572,37 @@ def quick_checks(headline: dict[str, dict[str, Stat | None]],
         if mine is None or theirs_wc is None:
             checks.append(Check(name, False, "missing results"))
             continue
-        checks.append(Check(name, mine[1].mean >= theirs_wc[1].mean,
-                            f"semantic {100 * mine[1].mean:.1f}% ({mine[0]}), "
-                            f"{other} {100 * theirs_wc[1].mean:.1f}% ({theirs_wc[0]})"))
+        checks.append(
+            Check(
+                name,
+                mine[1].mean >= theirs_wc[1].mean,
+                f"semantic {100 * mine[1].mean:.1f}% ({mine[0]}), "
+                f"{other} {100 * theirs_wc[1].mean:.1f}% ({theirs_wc[0]})",
+            )
+        )
     return checks
 
 
-def targets(cfg: BenchConfig, headline: dict[str, dict[str, Stat | None]],
-            worst_case: dict[str, tuple[str, Stat] | None], fp: dict[str, dict[str, Any]],
-            asr: dict[str, dict[str, Stat | None]],
-            sweep: dict[str, dict[str, dict[float, Any]]]) -> list[Check]:
+def targets(
+    cfg: BenchConfig,
+    headline: dict[str, dict[str, Stat | None]],
+    worst_case: dict[str, tuple[str, Stat] | None],
+    fp: dict[str, dict[str, Any]],
+    asr: dict[str, dict[str, Stat | None]],
+    sweep: dict[str, dict[str, dict[float, Any]]],
+) -> list[Check]:
     """The issue's targets, measured (reported, never asserted)."""
     out = []
     clean = headline.get("mean", {}).get(CLEAN)
     mine = worst_case.get(GUARD)
     if clean is not None and mine is not None:
-        out.append(Check(f"f = {cfg.f}: semantic worst case >= C - 2 points", mine[1].mean >= clean.mean - 0.02,
-                         f"worst {100 * mine[1].mean:.1f}% ({mine[0]}); C = clean mean {100 * clean.mean:.1f}%"))
+        out.append(
+            Check(
+                f"f = {cfg.f}: semantic worst case >= C - 2 points",
+                mine[1].mean >= clean.mean - 0.02,
+                f"worst {100 * mine[1].mean:.1f}% ({mine[0]}); C = clean mean {100 * clean.mean:.1f}%",
+            )
+        )
     for frac, label in ((cfg.f / cfg.n, f"f = {cfg.f}"), (0.4, "f = 4")):
         values = {}
         for g in cfg.guards:
@@ -563,18 +615,27 @@ def targets(cfg: BenchConfig, headline: dict[str, dict[str, Stat | None]],
         if GUARD in values and len(values) > 1:
             best_other = max((v for g, v in values.items() if g != GUARD), key=lambda v: v[1].mean)
             other_name = next(g for g, v in values.items() if v is best_other)
-            out.append(Check(f"{label}: semantic worst case > every baseline's worst case",
-                             values[GUARD][1].mean > best_other[1].mean,
-                             f"semantic {100 * values[GUARD][1].mean:.1f}%, best baseline {other_name} "
-                             f"{100 * best_other[1].mean:.1f}%"))
+            out.append(
+                Check(
+                    f"{label}: semantic worst case > every baseline's worst case",
+                    values[GUARD][1].mean > best_other[1].mean,
+                    f"semantic {100 * values[GUARD][1].mean:.1f}%, best baseline {other_name} "
+                    f"{100 * best_other[1].mean:.1f}%",
+                )
+            )
     rate = fp.get(GUARD, {}).get("fp_rate")
     if rate is not None:
         out.append(Check("semantic honest false-positive rate <= 2%", rate <= 0.02, f"{100 * rate:.2f}%"))
     for attack, by_guard in asr.items():
         stat = by_guard.get(GUARD)
         if stat is not None:
-            out.append(Check(f"{attack} success rate against semantic <= 5% (f = {cfg.f})", stat.mean <= 0.05,
-                             f"{100 * stat.mean:.1f}%"))
+            out.append(
+                Check(
+                    f"{attack} success rate against semantic <= 5% (f = {cfg.f})",
+                    stat.mean <= 0.05,
+                    f"{100 * stat.mean:.1f}%",
+                )
+            )
     return out
 
 
@@ -629,11 +690,18 @@ def run_benchmark(
     def bar(phase: str) -> Callable[[int], Any] | None:
         return None if progress is None else (lambda total: progress(total, phase))
 
-    first = run_cells(list(iter_specs(cfg)), jobs=jobs, done=done, sink=sink, progress=bar("headline+ablation"),
-                      log_level=log_level)
+    first = run_cells(
+        list(iter_specs(cfg)),
+        jobs=jobs,
+        done=done,
+        sink=sink,
+        progress=bar("headline+ablation"),
+        log_level=log_level,
+    )
     grid = Grid(first)
     worst = {g: [a for a, _ in worst_attacks(grid, g, cfg.attacks, cfg.f, cfg.partition)] for g in cfg.guards}
-    second = run_cells(sweep_cells(cfg, worst), jobs=jobs, done=done, sink=sink, progress=bar("sweep"),
-                       log_level=log_level)
+    second = run_cells(
+        sweep_cells(cfg, worst), jobs=jobs, done=done, sink=sink, progress=bar("sweep"), log_level=log_level
+    )
     results = first + second
     return results, summarise(cfg, results)

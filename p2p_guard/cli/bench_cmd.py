@@ -57,18 +57,34 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "grid on digits and exits 1 unless its assertions hold.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--quick", action="store_true", help="small grid on digits (a few minutes), with checks")
-    parser.add_argument("--data-dir", type=Path, default=None,
-                        help="directory of the Fashion-MNIST IDX files (default: the Debian package's, "
-                             "/usr/share/datasets/fashion-mnist)")
-    parser.add_argument("--seeds", type=int, default=None, help="seeds per headline cell (default 3; --quick 2)")
+    parser.add_argument(
+        "--quick", action="store_true", help="small grid on digits (a few minutes), with checks"
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="directory of the Fashion-MNIST IDX files (default: the Debian package's, "
+        "/usr/share/datasets/fashion-mnist)",
+    )
+    parser.add_argument(
+        "--seeds", type=int, default=None, help="seeds per headline cell (default 3; --quick 2)"
+    )
     parser.add_argument("--sweep-seeds", type=int, default=1, help="seeds per sweep cell")
-    parser.add_argument("--out", type=Path, default=None,
-                        help=f"report path; plots go to the directory of the same name without suffix "
-                             f"(default {FULL_OUT}; --quick {QUICK_OUT})")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help=f"report path; plots go to the directory of the same name without suffix "
+        f"(default {FULL_OUT}; --quick {QUICK_OUT})",
+    )
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (one torch thread each)")
-    parser.add_argument("--cells", type=Path, default=None,
-                        help="JSON-lines file of finished cells (default runs/bench-<full|quick>-cells.jsonl)")
+    parser.add_argument(
+        "--cells",
+        type=Path,
+        default=None,
+        help="JSON-lines file of finished cells (default runs/bench-<full|quick>-cells.jsonl)",
+    )
     parser.add_argument("--resume", action="store_true", help="reuse the cells already in --cells")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run_robustness)
@@ -109,14 +125,13 @@ def _describe_model(model: Any) -> str:
 
 def run_robustness(args: argparse.Namespace) -> int:
     """Run ``p2p-guard bench robustness`` with parsed arguments and return the exit code."""
+    import torch
     from tqdm import tqdm
     from tqdm.contrib.logging import logging_redirect_tqdm
 
     from p2p_guard.bench.report import command_line, machine_info, write_report
     from p2p_guard.bench.robustness import full_config, quick_config, run_benchmark
     from p2p_guard.tasks import load_task
-
-    import torch
 
     started = time.monotonic()
     torch.set_num_threads(1)  # as in the workers: results depend on the thread count, so --jobs 1 matches
@@ -152,13 +167,21 @@ def run_robustness(args: argparse.Namespace) -> int:
     def bar(total: int, phase: str) -> Any:
         return tqdm(total=total, desc=phase, unit="cell", dynamic_ncols=True, disable=args.no_progress)
 
-    print(f"{mode} benchmark: {cfg.task}, {len(cfg.guards)} aggregators x {len(cfg.attacks) + 1} attack columns "
-          f"x {cfg.seeds} seeds, plus ablation and sweep; {args.jobs} worker(s); cells -> {cells}",
-          file=sys.stderr)
+    print(
+        f"{mode} benchmark: {cfg.task}, {len(cfg.guards)} aggregators x {len(cfg.attacks) + 1} attack "
+        f"columns x {cfg.seeds} seeds, plus ablation and sweep; {args.jobs} worker(s); cells -> {cells}",
+        file=sys.stderr,
+    )
     try:
         with _sigterm_raises(), logging_redirect_tqdm(loggers=[logging.getLogger("p2p_guard")]):
-            _, summary = run_benchmark(cfg, jobs=args.jobs, cells_path=cells, resume=args.resume, progress=bar,
-                                       log_level=worker_level)
+            _, summary = run_benchmark(
+                cfg,
+                jobs=args.jobs,
+                cells_path=cells,
+                resume=args.resume,
+                progress=bar,
+                log_level=worker_level,
+            )
     except KeyboardInterrupt:
         _error(f"interrupted; workers stopped; finished cells are in {cells} (rerun with --resume)")
         return EXIT_INTERRUPTED
@@ -177,8 +200,11 @@ def run_robustness(args: argparse.Namespace) -> int:
     plots = write_report(cfg, summary, meta, out)
     for guard, wc in summary["worst_case"].items():
         clean = summary["headline"][guard]["none"]
-        print(f"{guard:>18}: clean {100 * clean.mean:5.1f}%  worst {100 * wc[1].mean:5.1f}% ({wc[0]})"
-              if wc and clean else f"{guard:>18}: no result")
+        print(
+            f"{guard:>18}: clean {100 * clean.mean:5.1f}%  worst {100 * wc[1].mean:5.1f}% ({wc[0]})"
+            if wc and clean
+            else f"{guard:>18}: no result"
+        )
     failed = [c for c in summary["checks"] if not c.passed]
     if args.quick:
         for c in summary["checks"]:

@@ -33,6 +33,13 @@ _FLAGS: dict[str, dict[str, Any]] = {
     "commit_timeout_s": {"type": float, "help": "commit phase deadline, seconds"},
     "fetch_timeout_s": {"type": float, "help": "payload fetch deadline, seconds"},
     "join_timeout_s": {"type": float, "help": "how long to wait for min_peers, seconds"},
+    "max_inbound_streams": {"type": int, "help": "concurrent inbound payload streams, all peers (default 64)"},
+    "max_inbound_streams_per_peer": {"type": int, "help": "concurrent inbound streams of one peer (default 4)"},
+    "max_requests_per_peer_per_s": {"type": float, "help": "request rate of one peer, per second (default 5)"},
+    "request_burst": {"type": int, "help": "requests one peer may send at once (default 10)"},
+    "serve_timeout_s": {"type": float, "help": "minimum time allowed to write one answer, seconds (default 10)"},
+    "min_serve_bytes_per_s": {"type": int, "help": "slowest reader served, bytes/s (default 1 MiB/s)"},
+    "allow_peers": {"metavar": "FILE", "help": "permissioned swarm: only hear the PeerIDs in FILE (one per line)"},
     "identity": {"help": "Ed25519 identity file (created on first start, mode 0600)"},
     "host": {"help": "listen address"},
     "port": {"type": int, "help": "TCP port to listen on (0 = any free port)"},
@@ -59,7 +66,8 @@ def resolve_config(args: argparse.Namespace) -> PeerConfig:
     """Merge the defaults, the ``--config`` file and the command-line flags (in that order).
 
     Raises:
-        ValueError: on a bad file or value (the message names the setting).
+        ValueError: on a bad file or value (the message names the setting), or a bad ``--allow-peers`` file
+            (the message names the file and the line).
     """
     values: dict[str, Any] = read_table(args.config, "peer") if args.config else {}
     for name in _FLAGS:
@@ -69,6 +77,10 @@ def resolve_config(args: argparse.Namespace) -> PeerConfig:
     config = config_from_mapping(values, source=args.config or "command line")
     if not config.initial_peers:
         raise ValueError("no --initial-peers given (the multiaddr printed by `p2p-guard bootstrap`)")
+    if config.allow_peers is not None:
+        from p2p_guard.swarm.allowlist import load_allowlist  # fail at start on a bad allow-list file
+
+        load_allowlist(config.allow_peers)
     return config
 
 

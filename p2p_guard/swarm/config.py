@@ -49,6 +49,16 @@ class PeerConfig:
         join_timeout_s: how long to wait for ``min_peers`` before giving up, in seconds.
         max_payload_bytes: largest payload accepted from any sender, in bytes.
         max_envelope_bytes: largest signed envelope accepted, in bytes.
+        max_inbound_streams: concurrent inbound payload/state streams, all peers together (streams).
+        max_inbound_streams_per_peer: concurrent inbound streams of one peer (streams); more get ``BUSY``.
+        max_requests_per_peer_per_s: sustained payload/state requests per second of one peer (token bucket
+            refill rate); more get ``BUSY``.
+        request_burst: token-bucket depth: requests one peer may send at once (requests).
+        serve_timeout_s: floor of the time allowed for writing one answer to a reader, in seconds; an answer
+            of b bytes may take ``max(serve_timeout_s, b / min_serve_bytes_per_s)`` before it is cut off.
+        min_serve_bytes_per_s: slowest reader the serve limit allows for, in bytes per second.
+        allow_peers: allow-list file, one base58 PeerID per line (None: open swarm). Peers outside it are
+            ignored (commits, presence, votes) and their streams refused.
         identity: path of the Ed25519 identity file (created on first start, mode 0600).
         host: address to listen on; port: TCP port (0 = any free port).
         announce_host: public address to announce to other peers (None: the listen address).
@@ -83,6 +93,13 @@ class PeerConfig:
     join_timeout_s: float = 300.0
     max_payload_bytes: int = 256 * 1024 * 1024
     max_envelope_bytes: int = 64 * 1024
+    max_inbound_streams: int = 64
+    max_inbound_streams_per_peer: int = 4
+    max_requests_per_peer_per_s: float = 5.0
+    request_burst: int = 10
+    serve_timeout_s: float = 10.0
+    min_serve_bytes_per_s: int = 1024 * 1024
+    allow_peers: str | None = None
     identity: str = "peer_identity.key"
     host: str = "0.0.0.0"
     port: int = 0
@@ -113,13 +130,17 @@ class PeerConfig:
             _check_positive("inner_steps", self.inner_steps)
         if not 0.0 < self.quorum_fraction <= 1.0:
             raise ValueError(f"quorum_fraction must be in (0, 1]; got quorum_fraction={self.quorum_fraction}")
-        for name in ("grace_s", "commit_timeout_s", "fetch_timeout_s", "join_timeout_s", "outer_lr"):
+        for name in ("grace_s", "commit_timeout_s", "fetch_timeout_s", "join_timeout_s", "outer_lr",
+                     "max_requests_per_peer_per_s", "serve_timeout_s"):
             if not math.isfinite(getattr(self, name)) or getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be finite and > 0; got {name}={getattr(self, name)}")
         if not 0.0 <= self.outer_momentum < 1.0:
             raise ValueError(f"outer_momentum must be in [0, 1); got outer_momentum={self.outer_momentum}")
         _check_positive("max_payload_bytes", self.max_payload_bytes)
         _check_positive("max_envelope_bytes", self.max_envelope_bytes)
+        for name in ("max_inbound_streams", "max_inbound_streams_per_peer", "request_burst",
+                     "min_serve_bytes_per_s"):
+            _check_positive(name, getattr(self, name))
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"device must be auto, cpu or cuda; got device={self.device!r}")
         if not 0 <= self.port <= 65535:

@@ -238,7 +238,8 @@ class Peer:
         if self.attack is None:
             return delta
         ctx = AttackContext(round=round_, n=self.config.num_peers, f=max(1, self.config.byzantine_count),
-                            generator=self._generator(round_, 3), guard_name=self.config.guard)
+                            generator=self._generator(round_, 3), guard_name=self.config.guard,
+                            guard_f=self.config.assumed_byzantine)
         return attacked_update(self.attack, delta, self.known_previous, ctx)
 
     async def _agree_on_base(self, envelopes: dict[str, Envelope], round_: int, base: bytes) -> bytes:

@@ -3,31 +3,78 @@
 One stream handler per run, ``p2p_guard.v1.<run_id>.fetch``. A request is a 4-byte big-endian length and a
 msgpack array: ``["payload", round]`` (the sender's pseudo-gradient of that round, served only after its
 commit phase closed: commit before reveal) or ``["state", hash]`` (the model state with that 32-byte hash).
-The answer is one status byte (:data:`OK`, :data:`NOT_READY`, :data:`NOT_FOUND`, :data:`BAD_REQUEST`) and,
-after ``OK``, the raw bytes until the stream closes. The reader knows from the signed envelope how many
-bytes to expect and stops at the first byte past that size.
+The answer is one status byte (:data:`OK`, :data:`NOT_READY`, :data:`NOT_FOUND`, :data:`BAD_REQUEST`,
+:data:`BUSY`, :data:`FORBIDDEN`) and, after ``OK``, the raw bytes until the stream closes. The reader knows
+from the signed envelope how many bytes to expect and stops at the first byte past that size.
 
-``StreamInfo.peer_id`` is the caller as authenticated by libp2p; it is logged, never taken from the request.
+``StreamInfo.peer_id`` is the caller as authenticated by libp2p; every server-side limit is keyed by it,
+never by anything in the request. The limits (see :class:`PayloadServer`) are checked as a stream opens,
+before its request is read: an allow-list (``FORBIDDEN``), a global and a per-peer cap on concurrent
+streams and a per-peer token-bucket request rate (``BUSY``). A request must arrive within
+:data:`REQUEST_READ_TIMEOUT_S`, and the whole answer must be written within the serve limit, so a slow
+reader (slowloris) holds a stream for a bounded time. On the client side, :func:`fetch` bounds the whole
+exchange by its ``timeout_s``, so a trickling server costs bounded time too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgpack
 from hivemind.p2p import P2P, PeerID
 
-__all__ = ["BAD_REQUEST", "NOT_FOUND", "NOT_READY", "OK", "FetchResult", "PayloadServer", "fetch"]
+__all__ = [
+    "BAD_REQUEST",
+    "BUSY",
+    "DEFAULT_MAX_INBOUND_STREAMS",
+    "DEFAULT_MAX_INBOUND_STREAMS_PER_PEER",
+    "DEFAULT_MAX_REQUESTS_PER_PEER_PER_S",
+    "DEFAULT_MIN_SERVE_BYTES_PER_S",
+    "DEFAULT_REQUEST_BURST",
+    "DEFAULT_SERVE_TIMEOUT_S",
+    "FORBIDDEN",
+    "NOT_FOUND",
+    "NOT_READY",
+    "OK",
+    "FetchResult",
+    "PayloadServer",
+    "ServerStats",
+    "fetch",
+]
 
 logger = logging.getLogger(__name__)
 
-OK, NOT_READY, NOT_FOUND, BAD_REQUEST = 0, 1, 2, 3
+OK, NOT_READY, NOT_FOUND, BAD_REQUEST, BUSY, FORBIDDEN = 0, 1, 2, 3, 4, 5
+#: Largest request body, in bytes.
 MAX_REQUEST_BYTES = 256
+#: Size of one stream write or read, in bytes (1 MiB).
 CHUNK_BYTES = 1 << 20
+#: A complete request must arrive within this many seconds of the stream opening.
 REQUEST_READ_TIMEOUT_S = 10.0
+#: Revealed rounds (and published states) kept for serving.
 MAX_KEPT_ROUNDS = 3
+
+#: Concurrent inbound streams, all peers together (streams).
+DEFAULT_MAX_INBOUND_STREAMS = 64
+#: Concurrent inbound streams of one peer (streams).
+DEFAULT_MAX_INBOUND_STREAMS_PER_PEER = 4
+#: Sustained request rate of one peer (requests per second); an honest fetcher polls at most 2/s.
+DEFAULT_MAX_REQUESTS_PER_PEER_PER_S = 5.0
+#: Token-bucket depth: requests one peer may send at once after a quiet spell (requests).
+DEFAULT_REQUEST_BURST = 10
+#: Floor of the time allowed for writing one answer, in seconds.
+DEFAULT_SERVE_TIMEOUT_S = 10.0
+#: Slowest transfer rate the serve limit allows for, in bytes per second (1 MiB/s).
+DEFAULT_MIN_SERVE_BYTES_PER_S = 1 << 20
+#: Peers whose rate buckets and warning flags are remembered (least recently seen evicted first).
+MAX_TRACKED_PEERS = 1024
+#: Time allowed for writing the one status byte of a refusal, in seconds.
+REFUSAL_WRITE_TIMEOUT_S = 1.0
 
 
 def handler_name(run_id: str) -> str:
@@ -35,18 +82,112 @@ def handler_name(run_id: str) -> str:
     return f"p2p_guard.v1.{run_id}.fetch"
 
 
+@dataclass
+class ServerStats:
+    """Counters of a :class:`PayloadServer` (monotonic; for tests and events).
+
+    Attributes:
+        served: streams admitted (a request was awaited and answered, or the stream ended early).
+        busy_global: streams refused with ``BUSY`` because ``max_inbound_streams`` were open.
+        busy_streams: streams refused with ``BUSY`` because the caller had ``max_inbound_streams_per_peer`` open.
+        busy_rate: streams refused with ``BUSY`` because the caller's token bucket was empty.
+        forbidden: streams refused with ``FORBIDDEN`` (caller not on the allow-list).
+        request_timeouts: admitted streams whose request did not arrive within :data:`REQUEST_READ_TIMEOUT_S`.
+        serve_timeouts: answers cut off because the reader took longer than the serve limit.
+    """
+
+    served: int = 0
+    busy_global: int = 0
+    busy_streams: int = 0
+    busy_rate: int = 0
+    forbidden: int = 0
+    request_timeouts: int = 0
+    serve_timeouts: int = 0
+
+
 class PayloadServer:
-    """Serves this peer's revealed payloads and recent model states to other peers.
+    """Serves this peer's revealed payloads and recent model states to other peers, within limits.
 
     Payloads are added with :meth:`reveal` only once the commit phase of their round has closed for this
     peer. Only the last :data:`MAX_KEPT_ROUNDS` rounds are kept, so memory is bounded.
+
+    Every inbound stream is checked as it opens, before its request is read, against the caller's PeerID
+    as authenticated by libp2p (``StreamInfo.peer_id``), in this order:
+
+    1. ``allowed``: a caller outside the allow-list gets ``FORBIDDEN``.
+    2. ``max_inbound_streams``: with that many streams open (all callers), the new one gets ``BUSY``.
+    3. ``max_inbound_streams_per_peer``: with that many streams of this caller open, ``BUSY``.
+    4. Request rate, a token bucket per caller: ``tokens = min(request_burst, tokens + rate·Δt)``, where
+       ``rate`` is ``max_requests_per_peer_per_s`` and Δt the seconds since the caller's last stream; a
+       stream needs one token, else ``BUSY``. Refused streams of rules 1-3 take no token.
+
+    A refusal writes one status byte and closes the stream; it is logged at DEBUG, and at WARNING the
+    first time for each caller. An admitted stream must deliver its request within
+    :data:`REQUEST_READ_TIMEOUT_S` seconds, and the whole answer must be written within
+    ``max(serve_timeout_s, len(answer) / min_serve_bytes_per_s)`` seconds, else the stream is aborted: a
+    slow reader (slowloris) holds a stream, and the memory of its write buffer, for a bounded time.
+
+    Memory is bounded: open-stream counts exist only for callers with open streams (at most
+    ``max_inbound_streams``), and the token buckets and warned-once flags are LRU tables of at most
+    ``max_tracked_peers`` callers. Evicting a bucket refills it, which is harmless as long as the table
+    holds every caller seen in the last ``request_burst / rate`` seconds.
     """
 
-    def __init__(self, run_id: str) -> None:
-        """Create an empty server for ``run_id``; call :meth:`attach` to start serving."""
+    def __init__(self, run_id: str, *, max_inbound_streams: int = DEFAULT_MAX_INBOUND_STREAMS,
+                 max_inbound_streams_per_peer: int = DEFAULT_MAX_INBOUND_STREAMS_PER_PEER,
+                 max_requests_per_peer_per_s: float = DEFAULT_MAX_REQUESTS_PER_PEER_PER_S,
+                 request_burst: int = DEFAULT_REQUEST_BURST,
+                 serve_timeout_s: float = DEFAULT_SERVE_TIMEOUT_S,
+                 min_serve_bytes_per_s: int = DEFAULT_MIN_SERVE_BYTES_PER_S,
+                 allowed: frozenset[str] | None = None, max_tracked_peers: int = MAX_TRACKED_PEERS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """Create an empty server for ``run_id``; call :meth:`attach` to start serving.
+
+        Args:
+            run_id: The run (selects the handler name).
+            max_inbound_streams: Concurrent inbound streams, all callers together (streams).
+            max_inbound_streams_per_peer: Concurrent inbound streams of one caller (streams).
+            max_requests_per_peer_per_s: Sustained requests per second of one caller (token refill rate).
+            request_burst: Token-bucket depth, in requests.
+            serve_timeout_s: Floor of the time limit for writing one answer, in seconds.
+            min_serve_bytes_per_s: Slowest reader the limit allows for, in bytes per second: an answer of
+                ``b`` bytes may take ``max(serve_timeout_s, b / min_serve_bytes_per_s)`` seconds.
+            allowed: Base58 PeerIDs allowed to fetch (see :mod:`p2p_guard.swarm.allowlist`); None: anyone.
+            max_tracked_peers: Size of the per-caller LRU tables (callers).
+            clock: Monotonic time source in seconds (tests pass a fake one).
+
+        Raises:
+            ValueError: a limit is not positive (the message names it and its value).
+        """
+        for name, value in (("max_inbound_streams", max_inbound_streams),
+                            ("max_inbound_streams_per_peer", max_inbound_streams_per_peer),
+                            ("max_requests_per_peer_per_s", max_requests_per_peer_per_s),
+                            ("request_burst", request_burst), ("serve_timeout_s", serve_timeout_s),
+                            ("min_serve_bytes_per_s", min_serve_bytes_per_s),
+                            ("max_tracked_peers", max_tracked_peers)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
+                    or value == float("inf"):
+                raise ValueError(f"{name} must be finite and > 0; got {name}={value!r}")
+        if allowed is not None and not (isinstance(allowed, frozenset)
+                                        and all(isinstance(p, str) for p in allowed)):
+            raise ValueError(f"allowed must be None or a frozenset of base58 PeerIDs; got {type(allowed).__name__}")
         self.run_id = run_id
+        self.max_inbound_streams = int(max_inbound_streams)
+        self.max_inbound_streams_per_peer = int(max_inbound_streams_per_peer)
+        self.max_requests_per_peer_per_s = float(max_requests_per_peer_per_s)
+        self.request_burst = int(request_burst)
+        self.serve_timeout_s = float(serve_timeout_s)
+        self.min_serve_bytes_per_s = int(min_serve_bytes_per_s)
+        self.allowed = allowed
+        self.max_tracked_peers = int(max_tracked_peers)
+        self._clock = clock
         self._payloads: dict[int, bytes] = {}
         self._states: dict[bytes, bytes] = {}
+        self._open = 0
+        self._open_by_peer: dict[str, int] = {}
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # peer -> (tokens, stamp)
+        self._warned: OrderedDict[str, None] = OrderedDict()
+        self.stats = ServerStats()
         self.bytes_sent = 0
 
     async def attach(self, p2p: P2P) -> None:
@@ -65,18 +206,104 @@ class PayloadServer:
         for old in list(self._states)[:-MAX_KEPT_ROUNDS]:
             del self._states[old]
 
+    @property
+    def open_streams(self) -> int:
+        """Inbound streams being served now."""
+        return self._open
+
+    def serve_limit_s(self, size_bytes: int) -> float:
+        """Seconds allowed for writing an answer of ``size_bytes`` bytes (see the class docstring)."""
+        return max(self.serve_timeout_s, size_bytes / self.min_serve_bytes_per_s)
+
+    def admit(self, peer: str | None) -> int | None:
+        """Decide whether a new stream of ``peer`` (base58, authenticated) is served; take its token if so.
+
+        Returns:
+            None to serve it, else the refusal status (:data:`FORBIDDEN` or :data:`BUSY`). The caller of an
+            admitted stream must call :meth:`release` when it ends.
+        """
+        if peer is None or (self.allowed is not None and peer not in self.allowed):
+            self.stats.forbidden += 1
+            return FORBIDDEN
+        if self._open >= self.max_inbound_streams:
+            self.stats.busy_global += 1
+            return BUSY
+        if self._open_by_peer.get(peer, 0) >= self.max_inbound_streams_per_peer:
+            self.stats.busy_streams += 1
+            return BUSY
+        if not self._take_token(peer):
+            self.stats.busy_rate += 1
+            return BUSY
+        self._open += 1
+        self._open_by_peer[peer] = self._open_by_peer.get(peer, 0) + 1
+        return None
+
+    def release(self, peer: str) -> None:
+        """End an admitted stream of ``peer``."""
+        self._open -= 1
+        left = self._open_by_peer.get(peer, 0) - 1
+        if left > 0:
+            self._open_by_peer[peer] = left
+        else:
+            self._open_by_peer.pop(peer, None)
+
+    def _take_token(self, peer: str) -> bool:
+        now = self._clock()
+        tokens, stamp = self._buckets.pop(peer, (float(self.request_burst), now))
+        tokens = min(float(self.request_burst), tokens + max(0.0, now - stamp) * self.max_requests_per_peer_per_s)
+        allowed = tokens >= 1.0
+        self._buckets[peer] = (tokens - 1.0 if allowed else tokens, now)
+        while len(self._buckets) > self.max_tracked_peers:
+            self._buckets.popitem(last=False)
+        return allowed
+
+    def _note(self, peer: str | None, what: str, *args: object) -> None:
+        """Log a caller's fault: WARNING the first time for this caller, DEBUG after."""
+        key = peer or "?"
+        first = key not in self._warned
+        if first:
+            self._warned[key] = None
+            while len(self._warned) > self.max_tracked_peers:
+                self._warned.popitem(last=False)
+        logger.log(logging.WARNING if first else logging.DEBUG, "fetch stream from %s: " + what,
+                   key[-12:], *args)
+
     async def _handle(self, info: object, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer_id = getattr(info, "peer_id", None)
+        peer = peer_id.to_base58() if isinstance(peer_id, PeerID) else None
+        refusal = self.admit(peer)
+        if peer is None or refusal is not None:
+            refusal = FORBIDDEN if refusal is None else refusal
+            self._note(peer, "refused (%s)", "not on the allow-list" if refusal == FORBIDDEN else "busy")
+            await _refuse(refusal, writer)
+            return
+        self.stats.served += 1
         try:
-            request = await asyncio.wait_for(_read_request(reader), REQUEST_READ_TIMEOUT_S)
+            try:
+                request = await asyncio.wait_for(_read_request(reader), REQUEST_READ_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                self.stats.request_timeouts += 1
+                logger.debug("fetch from %s: no complete request within %.1f s", peer[-12:], REQUEST_READ_TIMEOUT_S)
+                return
             status, data = self._answer(request)
-            writer.write(bytes([status]))
-            if data is not None:
-                await self._stream(data, writer)
-            await writer.drain()
-        except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError) as e:
-            logger.debug("fetch from %s ended early: %s", getattr(info, "peer_id", "?"), type(e).__name__)
+            limit_s = self.serve_limit_s(len(data) if data is not None else 1)
+            try:
+                await asyncio.wait_for(self._write_answer(status, data, writer), limit_s)
+            except asyncio.TimeoutError:
+                self.stats.serve_timeouts += 1
+                self._note(peer, "reader too slow, answer cut after %.1f s", limit_s)
+                writer.transport.abort()
+        except (asyncio.IncompleteReadError, ConnectionError) as e:
+            logger.debug("fetch from %s ended early: %s", peer[-12:], type(e).__name__)
         finally:
+            self.release(peer)
             writer.close()
+
+    async def _write_answer(self, status: int, data: bytes | None, writer: asyncio.StreamWriter) -> None:
+        writer.write(bytes([status]))
+        if data is not None:
+            await self._stream(data, writer)
+        await writer.drain()
 
     def _answer(self, request: object) -> tuple[int, bytes | None]:
         if not (isinstance(request, list) and len(request) == 2):
@@ -100,6 +327,17 @@ class PayloadServer:
             self.bytes_sent += min(CHUNK_BYTES, len(view) - start)
 
 
+async def _refuse(status: int, writer: asyncio.StreamWriter) -> None:
+    """Write one refusal status byte (bounded by :data:`REFUSAL_WRITE_TIMEOUT_S`) and close."""
+    try:
+        writer.write(bytes([status]))
+        await asyncio.wait_for(writer.drain(), REFUSAL_WRITE_TIMEOUT_S)
+    except (asyncio.TimeoutError, ConnectionError):
+        writer.transport.abort()
+    finally:
+        writer.close()
+
+
 async def _read_request(reader: asyncio.StreamReader) -> object:
     header = await reader.readexactly(4)
     length = int.from_bytes(header, "big")
@@ -118,8 +356,9 @@ class FetchResult:
     """What came back from a fetch.
 
     Attributes:
-        status: :data:`OK`, :data:`NOT_READY`, :data:`NOT_FOUND`, :data:`BAD_REQUEST`, or -1 when the stream
-            failed (peer unreachable, closed early, timed out).
+        status: :data:`OK`, :data:`NOT_READY`, :data:`NOT_FOUND`, :data:`BAD_REQUEST`, :data:`BUSY` (over a
+            limit of the server: retry later), :data:`FORBIDDEN` (not on its allow-list), or -1 when the
+            stream failed (peer unreachable, closed early, timed out).
         data: the bytes read after ``OK`` (at most ``max_bytes + 1``), else None.
         detail: a short human-readable description of a failure.
     """
@@ -142,7 +381,8 @@ async def fetch(p2p: P2P, peer: PeerID, run_id: str, request: list[object], *, m
         run_id: run name (selects the handler).
         request: ``["payload", round]`` or ``["state", hash]``.
         max_bytes: the size the signed envelope (or the state hash's model) implies, in bytes.
-        timeout_s: limit for the whole exchange, in seconds.
+        timeout_s: limit for the whole exchange (open, request, status byte, body), in seconds. A server
+            that trickles its answer (slowloris) is cut off at this limit with status -1.
 
     Returns:
         A :class:`FetchResult`; never raises on network failure.

@@ -1,18 +1,18 @@
-"""``fashion-mnist``: Zalando's Fashion-MNIST (60,000 train / 10,000 test images, 28×28, 10 classes), small MLP.
+"""``fashion-mnist``: Zalando's Fashion-MNIST (60,000 train / 10,000 test 28×28 images, 10 classes), an MLP.
 
 Data: the four standard IDX files (``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``,
 ``t10k-images-idx3-ubyte``, ``t10k-labels-idx1-ubyte``, each raw or gzip-compressed with a ``.gz`` suffix) in
-``data_dir``. On Debian they come from package ``dataset-fashion-mnist`` (``/usr/share/datasets/fashion-mnist``,
-the default); nothing is downloaded. The headers are checked strictly (magic, element type, rank, sizes, exact
+``data_dir``. On Debian they come from package ``dataset-fashion-mnist``
+(``/usr/share/datasets/fashion-mnist``, the default); nothing is downloaded. The headers are checked strictly (magic, element type, rank, sizes, exact
 payload length, label range), and a file that fails a check raises ``ValueError`` naming the file and the
 figure. Images are kept as ``uint8`` and scaled to [0, 1] per batch; an image is a flat row-major vector of
 784 pixels (``x.view(-1, 28, 28)`` recovers the picture, so a trigger helper may address pixels by row and
 column). Training uses the whole 60k train split (cut into shards), evaluation the whole 10k test split.
 
-Model: MLP 784 → ``hidden`` → 10 with ReLU (``hidden`` = 32 by default: 25,450 parameters). It is this small so
-that the robustness benchmark (hundreds of 10-peer runs) fits in an hour on two CPU cores; an inner step costs
-about the same for any width up to 128 (per-step overhead dominates), so a wider model buys accuracy only at the
-guard's O(n²d) cost. Initialised as PyTorch's ``nn.Linear`` default, from a local generator.
+Model: MLP 784 → ``hidden`` → 10 with ReLU (``hidden`` = 32 by default: 25,450 parameters). It is this small
+so that the robustness benchmark (hundreds of 10-peer runs) fits in an hour on two CPU cores; an inner step costs
+about the same for any width up to 128 (per-step overhead dominates), so a wider model buys accuracy only at
+the guard's O(n²d) cost. Initialised as PyTorch's ``nn.Linear`` default, from a local generator.
 
 Defaults (``HParams``): AdamW lr 3e-3, betas (0.9, 0.95), weight decay 0.1, batch 32, H = 20 inner steps
 (the figures of ``digits``).
@@ -89,8 +89,8 @@ def read_idx(path: Path, *, ndim: int) -> np.ndarray:
         A ``uint8`` array of the header's shape.
 
     Raises:
-        ValueError: On a short or malformed header, another element type or rank, a zero dimension, or a payload
-            that is shorter or longer than the header says; the message names the file.
+        ValueError: On a short or malformed header, another element type or rank, a zero dimension, or a
+            payload that is shorter or longer than the header says; the message names the file.
         OSError: If the file cannot be read.
     """
     with open(path, "rb") as raw:
@@ -104,7 +104,9 @@ def read_idx(path: Path, *, ndim: int) -> np.ndarray:
             if header[0] != 0 or header[1] != 0:
                 raise ValueError(f"{path}: not an IDX file: magic starts {header[:2].hex()}, expected 0000")
             if header[2] != _UBYTE:
-                raise ValueError(f"{path}: element type 0x{header[2]:02x}; only unsigned bytes (0x08) are read")
+                raise ValueError(
+                    f"{path}: element type 0x{header[2]:02x}; only unsigned bytes (0x08) are read"
+                )
             if header[3] != ndim:
                 raise ValueError(f"{path}: rank {header[3]}, expected {ndim}")
             dims_bytes = stream.read(4 * ndim)
@@ -166,9 +168,7 @@ def load_fashion_mnist(data_dir: Path) -> _FashionData:
         if images.shape[1:] != (_SIDE, _SIDE):
             raise ValueError(f"fashion-mnist {split} images are {images.shape[1:]}, expected (28, 28)")
         if images.shape[0] != labels.shape[0]:
-            raise ValueError(
-                f"fashion-mnist {split}: {images.shape[0]} images but {labels.shape[0]} labels"
-            )
+            raise ValueError(f"fashion-mnist {split}: {images.shape[0]} images but {labels.shape[0]} labels")
         if int(labels.max()) >= _NUM_CLASSES:
             raise ValueError(f"fashion-mnist {split}: label {int(labels.max())} outside [0, {_NUM_CLASSES})")
     x_train = torch.from_numpy(arrays["train_images"].reshape(-1, _NUM_PIXELS).copy())
@@ -190,8 +190,8 @@ class FashionMnistTask:
         hidden: Width of the hidden layer, ``>= 1``.
 
     Raises:
-        ValueError: On an out-of-range option. A missing directory or file is reported on first use (the data is
-            read lazily), as ``FileNotFoundError``.
+        ValueError: On an out-of-range option. A missing directory or file is reported on first use (the data
+            is read lazily), as ``FileNotFoundError``.
     """
 
     name = "fashion-mnist"
@@ -350,7 +350,7 @@ class FashionMnistTask:
         return F.cross_entropy(model(x), y)
 
     def test_split(self) -> Batch:
-        """The whole test split: ``x`` ``(N, 784)`` float32 in [0, 1] and ``y`` ``(N,)`` int64 (not copies)."""
+        """The whole test split: ``x`` ``(N, 784)`` float32 in [0, 1], ``y`` ``(N,)`` int64 (not copies)."""
         return self._data.x_test, self._data.y_test
 
     def evaluate(self, model: nn.Module, device: torch.device | str = "cpu") -> Metrics:

@@ -31,15 +31,30 @@ TOLERANCE = 0.02
 
 def _peer_threads() -> int:
     """torch's default thread count in a fresh process with our environment (what each peer runs with)."""
-    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
-                         capture_output=True, text=True, timeout=120, check=True, env=dict(os.environ))
+    out = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        env=dict(os.environ),
+    )
     return int(out.stdout.strip())
 
 
 @pytest.mark.timeout(600)
 def test_in_process_cell_matches_the_swarm(tmp_path: Path, record_property: pytest.RecordProperty) -> None:
-    config = SimulationConfig(task="digits", honest=HONEST, byzantine=BYZANTINE, attack=ATTACK, rounds=ROUNDS,
-                              seed=SEED, guard="semantic", partition="iid", timeout_s=480.0)
+    config = SimulationConfig(
+        task="digits",
+        honest=HONEST,
+        byzantine=BYZANTINE,
+        attack=ATTACK,
+        rounds=ROUNDS,
+        seed=SEED,
+        guard="semantic",
+        partition="iid",
+        timeout_s=480.0,
+    )
     report = run_simulation(config, tmp_path / "swarm")
 
     n = config.num_peers
@@ -48,8 +63,18 @@ def test_in_process_cell_matches_the_swarm(tmp_path: Path, record_property: pyte
     finals = {next(e["state_hash"] for e in ev if e["event"] == "final") for ev in events[:HONEST]}
     assert len(finals) == 1, f"honest peers disagree on their final state: {finals}"
 
-    spec = CellSpec(task="digits", guard="semantic", attack=ATTACK, n=n, f=BYZANTINE, partition="iid",
-                    seed=SEED, rounds=ROUNDS, assumed_byzantine=None, run_id=config.resolved_run_id)
+    spec = CellSpec(
+        task="digits",
+        guard="semantic",
+        attack=ATTACK,
+        n=n,
+        f=BYZANTINE,
+        partition="iid",
+        seed=SEED,
+        rounds=ROUNDS,
+        assumed_byzantine=None,
+        run_id=config.resolved_run_id,
+    )
     threads = torch.get_num_threads()
     torch.set_num_threads(_peer_threads())
     try:

@@ -30,7 +30,6 @@ from p2p_guard.bench.robustness import (
 )
 from p2p_guard.cli.main import main
 from p2p_guard.guard import Guard, GuardResult
-from p2p_guard.guard.baselines import Mean
 
 ROUND_KEYS = {"round", "accuracy", "loss", "train_loss", "tp", "fp", "tn", "fn", "asr"}
 
@@ -51,14 +50,31 @@ def _tiny(**changes: Any) -> BenchConfig:
 
 def test_two_peers_one_round_runs_with_the_report_keys() -> None:
     result = run_cell(_spec())
-    assert set(result) >= {"spec", "arm", "attack", "numel", "rounds", "final", "verdicts", "shared_theta",
-                           "state_hash", "seconds", "cpu_seconds", "skipped_steps"}
+    assert set(result) >= {
+        "spec",
+        "arm",
+        "attack",
+        "numel",
+        "rounds",
+        "final",
+        "verdicts",
+        "shared_theta",
+        "state_hash",
+        "seconds",
+        "cpu_seconds",
+        "skipped_steps",
+    }
     assert result["numel"] == 64 * 64 + 64 + 64 * 10 + 10
     assert len(result["rounds"]) == 1 and set(result["rounds"][0]) == ROUND_KEYS
     assert 0.0 <= result["final"]["accuracy"] <= 1.0
     assert result["shared_theta"] is True
     # Each of the 2 honest receivers judges the other peer: 2 verdicts, both honest and accepted.
-    assert {k: result["verdicts"][k] for k in ("tp", "fp", "tn", "fn")} == {"tp": 0, "fp": 0, "tn": 2, "fn": 0}
+    assert {k: result["verdicts"][k] for k in ("tp", "fp", "tn", "fn")} == {
+        "tp": 0,
+        "fp": 0,
+        "tn": 2,
+        "fn": 0,
+    }
     assert (result["arm"], result["attack"]) == ("mean", CLEAN)
     json.dumps(result, allow_nan=False)
 
@@ -79,15 +95,18 @@ def test_cell_matches_a_hand_written_round() -> None:
     result = run_cell(spec)
     task = load_task("digits")
     peers = [LocalModel(task, seed=0, num_shards=3, shard_index=i, partition="iid") for i in range(3)]
-    deltas = [p.train_round(4, round_generator(spec.resolved_run_id, 0, i, 0, 1))[0] for i, p in enumerate(peers)]
+    deltas = [
+        p.train_round(4, round_generator(spec.resolved_run_id, 0, i, 0, 1))[0] for i, p in enumerate(peers)
+    ]
     peers[0].apply(torch.stack(deltas).mean(dim=0))
     assert abs(peers[0].evaluate().accuracy - result["final"]["accuracy"]) < 1e-9
     assert pytest.approx(peers[0].evaluate().loss, rel=1e-6) == result["final"]["loss"]
 
 
 def test_attack_counts_and_data_attack() -> None:
-    result = run_cell(_spec(n=5, f=2, attack="sign_flip:scale=10", guard="semantic", inner_steps=3,
-                            assumed_byzantine=2))
+    result = run_cell(
+        _spec(n=5, f=2, attack="sign_flip:scale=10", guard="semantic", inner_steps=3, assumed_byzantine=2)
+    )
     v = result["verdicts"]
     # 3 honest receivers x (2 other honest + 2 Byzantine senders).
     assert v["tp"] + v["fn"] == 6 and v["fp"] + v["tn"] == 6
@@ -133,7 +152,9 @@ class _SelfishMean:
 
 
 def test_receiver_dependent_guard_runs_once_per_receiver(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cell_module, "build_guard", lambda name, **_: Guard(name="selfish", aggregator=_SelfishMean()))
+    monkeypatch.setattr(
+        cell_module, "build_guard", lambda name, **_: Guard(name="selfish", aggregator=_SelfishMean())
+    )
     result = run_cell(_spec(n=3, rounds=2, inner_steps=2))
     assert result["shared_theta"] is False
     assert run_cell(_spec(n=3, rounds=2, inner_steps=2))["state_hash"] == result["state_hash"]
@@ -190,26 +211,57 @@ def test_tiny_benchmark_summary_and_report(tmp_path: Path) -> None:
     cfg = _tiny()
     results, summary = run_benchmark(cfg, jobs=1, cells_path=tmp_path / "cells.jsonl")
     assert len(load_cells(tmp_path / "cells.jsonl")) == len({cell_key(r["spec"]) for r in results})
-    assert set(summary) >= {"headline", "worst_case", "fp", "asr", "ablation", "sweep", "curves", "checks",
-                            "targets", "clean_mean"}
+    assert set(summary) >= {
+        "headline",
+        "worst_case",
+        "fp",
+        "asr",
+        "ablation",
+        "sweep",
+        "curves",
+        "checks",
+        "targets",
+        "clean_mean",
+    }
     assert set(summary["headline"]) == {"mean", "semantic"}
     assert set(summary["headline"]["mean"]) == {CLEAN, "sign_flip:scale=10"}
     assert set(summary["ablation"]) == {"semantic", "semantic -verdict"}
     assert set(summary["sweep"]["semantic"]["iid"]) == {0.0, 0.25}
     assert len(summary["curves"]["semantic"]) == cfg.rounds
-    meta = {"command": "p2p-guard bench robustness --quick", "wall_s": 1.0, "jobs": 1, "numel": 4810,
-            "model": "MLP", "finished": "now", "cells_file": "x",
-            "machine": {k: "?" for k in ("cpu", "cores", "memory", "os", "python", "torch", "numpy", "p2p_guard")}}
+    meta = {
+        "command": "p2p-guard bench robustness --quick",
+        "wall_s": 1.0,
+        "jobs": 1,
+        "numel": 4810,
+        "model": "MLP",
+        "finished": "now",
+        "cells_file": "x",
+        "machine": {
+            k: "?" for k in ("cpu", "cores", "memory", "os", "python", "torch", "numpy", "p2p_guard")
+        },
+    }
     text = render(cfg, summary, meta, "plots")
-    for heading in ("## Final test accuracy", "## Worst case over attacks", "## Verdicts on honest peers",
-                    "## Backdoor attack success rate", "## Ablation", "## Sweep", "## Plots", "`sign_flip:scale=10`",
-                    "p2p-guard bench robustness --quick"):
+    for heading in (
+        "## Final test accuracy",
+        "## Worst case over attacks",
+        "## Verdicts on honest peers",
+        "## Backdoor attack success rate",
+        "## Ablation",
+        "## Sweep",
+        "## Plots",
+        "`sign_flip:scale=10`",
+        "p2p-guard bench robustness --quick",
+    ):
         assert heading in text
     out = tmp_path / "docs" / "bench.md"
     plots = write_report(cfg, summary, meta, out)
     assert out.read_text().startswith("# Robustness benchmark (quick)")
-    assert {p.name for p in plots.glob("*.png")} >= {"worst-case.png", "sweep.png", "attack-none.png",
-                                                      "attack-sign_flip-scale-10.png"}
+    assert {p.name for p in plots.glob("*.png")} >= {
+        "worst-case.png",
+        "sweep.png",
+        "attack-none.png",
+        "attack-sign_flip-scale-10.png",
+    }
 
 
 def test_quick_checks() -> None:
@@ -227,5 +279,8 @@ def test_quick_checks() -> None:
 def test_cli_rejects_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "robustness", "--quick", "--data-dir", str(tmp_path)]) == 2
     assert main(["bench", "robustness", "--jobs", "0"]) == 2
-    assert main(["bench", "robustness", "--data-dir", str(tmp_path / "none"), "--out", str(tmp_path / "x.md")]) == 2
+    assert (
+        main(["bench", "robustness", "--data-dir", str(tmp_path / "none"), "--out", str(tmp_path / "x.md")])
+        == 2
+    )
     assert "apt-get install dataset-fashion-mnist" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""``fashion-mnist``: strict IDX reading (raw and gzip) on tiny synthetic files, shards, batches, evaluation."""
+"""``fashion-mnist``: strict IDX reading (raw, gzip) on tiny synthetic files, shards, batches, evaluation."""
 
 from __future__ import annotations
 
@@ -161,7 +161,9 @@ def test_evaluate_is_batched_and_exact(task: Task) -> None:
     assert model.training  # mode restored
 
 
-@pytest.mark.skipif(not DEFAULT_DATA_DIR.is_dir(), reason="Debian package dataset-fashion-mnist not installed")
+@pytest.mark.skipif(
+    not DEFAULT_DATA_DIR.is_dir(), reason="Debian package dataset-fashion-mnist not installed"
+)
 def test_real_dataset_is_complete() -> None:
     task = load_task("fashion-mnist")
     assert task.num_train == 60_000  # type: ignore[attr-defined]

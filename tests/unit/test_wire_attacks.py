@@ -75,7 +75,20 @@ def receive(draft: CommitDraft, expect: RoundExpectation) -> torch.Tensor | Reje
 
 
 def test_registry_names() -> None:
-    assert set(WIRE_ATTACKS) == set(EXPECTED_REASON)
+    # equivocate sends two individually valid envelopes; its test is the equivocation proof below.
+    assert set(WIRE_ATTACKS) == set(EXPECTED_REASON) | {"equivocate"}
+
+
+def test_equivocate_second_commit_conflicts_with_the_first() -> None:
+    from p2p_guard.protocol.proof import make_proof, verify_proof
+
+    attack = WIRE_ATTACKS["equivocate"]()
+    first = attack.mutate(honest_draft("fp32"), torch.Generator().manual_seed(0))
+    second = attack.second_commit(first, torch.Generator().manual_seed(0))
+    assert second.serve_payload != first.serve_payload
+    proof = verify_proof(make_proof(seal(first, MALLORY), seal(second, MALLORY)))
+    assert not isinstance(proof, Rejected)
+    assert proof.sender == MALLORY.peer_id
 
 
 @pytest.mark.parametrize("codec", ["fp32", "fp16"])

@@ -1,0 +1,358 @@
+r"""Reputation: this peer's own verdicts and other peers' votes, combined into a per-sender score.
+
+Each round, peer *o* (us) judged some senders itself and read the signed votes other peers published about
+the same round. For every sender s ≠ o that we have judged at least once:
+
+    a_s   ← o_r(s)                                   the first time we judge s
+    a_s   ← (1 − λ)·a_s + λ·o_r(s)                    each later round in which we judge s
+    w_v   = a_v  if we have judged v, else 0          (a voter's weight is its standing as a sender with us)
+    e_r(s) = ( ω·J_r(s)·o_r(s) + Σ_{v ∈ V_r(s)} w_v·u_r(v, s) ) / ( ω·J_r(s) + Σ_{v ∈ V_r(s)} w_v )
+    R_s   ← (1 − λ)·R_s + λ·e_r(s)                    when the denominator is > 0 (else R_s is unchanged)
+    b_s   = b_s + 1 if R_s < θ else 0                 (counted on rounds with evidence on s)
+    n_s   = number of rejections among our last k own verdicts on s
+
+    s becomes excluded   ⇔  b_s ≥ k  and  n_s ≥ m
+    s is readmitted      ⇔  s is excluded and R_s ≥ θ_in      (then b_s = 0 and the own window is cleared)
+
+where
+    - r is the round; o_r(s) ∈ {0, 1} is our own verdict on s in round r (1 = accepted into our aggregate)
+      and J_r(s) ∈ {0, 1} says whether we judged s in round r at all;
+    - a_s ∈ [0, 1] is s's *own standing*: an exponential average of our own verdicts only;
+    - V_r(s) is the set of voters with a verified vote on s in round r, v ∉ {o, s} (no self-votes), and
+      u_r(v, s) ∈ {0, 1} is v's verdict on s;
+    - w_v ∈ [0, 1] is voter v's weight: its own standing a_v in *our* history. A voter whose updates we
+      rejected has weight 0 (or decaying towards it); a voter we never judged has weight 0, so identities
+      that only vote (Sybils) weigh nothing;
+    - e_r(s) ∈ [0, 1] is the round's evidence: a weighted mean of our verdict (weight ω, ``own_weight``)
+      and the voters' verdicts;
+    - R_s ∈ [0, 1] is s's reputation (the *score*), starting at the prior ρ (``prior``);
+    - λ ∈ (0, 1] is ``decay``, θ ∈ (0, 1) is ``threshold``, θ_in ∈ [θ, 1] is ``readmit_threshold``,
+      k ≥ 1 is ``window`` and 1 ≤ m ≤ k is ``min_own_rejections``.
+
+Why votes can never ban anyone on their own: exclusion requires n_s ≥ m, which depends on our own verdicts
+only. Whatever the votes (any number of Byzantine voters, any weights, a Byzantine majority), a sender
+that our own guard accepted in more than k − m of its last k rounds is never excluded. Votes can only
+*speed up* exclusion (push R_s below θ sooner, or keep it there, when our own evidence is mixed) or *lower
+confidence* in it (keep R_s above θ, or readmit an excluded sender, when the voters we trust accept it).
+Provable faults (equivocation) are not handled here: a proof bans at once (``swarm.peer``).
+
+Only senders we have judged are tracked (votes about others are ignored), at most ``max_tracked`` of them;
+past that the least recently judged sender that is not excluded is forgotten.
+
+The object holds no hidden state: everything that carries over between rounds is in :meth:`state_dict`,
+and :meth:`update` is a deterministic function of that state and its arguments (senders are processed in
+sorted order).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Reputation", "ReputationUpdate", "Standing"]
+
+_STATE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where one sender stands after an update.
+
+    Attributes:
+        score: R_s, the combined reputation in [0, 1].
+        own_standing: a_s, the average of our own verdicts only, in [0, 1].
+        below_streak: b_s, consecutive rounds (with evidence) in which R_s was below the threshold.
+        own_rejections: n_s, rejections among our last ``window`` own verdicts on s.
+        excluded: Whether s is excluded before aggregation from the next round on.
+    """
+
+    score: float
+    own_standing: float
+    below_streak: int
+    own_rejections: int
+    excluded: bool
+
+
+@dataclass(frozen=True)
+class ReputationUpdate:
+    """What one :meth:`Reputation.update` changed.
+
+    Attributes:
+        round: The round whose verdicts and votes were used.
+        standings: ``{sender: Standing}`` for every sender that had evidence this round, sorted by sender.
+        excluded: Every sender excluded after this update (to drop before aggregation).
+        newly_excluded: Senders excluded by this update, sorted.
+        readmitted: Senders readmitted by this update, sorted.
+    """
+
+    round: int
+    standings: Mapping[str, Standing]
+    excluded: frozenset[str]
+    newly_excluded: tuple[str, ...]
+    readmitted: tuple[str, ...]
+
+
+@dataclass
+class _Sender:
+    score: float
+    standing: float
+    streak: int
+    recent: list[bool]
+    excluded: bool
+    last_round: int
+
+
+class Reputation:
+    """Per-sender reputation from own verdicts and others' votes, with exclusion that needs own evidence.
+
+    The rule is in the module docstring. Shape of use, once per round r after reading the votes of r::
+
+        update = reputation.update(r, own={sender: accepted, ...}, votes={voter: {sender: accepted}})
+        rows = {s: row for s, row in rows.items() if s not in update.excluded}
+
+    Args:
+        me: Our own PeerID (base58); never excluded, and votes signed by it are ignored. None: no such id.
+        threshold: θ, score below which a round counts towards exclusion (default 0.5).
+        readmit_threshold: θ_in ≥ θ, score at which an excluded sender is readmitted (default 0.75).
+        window: k, rounds the score must stay below θ, and own verdicts looked at (default 3).
+        min_own_rejections: m ≤ k, own rejections needed among the last k own verdicts (default 2).
+        decay: λ, weight of the newest round in both averages (default 0.5).
+        own_weight: ω > 0, weight of our own verdict against each voter's (weights ≤ 1) (default 1.0).
+        prior: ρ, score of a sender before any evidence (default 0.5).
+        max_tracked: Most senders kept (default 4096).
+
+    Raises:
+        ValueError: A parameter is out of range (the message names it and its value).
+    """
+
+    def __init__(self, *, me: str | None = None, threshold: float = 0.5, readmit_threshold: float = 0.75,
+                 window: int = 3, min_own_rejections: int = 2, decay: float = 0.5, own_weight: float = 1.0,
+                 prior: float = 0.5, max_tracked: int = 4096) -> None:
+        if me is not None and not isinstance(me, str):
+            raise ValueError(f"me must be a str or None, got {me!r}")
+        _check_real("threshold", threshold, low=0.0, high=1.0, open_low=True, open_high=True)
+        _check_real("readmit_threshold", readmit_threshold, low=threshold, high=1.0)
+        _check_int("window", window, minimum=1)
+        _check_int("min_own_rejections", min_own_rejections, minimum=1)
+        if min_own_rejections > window:
+            raise ValueError(f"min_own_rejections must be <= window, got min_own_rejections="
+                             f"{min_own_rejections}, window={window}")
+        _check_real("decay", decay, low=0.0, high=1.0, open_low=True)
+        _check_real("own_weight", own_weight, low=0.0, high=math.inf, open_low=True, open_high=True)
+        _check_real("prior", prior, low=0.0, high=1.0)
+        _check_int("max_tracked", max_tracked, minimum=1)
+        self.me = me
+        self.threshold = float(threshold)
+        self.readmit_threshold = float(readmit_threshold)
+        self.window = window
+        self.min_own_rejections = min_own_rejections
+        self.decay = float(decay)
+        self.own_weight = float(own_weight)
+        self.prior = float(prior)
+        self.max_tracked = max_tracked
+        self._senders: dict[str, _Sender] = {}
+        self._last_round: int | None = None
+
+    # -- queries ---------------------------------------------------------------------------------------
+
+    @property
+    def excluded(self) -> frozenset[str]:
+        """Every sender currently excluded."""
+        return frozenset(s for s, st in self._senders.items() if st.excluded)
+
+    def is_excluded(self, sender: str) -> bool:
+        """Whether ``sender`` is excluded before aggregation."""
+        state = self._senders.get(sender)
+        return state is not None and state.excluded
+
+    def score(self, sender: str) -> float:
+        """R_s, or the prior for a sender we never judged."""
+        state = self._senders.get(sender)
+        return state.score if state is not None else self.prior
+
+    def voter_weight(self, voter: str) -> float:
+        """w_v: the voter's own standing with us, 0 if we never judged it or it is us."""
+        state = self._senders.get(voter)
+        return state.standing if state is not None and voter != self.me else 0.0
+
+    def standing(self, sender: str) -> Standing | None:
+        """The sender's :class:`Standing`, or None if it is not tracked."""
+        state = self._senders.get(sender)
+        return None if state is None else self._standing(state)
+
+    # -- the update ------------------------------------------------------------------------------------
+
+    def update(self, round_: int, own: Mapping[str, bool], votes: Mapping[str, Mapping[str, bool]], *,
+               ignore: Collection[str] = ()) -> ReputationUpdate:
+        """Fold one round of own verdicts and verified votes into the reputation.
+
+        Args:
+            round_: The round the verdicts and votes belong to; larger than the last update's.
+            own: ``{sender: accepted}``, our own verdicts of that round (our own row may be included; it is
+                skipped). Senders we did not judge (e.g. already excluded) are simply absent.
+            votes: ``{voter: {sender: accepted}}``, the verified votes of that round
+                (``swarm.votes.read_votes`` → ``Votes.as_map()``). Votes by ``me``, self-votes and votes
+                about senders we never judged are ignored.
+            ignore: Voters whose votes are ignored (banned equivocators, peers outside an allow-list).
+
+        Returns:
+            The :class:`ReputationUpdate`.
+
+        Raises:
+            ValueError: ``round_`` is not larger than the last update's, or a verdict is not a bool
+                (local bugs: callers pass verified data).
+        """
+        _check_int("round_", round_, minimum=0)
+        if self._last_round is not None and round_ <= self._last_round:
+            raise ValueError(f"rounds must increase, got round_={round_} after {self._last_round}")
+        _check_verdicts("own", own)
+        for voter, ballots in votes.items():
+            _check_verdicts(f"votes[{voter!r}]", ballots)
+        self._last_round = round_
+        lam = self.decay
+        judged = {s: bool(a) for s, a in own.items() if s != self.me}
+        for sender in sorted(judged):  # own standing first: it sets the voters' weights of this round
+            state = self._senders.get(sender)
+            if state is None:
+                state = _Sender(score=self.prior, standing=float(judged[sender]), streak=0, recent=[],
+                                excluded=False, last_round=round_)
+                self._senders[sender] = state
+            else:
+                state.standing = (1.0 - lam) * state.standing + lam * float(judged[sender])
+            state.recent = [*state.recent, judged[sender]][-self.window:]
+            state.last_round = round_
+        weights = {v: self.voter_weight(v) for v in sorted(votes) if v not in ignore and v != self.me}
+        standings: dict[str, Standing] = {}
+        newly: list[str] = []
+        readmitted: list[str] = []
+        for sender in sorted(self._senders):
+            state = self._senders[sender]
+            numerator = denominator = 0.0
+            if sender in judged:
+                numerator += self.own_weight * float(judged[sender])
+                denominator += self.own_weight
+            for voter, weight in weights.items():
+                ballot = votes[voter].get(sender)
+                if ballot is None or voter == sender or weight <= 0.0:
+                    continue
+                numerator += weight * float(ballot)
+                denominator += weight
+            if denominator <= 0.0:
+                continue
+            evidence = min(1.0, max(0.0, numerator / denominator))
+            state.score = (1.0 - lam) * state.score + lam * evidence
+            state.streak = state.streak + 1 if state.score < self.threshold else 0
+            if state.excluded and state.score >= self.readmit_threshold:
+                state.excluded = False
+                state.streak = 0
+                state.recent = []
+                readmitted.append(sender)
+            elif not state.excluded and self._own_evidence(state) and state.streak >= self.window:
+                state.excluded = True
+                newly.append(sender)
+            standings[sender] = self._standing(state)
+        self._forget_excess()
+        return ReputationUpdate(round=round_, standings=standings, excluded=self.excluded,
+                                newly_excluded=tuple(newly), readmitted=tuple(readmitted))
+
+    def _own_evidence(self, state: _Sender) -> bool:
+        return sum(1 for accepted in state.recent if not accepted) >= self.min_own_rejections
+
+    def _standing(self, state: _Sender) -> Standing:
+        return Standing(score=state.score, own_standing=state.standing, below_streak=state.streak,
+                        own_rejections=sum(1 for accepted in state.recent if not accepted),
+                        excluded=state.excluded)
+
+    def _forget_excess(self) -> None:
+        while len(self._senders) > self.max_tracked:
+            victim = min(self._senders, key=lambda s: (self._senders[s].excluded, self._senders[s].last_round, s))
+            del self._senders[victim]
+
+    # -- persistence -----------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything that carries over between rounds, as plain Python values (JSON- and msgpack-safe).
+
+        Returns:
+            ``{"version": 1, "last_round": int | None, "senders": {sender: {"score", "standing", "streak",
+            "recent", "excluded", "last_round"}}}`` with senders sorted.
+        """
+        return {
+            "version": _STATE_VERSION,
+            "last_round": self._last_round,
+            "senders": {
+                s: {"score": st.score, "standing": st.standing, "streak": st.streak, "recent": list(st.recent),
+                    "excluded": st.excluded, "last_round": st.last_round}
+                for s, st in sorted(self._senders.items())
+            },
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Replace the state with one from :meth:`state_dict` (checked first; nothing changes on error).
+
+        Args:
+            state: A mapping as :meth:`state_dict` returns.
+
+        Raises:
+            ValueError: The mapping is malformed, or holds more senders than ``max_tracked`` or a longer own
+                window than ``window``.
+        """
+        if not isinstance(state, Mapping) or state.get("version") != _STATE_VERSION:
+            raise ValueError(f"not a Reputation state of version {_STATE_VERSION}")
+        last = state.get("last_round")
+        if last is not None:
+            _check_int("last_round", last, minimum=0)
+        raw = state.get("senders")
+        if not isinstance(raw, Mapping) or len(raw) > self.max_tracked:
+            raise ValueError(f"senders must be a mapping of at most max_tracked={self.max_tracked} entries")
+        senders: dict[str, _Sender] = {}
+        for sender, item in raw.items():
+            if not isinstance(sender, str) or not isinstance(item, Mapping):
+                raise ValueError(f"bad entry for sender {sender!r}")
+            _check_real("score", item.get("score"), low=0.0, high=1.0)
+            _check_real("standing", item.get("standing"), low=0.0, high=1.0)
+            _check_int("streak", item.get("streak"), minimum=0)
+            _check_int("last_round", item.get("last_round"), minimum=0)
+            recent = item.get("recent")
+            if (not isinstance(recent, list) or len(recent) > self.window
+                    or any(type(x) is not bool for x in recent)):
+                raise ValueError(f"recent of {sender!r} must be a list of at most window={self.window} bools")
+            if type(item.get("excluded")) is not bool:
+                raise ValueError(f"excluded of {sender!r} must be a bool")
+            senders[sender] = _Sender(score=float(item["score"]), standing=float(item["standing"]),
+                                      streak=int(item["streak"]), recent=list(recent),
+                                      excluded=bool(item["excluded"]), last_round=int(item["last_round"]))
+        self._senders = senders
+        self._last_round = last
+
+    def __repr__(self) -> str:
+        return (f"Reputation(me={self.me!r}, threshold={self.threshold:g}, "
+                f"readmit_threshold={self.readmit_threshold:g}, window={self.window}, "
+                f"min_own_rejections={self.min_own_rejections}, decay={self.decay:g}, "
+                f"own_weight={self.own_weight:g}, prior={self.prior:g}, max_tracked={self.max_tracked})")
+
+
+def _check_verdicts(name: str, verdicts: Mapping[str, bool]) -> None:
+    if not isinstance(verdicts, Mapping):
+        raise ValueError(f"{name} must be a mapping sender -> bool, got {type(verdicts).__name__}")
+    for sender, accepted in verdicts.items():
+        if not isinstance(sender, str) or type(accepted) is not bool:
+            raise ValueError(f"{name} must map str senders to bools, got {sender!r}: {accepted!r}")
+
+
+def _check_int(name: str, value: object, *, minimum: int) -> None:
+    if type(value) is not int or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {name}={value!r}")
+
+
+def _check_real(name: str, value: object, *, low: float, high: float, open_low: bool = False,
+                open_high: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if ok:
+        v = float(value)  # type: ignore[arg-type]
+        ok = (v > low if open_low else v >= low) and (v < high if open_high else v <= high)
+    if not ok:
+        lo, hi = "(" if open_low else "[", ")" if open_high else "]"
+        raise ValueError(f"{name} must be a finite number in {lo}{low:g}, {high:g}{hi}, got {name}={value!r}")
