@@ -25,6 +25,7 @@ from p2p_guard.attacks.data import Backdoor, LabelFlip
 from p2p_guard.attacks.evasive import Drift, NullSpace, Sleeper
 from p2p_guard.attacks.update import (
     ALittleIsEnough,
+    FreeRider,
     GaussianNoise,
     InnerProductManipulation,
     Mimic,
@@ -47,6 +48,7 @@ _BUILTIN: Mapping[str, type] = MappingProxyType(
         "alie": ALittleIsEnough,
         "ipm": InnerProductManipulation,
         "label_flip": LabelFlip,
+        "free_rider": FreeRider,
         "min_max": MinMax,
         "min_sum": MinSum,
         "mimic": Mimic,
@@ -60,6 +62,9 @@ _BUILTIN: Mapping[str, type] = MappingProxyType(
 
 WIRE_ATTACK_NAMES: tuple[str, ...] = (
     "equivocate",
+    "forged_signature",
+    "impersonate",
+    "replay",
     "unsigned",
     "bad_signature",
     "wrong_run",

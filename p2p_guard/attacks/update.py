@@ -526,3 +526,25 @@ class Mimic:
         previous = known[1:].to(torch.float64)
         dist = torch.linalg.vector_norm(previous - previous.mean(dim=0), dim=1)
         return 1 + int(torch.argmax(dist))
+
+
+class FreeRider:
+    """Contribute nothing: send a zero pseudo-gradient while taking the swarm's model (free-riding).
+
+    a = 0 ∈ R^d
+
+    Knowledge assumed: none (``known`` is only used for the shape and dtype).
+
+    Example:
+        >>> FreeRider()(torch.tensor([[1.0, -2.0]]), ctx)
+        tensor([0., 0.])
+    """
+
+    kind: ClassVar[str] = "update"
+
+    def __call__(self, known: torch.Tensor, ctx: AttackContext) -> torch.Tensor:
+        """Return zeros shaped like ``known[0]``."""
+        return torch.zeros_like(known[0])
+
+    def __repr__(self) -> str:
+        return "FreeRider()"

@@ -15,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from dataclasses import dataclass
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
 import torch
@@ -28,6 +28,7 @@ from p2p_guard.protocol import (
     Rejected,
     decode_update,
     encode_update,
+    envelope_message,
     expected_payload_bytes,
     pack_envelope,
     payload_digest,
@@ -52,6 +53,8 @@ class CommitDraft:
         serve_payload: The bytes the peer streams when asked for its payload.
         sign: Whether to sign; False seals with an empty signature.
         signature_override: Bytes to put in the signature slot instead of a real signature.
+        sign_as_self: Sign with the sealing identity even when ``envelope.sender`` names another peer
+            (impersonation); honest peers never set it.
     """
 
     envelope: Envelope
@@ -59,6 +62,7 @@ class CommitDraft:
     serve_payload: bytes
     sign: bool = True
     signature_override: bytes | None = None
+    sign_as_self: bool = False
 
     @classmethod
     def honest(cls, envelope: Envelope, payload: bytes) -> CommitDraft:
@@ -97,6 +101,8 @@ def seal(draft: CommitDraft, identity: Identity) -> bytes:
         return pack_envelope(envelope, draft.signature_override)
     if not draft.sign:
         return pack_envelope(envelope, b"")
+    if draft.sign_as_self:
+        return pack_envelope(envelope, identity.sign(envelope_message(envelope)))
     return sign_envelope(envelope, identity)
 
 
@@ -369,8 +375,51 @@ class VoteSmear:
         return "VoteSmear()"
 
 
+class Impersonate:
+    """Sign with our own key but claim another PeerID as the sender.
+
+    The signature does not verify against the key inside the claimed PeerID, and the claimed PeerID is not
+    the DHT subkey the record is filed under: DHT validators refuse it (impersonation), and a receiver that
+    somehow read it rejects it (``BAD_SIGNATURE``). Knowledge assumed: any other peer's PeerID (public).
+    """
+
+    kind: ClassVar[str] = "wire"
+
+    def mutate(self, draft: CommitDraft, generator: torch.Generator) -> CommitDraft:
+        """Replace the sender with a PeerID derived from fresh random key bytes; keep our signature."""
+        victim = Identity.from_seed(_random_bytes(32, generator))
+        return dataclasses.replace(draft, envelope=dataclasses.replace(draft.envelope, sender=victim.peer_id),
+                                   sign_as_self=True)
+
+    def __repr__(self) -> str:
+        return "Impersonate()"
+
+
+class Replay:
+    """Re-send our own signed envelope of the previous round, byte for byte, as this round's commit.
+
+    Marker class: the peer keeps its last sealed envelope and stores it again under the current round's
+    key (``replays_previous``). DHT validators refuse it (``wrong_round``: a round r−1 envelope under round r);
+    a receiver that read it would reject it as ``WRONG_ROUND``. Round 0 has nothing to replay: honest.
+    Knowledge assumed: its own previous commit.
+    """
+
+    kind: ClassVar[str] = "wire"
+    replays_previous: ClassVar[bool] = True
+
+    def mutate(self, draft: CommitDraft, generator: torch.Generator) -> CommitDraft:
+        """Unchanged: the peer swaps in the previous sealed envelope itself."""
+        return draft
+
+    def __repr__(self) -> str:
+        return "Replay()"
+
+
 WIRE_ATTACKS: dict[str, type] = {
     "equivocate": Equivocate,
+    "forged_signature": BadSignature,
+    "impersonate": Impersonate,
+    "replay": Replay,
     "unsigned": Unsigned,
     "bad_signature": BadSignature,
     "wrong_run": WrongRun,

@@ -43,7 +43,7 @@ def _git(*args: str) -> str | None:
     root = Path(__file__).resolve().parents[2]
     try:
         out = subprocess.run(
-            ["git", "-C", str(root), *args],
+            ["git", "-C", str(root), *args],  # noqa: S607 - git from PATH
             capture_output=True,
             text=True,
             timeout=_GIT_TIMEOUT_S,

@@ -12,7 +12,8 @@ the same round. For every sender s ≠ o that we have judged at least once:
     n_s   = number of rejections among our last k own verdicts on s
 
     s becomes excluded   ⇔  b_s ≥ k  and  n_s ≥ m
-    s is readmitted      ⇔  s is excluded and R_s ≥ θ_in      (then b_s = 0 and the own window is cleared)
+    s is readmitted      ⇔  s is excluded and (R_s ≥ θ_in  or  r − r_s ≥ T)
+                            (then b_s = 0 and the own window is cleared: a fresh trial of k rounds)
 
 where
     - r is the round; o_r(s) ∈ {0, 1} is our own verdict on s in round r (1 = accepted into our aggregate)
@@ -27,7 +28,11 @@ where
       and the voters' verdicts;
     - R_s ∈ [0, 1] is s's reputation (the *score*), starting at the prior ρ (``prior``);
     - λ ∈ (0, 1] is ``decay``, θ ∈ (0, 1) is ``threshold``, θ_in ∈ [θ, 1] is ``readmit_threshold``,
-      k ≥ 1 is ``window`` and 1 ≤ m ≤ k is ``min_own_rejections``.
+      k ≥ 1 is ``window`` and 1 ≤ m ≤ k is ``min_own_rejections``;
+    - r_s is the round of the update that excluded s, and T ≥ 1 is ``max_exclusion_rounds`` (None: ∞). An
+      excluded sender is not judged by us, so without T an honest sender excluded by mistake (a run of guard
+      false positives while others' votes were low) could stay out for good; with T it is retried, and a
+      Byzantine one is excluded again after k more rounds, its rows meanwhile going through the guard.
 
 Why votes can never ban anyone on their own: exclusion requires n_s ≥ m, which depends on our own verdicts
 only. Whatever the votes (any number of Byzantine voters, any weights, a Byzantine majority), a sender
@@ -66,6 +71,7 @@ class Standing:
         below_streak: b_s, consecutive rounds (with evidence) in which R_s was below the threshold.
         own_rejections: n_s, rejections among our last ``window`` own verdicts on s.
         excluded: Whether s is excluded before aggregation from the next round on.
+        excluded_at: The round of the update that excluded s, or None.
     """
 
     score: float
@@ -73,6 +79,7 @@ class Standing:
     below_streak: int
     own_rejections: int
     excluded: bool
+    excluded_at: int | None = None
 
 
 @dataclass(frozen=True)
@@ -100,8 +107,12 @@ class _Sender:
     standing: float
     streak: int
     recent: list[bool]
-    excluded: bool
+    excluded_at: int | None
     last_round: int
+
+    @property
+    def excluded(self) -> bool:
+        return self.excluded_at is not None
 
 
 class Reputation:
@@ -121,6 +132,8 @@ class Reputation:
         decay: λ, weight of the newest round in both averages (default 0.5).
         own_weight: ω > 0, weight of our own verdict against each voter's (weights ≤ 1) (default 1.0).
         prior: ρ, score of a sender before any evidence (default 0.5).
+        max_exclusion_rounds: T, rounds after which an exclusion lapses and the sender is retried
+            (default 10); None keeps it until the score reaches θ_in.
         max_tracked: Most senders kept (default 4096).
 
     Raises:
@@ -129,7 +142,7 @@ class Reputation:
 
     def __init__(self, *, me: str | None = None, threshold: float = 0.5, readmit_threshold: float = 0.75,
                  window: int = 3, min_own_rejections: int = 2, decay: float = 0.5, own_weight: float = 1.0,
-                 prior: float = 0.5, max_tracked: int = 4096) -> None:
+                 prior: float = 0.5, max_exclusion_rounds: int | None = 10, max_tracked: int = 4096) -> None:
         if me is not None and not isinstance(me, str):
             raise ValueError(f"me must be a str or None, got {me!r}")
         _check_real("threshold", threshold, low=0.0, high=1.0, open_low=True, open_high=True)
@@ -142,7 +155,10 @@ class Reputation:
         _check_real("decay", decay, low=0.0, high=1.0, open_low=True)
         _check_real("own_weight", own_weight, low=0.0, high=math.inf, open_low=True, open_high=True)
         _check_real("prior", prior, low=0.0, high=1.0)
+        if max_exclusion_rounds is not None:
+            _check_int("max_exclusion_rounds", max_exclusion_rounds, minimum=1)
         _check_int("max_tracked", max_tracked, minimum=1)
+        self.max_exclusion_rounds = max_exclusion_rounds
         self.me = me
         self.threshold = float(threshold)
         self.readmit_threshold = float(readmit_threshold)
@@ -217,7 +233,7 @@ class Reputation:
             state = self._senders.get(sender)
             if state is None:
                 state = _Sender(score=self.prior, standing=float(judged[sender]), streak=0, recent=[],
-                                excluded=False, last_round=round_)
+                                excluded_at=None, last_round=round_)
                 self._senders[sender] = state
             else:
                 state.standing = (1.0 - lam) * state.standing + lam * float(judged[sender])
@@ -227,6 +243,12 @@ class Reputation:
         standings: dict[str, Standing] = {}
         newly: list[str] = []
         readmitted: list[str] = []
+        for sender in sorted(self._senders):  # lapsed exclusions first: a fresh trial from this round on
+            state = self._senders[sender]
+            limit = self.max_exclusion_rounds
+            if state.excluded_at is not None and limit is not None and round_ - state.excluded_at >= limit:
+                self._readmit(state)
+                readmitted.append(sender)
         for sender in sorted(self._senders):
             state = self._senders[sender]
             numerator = denominator = 0.0
@@ -245,17 +267,21 @@ class Reputation:
             state.score = (1.0 - lam) * state.score + lam * evidence
             state.streak = state.streak + 1 if state.score < self.threshold else 0
             if state.excluded and state.score >= self.readmit_threshold:
-                state.excluded = False
-                state.streak = 0
-                state.recent = []
+                self._readmit(state)
                 readmitted.append(sender)
             elif not state.excluded and self._own_evidence(state) and state.streak >= self.window:
-                state.excluded = True
+                state.excluded_at = round_
                 newly.append(sender)
             standings[sender] = self._standing(state)
         self._forget_excess()
         return ReputationUpdate(round=round_, standings=standings, excluded=self.excluded,
                                 newly_excluded=tuple(newly), readmitted=tuple(readmitted))
+
+    @staticmethod
+    def _readmit(state: _Sender) -> None:
+        state.excluded_at = None
+        state.streak = 0
+        state.recent = []
 
     def _own_evidence(self, state: _Sender) -> bool:
         return sum(1 for accepted in state.recent if not accepted) >= self.min_own_rejections
@@ -263,11 +289,11 @@ class Reputation:
     def _standing(self, state: _Sender) -> Standing:
         return Standing(score=state.score, own_standing=state.standing, below_streak=state.streak,
                         own_rejections=sum(1 for accepted in state.recent if not accepted),
-                        excluded=state.excluded)
+                        excluded=state.excluded, excluded_at=state.excluded_at)
 
     def _forget_excess(self) -> None:
         while len(self._senders) > self.max_tracked:
-            victim = min(self._senders, key=lambda s: (self._senders[s].excluded, self._senders[s].last_round, s))
+            victim = min(self._senders, key=lambda s: _eviction_key(s, self._senders[s]))
             del self._senders[victim]
 
     # -- persistence -----------------------------------------------------------------------------------
@@ -277,14 +303,14 @@ class Reputation:
 
         Returns:
             ``{"version": 1, "last_round": int | None, "senders": {sender: {"score", "standing", "streak",
-            "recent", "excluded", "last_round"}}}`` with senders sorted.
+            "recent", "excluded_at", "last_round"}}}`` with senders sorted.
         """
         return {
             "version": _STATE_VERSION,
             "last_round": self._last_round,
             "senders": {
-                s: {"score": st.score, "standing": st.standing, "streak": st.streak, "recent": list(st.recent),
-                    "excluded": st.excluded, "last_round": st.last_round}
+                s: {"score": st.score, "standing": st.standing, "streak": st.streak,
+                    "recent": list(st.recent), "excluded_at": st.excluded_at, "last_round": st.last_round}
                 for s, st in sorted(self._senders.items())
             },
         }
@@ -319,11 +345,12 @@ class Reputation:
             if (not isinstance(recent, list) or len(recent) > self.window
                     or any(type(x) is not bool for x in recent)):
                 raise ValueError(f"recent of {sender!r} must be a list of at most window={self.window} bools")
-            if type(item.get("excluded")) is not bool:
-                raise ValueError(f"excluded of {sender!r} must be a bool")
+            excluded_at = item.get("excluded_at")
+            if excluded_at is not None:
+                _check_int("excluded_at", excluded_at, minimum=0)
             senders[sender] = _Sender(score=float(item["score"]), standing=float(item["standing"]),
                                       streak=int(item["streak"]), recent=list(recent),
-                                      excluded=bool(item["excluded"]), last_round=int(item["last_round"]))
+                                      excluded_at=excluded_at, last_round=int(item["last_round"]))
         self._senders = senders
         self._last_round = last
 
@@ -331,7 +358,13 @@ class Reputation:
         return (f"Reputation(me={self.me!r}, threshold={self.threshold:g}, "
                 f"readmit_threshold={self.readmit_threshold:g}, window={self.window}, "
                 f"min_own_rejections={self.min_own_rejections}, decay={self.decay:g}, "
-                f"own_weight={self.own_weight:g}, prior={self.prior:g}, max_tracked={self.max_tracked})")
+                f"own_weight={self.own_weight:g}, prior={self.prior:g}, "
+                f"max_exclusion_rounds={self.max_exclusion_rounds}, max_tracked={self.max_tracked})")
+
+
+def _eviction_key(sender: str, state: _Sender) -> tuple[bool, int, str]:
+    """Forget non-excluded senders first, the least recently judged first, ties by PeerID."""
+    return state.excluded, state.last_round, sender
 
 
 def _check_verdicts(name: str, verdicts: Mapping[str, bool]) -> None:

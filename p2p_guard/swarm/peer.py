@@ -94,6 +94,7 @@ class Peer:
         self.round = 0
         self.known_previous: list[torch.Tensor] = []
         self.detector = EquivocationDetector()
+        self.last_sealed: bytes | None = None
         self.banned: dict[str, EquivocationProof] = {}
         self.log = _PeerLog(logger, {"peer": self.me[-8:], "round": 0})
         self.inner_steps = config.inner_steps or local.task.default_hparams.inner_steps
@@ -189,6 +190,8 @@ class Peer:
         if self.attack_kind == "wire":
             draft = self.attack.mutate(draft, self._generator(round_, 2))  # type: ignore[union-attr]
         sealed = seal(draft, self.identity)
+        if getattr(self.attack, "replays_previous", False):  # replay: last round's envelope, byte for byte
+            sealed, self.last_sealed = (self.last_sealed or sealed), sealed
         await self.dht.store(commit_key(self.config.run_id, round_), self.me, sealed, COMMIT_TTL_S)
         self.log.debug("committed %d-byte envelope", len(sealed))
         if hasattr(self.attack, "second_commit"):  # equivocation: a conflicting envelope, stored later

@@ -73,8 +73,8 @@ DEFAULT_SERVE_TIMEOUT_S = 10.0
 DEFAULT_MIN_SERVE_BYTES_PER_S = 1 << 20
 #: Peers whose rate buckets and warning flags are remembered (least recently seen evicted first).
 MAX_TRACKED_PEERS = 1024
-#: Time allowed for writing the one status byte of a refusal, in seconds.
-REFUSAL_WRITE_TIMEOUT_S = 1.0
+#: Time a refused stream is kept open (status byte out, request drained), in seconds.
+REFUSAL_TIMEOUT_S = 1.0
 
 
 def handler_name(run_id: str) -> str:
@@ -89,7 +89,8 @@ class ServerStats:
     Attributes:
         served: streams admitted (a request was awaited and answered, or the stream ended early).
         busy_global: streams refused with ``BUSY`` because ``max_inbound_streams`` were open.
-        busy_streams: streams refused with ``BUSY`` because the caller had ``max_inbound_streams_per_peer`` open.
+        busy_streams: streams refused with ``BUSY`` because the caller had ``max_inbound_streams_per_peer``
+            streams open.
         busy_rate: streams refused with ``BUSY`` because the caller's token bucket was empty.
         forbidden: streams refused with ``FORBIDDEN`` (caller not on the allow-list).
         request_timeouts: admitted streams whose request did not arrive within :data:`REQUEST_READ_TIMEOUT_S`.
@@ -121,9 +122,10 @@ class PayloadServer:
        ``rate`` is ``max_requests_per_peer_per_s`` and Δt the seconds since the caller's last stream; a
        stream needs one token, else ``BUSY``. Refused streams of rules 1-3 take no token.
 
-    A refusal writes one status byte and closes the stream; it is logged at DEBUG, and at WARNING the
-    first time for each caller. An admitted stream must deliver its request within
-    :data:`REQUEST_READ_TIMEOUT_S` seconds, and the whole answer must be written within
+    A refusal writes one status byte, discards the request (at most ``4 + MAX_REQUEST_BYTES`` bytes and
+    :data:`REFUSAL_TIMEOUT_S` seconds) and closes the stream; it is logged at DEBUG, and at WARNING the
+    first time for each caller. Refused streams do not count as open. An admitted stream must deliver its
+    request within :data:`REQUEST_READ_TIMEOUT_S` seconds, and the whole answer must be written within
     ``max(serve_timeout_s, len(answer) / min_serve_bytes_per_s)`` seconds, else the stream is aborted: a
     slow reader (slowloris) holds a stream, and the memory of its write buffer, for a bounded time.
 
@@ -170,7 +172,8 @@ class PayloadServer:
                 raise ValueError(f"{name} must be finite and > 0; got {name}={value!r}")
         if allowed is not None and not (isinstance(allowed, frozenset)
                                         and all(isinstance(p, str) for p in allowed)):
-            raise ValueError(f"allowed must be None or a frozenset of base58 PeerIDs; got {type(allowed).__name__}")
+            raise ValueError("allowed must be None or a frozenset of base58 PeerIDs; "
+                             f"got {type(allowed).__name__}")
         self.run_id = run_id
         self.max_inbound_streams = int(max_inbound_streams)
         self.max_inbound_streams_per_peer = int(max_inbound_streams_per_peer)
@@ -250,7 +253,8 @@ class PayloadServer:
     def _take_token(self, peer: str) -> bool:
         now = self._clock()
         tokens, stamp = self._buckets.pop(peer, (float(self.request_burst), now))
-        tokens = min(float(self.request_burst), tokens + max(0.0, now - stamp) * self.max_requests_per_peer_per_s)
+        refill = max(0.0, now - stamp) * self.max_requests_per_peer_per_s
+        tokens = min(float(self.request_burst), tokens + refill)
         allowed = tokens >= 1.0
         self._buckets[peer] = (tokens - 1.0 if allowed else tokens, now)
         while len(self._buckets) > self.max_tracked_peers:
@@ -275,7 +279,7 @@ class PayloadServer:
         if peer is None or refusal is not None:
             refusal = FORBIDDEN if refusal is None else refusal
             self._note(peer, "refused (%s)", "not on the allow-list" if refusal == FORBIDDEN else "busy")
-            await _refuse(refusal, writer)
+            await _refuse(refusal, reader, writer)
             return
         self.stats.served += 1
         try:
@@ -283,7 +287,8 @@ class PayloadServer:
                 request = await asyncio.wait_for(_read_request(reader), REQUEST_READ_TIMEOUT_S)
             except asyncio.TimeoutError:
                 self.stats.request_timeouts += 1
-                logger.debug("fetch from %s: no complete request within %.1f s", peer[-12:], REQUEST_READ_TIMEOUT_S)
+                logger.debug("fetch from %s: no complete request within %.1f s", peer[-12:],
+                             REQUEST_READ_TIMEOUT_S)
                 return
             status, data = self._answer(request)
             limit_s = self.serve_limit_s(len(data) if data is not None else 1)
@@ -327,15 +332,31 @@ class PayloadServer:
             self.bytes_sent += min(CHUNK_BYTES, len(view) - start)
 
 
-async def _refuse(status: int, writer: asyncio.StreamWriter) -> None:
-    """Write one refusal status byte (bounded by :data:`REFUSAL_WRITE_TIMEOUT_S`) and close."""
+async def _refuse(status: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Write one refusal status byte, discard the request until the caller closes, then close.
+
+    It takes at most :data:`REFUSAL_TIMEOUT_S` seconds and reads at most ``4 + MAX_REQUEST_BYTES`` bytes.
+
+    Reading the request before closing matters: closing a libp2p stream with unread input resets it, and
+    the reset can overtake the status byte, so the caller would see a broken stream instead of the refusal.
+    """
     try:
-        writer.write(bytes([status]))
-        await asyncio.wait_for(writer.drain(), REFUSAL_WRITE_TIMEOUT_S)
+        await asyncio.wait_for(_refuse_unbounded(status, reader, writer), REFUSAL_TIMEOUT_S)
     except (asyncio.TimeoutError, ConnectionError):
         writer.transport.abort()
     finally:
         writer.close()
+
+
+async def _refuse_unbounded(status: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    writer.write(bytes([status]))
+    await writer.drain()
+    left = 4 + MAX_REQUEST_BYTES
+    while left > 0:
+        chunk = await reader.read(left)
+        if not chunk:
+            return
+        left -= len(chunk)
 
 
 async def _read_request(reader: asyncio.StreamReader) -> object:

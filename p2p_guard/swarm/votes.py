@@ -15,8 +15,14 @@ from typing import Any
 
 from p2p_guard.identity import Identity, peer_id_from_b58, peer_id_to_b58
 from p2p_guard.protocol.reasons import Rejected
-from p2p_guard.protocol.votes import MAX_VOTE_REASON_BYTES, MAX_VOTES_SENDERS, Votes, VoteVerdict, open_votes, \
-    sign_votes
+from p2p_guard.protocol.votes import (
+    MAX_VOTE_REASON_BYTES,
+    MAX_VOTES_SENDERS,
+    Votes,
+    VoteVerdict,
+    open_votes,
+    sign_votes,
+)
 from p2p_guard.swarm.dht import SwarmDHT
 from p2p_guard.swarm.records import VOTES_TTL_S, votes_key
 
@@ -26,11 +32,12 @@ logger = logging.getLogger(__name__)
 
 
 def vote_verdicts(verdicts: Iterable[Mapping[str, Any]], *, me: str | None = None) -> list[VoteVerdict]:
-    """Turn a round's verdict dicts (``RoundOutcome.verdicts``: ``sender`` b58, ``accepted``, ``reason``) into votes.
+    """Turn a round's verdict dicts (``RoundOutcome.verdicts``) into this peer's votes.
 
-    A sender that appears more than once gets one vote, a rejection if any of its verdicts is one (the first
-    rejection's reason). Our own row (``me``) and senders that are not Ed25519 PeerIDs are left out; reasons are
-    cut to :data:`MAX_VOTE_REASON_BYTES`; at most :data:`MAX_VOTES_SENDERS` votes are kept (sorted by PeerID).
+    Each dict has ``sender`` (base58), ``accepted`` and ``reason``. A sender that appears more than once gets
+    one vote, a rejection if any of its verdicts is one (the first rejection's reason). Our own row (``me``)
+    and senders that are not Ed25519 PeerIDs are left out; reasons are cut to :data:`MAX_VOTE_REASON_BYTES`;
+    at most :data:`MAX_VOTES_SENDERS` votes are kept (sorted by PeerID).
 
     Args:
         verdicts: The verdict dicts of one round.

@@ -231,7 +231,7 @@ class DigitsTask:
         return F.cross_entropy(model(x), y)
 
     def test_split(self) -> Batch:
-        """The fixed test split: ``x`` ``(360, 64)`` float32 in [0, 1] and ``y`` ``(360,)`` int64 (not copies).
+        """The fixed test split: ``x`` ``(360, 64)`` float32 in [0, 1], ``y`` ``(360,)`` int64 (not copies).
 
         Used by the benchmark to measure a backdoor's success rate on triggered test images.
         """

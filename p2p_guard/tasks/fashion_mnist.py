@@ -1,18 +1,21 @@
 """``fashion-mnist``: Zalando's Fashion-MNIST (60,000 train / 10,000 test 28×28 images, 10 classes), an MLP.
 
 Data: the four standard IDX files (``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``,
-``t10k-images-idx3-ubyte``, ``t10k-labels-idx1-ubyte``, each raw or gzip-compressed with a ``.gz`` suffix) in
-``data_dir``. On Debian they come from package ``dataset-fashion-mnist``
-(``/usr/share/datasets/fashion-mnist``, the default); nothing is downloaded. The headers are checked strictly (magic, element type, rank, sizes, exact
-payload length, label range), and a file that fails a check raises ``ValueError`` naming the file and the
-figure. Images are kept as ``uint8`` and scaled to [0, 1] per batch; an image is a flat row-major vector of
-784 pixels (``x.view(-1, 28, 28)`` recovers the picture, so a trigger helper may address pixels by row and
-column). Training uses the whole 60k train split (cut into shards), evaluation the whole 10k test split.
+``t10k-images-idx3-ubyte``, ``t10k-labels-idx1-ubyte``, each raw or gzip-compressed with a ``.gz`` suffix)
+in ``data_dir``. On Debian they come from package ``dataset-fashion-mnist``
+(``/usr/share/datasets/fashion-mnist``, the default); nothing is downloaded. The headers are checked
+strictly (magic, element type, rank, sizes, exact payload length, label range), and a file that fails a check
+raises ``ValueError`` naming the file and the figure. Images are kept as ``uint8`` and scaled to [0, 1] per
+batch; an image is a flat row-major vector of 784 pixels (``x.view(-1, 28, 28)`` recovers the picture, so a
+trigger may address pixels by row and column). Training uses the whole 60k train split (cut into shards),
+evaluation the whole 10k test split.
 
-Model: MLP 784 → ``hidden`` → 10 with ReLU (``hidden`` = 32 by default: 25,450 parameters). It is this small
-so that the robustness benchmark (hundreds of 10-peer runs) fits in an hour on two CPU cores; an inner step costs
-about the same for any width up to 128 (per-step overhead dominates), so a wider model buys accuracy only at
-the guard's O(n²d) cost. Initialised as PyTorch's ``nn.Linear`` default, from a local generator.
+Model: MLP 784 → ``hidden`` → 10 with ReLU (``hidden`` = 32 by default: 25,450 parameters), small so that
+the robustness benchmark (about 900 runs of a 10-peer swarm) fits in an hour on two CPU cores. Measured here
+(10 peers, ``dirichlet:1``, 20 outer rounds of H = 20, plain mean, seed 0, one torch thread): hidden 16 / 32 /
+64 reach 0.817 / 0.822 / 0.837 test accuracy in 2.7 / 3.0 / 3.5 s per run; per-step overhead dominates, so
+width costs little time but enlarges d, which the O(n²d) rules pay for. Initialised as PyTorch's
+``nn.Linear`` default, from a local generator.
 
 Defaults (``HParams``): AdamW lr 3e-3, betas (0.9, 0.95), weight decay 0.1, batch 32, H = 20 inner steps
 (the figures of ``digits``).

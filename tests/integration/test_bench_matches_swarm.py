@@ -30,7 +30,7 @@ TOLERANCE = 0.02
 
 
 def _peer_threads() -> int:
-    """torch's default thread count in a fresh process with our environment (what each peer runs with)."""
+    """The default torch thread count in a fresh process with our environment (what each peer runs with)."""
     out = subprocess.run(
         [sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
         capture_output=True,
@@ -88,7 +88,7 @@ def test_in_process_cell_matches_the_swarm(tmp_path: Path, record_property: pyte
     record_property("swarm_accuracy", swarm_acc)
     record_property("in_process_accuracy", cell_acc)
     record_property("bit_identical", bit_identical)
-    print(f"swarm {swarm_acc:.4f}, in-process {cell_acc:.4f}, honest θ bit-identical: {bit_identical}")
+    print(f"swarm {swarm_acc:.4f}, in-process {cell_acc:.4f}, honest θ bit-identical: {bit_identical}")  # noqa: T201
     assert abs(swarm_acc - cell_acc) <= TOLERANCE, (swarm_acc, cell_acc)
     swarm_curve = [r["accuracy"] for r in report["rounds"]]
     cell_curve = [r["accuracy"] for r in cell["rounds"]]

@@ -127,7 +127,8 @@ class TestConfigAndCli:
         good.write_text(f"{A}\n", encoding="utf-8")
         bad.write_text("oops\n", encoding="utf-8")
         peers = ["--initial-peers", "/ip4/127.0.0.1/tcp/1/p2p/" + A]
-        args = parser.parse_args(["peer", *peers, "--allow-peers", str(good), "--max-inbound-streams-per-peer", "2"])
+        args = parser.parse_args(["peer", *peers, "--allow-peers", str(good),
+                                  "--max-inbound-streams-per-peer", "2"])
         config = resolve_config(args)
         assert config.allow_peers == str(good)
         assert config.max_inbound_streams_per_peer == 2

@@ -46,6 +46,8 @@ EXPECTED_REASON = {
     "wrong_shape": RejectReason.SHAPE_MISMATCH,
     "nan": RejectReason.NON_FINITE,
     "oversized": RejectReason.OVERSIZE,
+    "forged_signature": RejectReason.BAD_SIGNATURE,
+    "impersonate": RejectReason.BAD_SIGNATURE,
 }
 
 
@@ -75,8 +77,9 @@ def receive(draft: CommitDraft, expect: RoundExpectation) -> torch.Tensor | Reje
 
 
 def test_registry_names() -> None:
-    # equivocate sends two individually valid envelopes; its test is the equivocation proof below.
-    assert set(WIRE_ATTACKS) == set(EXPECTED_REASON) | {"equivocate"}
+    # equivocate sends two individually valid envelopes (its test is the proof below); replay needs the
+    # previous round's envelope, kept by the peer; both are exercised in live swarms.
+    assert set(WIRE_ATTACKS) == set(EXPECTED_REASON) | {"equivocate", "replay"}
 
 
 def test_equivocate_second_commit_conflicts_with_the_first() -> None:
