@@ -98,6 +98,10 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return lines + [""]
 
 
+def _seeds(count: int) -> str:
+    return "seed 0" if count == 1 else f"seeds 0–{count - 1}"
+
+
 def _duration(seconds: float) -> str:
     minutes, secs = divmod(int(round(seconds)), 60)
     return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
@@ -126,7 +130,14 @@ def render(cfg: Any, summary: dict[str, Any], meta: dict[str, Any], plots_rel: s
         "",
         f"- Command: `{meta['command']}`",
         f"- Finished {meta['finished']}; wall time {_duration(meta['wall_s'])} with {meta['jobs']} worker "
-        f"process(es); {summary['cells']} cells, {_duration(summary['cell_seconds'])} of cell time.",
+        f"process(es); {summary['cells']} cells, {_duration(summary['cell_seconds'])} of cell time "
+        f"({_duration(summary['cell_cpu_seconds'])} of CPU time)"
+        + (
+            f"; {meta['reused_cells']} cells were reused from an earlier run's cell file (`--resume`), so the "
+            "wall time covers only the rest."
+            if meta.get("reused_cells")
+            else "."
+        ),
         f"- Machine: {machine['cpu']}, {machine['cores']} cores, {machine['memory']} RAM; {machine['os']}.",
         f"- Versions: Python {machine['python']}, torch {machine['torch']}, numpy {machine['numpy']}, "
         f"p2p_guard {machine['p2p_guard']}.",
@@ -135,7 +146,7 @@ def render(cfg: Any, summary: dict[str, Any], meta: dict[str, Any], plots_rel: s
         f"- Swarm: n = {n} peers, f = {f} Byzantine (the last {f} peer indices), partition "
         f"`{cfg.partition}`; "
         f"every arm runs {cfg.rounds} outer rounds of H = {cfg.inner_steps} inner AdamW steps (the task's "
-        f"defaults), outer Nesterov lr 0.7, momentum 0.9; seeds 0–{cfg.seeds - 1}.",
+        f"defaults), outer Nesterov lr 0.7, momentum 0.9; {_seeds(cfg.seeds)}.",
         f"- Every rule runs with f̂ = f (the clean column `none` and the sweep's 0% keep f̂ = {f}); parameters "
         "are the registry defaults, the same for every attack.",
         "- Peers run in one process with the networked peer's own code (`LocalModel.train_round` / `apply`, "
@@ -243,8 +254,8 @@ def render(cfg: Any, summary: dict[str, Any], meta: dict[str, Any], plots_rel: s
     out += [
         "## Ablation: the semantic guard with one stage switched off",
         "",
-        f"Worst case over the same attacks (n = {n}, f = {f}, `{cfg.partition}`), mean over seeds "
-        f"0–{cfg.ablation_seeds - 1} for every row; a stage is a "
+        f"Worst case over the same attacks (n = {n}, f = {f}, `{cfg.partition}`), mean over "
+        f"{_seeds(cfg.ablation_seeds)} for every row; a stage is a "
         "`SemanticGuard` flag set to False.",
         "",
     ]
@@ -299,7 +310,7 @@ def render(cfg: Any, summary: dict[str, Any], meta: dict[str, Any], plots_rel: s
         "",
     ]
 
-    out += ["## Targets (issue 4), as measured", ""]
+    out += [f"## Targets of issue 4, as measured on this run (`{cfg.task}`)", ""]
     out += [
         f"- {'met' if t.passed else '**not met**'}: {t.name}: {t.detail}" for t in summary["targets"]
     ] or ["- –"]

@@ -532,6 +532,7 @@ def summarise(cfg: BenchConfig, results: Iterable[dict[str, Any]]) -> dict[str, 
         "targets": targets(cfg, headline, worst_case, fp, asr, sweep),
         "shared_theta": all(r["shared_theta"] for rs in grid.cells.values() for r in rs),
         "cell_seconds": sum(r["seconds"] for rs in grid.cells.values() for r in rs),
+        "cell_cpu_seconds": sum(r.get("cpu_seconds", 0.0) for rs in grid.cells.values() for r in rs),
         "skipped_steps": sum(int(r.get("skipped_steps", 0)) for rs in grid.cells.values() for r in rs),
         "cells": sum(len(rs) for rs in grid.cells.values()),
     }

@@ -161,6 +161,11 @@ def run_robustness(args: argparse.Namespace) -> int:
         _error(str(exc))
         return EXIT_USAGE
     numel = sum(p.numel() for p in model.parameters())
+    reused = 0
+    if args.resume:
+        from p2p_guard.bench.robustness import load_cells
+
+        reused = len(load_cells(cells))
     level = logging.getLogger("p2p_guard").getEffectiveLevel()
     worker_level = level if level <= logging.DEBUG else logging.ERROR
 
@@ -196,6 +201,7 @@ def run_robustness(args: argparse.Namespace) -> int:
         "numel": numel,
         "model": _describe_model(model),
         "cells_file": str(cells),
+        "reused_cells": reused,
     }
     plots = write_report(cfg, summary, meta, out)
     for guard, wc in summary["worst_case"].items():

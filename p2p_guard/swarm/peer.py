@@ -36,6 +36,7 @@ from p2p_guard.protocol import CODECS, PROTOCOL_VERSION, Envelope, Rejected, Rej
     open_envelope, payload_digest, state_hash
 from p2p_guard.protocol.proof import EquivocationDetector, EquivocationProof, verify_proof
 from p2p_guard.protocol.records import sign_record
+from p2p_guard.swarm.allowlist import filter_allowed, load_allowlist
 from p2p_guard.swarm.config import PeerConfig
 from p2p_guard.swarm.dht import SwarmDHT, start_dht
 from p2p_guard.swarm.events import EventLog
@@ -79,8 +80,12 @@ class Peer:
     """One peer's round loop over a started DHT and P2P replica (built by :func:`run_peer`)."""
 
     def __init__(self, config: PeerConfig, identity: Identity, local: LocalModel, dht: SwarmDHT, p2p: P2P,
-                 server: PayloadServer, events: EventLog) -> None:
-        """Wire the parts together; nothing starts until :meth:`run`."""
+                 server: PayloadServer, events: EventLog, allowed: frozenset[str] | None = None) -> None:
+        """Wire the parts together; nothing starts until :meth:`run`.
+
+        ``allowed`` is the permissioned swarm's allow-list (our own PeerID included), None for an open swarm.
+        """
+        self.allowed = allowed
         self.config = config
         self.identity = identity
         self.me = identity.peer_id_b58
@@ -124,7 +129,7 @@ class Peer:
         started = time.monotonic()
         shown = -1
         while not stop.is_set():
-            present = await read_presence(self.dht, self.config.run_id)
+            present = filter_allowed(await read_presence(self.dht, self.config.run_id), self.allowed)
             present[self.me] = self.round
             if len(present) >= self.config.min_peers:
                 return present
@@ -154,7 +159,8 @@ class Peer:
         if contribute:
             own = await self._commit(round_, base, outcome)
         commits = await await_commits(self.dht, self.config, round_, self.me if contribute else None, stop,
-                                      on_poll=self._watch_commits, exclude=frozenset(self.banned))
+                                      on_poll=self._watch_commits, exclude=frozenset(self.banned),
+                                      allowed=self.allowed)
         await self._collect_proofs(round_)
         outcome.verdicts += [{"sender": s, "accepted": False, "reason": RejectReason.EQUIVOCATION.value,
                               "detail": "banned: equivocation proof"} for s in commits if s in self.banned]
@@ -302,9 +308,9 @@ def _state_bytes_hash(data: bytes) -> bytes:
 async def _linger(peer: Peer, last_round: int, stop: asyncio.Event) -> None:
     """Keep serving our last payload until every peer of the last round has moved past it (bounded)."""
     deadline = time.monotonic() + peer.config.fetch_timeout_s
-    committers = set(await peer.dht.read(commit_key(peer.config.run_id, last_round)))
+    committers = set(filter_allowed(await peer.dht.read(commit_key(peer.config.run_id, last_round)), peer.allowed))
     while not stop.is_set() and time.monotonic() < deadline:
-        present = await read_presence(peer.dht, peer.config.run_id)
+        present = filter_allowed(await read_presence(peer.dht, peer.config.run_id), peer.allowed)
         waiting = [p for p in committers if p != peer.me and present.get(p, last_round + 1) <= last_round]
         if not waiting:
             return
@@ -326,9 +332,14 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
     p2p: P2P | None = None
     try:
         p2p = await dht_node.replicate_p2p()
-        server = PayloadServer(config.run_id)
+        allowed = None if config.allow_peers is None else load_allowlist(config.allow_peers) | {identity.peer_id_b58}
+        server = PayloadServer(config.run_id, max_inbound_streams=config.max_inbound_streams,
+                               max_inbound_streams_per_peer=config.max_inbound_streams_per_peer,
+                               max_requests_per_peer_per_s=config.max_requests_per_peer_per_s,
+                               request_burst=config.request_burst, serve_timeout_s=config.serve_timeout_s,
+                               min_serve_bytes_per_s=config.min_serve_bytes_per_s, allowed=allowed)
         await server.attach(p2p)
-        peer = Peer(config, identity, local, SwarmDHT(dht_node), p2p, server, events)
+        peer = Peer(config, identity, local, SwarmDHT(dht_node), p2p, server, events, allowed)
         maddrs = [str(m) for m in dht_node.get_visible_maddrs()]
         logger.info("peer %s up on %s (device %s, %d parameters)", identity.peer_id_b58, ", ".join(maddrs),
                     local.device, local.numel)

@@ -26,10 +26,11 @@ from hivemind.p2p import P2P, PeerID
 from p2p_guard.guard.integrity import RoundExpectation, check_envelope, check_payload
 from p2p_guard.identity import peer_id_to_b58
 from p2p_guard.protocol import Envelope, Rejected, RejectReason, open_envelope
+from p2p_guard.swarm.allowlist import filter_allowed
 from p2p_guard.swarm.config import PeerConfig
 from p2p_guard.swarm.dht import SwarmDHT
 from p2p_guard.swarm.records import commit_key, read_presence
-from p2p_guard.swarm.transport import NOT_READY, OK, fetch
+from p2p_guard.swarm.transport import BUSY, NOT_READY, OK, fetch
 
 __all__ = ["IntegrityVerdict", "await_commits", "check_rows", "majority_base", "open_commits"]
 
@@ -55,7 +56,8 @@ class IntegrityVerdict:
 
 async def await_commits(dht: SwarmDHT, config: PeerConfig, round_: int, me: str | None,
                         stop: asyncio.Event, *, on_poll: Callable[[dict[str, bytes]], None] | None = None,
-                        exclude: frozenset[str] = frozenset()) -> dict[str, bytes]:
+                        exclude: frozenset[str] = frozenset(),
+                        allowed: frozenset[str] | None = None) -> dict[str, bytes]:
     """Poll the round's commit key until the commit phase closes for this peer.
 
     It closes when every present peer has committed, or when ``ceil(quorum_fraction · present)`` commits
@@ -66,6 +68,7 @@ async def await_commits(dht: SwarmDHT, config: PeerConfig, round_: int, me: str 
         me: our PeerID (base58) when we committed this round; None for a peer that only listens.
         on_poll: called with every poll's raw commits (the equivocation detector watches them change).
         exclude: banned senders: neither waited for nor returned.
+        allowed: the allow-list of a permissioned swarm (None: open); others neither count nor are returned.
 
     Returns:
         ``{subkey: raw envelope bytes}`` as read from the DHT (unverified).
@@ -77,8 +80,9 @@ async def await_commits(dht: SwarmDHT, config: PeerConfig, round_: int, me: str 
         commits = await dht.read(commit_key(config.run_id, round_))
         if on_poll is not None:
             on_poll(commits)
-        commits = {k: v for k, v in commits.items() if k not in exclude}
-        present = (set(await read_presence(dht, config.run_id)) | ({me} if me else set())) - exclude
+        commits = filter_allowed({k: v for k, v in commits.items() if k not in exclude}, allowed)
+        present = set(filter_allowed(await read_presence(dht, config.run_id), allowed))
+        present = (present | ({me} if me else set())) - exclude
         now = time.monotonic()
         if present <= commits.keys():
             break
@@ -183,7 +187,7 @@ async def _payload(p2p: P2P, sender: str, env: Envelope, run_id: str, deadline: 
         if result.status == OK and result.data is not None:
             return result.data
         detail = result.detail or f"status {result.status}"
-        if result.status not in (NOT_READY, -1):
+        if result.status not in (NOT_READY, BUSY, -1):
             return Rejected(RejectReason.UNAVAILABLE, f"sender refused to serve its committed payload ({detail})")
         await asyncio.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
     return Rejected(RejectReason.TIMEOUT, f"payload not received before the fetch deadline ({detail})")
