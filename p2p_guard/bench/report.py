@@ -133,8 +133,8 @@ def render(cfg: Any, summary: dict[str, Any], meta: dict[str, Any], plots_rel: s
         f"process(es); {summary['cells']} cells, {_duration(summary['cell_seconds'])} of cell time "
         f"({_duration(summary['cell_cpu_seconds'])} of CPU time)"
         + (
-            f"; {meta['reused_cells']} cells were reused from an earlier run's cell file (`--resume`), so the "
-            "wall time covers only the rest."
+            f"; {meta['reused_cells']} cells were reused from an earlier run's cell file (`--resume`), so "
+            "the wall time covers only the rest."
             if meta.get("reused_cells")
             else "."
         ),
@@ -167,6 +167,10 @@ def render(cfg: Any, summary: dict[str, Any], meta: dict[str, Any], plots_rel: s
             + "; ".join(f"`{spec}` ({why})" for spec, why in cfg.skipped_attacks)
             + "."
         )
+    if summary.get("failed"):
+        out.append(f"- **{len(summary['failed'])} cells failed** and are left out of every table: "
+                   + "; ".join(f"`{c['arm']}` / `{c['attack']}` (f = {c['f']}, `{c['partition']}`, seed "
+                               f"{c['seed']}): {c['error']}" for c in summary["failed"]) + ".")  # fmt: skip
     if summary.get("skipped_steps"):
         out.append(
             f"- {summary['skipped_steps']} (honest peer, round) outer steps were skipped because the "

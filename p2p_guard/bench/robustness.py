@@ -30,6 +30,7 @@ import math
 import multiprocessing
 import signal
 import statistics
+import traceback
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -275,7 +276,12 @@ def _init_worker(log_level: int) -> None:
 
 
 def _run_job(spec: CellSpec) -> dict[str, Any]:
-    return run_cell(spec, task=_task_for(spec))
+    """Run one cell; a failure is returned as a result with ``error`` (the traceback), not raised."""
+    try:
+        return run_cell(spec, task=_task_for(spec))
+    except Exception:  # noqa: BLE001 - one failing cell must not end a long run; it is reported
+        return {"spec": spec.to_dict(), "arm": spec.arm, "attack": spec.attack_name,
+                "error": traceback.format_exc(limit=8)}  # fmt: skip
 
 
 def cell_key(spec: CellSpec | dict[str, Any]) -> str:
@@ -319,7 +325,8 @@ def run_cells(
         log_level: level of the ``p2p_guard`` loggers in the workers.
 
     Returns:
-        One result per spec, in the order of ``specs``.
+        One result per spec, in the order of ``specs``. A cell that raised is a result with ``error`` (its
+        traceback) and no figures; it is logged, left out of ``sink``, and left out of every summary.
 
     Raises:
         KeyboardInterrupt: on Ctrl+C, after the workers were terminated.
@@ -339,11 +346,15 @@ def run_cells(
 
     def finished(result: dict[str, Any]) -> None:
         done[cell_key(result["spec"])] = result
-        if sink is not None:
+        if "error" in result:
+            logger.error("cell %s / %s (seed %s) failed:\n%s", result["arm"], result["attack"],
+                         result["spec"]["seed"], result["error"])  # fmt: skip
+        elif sink is not None:  # failed cells stay out of the cell file, so --resume retries them
             sink(result)
         if bar is not None:
-            acc = result["final"]["accuracy"]
-            bar.set_postfix_str(f"{result['arm']} / {result['attack']}: {100 * acc:.1f}%", refresh=False)
+            acc = result.get("final", {}).get("accuracy")
+            shown = "failed" if acc is None else f"{100 * acc:.1f}%"
+            bar.set_postfix_str(f"{result['arm']} / {result['attack']}: {shown}", refresh=False)
             bar.update(1)
 
     try:
@@ -409,8 +420,12 @@ class Grid:
     def __init__(self, results: Iterable[dict[str, Any]]) -> None:
         """Index the results."""
         self.cells: dict[Group, list[dict[str, Any]]] = defaultdict(list)
+        self.failed: list[dict[str, Any]] = []
         for result in results:
             spec = result["spec"]
+            if "error" in result:
+                self.failed.append(result)
+                continue
             group = (result["arm"], result["attack"], int(spec["f"]), str(spec["partition"]))
             if all(r["spec"]["seed"] != spec["seed"] for r in self.cells[group]):
                 self.cells[group].append(result)
@@ -530,6 +545,17 @@ def summarise(cfg: BenchConfig, results: Iterable[dict[str, Any]]) -> dict[str, 
         "clean_mean": clean_mean,
         "checks": quick_checks(headline, worst_case),
         "targets": targets(cfg, headline, worst_case, fp, asr, sweep),
+        "failed": [
+            {
+                "arm": r["arm"],
+                "attack": r["attack"],
+                "seed": r["spec"]["seed"],
+                "f": r["spec"]["f"],
+                "partition": r["spec"]["partition"],
+                "error": r["error"].strip().splitlines()[-1],
+            }
+            for r in grid.failed
+        ],  # fmt: skip
         "shared_theta": all(r["shared_theta"] for rs in grid.cells.values() for r in rs),
         "cell_seconds": sum(r["seconds"] for rs in grid.cells.values() for r in rs),
         "cell_cpu_seconds": sum(r.get("cpu_seconds", 0.0) for rs in grid.cells.values() for r in rs),

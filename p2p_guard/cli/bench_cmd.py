@@ -1,8 +1,8 @@
 """``p2p-guard bench robustness``: every aggregator against every attack, written to ``docs/benchmarks.md``.
 
-Exit codes: 0 done, 1 an assertion of ``--quick`` failed, 2 bad arguments or missing data, 130 Ctrl+C,
-143 SIGTERM. Worker processes are terminated on the way out; cells already finished stay in the cell file
-(``--resume`` picks them up).
+Exit codes: 0 done, 1 a cell failed or an assertion of ``--quick`` failed (the report is written either
+way), 2 bad arguments or missing data, 130 Ctrl+C, 143 SIGTERM. Worker processes are terminated on the way
+out; cells already finished stay in the cell file (``--resume`` picks them up).
 """
 
 from __future__ import annotations
@@ -211,6 +211,9 @@ def run_robustness(args: argparse.Namespace) -> int:
             if wc and clean
             else f"{guard:>18}: no result"
         )
+    if summary["failed"]:
+        _error(f"{len(summary['failed'])} cell(s) failed (tracebacks above; listed in the report)")
+        return EXIT_CHECK_FAILED
     failed = [c for c in summary["checks"] if not c.passed]
     if args.quick:
         for c in summary["checks"]:

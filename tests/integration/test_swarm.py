@@ -202,3 +202,24 @@ def test_every_integrity_rejection_reason_from_live_attackers(live: Swarm) -> No
             assert event["accepted"] == n_honest - 1, "only the other honest peer's update may be applied"
             assert event["loss"] == event["loss"], "model must stay finite"
     assert live.events(0, "final")[0]["state_hash"] == live.events(1, "final")[0]["state_hash"]
+
+
+@pytest.mark.timeout(300)
+def test_permissioned_swarm_ignores_peers_outside_the_allow_list(live: Swarm) -> None:
+    from p2p_guard.identity import Identity
+
+    members = [Identity.load_or_create(live.workdir / f"peer{i}.key").peer_id_b58 for i in range(2)]
+    allow = live.workdir / "allow.txt"
+    allow.write_text("# the two members of this swarm\n" + "\n".join(members) + "\n")
+    maddr = live.start_bootstrap()
+    common = ["--num-peers", "3", "--rounds", "2", "--run-id", "closed", "--commit-timeout-s", "20"]
+    for i in range(2):
+        live.start_peer(i, maddr, [*common, "--min-peers", "2", "--allow-peers", str(allow)])
+    live.start_peer(2, maddr, [*common, "--min-peers", "3", "--attack", "sign_flip:scale=10"])
+    codes = live.wait_exit(["peer0", "peer1"], 240)
+    assert codes == {"peer0": 0, "peer1": 0}
+    outsider = live.events(2, "ready")[0]["peer_id"]
+    for i in range(2):
+        assert not [v for v in live.events(i, "verdict") if v["sender"] == outsider]
+        assert [e["accepted"] for e in live.events(i, "round")] == [1, 1]
+    assert live.events(0, "final")[0]["state_hash"] == live.events(1, "final")[0]["state_hash"]

@@ -16,6 +16,7 @@ from p2p_guard.bench.report import render, write_report
 from p2p_guard.bench.robustness import (
     CLEAN,
     BenchConfig,
+    Grid,
     Stat,
     ablation_flags,
     bench_attacks,
@@ -191,6 +192,16 @@ def test_run_cells_resumes_from_the_cell_file(tmp_path: Path) -> None:
     assert set(done) == {cell_key(s) for s in specs}
     again = run_cells(specs, jobs=1, done=done, sink=lambda r: pytest.fail("reran a finished cell"))
     assert [r["state_hash"] for r in again] == [r["state_hash"] for r in first]
+
+
+def test_a_failing_cell_is_reported_not_raised() -> None:
+    lines: list[dict[str, Any]] = []
+    (result,) = run_cells([_spec(guard="no_such_rule")], jobs=1, sink=lines.append)
+    assert "unknown guard" in result["error"]
+    assert lines == []  # left out of the cell file, so --resume retries it
+    grid = Grid([result, run_cell(_spec())])
+    assert len(grid.failed) == 1
+    assert grid.final("mean", CLEAN, 0, "iid") is not None
 
 
 @pytest.mark.slow
