@@ -385,9 +385,8 @@ def run_cell(
         evaluated = [honest[0]] if shared else honest
         metrics = [peers[j].evaluate() for j in evaluated]
         asr_values = []
-        if attacks:
-            for j in evaluated:
-                peers[j].evaluate()  # loads θ_j into the module
+        if attacks and hasattr(attacks[n - 1], "triggered_test_inputs"):
+            for j in evaluated:  # each peer's module holds its θ (apply and evaluate load it)
                 value = backdoor_success(task, peers[j].model, attacks[n - 1])
                 if value is not None:
                     asr_values.append(value)

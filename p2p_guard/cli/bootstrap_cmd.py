@@ -55,13 +55,19 @@ def _print_maddrs(maddrs: list[str]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the bootstrap node; return the exit code."""
-    from p2p_guard.swarm.bootstrap import run_bootstrap  # imports hivemind: only when needed
+    from hivemind.p2p import P2PDaemonError  # hivemind is heavy: imported only when needed
+
+    from p2p_guard.swarm.bootstrap import run_bootstrap
 
     try:
         values = resolve(args)
     except ValueError as e:
         logger.error("%s", e)
         return 2
-    return run_bootstrap(identity_path=values["identity"], host=values["host"], port=int(values["port"]),
-                         announce_host=values["announce_host"], address_file=values["address_file"],
-                         on_ready=_print_maddrs)
+    try:
+        return run_bootstrap(identity_path=values["identity"], host=values["host"], port=int(values["port"]),
+                             announce_host=values["announce_host"], address_file=values["address_file"],
+                             on_ready=_print_maddrs)
+    except (ValueError, OSError, TimeoutError, P2PDaemonError) as e:
+        logger.error("bootstrap node stopped: %s", e)
+        return 1

@@ -16,7 +16,8 @@ __all__ = ["build_parser", "main"]
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (one subcommand per module in ``p2p_guard.cli``)."""
     parser = argparse.ArgumentParser(prog="p2p-guard", description="Byzantine-robust peer-to-peer training.")
-    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
+    parser.add_argument("--log-level", default="INFO", type=str.upper,
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log verbosity (default INFO)")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in (bootstrap_cmd, peer_cmd, simulate_cmd, verify_proof_cmd, bench_cmd):
         module.add_parser(sub)

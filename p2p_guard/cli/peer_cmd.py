@@ -81,7 +81,28 @@ def resolve_config(args: argparse.Namespace) -> PeerConfig:
         from p2p_guard.swarm.allowlist import load_allowlist  # fail at start on a bad allow-list file
 
         load_allowlist(config.allow_peers)
+    check_names(config)
     return config
+
+
+def check_names(config: PeerConfig) -> None:
+    """Fail before any process starts on a bad task, guard, attack or bootstrap address.
+
+    Raises:
+        ValueError: naming the bad setting and the valid choices.
+    """
+    from p2p_guard.attacks import load_attack
+    from p2p_guard.guard import GUARD_NAMES
+    from p2p_guard.swarm.dht import check_initial_peers
+    from p2p_guard.tasks import TASK_NAMES
+
+    if config.task not in TASK_NAMES:
+        raise ValueError(f"unknown task {config.task!r}; known tasks: {', '.join(TASK_NAMES)}")
+    if config.guard not in GUARD_NAMES:
+        raise ValueError(f"unknown guard {config.guard!r}; known guards: {', '.join(GUARD_NAMES)}")
+    if config.attack:
+        load_attack(config.attack)
+    check_initial_peers(config.initial_peers)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -28,6 +28,7 @@ RECORD_KINDS = ("state", "presence")
 RECORD_SIGNING_CONTEXT = b"p2p_guard.record\x00"
 MAX_RECORD_BYTES = 1024
 _MAX_STR = 256
+_MAX_INT64 = 2**63 - 1
 #: Bounds :func:`open_signed_record` puts on the kind and run strings (UTF-8 bytes) and on the round.
 MAX_KIND_BYTES = 64
 _MAX_ROUND = 2**63 - 1
@@ -129,10 +130,10 @@ def _check_fields(fields: list[Any], body: Any, signature: Any, *, kind: str, ru
         return Rejected(RejectReason.BAD_SIGNATURE, "signature does not match the sender's PeerID")
     if r_run != run_id:
         return Rejected(RejectReason.WRONG_RUN, f"run {r_run!r}")
-    if not isinstance(r_round, int) or isinstance(r_round, bool) or r_round < 0:
+    if not isinstance(r_round, int) or isinstance(r_round, bool) or not 0 <= r_round <= _MAX_INT64:
         return Rejected(RejectReason.DECODE_ERROR, f"round {r_round!r}")
     valid_value = (isinstance(value, bytes) and len(value) == 32) if kind == "state" else (
-        isinstance(value, int) and not isinstance(value, bool) and value >= 0)
+        isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_INT64)
     if not valid_value:
         return Rejected(RejectReason.DECODE_ERROR, f"bad {kind} value")
     return SignedRecord(kind=kind, run_id=r_run, round=r_round, sender=sender, value=value)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from p2p_guard.identity import Identity
 from p2p_guard.swarm.dht import start_dht
-from p2p_guard.swarm.reaper import start_reaper, stop_reaper
+from p2p_guard.swarm.reaper import start_reaper, stop_reaper_if_clean
 
 __all__ = ["run_bootstrap", "write_address_file"]
 
@@ -47,11 +47,17 @@ def run_bootstrap(*, identity_path: str, host: str, port: int, announce_host: st
     Returns:
         0 on a requested stop.
     """
-    reaper = start_reaper()
     identity = Identity.load_or_create(identity_path)
+    reaper = start_reaper()
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-    dht = start_dht(identity_path=identity_path, host=host, port=port, announce_host=announce_host)
+    try:
+        dht = start_dht(identity_path=identity_path, host=host, port=port, announce_host=announce_host)
+    except BaseException:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        stop_reaper_if_clean(reaper)
+        raise
     try:
         maddrs = [str(m) for m in dht.get_visible_maddrs()]
         logger.info("bootstrap node %s listening", identity.peer_id_b58)
@@ -66,5 +72,5 @@ def run_bootstrap(*, identity_path: str, host: str, port: int, announce_host: st
         dht.shutdown()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    stop_reaper(reaper)
+    stop_reaper_if_clean(reaper)
     return 0

@@ -9,11 +9,15 @@ Everything read back is hostile: only ``bytes`` values under ``str`` subkeys are
 from __future__ import annotations
 
 import logging
+import signal
+import socket
 from collections.abc import Sequence
 
 import hivemind
 from hivemind.dht.validation import RecordValidatorBase
+from hivemind.p2p import PeerID
 from hivemind.utils import get_dht_time
+from hivemind.utils.multiaddr import Multiaddr
 
 __all__ = ["SwarmDHT", "listen_maddr", "start_dht"]
 
@@ -23,6 +27,54 @@ MAX_SUBKEYS_READ = 4096
 #: Nodes asked to store each record (hivemind's default is 5). More copies mean a Byzantine storage node can
 #: hide a commit from fewer readers, and in a small swarm every node holds, validates and logs every record.
 NUM_REPLICAS = 16
+
+
+class _DHTProcess(hivemind.DHT):
+    """hivemind's DHT process, with default signal dispositions restored right after the fork.
+
+    The fork copies the parent's Python signal handlers (the peer's asyncio SIGTERM/SIGINT handlers, the
+    bootstrap's stop flag), so ``DHT.terminate()``'s SIGTERM would be swallowed in the child and the parent
+    would wait for it forever. hivemind itself then ignores SIGINT in the child.
+    """
+
+    def run(self) -> None:
+        """Reset SIGTERM to its default action, then serve the DHT (hivemind's ``DHT.run``)."""
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        super().run()
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Fail early, with a clear message, when ``host:port`` (TCP) cannot be bound.
+
+    ``p2pd`` does not report a listen failure to hivemind, so without this check a second node on a taken
+    port would say it is up and print an address that reaches the first one.
+
+    Raises:
+        OSError: the port is in use or the address is not local (the message names both).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError as e:
+            raise OSError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
+def check_initial_peers(maddrs: Sequence[str]) -> None:
+    """Check that every bootstrap address is a multiaddr ending in ``/p2p/<PeerID>``.
+
+    Raises:
+        ValueError: naming the first malformed address.
+    """
+    for text in maddrs:
+        try:
+            maddr = Multiaddr(text)
+            peer = maddr.value_for_protocol("p2p")
+            PeerID.from_base58(peer)
+        except Exception as e:  # noqa: BLE001 - the multiaddr parser raises many types
+            raise ValueError(f"bad --initial-peers address {text!r}: expected /ip4/HOST/tcp/PORT/p2p/PEERID "
+                             f"as printed by `p2p-guard bootstrap` ({type(e).__name__})") from None
 
 
 def listen_maddr(host: str, port: int) -> str:
@@ -58,7 +110,9 @@ def start_dht(
         A started ``hivemind.DHT``; call ``shutdown()`` when done.
 
     Raises:
-        hivemind.p2p.P2PDaemonError: if ``p2pd`` cannot start (port taken, bad identity file).
+        ValueError: a malformed initial peer address.
+        OSError: the port is taken.
+        hivemind.p2p.P2PDaemonError: if ``p2pd`` cannot start (bad identity file, unreachable bootstrap peers).
         TimeoutError: if the node is not ready in time, or cannot reach any initial peer.
     """
     kwargs: dict[str, object] = {
@@ -76,7 +130,10 @@ def start_dht(
         from p2p_guard.swarm.validator import RecordValidator  # here: swarm.validator imports swarm.records
 
         record_validators = [RecordValidator()]
-    dht = hivemind.DHT(initial_peers=list(initial_peers) or None, start=False,
+    check_initial_peers(initial_peers)
+    if port != 0:
+        check_port_free(host, port)
+    dht = _DHTProcess(initial_peers=list(initial_peers) or None, start=False,
                        record_validators=list(record_validators), **kwargs)
     dht.run_in_background(await_ready=False)
     try:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from hivemind.p2p import P2P
+from hivemind.p2p import P2P, P2PDaemonError
 from tqdm import tqdm
 
 from p2p_guard.attacks import load_attack
@@ -40,7 +40,7 @@ from p2p_guard.swarm.allowlist import filter_allowed, load_allowlist
 from p2p_guard.swarm.config import PeerConfig
 from p2p_guard.swarm.dht import SwarmDHT, start_dht
 from p2p_guard.swarm.events import EventLog
-from p2p_guard.swarm.reaper import start_reaper, stop_reaper
+from p2p_guard.swarm.reaper import start_reaper, stop_reaper_if_clean
 from p2p_guard.swarm.records import COMMIT_TTL_S, PRESENCE_TTL_S, commit_key, presence_key, publish_proof, \
     read_presence, read_proofs
 from p2p_guard.swarm.rounds import IntegrityVerdict, await_commits, check_rows, fetch_state, majority_base, \
@@ -54,7 +54,7 @@ __all__ = ["Peer", "run_peer"]
 
 logger = logging.getLogger(__name__)
 
-PRESENCE_REFRESH_S = 4.0
+PRESENCE_REFRESH_S = 3.0
 #: An equivocating attacker stores its second envelope this long after the first (seconds).
 EQUIVOCATION_DELAY_S = 1.0
 
@@ -439,8 +439,7 @@ def run_peer(config: PeerConfig, *, progress: bool = True) -> int:
     """
     reaper = start_reaper()
     code = asyncio.run(_run_with_signals(config, progress))
-    # Only a clean exit stops the watchdog; on any other way out it outlives us and kills what is left.
-    stop_reaper(reaper)
+    stop_reaper_if_clean(reaper)  # on any other way out, the watchdog outlives us and kills what is left
     return code
 
 
@@ -451,7 +450,7 @@ async def _run_with_signals(config: PeerConfig, progress: bool) -> int:
         loop.add_signal_handler(sig, _request_stop, stop, sig)
     try:
         completed = await _main(config, progress, stop)
-    except (TimeoutError, ValueError, OSError) as e:
+    except (TimeoutError, ValueError, OSError, P2PDaemonError) as e:
         logger.error("peer stopped: %s", e)
         return 1
     finally:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-__all__ = ["start_reaper", "stop_reaper", "sweep", "watch"]
+__all__ = ["start_reaper", "stop_reaper", "stop_reaper_if_clean", "sweep", "watch"]
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +78,25 @@ def start_reaper(
         return None
     logger.debug("process reaper started (pid %d)", proc.pid)
     return proc
+
+
+def stop_reaper_if_clean(proc: subprocess.Popen[bytes] | None) -> None:
+    """Stop the watchdog if we have no other descendant left; otherwise leave it to sweep them after we exit.
+
+    Call it as the last step of a clean shutdown: if the DHT process or ``p2pd`` somehow survived, the
+    watchdog (which outlives us by at most about two seconds) kills them.
+    """
+    if proc is None:
+        return
+    try:
+        others = [p for p in psutil.Process().children(recursive=True) if p.pid != proc.pid]
+    except psutil.Error:
+        others = []
+    if others:
+        logger.warning("leaving the reaper to end %d leftover process(es): %s", len(others),
+                       [p.pid for p in others])
+        return
+    stop_reaper(proc)
 
 
 def stop_reaper(proc: subprocess.Popen[bytes] | None, *, timeout_s: float = 5.0) -> None:

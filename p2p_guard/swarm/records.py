@@ -2,7 +2,7 @@
 
 | key                               | subkey            | value                                   | TTL   |
 |-----------------------------------|-------------------|-----------------------------------------|-------|
-| ``p2p_guard/<run>/presence``      | sender PeerID b58 | signed ``presence`` record (its round)  | 20 s  |
+| ``p2p_guard/<run>/presence``      | sender PeerID b58 | signed ``presence`` record (its round)  | 12 s  |
 | ``p2p_guard/<run>/<round>/commit``| sender PeerID b58 | signed envelope (``protocol.envelope``) | 10 min|
 | ``p2p_guard/<run>/<round>/votes`` | voter PeerID b58  | signed ``votes`` record (its verdicts)  | 10 min|
 | ``p2p_guard/<run>/proofs``        | ACCUSED PeerID b58| equivocation proof (``protocol.proof``) | 10 min|
@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 
 #: Every key of ours starts with this (the DHT only ever sees the SHA-1 of the whole key).
 KEY_PREFIX = "p2p_guard/"
-PRESENCE_TTL_S = 20.0
+PRESENCE_TTL_S = 12.0
 COMMIT_TTL_S = 600.0
 VOTES_TTL_S = 600.0
 #: A proof expires like any record; every honest peer that holds one republishes it each round.

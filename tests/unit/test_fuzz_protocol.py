@@ -410,6 +410,13 @@ def test_records(case: tuple[Any, bool], kind: str, run_id: str) -> None:
         assert generic == result, "open_record accepted what open_signed_record refuses"
 
 
+def test_open_record_and_the_validator_agree_on_round_bounds() -> None:
+    data = signed_record_bytes(["presence", PROTOCOL_VERSION, RUN, 2**64 - 1, ALICE.peer_id, 2**64 - 1])
+    assert isinstance(open_signed_record(data), Rejected)
+    result = open_record(data, kind="presence", run_id=RUN)
+    assert isinstance(result, Rejected), f"open_record accepted round {getattr(result, 'round', None)}"
+
+
 # --- verify_proof -----------------------------------------------------------------------------------------------
 
 
