@@ -376,7 +376,7 @@ class VoteSmear:
 
 
 class Impersonate:
-    """Sign with our own key but claim another PeerID as the sender.
+    """Sign with our own key but claim another PeerID as the sender (DHT validators refuse it: bad_signature).
 
     The signature does not verify against the key inside the claimed PeerID, and the claimed PeerID is not
     the DHT subkey the record is filed under: DHT validators refuse it (impersonation), and a receiver that
