@@ -303,7 +303,6 @@ class Oversized:
         return f"Oversized(extra_bytes={self.extra_bytes})"
 
 
-#: Built-in wire attacks by name.
 class Equivocate:
     """Commit two different signed envelopes for the same round (equivocation).
 
@@ -415,6 +414,7 @@ class Replay:
         return "Replay()"
 
 
+#: Built-in wire attacks by name.
 WIRE_ATTACKS: dict[str, type] = {
     "equivocate": Equivocate,
     "forged_signature": BadSignature,
