@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-quick bench-quick clean
+.PHONY: setup demo test test-long test-quick bench-quick clean
 
 setup: $(STAMP)
 
@@ -24,7 +24,11 @@ demo: setup
 	$(BIN)/p2p-guard simulate --task digits --honest 6 --byzantine 2 --attack sign_flip:scale=10 --rounds 10 --seed 0 --report runs/demo.json
 
 test: setup
-	$(BIN)/python -m pytest tests -q
+	$(BIN)/python -m pytest tests -q -m "not long"
+
+# Minutes-long load and benchmark checks (memory under 100,000 replayed envelopes, bench vs live swarm).
+test-long: setup
+	$(BIN)/python -m pytest tests -q -m long
 
 test-quick: setup
 	$(BIN)/python -m pytest tests -q -m "not slow"

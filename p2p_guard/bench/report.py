@@ -182,7 +182,7 @@ def render(cfg: Any, summary: dict[str, Any], meta: dict[str, Any], plots_rel: s
     out += [
         f"## Final test accuracy (%), n = {n}, f = {f}, `{cfg.partition}`",
         "",
-        f"Mean ± standard deviation over {cfg.seeds} seeds, after {cfg.rounds} outer rounds. `none`: no "
+        f"Mean ± standard deviation over {_seeds(cfg.seeds)}, after {cfg.rounds} outer rounds. `none`: no "
         f"attacker (all {n} peers honest). C = `mean` with no attacker = {_pct(clean)}.",
         "",
     ]
@@ -243,7 +243,7 @@ def render(cfg: Any, summary: dict[str, Any], meta: dict[str, Any], plots_rel: s
     if summary["asr"]:
         out += [
             "Share of triggered test images (true class ≠ target) classified as the target, after the last "
-            f"round; mean ± std over {cfg.seeds} seeds, f = {f}.",
+            f"round; mean ± std over {_seeds(cfg.seeds)}, f = {f}.",
             "",
         ]
         rows = [[f"`{a}`", *(_pct(by[g]) for g in guards)] for a, by in summary["asr"].items()]
@@ -288,7 +288,7 @@ def render(cfg: Any, summary: dict[str, Any], meta: dict[str, Any], plots_rel: s
         "## Sweep: Byzantine fraction × partition",
         "",
         f"Worst-case final accuracy (%) over each aggregator's {cfg.sweep_worst} worst headline attack(s), "
-        f"mean over {cfg.sweep_seeds} seed(s), n = {n}; 0% is the clean run.",
+        f"mean over {_seeds(cfg.sweep_seeds)}, n = {n}; 0% is the clean run.",
         "",
     ]
     fractions = list(cfg.sweep_fractions)

@@ -22,7 +22,7 @@ from p2p_guard.simulation.config import SimulationConfig
 from p2p_guard.simulation.events import read_events
 from p2p_guard.simulation.orchestrator import peer_paths, run_simulation
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.long]
 
 HONEST, BYZANTINE, ROUNDS, SEED = 6, 2, 5, 0
 ATTACK = "sign_flip:scale=10"

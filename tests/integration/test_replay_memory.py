@@ -49,7 +49,7 @@ from p2p_guard.swarm.dht import start_dht  # noqa: E402
 from p2p_guard.swarm.records import commit_key  # noqa: E402
 from p2p_guard.swarm.validator import RecordValidator, fetch_validator_report  # noqa: E402
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300), pytest.mark.long]
 
 RUN = "replay-memory"
 SENDERS = 8
