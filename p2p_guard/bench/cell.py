@@ -8,9 +8,9 @@ with its own shard, and a round is, for every peer index i (honest peers first, 
 2. a Byzantine peer commits ``attacked_update(attack, Δ_i, known_previous_i, AttackContext(round=r, n=n,
    f=max(1, f), generator=round_generator(run, seed, i, r, 3), guard_name=guard, guard_params=…,
    guard_f=f̂))``, where ``known_previous_i`` holds every other row it received in round r − 1
-   (commit-before-reveal lets it see no more), as in ``Peer._attacked`` (which does not pass ``guard_params``
-   and ``guard_f`` yet: a networked peer has no guard parameters, and its f̂ is ``--assumed-byzantine``; a
-   white-box attack here knows the exact configuration of the arm it attacks, ablation switches included);
+   (commit-before-reveal lets it see no more), as in ``Peer._attacked``; a peer has no guard parameters to
+   pass, so ``guard_params`` is empty except in the ablation, where a white-box attack is told the switches of
+   the arm it attacks;
    a data attack acts in step 1 and ``attacked_update`` applies its ``boost``;
 3. rows that are not finite are dropped before the guard, as the swarm's integrity stage drops them
    (recorded as rejections with reason ``non_finite``);

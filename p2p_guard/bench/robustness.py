@@ -24,6 +24,7 @@ appended to a JSON-lines file, so an interrupted run resumes where it stopped (`
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import math
@@ -47,6 +48,7 @@ __all__ = [
     "ablation_cells",
     "ablation_flags",
     "bench_attacks",
+    "code_fingerprint",
     "full_config",
     "headline_cells",
     "quick_checks",
@@ -290,8 +292,41 @@ def cell_key(spec: CellSpec | dict[str, Any]) -> str:
     return json.dumps(fields, sort_keys=True)
 
 
-def load_cells(path: Path) -> dict[str, dict[str, Any]]:
-    """Results already in a JSON-lines cell file, by :func:`cell_key` (a torn last line is ignored)."""
+_NOT_IN_FINGERPRINT = (
+    "bench/robustness.py",
+    "bench/report.py",
+    "bench/plots.py",
+    "bench/__init__.py",
+    "cli/",
+)
+
+
+def code_fingerprint() -> str:
+    """SHA-256 over the code a cell's result depends on: every ``p2p_guard`` module but the reporting ones.
+
+    The benchmark's grid, report and plots and the CLI are left out (they do not change a cell's figures),
+    and torch's version is put in. A resumed run reuses only cells stamped with the current fingerprint, so
+    results of an older guard, attack or training code never mix with new ones.
+    """
+    import torch
+
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256(f"torch {torch.__version__}\n".encode())
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith(_NOT_IN_FINGERPRINT):
+            continue
+        digest.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def load_cells(path: Path, fingerprint: str | None = None) -> dict[str, dict[str, Any]]:
+    """Results already in a JSON-lines cell file, by :func:`cell_key` (a torn last line is ignored).
+
+    Args:
+        path: the cell file.
+        fingerprint: keep only results stamped with this :func:`code_fingerprint` (None: keep all).
+    """
     done: dict[str, dict[str, Any]] = {}
     if not path.exists():
         return done
@@ -300,7 +335,8 @@ def load_cells(path: Path) -> dict[str, dict[str, Any]]:
             result = json.loads(line)
         except json.JSONDecodeError:
             continue
-        done[cell_key(result["spec"])] = result
+        if fingerprint is None or result.get("code") == fingerprint:
+            done[cell_key(result["spec"])] = result
     return done
 
 
@@ -690,7 +726,8 @@ def run_benchmark(
         cfg: the run.
         jobs: worker processes.
         cells_path: JSON-lines file each finished cell is appended to (None: none).
-        resume: reuse the results already in ``cells_path`` (otherwise the file is started afresh).
+        resume: reuse the results already in ``cells_path`` that carry the current :func:`code_fingerprint`
+            (otherwise the file is started afresh).
         progress: ``progress(total, phase)`` returns a tqdm-like bar, or None for no bar.
         log_level: level of the ``p2p_guard`` loggers in the workers.
 
@@ -702,17 +739,18 @@ def run_benchmark(
     """
     done: dict[str, dict[str, Any]] = {}
     sink = None
+    fingerprint = code_fingerprint()
     if cells_path is not None:
         cells_path.parent.mkdir(parents=True, exist_ok=True)
         if resume:
-            done = load_cells(cells_path)
-            logger.info("resuming: %d cells already in %s", len(done), cells_path)
+            done = load_cells(cells_path, fingerprint)
+            logger.info("resuming: %d cells of code %s already in %s", len(done), fingerprint, cells_path)
         else:
             cells_path.write_text("")
 
         def sink(result: dict[str, Any]) -> None:
             with open(cells_path, "a") as out:
-                out.write(json.dumps(result, allow_nan=False) + "\n")
+                out.write(json.dumps({**result, "code": fingerprint}, allow_nan=False) + "\n")
 
     def bar(phase: str) -> Callable[[int], Any] | None:
         return None if progress is None else (lambda total: progress(total, phase))

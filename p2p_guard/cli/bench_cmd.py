@@ -85,7 +85,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=None,
         help="JSON-lines file of finished cells (default runs/bench-<full|quick>-cells.jsonl)",
     )
-    parser.add_argument("--resume", action="store_true", help="reuse the cells already in --cells")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="reuse the cells already in --cells that were run by the same code",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run_robustness)
     return bench
@@ -163,9 +167,9 @@ def run_robustness(args: argparse.Namespace) -> int:
     numel = sum(p.numel() for p in model.parameters())
     reused = 0
     if args.resume:
-        from p2p_guard.bench.robustness import load_cells
+        from p2p_guard.bench.robustness import code_fingerprint, load_cells
 
-        reused = len(load_cells(cells))
+        reused = len(load_cells(cells, code_fingerprint()))
     level = logging.getLogger("p2p_guard").getEffectiveLevel()
     worker_level = level if level <= logging.DEBUG else logging.ERROR
 

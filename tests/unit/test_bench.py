@@ -21,6 +21,7 @@ from p2p_guard.bench.robustness import (
     ablation_flags,
     bench_attacks,
     cell_key,
+    code_fingerprint,
     headline_cells,
     load_cells,
     quick_checks,
@@ -180,6 +181,17 @@ def test_grid_builders_cover_every_arm() -> None:
     sweep = sweep_cells(cfg, {"mean": ["sign_flip:scale=10"], "semantic": ["sign_flip:scale=10"]})
     assert sorted({(c.f, c.attack) for c in sweep}) == [(0, None), (1, "sign_flip:scale=10")]
     assert "verdict" in ablation_flags()
+
+
+def test_resume_reuses_only_cells_of_the_same_code(tmp_path: Path) -> None:
+    path = tmp_path / "cells.jsonl"
+    result = run_cell(_spec())
+    path.write_text(
+        json.dumps({**result, "code": "old"}) + "\n" + json.dumps({**result, "code": "new"}) + "\n"
+    )
+    assert len(load_cells(path, "new")) == 1
+    assert load_cells(path, "other") == {}
+    assert len(code_fingerprint()) == 16
 
 
 def test_run_cells_resumes_from_the_cell_file(tmp_path: Path) -> None:
