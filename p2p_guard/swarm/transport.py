@@ -19,6 +19,7 @@ exchange by its ``timeout_s``, so a trickling server costs bounded time too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import OrderedDict
@@ -298,6 +299,11 @@ class PayloadServer:
                 self.stats.serve_timeouts += 1
                 self._note(peer, "reader too slow, answer cut after %.1f s", limit_s)
                 writer.transport.abort()
+                return
+            if status == BAD_REQUEST:
+                # An over-long request was not read to its end; closing with unread input resets the
+                # stream, and the reset can overtake the status byte (see _refuse).
+                await _discard_briefly(reader)
         except (asyncio.IncompleteReadError, ConnectionError) as e:
             logger.debug("fetch from %s ended early: %s", peer[-12:], type(e).__name__)
         finally:
@@ -351,12 +357,23 @@ async def _refuse(status: int, reader: asyncio.StreamReader, writer: asyncio.Str
 async def _refuse_unbounded(status: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     writer.write(bytes([status]))
     await writer.drain()
+    await _discard_input(reader)
+
+
+async def _discard_input(reader: asyncio.StreamReader) -> None:
+    """Read and drop what is left of a request (at most ``4 + MAX_REQUEST_BYTES`` bytes), until EOF."""
     left = 4 + MAX_REQUEST_BYTES
     while left > 0:
         chunk = await reader.read(left)
         if not chunk:
             return
         left -= len(chunk)
+
+
+async def _discard_briefly(reader: asyncio.StreamReader) -> None:
+    """:func:`_discard_input` for at most :data:`REFUSAL_TIMEOUT_S`; a silent caller is simply closed."""
+    with contextlib.suppress(asyncio.TimeoutError, ConnectionError, asyncio.IncompleteReadError):
+        await asyncio.wait_for(_discard_input(reader), REFUSAL_TIMEOUT_S)
 
 
 async def _read_request(reader: asyncio.StreamReader) -> object:
