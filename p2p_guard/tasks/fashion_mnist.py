@@ -38,22 +38,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from p2p_guard.tasks._common import (
-    DeferredLinear,
-    check_batch_size,
-    evaluating,
-    init_generator,
-    linear_default_,
-)
-from p2p_guard.tasks.base import Batch, HParams, Metrics, Shard, TaskKind
-from p2p_guard.tasks.partition import (
-    check_shard_args,
-    make_rng,
-    parse_partition,
-    split_dirichlet,
-    split_holdout,
-    split_iid,
-)
+from p2p_guard.tasks._common import evaluating
+from p2p_guard.tasks.base import Metrics
+from p2p_guard.tasks.image_classification import ImageClassificationTask
 
 __all__ = ["DEFAULT_DATA_DIR", "FILES", "FashionMnistTask", "read_idx"]
 
@@ -185,7 +172,7 @@ def load_fashion_mnist(data_dir: Path) -> _FashionData:
     )
 
 
-class FashionMnistTask:
+class FashionMnistTask(ImageClassificationTask):
     """Fashion-MNIST, MLP 784-hidden-10: the benchmark's classification task.
 
     Args:
@@ -198,11 +185,8 @@ class FashionMnistTask:
     """
 
     name = "fashion-mnist"
-    kind: TaskKind = "classification"
     num_classes = _NUM_CLASSES
-    default_hparams = HParams(
-        inner_lr=3e-3, batch_size=32, inner_steps=20, weight_decay=0.1, betas=(0.9, 0.95)
-    )
+    num_pixels = _NUM_PIXELS
 
     def __init__(self, *, data_dir: str | Path | None = None, hidden: int = 32) -> None:
         """Check the options; the data is read on first use."""
@@ -235,126 +219,9 @@ class FashionMnistTask:
         """
         _ = self._data
 
-    @property
-    def num_train(self) -> int:
-        """Number of images in the training split (60,000 for the real data)."""
-        return int(self._data.y_train.shape[0])
-
-    def build_model(self, seed: int) -> nn.Module:
-        """MLP 784 → hidden → 10 (ReLU), parameters drawn from ``seed`` only.
-
-        Args:
-            seed: Initialisation seed.
-
-        Returns:
-            The model on CPU, float32, train mode. Input ``(B, 784)`` float32, output logits ``(B, 10)``.
-
-        Raises:
-            ValueError: If ``seed`` is not an integer.
-        """
-        generator = init_generator(seed)
-        model = nn.Sequential(
-            DeferredLinear(_NUM_PIXELS, self.hidden), nn.ReLU(), DeferredLinear(self.hidden, self.num_classes)
-        )
-        with torch.no_grad():
-            for layer in model.modules():
-                if isinstance(layer, nn.Linear):
-                    linear_default_(layer, generator)
-        return model.train()
-
-    def shard(self, num_shards: int, index: int, partition: str, seed: int) -> Shard:
-        """Shard ``index`` of the 60k training images, 10% of it kept as the peer's private hold-out.
-
-        Args:
-            num_shards: Number of shards, ``>= 1``.
-            index: Which shard, in ``[0, num_shards)``.
-            partition: ``"iid"`` or ``"dirichlet:ALPHA"`` (label skew, Hsu et al. 2019).
-            seed: Partition seed, the same on every peer.
-
-        Returns:
-            A :class:`Shard` whose ``train`` / ``holdout`` are ``int64`` indices into the training split.
-
-        Raises:
-            ValueError: On bad arguments, or if the training split cannot be cut that finely.
-        """
-        check_shard_args(num_shards, index)
-        spec = parse_partition(partition)
-        rng = make_rng(seed, 0)
-        labels = self._data.y_train.numpy()
-        if spec.kind == "iid":
-            parts = split_iid(len(labels), num_shards, rng)
-        else:
-            if spec.alpha is None:
-                raise ValueError(f"partition {partition!r} has no alpha")
-            parts = split_dirichlet(labels, num_shards, spec.alpha, rng)
-        train, holdout = split_holdout(parts[index], make_rng(seed, 1, index))
-        return Shard(
-            index=index,
-            num_shards=num_shards,
-            partition=str(spec),
-            train=torch.from_numpy(train),
-            holdout=torch.from_numpy(holdout),
-            num_samples=len(train),
-        )
-
-    def _batch(self, units: Tensor, batch_size: int, generator: torch.Generator) -> Batch:
-        check_batch_size(batch_size)
-        if units.numel() == 0:
-            raise ValueError("the shard has no examples to draw from")
-        pick = torch.randint(int(units.numel()), (batch_size,), generator=generator)
-        rows = units.index_select(0, pick)
-        data = self._data
-        x = data.x_train.index_select(0, rows).to(torch.float32).div_(255.0)
-        return x, data.y_train.index_select(0, rows)
-
-    def sample_batch(self, shard: Shard, batch_size: int, generator: torch.Generator) -> Batch:
-        """Draw ``batch_size`` training images (with replacement) from the shard.
-
-        Args:
-            shard: A shard made by :meth:`shard`.
-            batch_size: Images per batch.
-            generator: CPU generator; the only source of randomness.
-
-        Returns:
-            ``x`` ``(B, 784)`` float32 in [0, 1] and ``y`` ``(B,)`` int64, on CPU.
-
-        Raises:
-            ValueError: If ``batch_size < 1``.
-        """
-        return self._batch(shard.train, batch_size, generator)
-
-    def holdout_batch(self, shard: Shard, batch_size: int, generator: torch.Generator) -> Batch:
-        """Draw ``batch_size`` images (with replacement) from the shard's private hold-out.
-
-        Args:
-            shard: A shard made by :meth:`shard`.
-            batch_size: Images per batch.
-            generator: CPU generator; the only source of randomness.
-
-        Returns:
-            ``x`` ``(B, 784)`` float32 in [0, 1] and ``y`` ``(B,)`` int64, on CPU.
-
-        Raises:
-            ValueError: If ``batch_size < 1``.
-        """
-        return self._batch(shard.holdout, batch_size, generator)
-
-    def loss(self, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
-        """Mean cross-entropy of the logits ``model(x)`` against labels ``y``.
-
-        Args:
-            model: The MLP.
-            x: ``(B, 784)`` float32 inputs.
-            y: ``(B,)`` int64 labels.
-
-        Returns:
-            Scalar float32 loss in nats per example.
-        """
-        return F.cross_entropy(model(x), y)
-
-    def test_split(self) -> Batch:
-        """The whole test split: ``x`` ``(N, 784)`` float32 in [0, 1], ``y`` ``(N,)`` int64 (not copies)."""
-        return self._data.x_test, self._data.y_test
+    def _train_images(self, rows: Tensor) -> Tensor:
+        """Training images ``rows`` as ``(len(rows), 784)`` float32 in [0, 1] (stored as ``uint8``)."""
+        return self._data.x_train.index_select(0, rows).to(torch.float32).div_(255.0)
 
     def evaluate(self, model: nn.Module, device: torch.device | str = "cpu") -> Metrics:
         """Loss and accuracy on the whole test split (10,000 images), in batches of 5,000.
