@@ -300,9 +300,9 @@ class PayloadServer:
                 self._note(peer, "reader too slow, answer cut after %.1f s", limit_s)
                 writer.transport.abort()
                 return
-            if status == BAD_REQUEST:
-                # An over-long request was not read to its end; closing with unread input resets the
-                # stream, and the reset can overtake the status byte (see _refuse).
+            if request is _OVERLONG:
+                # Its body was never read; closing with unread input resets the stream, and the reset can
+                # overtake the status byte (see _refuse). Only this case waits: a read request has no input left.
                 await _discard_briefly(reader)
         except (asyncio.IncompleteReadError, ConnectionError) as e:
             logger.debug("fetch from %s ended early: %s", peer[-12:], type(e).__name__)
@@ -370,17 +370,26 @@ async def _discard_input(reader: asyncio.StreamReader) -> None:
         left -= len(chunk)
 
 
+#: How long the server drains the unread body of an over-long request before closing, in seconds: enough
+#: for bytes already in flight; a caller that keeps the stream open is not waited for.
+OVERLONG_DRAIN_S = 0.1
+
+
 async def _discard_briefly(reader: asyncio.StreamReader) -> None:
-    """:func:`_discard_input` for at most :data:`REFUSAL_TIMEOUT_S`; a silent caller is simply closed."""
+    """:func:`_discard_input` for at most :data:`OVERLONG_DRAIN_S`; then the stream is simply closed."""
     with contextlib.suppress(asyncio.TimeoutError, ConnectionError, asyncio.IncompleteReadError):
-        await asyncio.wait_for(_discard_input(reader), REFUSAL_TIMEOUT_S)
+        await asyncio.wait_for(_discard_input(reader), OVERLONG_DRAIN_S)
+
+
+#: What :func:`_read_request` returns for a request whose declared length exceeds ``MAX_REQUEST_BYTES``.
+_OVERLONG = object()
 
 
 async def _read_request(reader: asyncio.StreamReader) -> object:
     header = await reader.readexactly(4)
     length = int.from_bytes(header, "big")
     if length > MAX_REQUEST_BYTES:
-        return None
+        return _OVERLONG
     body = await reader.readexactly(length)
     try:
         return msgpack.unpackb(body, raw=False, max_bin_len=64, max_str_len=16, max_array_len=2,
