@@ -459,6 +459,9 @@ async def _fetch(p2p: P2P, peer: PeerID, run_id: str, request: list[object], max
                 break
             chunks.append(chunk)
             received += len(chunk)
+        if received < max_bytes:
+            # A stream that ends early is a transport failure (retried), not evidence against the sender.
+            return FetchResult(-1, detail=f"stream ended after {received} of {max_bytes} bytes")
         return FetchResult(OK, b"".join(chunks))
     finally:
         writer.close()

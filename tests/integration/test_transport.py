@@ -260,8 +260,8 @@ def test_silent_server_times_out() -> None:
     run_with_pair(scenario)
 
 
-def test_server_that_closes_after_ok_gives_what_it_sent() -> None:
-    """A short answer is not an error for ``fetch``: it returns the bytes; the digest check rejects them."""
+def test_server_that_closes_after_ok_is_a_transport_failure() -> None:
+    """A short answer is a broken stream (status -1, retried by the caller), never evidence against the sender."""
     async def short(info: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             await reader.readexactly(4)
@@ -273,7 +273,7 @@ def test_server_that_closes_after_ok_gives_what_it_sent() -> None:
     async def scenario(server: Any, client: Any) -> None:
         await server.add_binary_stream_handler(handler_name(RUN), short)
         result = await fetch(client, server.peer_id, RUN, ["payload", 0], max_bytes=100, timeout_s=10)
-        assert result == FetchResult(OK, b"abc")
+        assert result == FetchResult(-1, detail="stream ended after 3 of 100 bytes")
 
     run_with_pair(scenario)
 
