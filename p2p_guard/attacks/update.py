@@ -332,6 +332,15 @@ class InnerProductManipulation:
 _PERTURBATIONS = ("std", "unit", "sign")
 
 
+def _rows_mean_direction(known: torch.Tensor, perturbation: str
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Shared start of min-max and min-sum: float64 rows ``(m, d)``, their mean ``(d,)``, and p̂ (None if zero)."""
+    check_known(known)
+    rows = known.to(torch.float64)
+    mean = rows.mean(dim=0)
+    return rows, mean, _perturbation(rows, mean, perturbation)
+
+
 def _perturbation(rows: torch.Tensor, mean: torch.Tensor, kind: str) -> torch.Tensor | None:
     """p̂ of min-max / min-sum, a float64 unit vector, or None when p = 0."""
     if kind == "unit":
@@ -402,10 +411,7 @@ class MinMax:
 
     def __call__(self, known: torch.Tensor, ctx: AttackContext) -> torch.Tensor:
         """Return ``μ + γ* p̂``, a ``(d,)`` tensor of the dtype of ``known``."""
-        check_known(known)
-        rows = known.to(torch.float64)
-        mean = rows.mean(dim=0)
-        p = _perturbation(rows, mean, self.perturbation)
+        rows, mean, p = _rows_mean_direction(known, self.perturbation)
         if p is None:
             return mean.to(known.dtype)
         d_max_sq = float(pairwise_distances(rows).max()) ** 2
@@ -462,10 +468,7 @@ class MinSum:
 
     def __call__(self, known: torch.Tensor, ctx: AttackContext) -> torch.Tensor:
         """Return ``μ + γ* p̂``, a ``(d,)`` tensor of the dtype of ``known``."""
-        check_known(known)
-        rows = known.to(torch.float64)
-        mean = rows.mean(dim=0)
-        p = _perturbation(rows, mean, self.perturbation)
+        rows, mean, p = _rows_mean_direction(known, self.perturbation)
         if p is None:
             return mean.to(known.dtype)
         gamma = float(torch.linalg.vector_norm(rows - mean, dim=1).max())

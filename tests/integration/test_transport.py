@@ -22,6 +22,7 @@ import pytest
 hivemind_p2p = pytest.importorskip("hivemind.p2p")
 P2P = hivemind_p2p.P2P
 
+from p2p_pair import p2p_pair, run_with_pair  # noqa: E402 - sibling helper module
 from p2p_guard.swarm.transport import (  # noqa: E402 - after the importorskip
     BAD_REQUEST,
     CHUNK_BYTES,
@@ -39,35 +40,6 @@ from p2p_guard.swarm.transport import (  # noqa: E402 - after the importorskip
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
 RUN = "transport-test"
-LOOPBACK = ["/ip4/127.0.0.1/tcp/0"]
-START_TIMEOUT_S = 30.0
-SHUTDOWN_TIMEOUT_S = 15.0
-
-
-@contextlib.asynccontextmanager
-async def p2p_pair() -> AsyncIterator[tuple[Any, Any]]:
-    """Yield ``(server, client)``: two daemons on loopback, the client bootstrapped from the server."""
-    started: list[Any] = []
-    try:
-        server = await asyncio.wait_for(P2P.create(host_maddrs=LOOPBACK, nat_port_map=False), START_TIMEOUT_S)
-        started.append(server)
-        maddrs = [str(m) for m in await server.get_visible_maddrs()]
-        client = await asyncio.wait_for(
-            P2P.create(initial_peers=maddrs, host_maddrs=LOOPBACK, nat_port_map=False), START_TIMEOUT_S)
-        started.append(client)
-        yield server, client
-    finally:
-        for p2p in reversed(started):
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(p2p.shutdown(), SHUTDOWN_TIMEOUT_S)
-
-
-def run_with_pair(scenario: Callable[[Any, Any], Awaitable[None]]) -> None:
-    async def main() -> None:
-        async with p2p_pair() as (server, client):
-            await scenario(server, client)
-
-    asyncio.run(main())
 
 
 async def raw_exchange(client: Any, server: Any, request_bytes: bytes, timeout_s: float = 10.0) -> bytes:
