@@ -429,6 +429,7 @@ WIRE_ATTACKS: dict[str, type] = {
     "wrong_shape": WrongShape,
     "nan": NaNPayload,
     "oversized": Oversized,
+    "vote_smear": VoteSmear,
 }
 
 

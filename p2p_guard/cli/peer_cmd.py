@@ -48,6 +48,8 @@ _FLAGS: dict[str, dict[str, Any]] = {
     "events": {"metavar": "PATH", "help": "write JSON-lines events (verdicts, rounds) here"},
     "state_out": {"metavar": "PATH", "help": "save the final model state here"},
     "proof_dir": {"metavar": "DIR", "help": "write equivocation proofs here (default: proofs/ beside --events)"},
+    "reputation": {"action": argparse.BooleanOptionalAction,
+                   "help": "publish votes and exclude persistently rejected senders (default: on)"},
 }
 
 

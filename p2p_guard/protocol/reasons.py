@@ -44,6 +44,9 @@ class RejectReason(Enum):
     TIMEOUT = "timeout"
     #: The sender could not be reached or refused to serve its payload.
     UNAVAILABLE = "unavailable"
+    #: This peer's reputation excludes the sender: our own guard rejected it persistently and the votes we
+    #: weigh agree (``guard.reputation``). Not a fault of this update: the sender is not judged at all.
+    EXCLUDED = "excluded"
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,8 @@ class PeerConfig:
         state_out: where to write the final model state (None: not written).
         proof_dir: where equivocation proofs are written (None: ``proofs/`` beside the event file, else beside
             the identity file).
+        reputation: publish signed verdicts every round and exclude senders that our own guard rejects
+            persistently and the votes we weigh agree on (``swarm.standing``); False: neither.
     """
 
     initial_peers: tuple[str, ...] = ()
@@ -108,6 +110,7 @@ class PeerConfig:
     events: str | None = None
     state_out: str | None = None
     proof_dir: str | None = None
+    reputation: bool = True
 
     def __post_init__(self) -> None:
         _check_types(self)

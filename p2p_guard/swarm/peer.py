@@ -43,6 +43,7 @@ from p2p_guard.swarm.events import EventLog
 from p2p_guard.swarm.reaper import start_reaper, stop_reaper_if_clean
 from p2p_guard.swarm.records import COMMIT_TTL_S, PRESENCE_TTL_S, commit_key, presence_key, publish_proof, \
     read_presence, read_proofs
+from p2p_guard.swarm.standing import VoteBook
 from p2p_guard.swarm.rounds import IntegrityVerdict, await_commits, check_rows, fetch_state, majority_base, \
     open_commits
 from p2p_guard.swarm.transport import PayloadServer
@@ -103,6 +104,7 @@ class Peer:
         self.banned: dict[str, EquivocationProof] = {}
         self.log = _PeerLog(logger, {"peer": self.me[-8:], "round": 0})
         self.inner_steps = config.inner_steps or local.task.default_hparams.inner_steps
+        self.votes = _vote_book(config, identity, dht, self.attack, allowed) if config.reputation else None
 
     @property
     def attack_kind(self) -> str | None:
@@ -164,7 +166,10 @@ class Peer:
         await self._collect_proofs(round_)
         outcome.verdicts += [{"sender": s, "accepted": False, "reason": RejectReason.EQUIVOCATION.value,
                               "detail": "banned: equivocation proof"} for s in commits if s in self.banned]
-        commits = {s: raw for s, raw in commits.items() if s not in self.banned}
+        excluded = await self._fold_votes(round_)
+        outcome.verdicts += [{"sender": s, "accepted": False, "reason": RejectReason.EXCLUDED.value,
+                              "detail": "excluded by our reputation"} for s in sorted(commits) if s in excluded]
+        commits = {s: raw for s, raw in commits.items() if s not in self.banned and s not in excluded}
         if contribute:
             sealed, serve = own.pop("sealed"), own.pop("serve")
             commits[self.me] = sealed
@@ -180,7 +185,29 @@ class Peer:
         if stop.is_set():
             return outcome  # a partial round is never applied
         self._aggregate_and_step(rows, rejected + more, outcome)
+        if self.votes is not None and contribute:
+            await self.votes.publish(round_, outcome.verdicts)
         return outcome
+
+    async def _fold_votes(self, round_: int) -> frozenset[str]:
+        """Fold last round's votes into the reputation; return the senders to drop before aggregation."""
+        if self.votes is None:
+            return frozenset()
+        update = await self.votes.fold(round_ - 1, ignore=frozenset(self.banned)) if round_ > 0 else None
+        if update is not None:
+            for sender in update.newly_excluded:
+                st = update.standings[sender]
+                self.log.warning("excluding %s from now on: reputation %.2f, %d of our last %d verdicts rejected it",
+                                 sender[-8:], st.score, st.own_rejections, self.votes.reputation.window)
+                self.events.emit("exclude", sender=sender, round=round_, score=st.score,
+                                 own_rejections=st.own_rejections)
+            for sender in update.readmitted:
+                self.log.info("readmitting %s for a fresh trial", sender[-8:])
+                self.events.emit("readmit", sender=sender, round=round_)
+            self.events.emit("standing", round=round_ - 1,
+                             scores={s: round(st.score, 4) for s, st in update.standings.items()},
+                             excluded=sorted(update.excluded))
+        return self.votes.excluded
 
     async def _commit(self, round_: int, base: bytes, outcome: RoundOutcome) -> dict[str, bytes]:
         data_attack = self.attack if self.attack_kind == "data" else None
@@ -289,6 +316,15 @@ class Peer:
                 self.log.warning("rejected %s: %s (%s)", verdict.sender[-8:], verdict.reason, verdict.detail)
         self.local.apply(result.aggregate)
         self.known_previous = [rows[s] for s in sorted(rows) if s != self.me]
+
+
+def _vote_book(config: PeerConfig, identity: Identity, dht: SwarmDHT, attack: Any,
+               allowed: frozenset[str] | None) -> VoteBook:
+    """Our :class:`VoteBook`; a ``vote_smear`` attacker publishes its smear (colluders: itself only)."""
+    smear = getattr(attack, "smear_votes", None)
+    colluders = frozenset({identity.peer_id_b58})
+    return VoteBook(dht, config.run_id, identity, allowed=allowed,
+                    smear=None if smear is None else (lambda votes: smear(votes, colluders)))
 
 
 def _log_task_failure(task: asyncio.Task[None]) -> None:

@@ -78,8 +78,14 @@ def receive(draft: CommitDraft, expect: RoundExpectation) -> torch.Tensor | Reje
 
 def test_registry_names() -> None:
     # equivocate sends two individually valid envelopes (its test is the proof below); replay needs the
-    # previous round's envelope, kept by the peer; both are exercised in live swarms.
-    assert set(WIRE_ATTACKS) == set(EXPECTED_REASON) | {"equivocate", "replay"}
+    # previous round's envelope, kept by the peer; vote_smear commits honestly and lies only in its votes;
+    # all three are exercised in live swarms.
+    assert set(WIRE_ATTACKS) == set(EXPECTED_REASON) | {"equivocate", "replay", "vote_smear"}
+
+
+def test_vote_smear_commits_honestly() -> None:
+    draft = honest_draft("fp32")
+    assert WIRE_ATTACKS["vote_smear"]().mutate(draft, torch.Generator().manual_seed(0)) is draft
 
 
 def test_equivocate_second_commit_conflicts_with_the_first() -> None:

@@ -1,0 +1,98 @@
+"""Votes and reputation in the round loop: publish our verdicts, fold in everyone's, exclude persistent offenders.
+
+Each round r a peer publishes its signed verdicts of r (``swarm.votes``). During round r + 1, once its commit
+phase has closed (every honest peer has published its votes of r long before), it reads the votes of r and
+folds them, with its own verdicts of r, into its :class:`~p2p_guard.guard.reputation.Reputation`. A sender
+the reputation excludes is dropped before aggregation in round r + 1 and later rounds (verdict ``excluded``),
+until the reputation readmits it.
+
+Why the one-round lag: votes of round r are complete only after every peer has aggregated r; reading them at
+the end of r would see a different subset on different peers. Read during r + 1 they are the same set for
+every honest peer, so honest peers, whose own verdicts agree (the guard is deterministic), take the same
+exclusion decisions and keep identical models.
+
+Votes never exclude anyone on their own (``guard.reputation``: exclusion needs our own rejections), so a
+Byzantine majority of voters cannot make an honest peer drop an honest sender.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
+
+from p2p_guard.guard.reputation import Reputation, ReputationUpdate
+from p2p_guard.identity import Identity
+from p2p_guard.protocol.votes import VoteVerdict
+from p2p_guard.swarm.allowlist import filter_allowed
+from p2p_guard.swarm.dht import SwarmDHT
+from p2p_guard.swarm.votes import publish_votes, read_votes, vote_verdicts
+
+__all__ = ["VoteBook"]
+
+logger = logging.getLogger(__name__)
+
+
+class VoteBook:
+    """One peer's votes and reputation across rounds.
+
+    Args:
+        dht: The DHT to publish and read votes in.
+        run_id: The run.
+        identity: Our key (votes are signed with it).
+        reputation: The reputation to feed (None: a default ``Reputation(me=our PeerID)``).
+        smear: Optional ``(verdicts) -> verdicts`` rewriting what we *publish* (the ``vote_smear`` attack);
+            our own reputation always uses our true verdicts.
+        allowed: The permissioned swarm's allow-list (None: open); votes of others are ignored.
+    """
+
+    def __init__(self, dht: SwarmDHT, run_id: str, identity: Identity, reputation: Reputation | None = None,
+                 smear: Any = None, allowed: frozenset[str] | None = None) -> None:
+        self.dht = dht
+        self.run_id = run_id
+        self.identity = identity
+        self.me = identity.peer_id_b58
+        self.reputation = reputation if reputation is not None else Reputation(me=self.me)
+        self.smear = smear
+        self.allowed = allowed
+        self._own: dict[int, dict[str, bool]] = {}
+
+    @property
+    def excluded(self) -> frozenset[str]:
+        """Senders dropped before aggregation (base58 PeerIDs)."""
+        return self.reputation.excluded
+
+    async def publish(self, round_: int, verdicts: Iterable[Mapping[str, Any]]) -> list[VoteVerdict]:
+        """Remember our verdicts of ``round_`` and publish them, signed (rewritten first by ``smear``).
+
+        Args:
+            round_: The round the verdicts were given in.
+            verdicts: The round's verdict dicts (``sender``, ``accepted``, ``reason``), ours included.
+
+        Returns:
+            The votes as published.
+        """
+        votes = vote_verdicts(verdicts, me=self.me)
+        self._own = {round_: {v.sender_b58: v.accepted for v in votes}}  # only the last round is ever folded
+        if self.smear is not None:
+            votes = self.smear(votes)
+        if not await publish_votes(self.dht, self.run_id, round_, votes, self.identity):
+            logger.warning("no DHT node stored our votes of round %d", round_)
+        return votes
+
+    async def fold(self, round_: int, ignore: Collection[str] = ()) -> ReputationUpdate | None:
+        """Read every peer's votes of ``round_`` and fold them, with ours, into the reputation.
+
+        Args:
+            round_: A round we published verdicts for (the previous one); other rounds are skipped.
+            ignore: Voters whose votes do not count (banned equivocators).
+
+        Returns:
+            The update, or None if we gave no verdicts in ``round_`` (a joiner's first round).
+        """
+        own = self._own.pop(round_, None)
+        if own is None:
+            return None
+        votes = filter_allowed(await read_votes(self.dht, self.run_id, round_), self.allowed)
+        ballots = {voter: v.as_map() for voter, v in votes.items()}
+        return self.reputation.update(round_, own, ballots, ignore=ignore)

@@ -1,0 +1,81 @@
+"""Votes and reputation in a live swarm (``p2p-guard simulate``: bootstrap and peers as separate processes).
+
+- ``vote_smear``: 4 Byzantine voters who train honestly (so their votes carry full weight) and vote every other
+  peer out, against 5 honest peers. No honest peer may exclude any honest peer, and honest models stay identical.
+- A persistent attacker (``sign_flip``) is voted out: every honest peer excludes it, in the same round, and the
+  honest models stay identical.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from p2p_guard.simulation.config import SimulationConfig
+from p2p_guard.simulation.orchestrator import run_simulation
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def _events(path: Path, kind: str) -> list[dict]:
+    return [e for e in map(json.loads, path.read_text().splitlines()) if e["event"] == kind]
+
+
+def _peer_ids(tmp_path: Path, count: int) -> dict[int, str]:
+    return {i: _events(tmp_path / f"peer{i}.events.jsonl", "ready")[0]["peer_id"] for i in range(count)}
+
+
+@pytest.mark.timeout(600)
+def test_vote_smear_by_a_byzantine_voter_majority_excludes_no_honest_peer(tmp_path: Path) -> None:
+    honest, byzantine = 5, 4
+    config = SimulationConfig(task="digits", honest=honest, byzantine=byzantine, attack="vote_smear", rounds=5,
+                              seed=0)
+    report = run_simulation(config, tmp_path)
+    ids = _peer_ids(tmp_path, honest + byzantine)
+    honest_ids = {ids[i] for i in range(honest)}
+    smearers = {ids[i] for i in range(honest, honest + byzantine)}
+    for i in range(honest):
+        path = tmp_path / f"peer{i}.events.jsonl"
+        assert _events(path, "exclude") == [], f"honest peer{i} excluded someone"
+        standings = _events(path, "standing")
+        assert [s["round"] for s in standings] == [0, 1, 2, 3], f"peer{i} folded votes of {standings}"
+        for s in standings:
+            assert s["excluded"] == []
+            # The smear is seen: the 4 high-standing smearers pull every other honest peer's score down to
+            # 1/2 or below (own vote + 3 honest voters against 4 smearers), yet nobody is excluded.
+            others = honest_ids - {ids[i]}
+            assert all(s["scores"][p] <= 0.5 + 1e-9 for p in others), s["scores"]
+            assert all(s["scores"][p] > 0.5 for p in smearers), s["scores"]
+        verdicts = [v for v in _events(path, "verdict") if v["sender"] != ids[i]]
+        assert verdicts and all(v["accepted"] for v in verdicts if v["sender"] in honest_ids)
+        assert not [v for v in verdicts if v["reason"] == "excluded"]
+    # The smearers did publish the smear (their votes are what pulled the scores down), and honest peers agree.
+    assert report["consensus_distance"] == 0.0
+    assert report["guard"]["false_positive"] == 0
+
+
+@pytest.mark.timeout(600)
+def test_a_persistent_attacker_is_excluded_by_every_honest_peer_in_the_same_round(tmp_path: Path) -> None:
+    honest, byzantine = 4, 1
+    config = SimulationConfig(task="digits", honest=honest, byzantine=byzantine, attack="sign_flip:scale=10",
+                              rounds=6, seed=0)
+    report = run_simulation(config, tmp_path)
+    ids = _peer_ids(tmp_path, honest + byzantine)
+    attacker = ids[honest]
+    rounds_excluded = set()
+    for i in range(honest):
+        path = tmp_path / f"peer{i}.events.jsonl"
+        excludes = _events(path, "exclude")
+        assert [e["sender"] for e in excludes] == [attacker], f"peer{i}: {excludes}"
+        rounds_excluded.add(excludes[0]["round"])
+        on_attacker = {v["round"]: v["reason"] for v in _events(path, "verdict") if v["sender"] == attacker}
+        first = excludes[0]["round"]
+        # Rejected by the guard (outlier) until the reputation has its own evidence, then excluded unfetched.
+        assert all(on_attacker[r] != "excluded" for r in range(first)), on_attacker
+        assert all(on_attacker[r] == "excluded" for r in range(first, 6)), on_attacker
+    # window k = 3 rounds below the threshold, folded with a one-round lag: excluded from round 3 on.
+    assert rounds_excluded == {3}
+    assert report["consensus_distance"] == 0.0
+    assert report["guard"]["false_positive"] == 0

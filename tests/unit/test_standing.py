@@ -1,0 +1,102 @@
+"""VoteBook: what a peer publishes, what it folds, and that a smear changes only what is published."""
+
+from __future__ import annotations
+
+import asyncio
+
+from p2p_guard.attacks.wire import VoteSmear
+from p2p_guard.guard.reputation import Reputation
+from p2p_guard.identity import Identity
+from p2p_guard.protocol.votes import sign_votes
+from p2p_guard.swarm.records import votes_key
+from p2p_guard.swarm.standing import VoteBook
+from p2p_guard.swarm.votes import vote_verdicts
+
+RUN = "run-a"
+
+
+class MemoryDHT:
+    """The two SwarmDHT calls VoteBook uses, in memory."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, dict[str, bytes]] = {}
+
+    async def store(self, key: str, subkey: str, value: bytes, ttl_s: float) -> bool:
+        self.values.setdefault(key, {})[subkey] = value
+        return True
+
+    async def read(self, key: str) -> dict[str, bytes]:
+        return dict(self.values.get(key, {}))
+
+
+def _ids(count: int) -> list[Identity]:
+    return [Identity.from_seed(bytes([i + 1]) * 32) for i in range(count)]
+
+
+def _verdicts(accepted: dict[str, bool]) -> list[dict]:
+    return [{"sender": s, "accepted": a, "reason": "accepted" if a else "outlier"} for s, a in accepted.items()]
+
+
+def test_published_votes_are_signed_ours_and_exclude_our_own_row() -> None:
+    me, a, b = _ids(3)
+    dht = MemoryDHT()
+    book = VoteBook(dht, RUN, me)  # type: ignore[arg-type]
+    asyncio.run(book.publish(4, _verdicts({me.peer_id_b58: True, a.peer_id_b58: True, b.peer_id_b58: False})))
+    stored = dht.values[votes_key(RUN, 4)]
+    assert list(stored) == [me.peer_id_b58]
+    expected = vote_verdicts(_verdicts({a.peer_id_b58: True, b.peer_id_b58: False}))
+    assert stored[me.peer_id_b58] == sign_votes(RUN, 4, expected, me)
+
+
+def test_smear_rewrites_only_what_is_published() -> None:
+    me, a, b = _ids(3)
+    dht = MemoryDHT()
+    smear = VoteSmear()
+    book = VoteBook(dht, RUN, me, smear=lambda v: smear.smear_votes(v, {me.peer_id_b58}))  # type: ignore[arg-type]
+    published = asyncio.run(book.publish(0, _verdicts({a.peer_id_b58: True, b.peer_id_b58: True})))
+    assert [(v.sender_b58, v.accepted) for v in published] == sorted(
+        [(a.peer_id_b58, False), (b.peer_id_b58, False)])
+    update = asyncio.run(book.fold(0))
+    assert update is not None
+    assert update.standings[a.peer_id_b58].own_standing == 1.0  # our true verdicts, not the smear
+
+
+def test_fold_uses_last_rounds_votes_and_excludes_after_the_window() -> None:
+    me, honest, attacker = _ids(3)
+    dht = MemoryDHT()
+    book = VoteBook(dht, RUN, me)  # type: ignore[arg-type]
+    other = VoteBook(dht, RUN, honest)  # type: ignore[arg-type]
+    verdicts = _verdicts({me.peer_id_b58: True, honest.peer_id_b58: True, attacker.peer_id_b58: False})
+    excluded_after = []
+    for r in range(4):
+        asyncio.run(other.publish(r, verdicts))
+        asyncio.run(book.publish(r, verdicts))
+        update = asyncio.run(book.fold(r))
+        assert update is not None and update.round == r
+        excluded_after.append(sorted(update.excluded))
+    # prior 0.5, decay 0.5: scores 0.25, 0.125, 0.0625 (< 0.5 three rounds running, 3 own rejections).
+    assert excluded_after == [[], [], [attacker.peer_id_b58], [attacker.peer_id_b58]]
+    assert book.excluded == frozenset({attacker.peer_id_b58})
+    assert honest.peer_id_b58 not in book.excluded
+
+
+def test_fold_of_a_round_we_did_not_vote_in_is_none_and_changes_nothing() -> None:
+    me, a = _ids(2)
+    book = VoteBook(MemoryDHT(), RUN, me)  # type: ignore[arg-type]
+    assert asyncio.run(book.fold(3)) is None
+    asyncio.run(book.publish(5, _verdicts({a.peer_id_b58: False})))
+    assert asyncio.run(book.fold(4)) is None
+    assert book.reputation.standing(a.peer_id_b58) is None
+
+
+def test_votes_outside_the_allow_list_and_of_ignored_voters_do_not_count() -> None:
+    me, friend, outsider = _ids(3)
+    dht = MemoryDHT()
+    allowed = frozenset({me.peer_id_b58, friend.peer_id_b58})
+    book = VoteBook(dht, RUN, me, reputation=Reputation(me=me.peer_id_b58), allowed=allowed)  # type: ignore[arg-type]
+    # The outsider votes the friend out; we accept the friend and have judged the outsider well once.
+    asyncio.run(VoteBook(dht, RUN, outsider).publish(0, _verdicts({friend.peer_id_b58: False})))  # type: ignore[arg-type]
+    asyncio.run(book.publish(0, _verdicts({friend.peer_id_b58: True, outsider.peer_id_b58: True})))
+    update = asyncio.run(book.fold(0))
+    assert update is not None
+    assert update.standings[friend.peer_id_b58].score == 0.75  # 0.5 → 0.5·0.5 + 0.5·1 (only our own vote)
