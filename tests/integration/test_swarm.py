@@ -223,3 +223,23 @@ def test_permissioned_swarm_ignores_peers_outside_the_allow_list(live: Swarm) ->
         assert not [v for v in live.events(i, "verdict") if v["sender"] == outsider]
         assert [e["accepted"] for e in live.events(i, "round")] == [1, 1]
     assert live.events(0, "final")[0]["state_hash"] == live.events(1, "final")[0]["state_hash"]
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_and_cpu_peers_hold_the_same_model(live: Swarm) -> None:
+    """Volunteers on CUDA and on CPU train together: inner steps run on each peer's device, the guard and the
+    outer step on the CPU, so every peer still computes the same aggregate bit for bit."""
+    maddr = live.start_bootstrap()
+    devices = ["cuda", "cuda", "cpu"]
+    for i, device in enumerate(devices):
+        live.start_peer(i, maddr, ["--rounds", "3", "--device", device])
+    codes = live.wait_exit(["peer0", "peer1", "peer2"], 240)
+    assert codes == {"peer0": 0, "peer1": 0, "peer2": 0}
+    for i, device in enumerate(devices):
+        assert f"(device {device}" in live.log(i)
+        assert all(e["accepted"] == 2 and e["rejected"] == 0 for e in live.events(i, "round"))
+    hashes = {live.events(i, "final")[0]["state_hash"] for i in range(3)}
+    assert len(hashes) == 1, "CUDA and CPU peers must hold bit-identical models"
+    assert live.events(0, "round")[-1]["accuracy"] > live.events(0, "round")[0]["accuracy"]
