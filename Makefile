@@ -34,7 +34,7 @@ test-quick: setup
 	$(BIN)/python -m pytest tests -q -m "not slow"
 
 bench-quick: setup
-	$(BIN)/p2p-guard bench robustness --quick
+	$(BIN)/p2p-guard bench robustness --quick $(BENCH_FLAGS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
