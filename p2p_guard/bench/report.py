@@ -160,6 +160,9 @@ def render(cfg: Any, summary: dict[str, Any], meta: dict[str, Any], plots_rel: s
         "- Attacks: " + ", ".join(f"`{a}`" for a in cfg.attacks) + ". Wire attacks (forged or malformed "
         "envelopes and payloads) are out of scope here: they meet the integrity stage, which only a "
         "networked swarm (`p2p-guard simulate`) exercises.",
+        "- The swarm's reputation (votes across rounds, exclusion of persistently rejected senders; "
+        "`swarm/standing.py`) is not run here: every figure is the guard's alone, round by round. A networked "
+        "swarm runs it by default (`--no-reputation` turns it off, as the bench-vs-swarm test does).",
     ]
     if cfg.skipped_attacks:
         out.append(

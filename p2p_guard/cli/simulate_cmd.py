@@ -89,6 +89,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--partition", type=_partition, default=defaults.partition, help="iid or dirichlet:ALPHA"
     )
+    parser.add_argument(
+        "--reputation", action=argparse.BooleanOptionalAction, default=defaults.reputation,
+        help="peers publish votes and exclude persistently rejected senders",
+    )
     parser.add_argument("--run-id", default=None, help="run id shared by the peers (None: sim-TASK-seedSEED)")
     parser.add_argument("--report", type=Path, default=None, help="also write the JSON report here")
     parser.add_argument(
@@ -116,6 +120,7 @@ def _config(args: argparse.Namespace) -> SimulationConfig:
         byzantine=args.byzantine,
         attack=args.attack,
         rounds=args.rounds,
+        reputation=args.reputation,
         seed=args.seed,
         guard=args.guard,
         inner_steps=args.inner_steps,

@@ -221,6 +221,8 @@ def peer_command(
     ]  # fmt: skip
     if config.inner_steps is not None:
         command += ["--inner-steps", str(config.inner_steps)]
+    if not config.reputation:
+        command += ["--no-reputation"]
     if config.is_byzantine(index) and config.attack:
         command += ["--attack", config.attack, "--byzantine-count", str(config.byzantine)]
     return command
