@@ -74,6 +74,7 @@ WIRE_ATTACK_NAMES: tuple[str, ...] = (
     "wrong_shape",
     "nan",
     "oversized",
+    "slowloris",
 )
 """Wire attacks, defined in ``p2p_guard.attacks.wire`` (its ``WIRE_ATTACKS`` maps these names to classes)."""
 
