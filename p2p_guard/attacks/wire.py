@@ -422,7 +422,8 @@ class Slowloris:
     first ``head_bytes`` bytes, then ``bytes_per_s`` bytes per second (0: nothing more) and never cuts the
     stream itself. A correct receiver cuts the stream while reading it (no byte for ``fetch_idle_timeout_s``,
     or fewer than ``min_fetch_bytes_per_s`` on average after that allowance), does not retry, and rejects:
-    ``TIMEOUT``.
+    ``TIMEOUT``. Knowing that, the attacker leaves its own update out of its own aggregate, so its model stays
+    the honest peers' and its next commit is on their base again (else it would be ``STALE_BASE`` next round).
 
     Client side (``client_streams > 0``): it keeps ``client_streams`` streams open to the payload handler of
     every other present peer, alternately sending a request one byte every ``interval_s`` (it never

@@ -171,6 +171,9 @@ class Peer:
             commits[self.me] = sealed
             own = {self.me: serve}
             self.server.reveal(round_, serve)
+            if getattr(self.attack, "trickles_payload", False):  # slowloris: honest peers cut its payload, so it
+                del commits[self.me]  # leaves its own row out too and stays on their base (valid commits next round)
+                own = {}
         envelopes, rejected = open_commits(commits, self.config)
         base = await self._agree_on_base(envelopes, round_, base)
         expect = RoundExpectation(run_id=self.config.run_id, round=round_, base_hash=base,

@@ -155,7 +155,9 @@ async def slow_client(p2p: P2P, dht: SwarmDHT, run_id: str, me: str, *, streams:
     try:
         while not stop.is_set():
             for target, round_ in (await read_presence(dht, run_id)).items():
-                if target != me and target not in rounds:
+                if target == me:
+                    continue
+                if target not in rounds:
                     workers += [asyncio.create_task(_worker(p2p, target, run_id, i % 2 == 0, rounds, interval_s,
                                                             stats, stop)) for i in range(streams)]
                 rounds[target] = round_
