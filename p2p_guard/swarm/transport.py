@@ -358,7 +358,7 @@ class PayloadServer:
             writer.close()
 
     async def _refuse_stream(self, peer: str | None, status: int, reader: asyncio.StreamReader,
-                      writer: asyncio.StreamWriter) -> None:
+                             writer: asyncio.StreamWriter) -> None:
         """Refuse a stream with ``status``; past ``max_inbound_streams`` refusals in progress, drop it."""
         if self._refusing >= self.max_inbound_streams:
             self.stats.refusals_dropped += 1
