@@ -75,6 +75,7 @@ WIRE_ATTACK_NAMES: tuple[str, ...] = (
     "nan",
     "oversized",
     "vote_smear",
+    "slowloris",
 )
 """Wire attacks, defined in ``p2p_guard.attacks.wire`` (its ``WIRE_ATTACKS`` maps these names to classes)."""
 

@@ -414,6 +414,61 @@ class Replay:
         return "Replay()"
 
 
+class Slowloris:
+    """Commit honestly, then serve the payload at a trickle; as a client, hold other peers' streams slowly.
+
+    Sender side: the signed envelope is the honest one (``mutate`` returns the draft unchanged), so the
+    commit is valid; but when asked for its payload (or a state) the peer answers ``OK`` at once, writes the
+    first ``head_bytes`` bytes, then ``bytes_per_s`` bytes per second (0: nothing more) and never cuts the
+    stream itself. A correct receiver cuts the stream while reading it (no byte for ``fetch_idle_timeout_s``,
+    or fewer than ``min_fetch_bytes_per_s`` on average after that allowance), does not retry, and rejects:
+    ``TIMEOUT``. Knowing that, the attacker leaves its own update out of its own aggregate, so its model stays
+    the honest peers' and its next commit is on their base again (else it would be ``STALE_BASE`` next round).
+
+    Client side (``client_streams > 0``): it keeps ``client_streams`` streams open to the payload handler of
+    every other present peer, alternately sending a request one byte every ``interval_s`` (it never
+    completes) and sending a complete payload request but reading the answer one byte every ``interval_s``.
+    A correct server bounds it: streams past its per-peer cap are refused (``BUSY``), a request that does not
+    arrive within ``request_timeout_s`` and an answer not read within the serve limit are cut.
+
+    The swarm side of both is ``p2p_guard.swarm.slowloris`` (the peer selects it by ``trickles_payload``).
+    Knowledge assumed: the other peers' PeerIDs (public, in their presence records).
+
+    Args:
+        bytes_per_s: Payload bytes served per second after the head (>= 0; 0 stalls after the head).
+        head_bytes: Bytes served at once after ``OK`` (>= 0).
+        client_streams: Streams held open to each other peer (>= 0; 0: no client side).
+        interval_s: Seconds between two bytes the client sends or reads (> 0).
+    """
+
+    kind: ClassVar[str] = "wire"
+    trickles_payload: ClassVar[bool] = True
+
+    def __init__(self, *, bytes_per_s: float = 2.0, head_bytes: int = 1, client_streams: int = 8,
+                 interval_s: float = 1.0) -> None:
+        if isinstance(bytes_per_s, bool) or not isinstance(bytes_per_s, (int, float)) \
+                or not 0 <= bytes_per_s < math.inf:
+            raise ValueError(f"bytes_per_s must be a finite number >= 0, got {bytes_per_s!r}")
+        for name, value in (("head_bytes", head_bytes), ("client_streams", client_streams)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        if isinstance(interval_s, bool) or not isinstance(interval_s, (int, float)) \
+                or not 0 < interval_s < math.inf:
+            raise ValueError(f"interval_s must be a finite number > 0, got {interval_s!r}")
+        self.bytes_per_s = float(bytes_per_s)
+        self.head_bytes = head_bytes
+        self.client_streams = client_streams
+        self.interval_s = float(interval_s)
+
+    def mutate(self, draft: CommitDraft, generator: torch.Generator) -> CommitDraft:
+        """The commit is honest: the attack is in how the payload is served."""
+        return draft
+
+    def __repr__(self) -> str:
+        return (f"Slowloris(bytes_per_s={self.bytes_per_s}, head_bytes={self.head_bytes}, "
+                f"client_streams={self.client_streams}, interval_s={self.interval_s})")
+
+
 #: Built-in wire attacks by name.
 WIRE_ATTACKS: dict[str, type] = {
     "equivocate": Equivocate,
@@ -430,6 +485,7 @@ WIRE_ATTACKS: dict[str, type] = {
     "nan": NaNPayload,
     "oversized": Oversized,
     "vote_smear": VoteSmear,
+    "slowloris": Slowloris,
 }
 
 

@@ -5,7 +5,7 @@ signature. This stage checks it against what the receiving peer expects this rou
 against the envelope, cheapest check first:
 
     check_envelope:  run id → round → base hash → codec → shapes → declared payload size
-    check_payload:   check_envelope → received size → SHA-256 digest → decode → finiteness
+    check_payload:   check_envelope → received size → SHA-256 digest → decode → finiteness → not all zero
 
 Reasons given (one per failed check, the first that fails):
 
@@ -21,11 +21,14 @@ Reasons given (one per failed check, the first that fails):
     ``payload_digest(payload) != env.digest``                    ``DIGEST_MISMATCH``
     payload length wrong for codec and d                          ``DECODE_ERROR``
     any NaN or ±Inf in the decoded update                        ``NON_FINITE``
+    every value of the decoded update is zero (±0)               ``ZERO_UPDATE``
     ===========================================================  ===================
 
 A declared size that disagrees with the codec and the (already matching) shapes is an internally
 inconsistent envelope, hence ``DECODE_ERROR``; ``OVERSIZE`` is reserved for more bytes than the limit or
-than declared.
+than declared. An all-zero pseudo-gradient Δ = θ_r − θ_after_H means no inner step moved the model: no
+computation (a free rider, ``attacks.update.FreeRider``); aggregating it would only shrink the aggregate,
+so it is rejected here, before the guard.
 """
 
 from __future__ import annotations
@@ -142,8 +145,8 @@ def check_payload(env: Envelope, payload: bytes, expect: RoundExpectation) -> to
         expect: This round's expectation.
 
     Returns:
-        The ``(d,)`` ``torch.float32`` CPU update, all finite, or :class:`Rejected`. Never raises on a
-        hostile payload.
+        The ``(d,)`` ``torch.float32`` CPU update, all finite and not all zero, or :class:`Rejected`. Never
+        raises on a hostile payload.
     """
     verdict = check_envelope(env, expect)
     if isinstance(verdict, Rejected):
@@ -159,6 +162,8 @@ def check_payload(env: Envelope, payload: bytes, expect: RoundExpectation) -> to
     if not bool(finite.all()):
         bad = int((~finite).sum())
         return Rejected(RejectReason.NON_FINITE, f"{bad} of {update.numel()} values are NaN or ±Inf")
+    if not bool(update.any()):
+        return Rejected(RejectReason.ZERO_UPDATE, f"all {update.numel()} values are zero: no computation")
     return update
 
 

@@ -36,11 +36,13 @@ class RejectReason(Enum):
     OVERSIZE = "oversize"
     #: The decoded update holds NaN or ±Inf.
     NON_FINITE = "non_finite"
+    #: The decoded update is all zeros: no computation behind it (a free rider).
+    ZERO_UPDATE = "zero_update"
     #: The served payload's digest differs from the signed, committed digest.
     DIGEST_MISMATCH = "digest_mismatch"
     #: Two valid signatures by one sender on different digests for the same round.
     EQUIVOCATION = "equivocation"
-    #: The payload or record did not arrive before the deadline.
+    #: The payload or record did not arrive before the deadline, or its sender stalled or trickled it.
     TIMEOUT = "timeout"
     #: The sender could not be reached or refused to serve its payload.
     UNAVAILABLE = "unavailable"

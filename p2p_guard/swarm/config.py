@@ -57,6 +57,12 @@ class PeerConfig:
         serve_timeout_s: floor of the time allowed for writing one answer to a reader, in seconds; an answer
             of b bytes may take ``max(serve_timeout_s, b / min_serve_bytes_per_s)`` before it is cut off.
         min_serve_bytes_per_s: slowest reader the serve limit allows for, in bytes per second.
+        request_timeout_s: time a caller's complete request has to arrive after its stream opens, in seconds.
+        fetch_idle_timeout_s: longest a payload or state fetch waits for the next bytes of the answer, in
+            seconds; a sender that stalls longer is cut off (``TIMEOUT``).
+        min_fetch_bytes_per_s: slowest average rate a fetch accepts once ``fetch_idle_timeout_s`` has passed,
+            in bytes per second: an answer of b bytes must be complete ``fetch_idle_timeout_s + b /
+            min_fetch_bytes_per_s`` seconds after the request, else the sender is cut off (``TIMEOUT``).
         allow_peers: allow-list file, one base58 PeerID per line (None: open swarm). Peers outside it are
             ignored (commits, presence, votes) and their streams refused.
         identity: path of the Ed25519 identity file (created on first start, mode 0600).
@@ -101,6 +107,9 @@ class PeerConfig:
     request_burst: int = 10
     serve_timeout_s: float = 10.0
     min_serve_bytes_per_s: int = 1024 * 1024
+    request_timeout_s: float = 10.0
+    fetch_idle_timeout_s: float = 5.0
+    min_fetch_bytes_per_s: int = 64 * 1024
     allow_peers: str | None = None
     identity: str = "peer_identity.key"
     host: str = "0.0.0.0"
@@ -134,7 +143,8 @@ class PeerConfig:
         if not 0.0 < self.quorum_fraction <= 1.0:
             raise ValueError(f"quorum_fraction must be in (0, 1]; got quorum_fraction={self.quorum_fraction}")
         for name in ("grace_s", "commit_timeout_s", "fetch_timeout_s", "join_timeout_s", "outer_lr",
-                     "max_requests_per_peer_per_s", "serve_timeout_s"):
+                     "max_requests_per_peer_per_s", "serve_timeout_s", "request_timeout_s",
+                     "fetch_idle_timeout_s"):
             if not math.isfinite(getattr(self, name)) or getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be finite and > 0; got {name}={getattr(self, name)}")
         if not 0.0 <= self.outer_momentum < 1.0:
@@ -142,7 +152,7 @@ class PeerConfig:
         _check_positive("max_payload_bytes", self.max_payload_bytes)
         _check_positive("max_envelope_bytes", self.max_envelope_bytes)
         for name in ("max_inbound_streams", "max_inbound_streams_per_peer", "request_burst",
-                     "min_serve_bytes_per_s"):
+                     "min_serve_bytes_per_s", "min_fetch_bytes_per_s"):
             _check_positive(name, getattr(self, name))
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"device must be auto, cpu or cuda; got device={self.device!r}")

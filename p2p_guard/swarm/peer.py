@@ -46,6 +46,7 @@ from p2p_guard.swarm.records import COMMIT_TTL_S, PRESENCE_TTL_S, commit_key, pr
 from p2p_guard.swarm.standing import VoteBook
 from p2p_guard.swarm.rounds import IntegrityVerdict, await_commits, check_rows, fetch_state, majority_base, \
     open_commits
+from p2p_guard.swarm.slowloris import server_for, start_slow_client
 from p2p_guard.swarm.transport import PayloadServer
 from p2p_guard.swarm.validator import RecordValidator, fetch_validator_report
 from p2p_guard.tasks import load_task
@@ -175,6 +176,9 @@ class Peer:
             commits[self.me] = sealed
             own = {self.me: serve}
             self.server.reveal(round_, serve)
+            if getattr(self.attack, "trickles_payload", False):  # slowloris: honest peers cut its payload, so it
+                del commits[self.me]  # leaves its own row out too and stays on their base (valid commits next round)
+                own = {}
         envelopes, rejected = open_commits(commits, self.config)
         base = await self._agree_on_base(envelopes, round_, base)
         expect = RoundExpectation(run_id=self.config.run_id, round=round_, base_hash=base,
@@ -285,7 +289,9 @@ class Peer:
         senders = [env.sender for env in envelopes.values() if env.base_hash == majority]
         self.log.warning("our state differs from the majority of %d signers: downloading it", len(senders))
         data = await fetch_state(self.p2p, senders, self.config.run_id, majority, self.local.numel,
-                                 self.config.fetch_timeout_s, _state_bytes_hash)
+                                 self.config.fetch_timeout_s, _state_bytes_hash,
+                                 idle_timeout_s=self.config.fetch_idle_timeout_s,
+                                 min_bytes_per_s=self.config.min_fetch_bytes_per_s)
         if data is None:
             self.log.warning("could not download the majority state; keeping ours")
             return base
@@ -365,15 +371,13 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
                                        announce_host=config.announce_host,
                                        record_validators=[RecordValidator([config.run_id])])
     announcer: asyncio.Task[None] | None = None
+    slow_client: asyncio.Task[Any] | None = None
     p2p: P2P | None = None
     try:
         p2p = await dht_node.replicate_p2p()
         allowed = None if config.allow_peers is None else load_allowlist(config.allow_peers) | {identity.peer_id_b58}
-        server = PayloadServer(config.run_id, max_inbound_streams=config.max_inbound_streams,
-                               max_inbound_streams_per_peer=config.max_inbound_streams_per_peer,
-                               max_requests_per_peer_per_s=config.max_requests_per_peer_per_s,
-                               request_burst=config.request_burst, serve_timeout_s=config.serve_timeout_s,
-                               min_serve_bytes_per_s=config.min_serve_bytes_per_s, allowed=allowed)
+        attack = load_attack(config.attack) if config.attack else None
+        server = server_for(config, allowed, attack)  # a slowloris attacker's server trickles its answers
         await server.attach(p2p)
         peer = Peer(config, identity, local, SwarmDHT(dht_node), p2p, server, events, allowed)
         maddrs = [str(m) for m in dht_node.get_visible_maddrs()]
@@ -383,12 +387,14 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
                     attack=config.attack, maddrs=maddrs, numel=local.numel)
         announcer = asyncio.create_task(peer.announce(stop))
         announcer.add_done_callback(_log_task_failure)
+        slow_client = start_slow_client(attack, p2p, peer.dht, config, peer.me, stop)  # slowloris attackers only
         return await _round_loop(peer, config, progress, stop, events)
     finally:
         stop.set()
-        if announcer is not None:
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(announcer, 5.0)
+        for background in (announcer, slow_client):
+            if background is not None:
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(background, 5.0)
         if p2p is not None:
             with contextlib.suppress(BaseException):
                 await p2p.shutdown()

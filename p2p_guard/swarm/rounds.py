@@ -30,7 +30,15 @@ from p2p_guard.swarm.allowlist import filter_allowed
 from p2p_guard.swarm.config import PeerConfig
 from p2p_guard.swarm.dht import SwarmDHT
 from p2p_guard.swarm.records import commit_key, read_presence
-from p2p_guard.swarm.transport import BUSY, NOT_READY, OK, fetch
+from p2p_guard.swarm.transport import (
+    BUSY,
+    DEFAULT_FETCH_IDLE_TIMEOUT_S,
+    DEFAULT_MIN_FETCH_BYTES_PER_S,
+    NOT_READY,
+    OK,
+    TOO_SLOW,
+    fetch,
+)
 
 __all__ = ["IntegrityVerdict", "await_commits", "check_rows", "majority_base", "open_commits"]
 
@@ -143,7 +151,7 @@ async def check_rows(p2p: P2P, envelopes: dict[str, Envelope], expect: RoundExpe
         p2p: our P2P replica.
         envelopes: verified envelopes by sender (base58).
         expect: what this round's updates must match (run, round, base hash, shapes, codecs, size limit).
-        config: peer settings (fetch timeout).
+        config: peer settings (fetch deadline, idle timeout and rate floor).
         local_payloads: payloads we already hold (our own), by sender; they are not fetched.
         stop: set when the peer is shutting down.
 
@@ -161,8 +169,7 @@ async def check_rows(p2p: P2P, envelopes: dict[str, Envelope], expect: RoundExpe
             to_fetch[sender] = env
     deadline = time.monotonic() + config.fetch_timeout_s
     fetched = await asyncio.gather(*(
-        _payload(p2p, sender, env, config.run_id, deadline, local_payloads, stop)
-        for sender, env in to_fetch.items()))
+        _payload(p2p, sender, env, config, deadline, local_payloads, stop) for sender, env in to_fetch.items()))
     for (sender, env), payload in zip(to_fetch.items(), fetched):
         checked = payload if isinstance(payload, Rejected) else check_payload(env, payload, expect)
         if isinstance(checked, Rejected):
@@ -172,8 +179,9 @@ async def check_rows(p2p: P2P, envelopes: dict[str, Envelope], expect: RoundExpe
     return rows, verdicts
 
 
-async def _payload(p2p: P2P, sender: str, env: Envelope, run_id: str, deadline: float,
+async def _payload(p2p: P2P, sender: str, env: Envelope, config: PeerConfig, deadline: float,
                    local: dict[str, bytes], stop: asyncio.Event) -> bytes | Rejected:
+    """Fetch one sender's payload, retrying until ``deadline``; a sender cut for slowness is not retried."""
     if sender in local:
         return local[sender][:env.payload_bytes + 1]
     peer = PeerID(env.sender)
@@ -182,11 +190,14 @@ async def _payload(p2p: P2P, sender: str, env: Envelope, run_id: str, deadline: 
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
-        result = await fetch(p2p, peer, run_id, ["payload", env.round], max_bytes=env.payload_bytes,
-                             timeout_s=remaining)
+        result = await fetch(p2p, peer, config.run_id, ["payload", env.round], max_bytes=env.payload_bytes,
+                             timeout_s=remaining, idle_timeout_s=config.fetch_idle_timeout_s,
+                             min_bytes_per_s=config.min_fetch_bytes_per_s)
         if result.status == OK and result.data is not None:
             return result.data
         detail = result.detail or f"status {result.status}"
+        if result.status == TOO_SLOW:  # it answered OK, then stalled or trickled: a slowloris is not retried
+            return Rejected(RejectReason.TIMEOUT, f"sender too slow, stream cut ({detail})")
         if result.status not in (NOT_READY, BUSY, -1):
             return Rejected(RejectReason.UNAVAILABLE, f"sender refused to serve its committed payload ({detail})")
         await asyncio.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
@@ -194,7 +205,9 @@ async def _payload(p2p: P2P, sender: str, env: Envelope, run_id: str, deadline: 
 
 
 async def fetch_state(p2p: P2P, senders: list[bytes], run_id: str, state_hash: bytes, numel: int,
-                      timeout_s: float, hash_fn: Callable[[bytes], bytes]) -> bytes | None:
+                      timeout_s: float, hash_fn: Callable[[bytes], bytes], *,
+                      idle_timeout_s: float = DEFAULT_FETCH_IDLE_TIMEOUT_S,
+                      min_bytes_per_s: int = DEFAULT_MIN_FETCH_BYTES_PER_S) -> bytes | None:
     """Download the model state with ``state_hash`` from the first of ``senders`` that serves it intact.
 
     Args:
@@ -203,6 +216,8 @@ async def fetch_state(p2p: P2P, senders: list[bytes], run_id: str, state_hash: b
         numel: d; the state is 12·d bytes (θ, momentum, previous aggregate in fp32).
         timeout_s: limit per sender, in seconds.
         hash_fn: maps raw state bytes to their hash.
+        idle_timeout_s, min_bytes_per_s: read limits of each download (see :func:`transport.fetch`); a
+            sender that stalls or trickles is left for the next one.
 
     Returns:
         The state bytes whose hash matches, or None if no sender served them.
@@ -210,7 +225,7 @@ async def fetch_state(p2p: P2P, senders: list[bytes], run_id: str, state_hash: b
     size = 12 * numel
     for sender in senders:
         result = await fetch(p2p, PeerID(sender), run_id, ["state", state_hash], max_bytes=size,
-                             timeout_s=timeout_s)
+                             timeout_s=timeout_s, idle_timeout_s=idle_timeout_s, min_bytes_per_s=min_bytes_per_s)
         if result.status == OK and result.data is not None and len(result.data) == size \
                 and hash_fn(result.data) == state_hash:
             return result.data

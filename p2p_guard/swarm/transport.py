@@ -10,10 +10,13 @@ from the signed envelope how many bytes to expect and stops at the first byte pa
 ``StreamInfo.peer_id`` is the caller as authenticated by libp2p; every server-side limit is keyed by it,
 never by anything in the request. The limits (see :class:`PayloadServer`) are checked as a stream opens,
 before its request is read: an allow-list (``FORBIDDEN``), a global and a per-peer cap on concurrent
-streams and a per-peer token-bucket request rate (``BUSY``). A request must arrive within
-:data:`REQUEST_READ_TIMEOUT_S`, and the whole answer must be written within the serve limit, so a slow
-reader (slowloris) holds a stream for a bounded time. On the client side, :func:`fetch` bounds the whole
-exchange by its ``timeout_s``, so a trickling server costs bounded time too.
+streams and a per-peer token-bucket request rate (``BUSY``). A request must arrive within the request
+timeout (:data:`REQUEST_READ_TIMEOUT_S` by default), and the whole answer must be written within the serve
+limit, so a slow client (slowloris) holds a stream for a bounded time; refusals in progress are capped too.
+On the client side, :func:`fetch` cuts an answer while reading it: at the first byte past the declared
+size, after ``idle_timeout_s`` without a byte, or when the answer falls below ``min_bytes_per_s`` (status
+:data:`TOO_SLOW`), and always at ``timeout_s``; so a trickling server (slowloris) costs bounded time and
+memory too.
 """
 
 from __future__ import annotations
@@ -25,16 +28,21 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import msgpack
 from hivemind.p2p import P2P, PeerID
 
+from p2p_guard.swarm.config import PeerConfig
+
 __all__ = [
     "BAD_REQUEST",
     "BUSY",
+    "DEFAULT_FETCH_IDLE_TIMEOUT_S",
     "DEFAULT_MAX_INBOUND_STREAMS",
     "DEFAULT_MAX_INBOUND_STREAMS_PER_PEER",
     "DEFAULT_MAX_REQUESTS_PER_PEER_PER_S",
+    "DEFAULT_MIN_FETCH_BYTES_PER_S",
     "DEFAULT_MIN_SERVE_BYTES_PER_S",
     "DEFAULT_REQUEST_BURST",
     "DEFAULT_SERVE_TIMEOUT_S",
@@ -42,6 +50,7 @@ __all__ = [
     "NOT_FOUND",
     "NOT_READY",
     "OK",
+    "TOO_SLOW",
     "FetchResult",
     "PayloadServer",
     "ServerStats",
@@ -51,11 +60,14 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 OK, NOT_READY, NOT_FOUND, BAD_REQUEST, BUSY, FORBIDDEN = 0, 1, 2, 3, 4, 5
+#: :attr:`FetchResult.status` of an answer :func:`fetch` cut because the server stalled or sent too slowly
+#: (never on the wire; -1 is any other transport failure).
+TOO_SLOW = -2
 #: Largest request body, in bytes.
 MAX_REQUEST_BYTES = 256
 #: Size of one stream write or read, in bytes (1 MiB).
 CHUNK_BYTES = 1 << 20
-#: A complete request must arrive within this many seconds of the stream opening.
+#: Default time a complete request has to arrive after the stream opens, in seconds.
 REQUEST_READ_TIMEOUT_S = 10.0
 #: Revealed rounds (and published states) kept for serving.
 MAX_KEPT_ROUNDS = 3
@@ -76,6 +88,11 @@ DEFAULT_MIN_SERVE_BYTES_PER_S = 1 << 20
 MAX_TRACKED_PEERS = 1024
 #: Time a refused stream is kept open (status byte out, request drained), in seconds.
 REFUSAL_TIMEOUT_S = 1.0
+#: Longest :func:`fetch` waits for the next bytes of an answer (status byte or body), in seconds.
+DEFAULT_FETCH_IDLE_TIMEOUT_S = 5.0
+#: Slowest average rate :func:`fetch` accepts for an answer's body once ``idle_timeout_s`` has passed, in
+#: bytes per second (64 KiB/s; an honest server writes at least ``min_serve_bytes_per_s`` or cuts itself).
+DEFAULT_MIN_FETCH_BYTES_PER_S = 64 * 1024
 
 
 def handler_name(run_id: str) -> str:
@@ -94,7 +111,9 @@ class ServerStats:
             streams open.
         busy_rate: streams refused with ``BUSY`` because the caller's token bucket was empty.
         forbidden: streams refused with ``FORBIDDEN`` (caller not on the allow-list).
-        request_timeouts: admitted streams whose request did not arrive within :data:`REQUEST_READ_TIMEOUT_S`.
+        refusals_dropped: streams closed at once, without a status byte, because ``max_inbound_streams``
+            refusals were already in progress (a flood of streams).
+        request_timeouts: admitted streams whose request did not arrive within the request timeout.
         serve_timeouts: answers cut off because the reader took longer than the serve limit.
     """
 
@@ -103,6 +122,7 @@ class ServerStats:
     busy_streams: int = 0
     busy_rate: int = 0
     forbidden: int = 0
+    refusals_dropped: int = 0
     request_timeouts: int = 0
     serve_timeouts: int = 0
 
@@ -124,11 +144,18 @@ class PayloadServer:
        stream needs one token, else ``BUSY``. Refused streams of rules 1-3 take no token.
 
     A refusal writes one status byte, discards the request (at most ``4 + MAX_REQUEST_BYTES`` bytes and
-    :data:`REFUSAL_TIMEOUT_S` seconds) and closes the stream; it is logged at DEBUG, and at WARNING the
-    first time for each caller. Refused streams do not count as open. An admitted stream must deliver its
-    request within :data:`REQUEST_READ_TIMEOUT_S` seconds, and the whole answer must be written within
+    :data:`REFUSAL_TIMEOUT_S` seconds) and closes the stream. Refused streams do not count as open, but at
+    most ``max_inbound_streams`` refusals are in progress at once: beyond that a new stream is closed at once
+    without a status byte (``stats.refusals_dropped``), so a flood of streams holds at most
+    ``2 · max_inbound_streams`` handler coroutines and sockets. An admitted stream must deliver its request
+    within ``request_timeout_s`` seconds, and the whole answer must be written within
     ``max(serve_timeout_s, len(answer) / min_serve_bytes_per_s)`` seconds, else the stream is aborted: a
-    slow reader (slowloris) holds a stream, and the memory of its write buffer, for a bounded time.
+    slow client (slowloris) holds a stream, and the memory of its write buffer, for a bounded time. A
+    caller's faults (refused, request timeout, slow reader) are logged at WARNING the first time for each
+    (caller, kind of fault), at DEBUG after.
+
+    The answer's bytes after the status byte are written by :meth:`_stream`, the one hook a subclass may
+    override (a simulated slowloris sender does: ``p2p_guard.swarm.slowloris``).
 
     Memory is bounded: open-stream counts exist only for callers with open streams (at most
     ``max_inbound_streams``), and the token buckets and warned-once flags are LRU tables of at most
@@ -142,6 +169,7 @@ class PayloadServer:
                  request_burst: int = DEFAULT_REQUEST_BURST,
                  serve_timeout_s: float = DEFAULT_SERVE_TIMEOUT_S,
                  min_serve_bytes_per_s: int = DEFAULT_MIN_SERVE_BYTES_PER_S,
+                 request_timeout_s: float = REQUEST_READ_TIMEOUT_S,
                  allowed: frozenset[str] | None = None, max_tracked_peers: int = MAX_TRACKED_PEERS,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """Create an empty server for ``run_id``; call :meth:`attach` to start serving.
@@ -155,6 +183,7 @@ class PayloadServer:
             serve_timeout_s: Floor of the time limit for writing one answer, in seconds.
             min_serve_bytes_per_s: Slowest reader the limit allows for, in bytes per second: an answer of
                 ``b`` bytes may take ``max(serve_timeout_s, b / min_serve_bytes_per_s)`` seconds.
+            request_timeout_s: Time a complete request has to arrive after the stream opens, in seconds.
             allowed: Base58 PeerIDs allowed to fetch (see :mod:`p2p_guard.swarm.allowlist`); None: anyone.
             max_tracked_peers: Size of the per-caller LRU tables (callers).
             clock: Monotonic time source in seconds (tests pass a fake one).
@@ -167,6 +196,7 @@ class PayloadServer:
                             ("max_requests_per_peer_per_s", max_requests_per_peer_per_s),
                             ("request_burst", request_burst), ("serve_timeout_s", serve_timeout_s),
                             ("min_serve_bytes_per_s", min_serve_bytes_per_s),
+                            ("request_timeout_s", request_timeout_s),
                             ("max_tracked_peers", max_tracked_peers)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
                     or value == float("inf"):
@@ -182,17 +212,33 @@ class PayloadServer:
         self.request_burst = int(request_burst)
         self.serve_timeout_s = float(serve_timeout_s)
         self.min_serve_bytes_per_s = int(min_serve_bytes_per_s)
+        self.request_timeout_s = float(request_timeout_s)
         self.allowed = allowed
         self.max_tracked_peers = int(max_tracked_peers)
         self._clock = clock
         self._payloads: dict[int, bytes] = {}
         self._states: dict[bytes, bytes] = {}
         self._open = 0
+        self._refusing = 0
         self._open_by_peer: dict[str, int] = {}
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # peer -> (tokens, stamp)
         self._warned: OrderedDict[str, None] = OrderedDict()
         self.stats = ServerStats()
         self.bytes_sent = 0
+
+    @classmethod
+    def from_config(cls, config: PeerConfig, allowed: frozenset[str] | None, **extra: Any) -> PayloadServer:
+        """A server with the limits of ``config`` (see :class:`PeerConfig`); ``extra`` goes to a subclass.
+
+        Raises:
+            ValueError: as :meth:`__init__`.
+        """
+        return cls(config.run_id, max_inbound_streams=config.max_inbound_streams,
+                   max_inbound_streams_per_peer=config.max_inbound_streams_per_peer,
+                   max_requests_per_peer_per_s=config.max_requests_per_peer_per_s,
+                   request_burst=config.request_burst, serve_timeout_s=config.serve_timeout_s,
+                   min_serve_bytes_per_s=config.min_serve_bytes_per_s, request_timeout_s=config.request_timeout_s,
+                   allowed=allowed, **extra)
 
     async def attach(self, p2p: P2P) -> None:
         """Register the stream handler on ``p2p`` (a replica of the DHT's daemon)."""
@@ -263,33 +309,34 @@ class PayloadServer:
         return allowed
 
     def _note(self, peer: str | None, what: str, *args: object) -> None:
-        """Log a caller's fault: WARNING the first time for this caller, DEBUG after."""
-        key = peer or "?"
+        """Log a caller's fault: WARNING the first time for this caller and ``what``, DEBUG after."""
+        caller = peer or "?"
+        key = f"{caller} {what}"
         first = key not in self._warned
         if first:
             self._warned[key] = None
             while len(self._warned) > self.max_tracked_peers:
                 self._warned.popitem(last=False)
+        else:
+            self._warned.move_to_end(key)
         logger.log(logging.WARNING if first else logging.DEBUG, "fetch stream from %s: " + what,
-                   key[-12:], *args)
+                   caller[-12:], *args)
 
     async def _handle(self, info: object, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer_id = getattr(info, "peer_id", None)
         peer = peer_id.to_base58() if isinstance(peer_id, PeerID) else None
         refusal = self.admit(peer)
         if peer is None or refusal is not None:
-            refusal = FORBIDDEN if refusal is None else refusal
-            self._note(peer, "refused (%s)", "not on the allow-list" if refusal == FORBIDDEN else "busy")
-            await _refuse(refusal, reader, writer)
+            await self._refuse_stream(peer, FORBIDDEN if refusal is None else refusal, reader, writer)
             return
         self.stats.served += 1
         try:
             try:
-                request = await asyncio.wait_for(_read_request(reader), REQUEST_READ_TIMEOUT_S)
+                request = await asyncio.wait_for(_read_request(reader), self.request_timeout_s)
             except asyncio.TimeoutError:
                 self.stats.request_timeouts += 1
-                logger.debug("fetch from %s: no complete request within %.1f s", peer[-12:],
-                             REQUEST_READ_TIMEOUT_S)
+                self._note(peer, "no complete request within %.1f s, stream cut", self.request_timeout_s)
+                writer.transport.abort()
                 return
             status, data = self._answer(request)
             limit_s = self.serve_limit_s(len(data) if data is not None else 1)
@@ -309,6 +356,22 @@ class PayloadServer:
         finally:
             self.release(peer)
             writer.close()
+
+    async def _refuse_stream(self, peer: str | None, status: int, reader: asyncio.StreamReader,
+                             writer: asyncio.StreamWriter) -> None:
+        """Refuse a stream with ``status``; past ``max_inbound_streams`` refusals in progress, drop it."""
+        if self._refusing >= self.max_inbound_streams:
+            self.stats.refusals_dropped += 1
+            self._note(peer, "refused (%s)", "too many refusals in progress: dropped")
+            writer.transport.abort()
+            writer.close()
+            return
+        self._note(peer, "refused (%s)", "not on the allow-list" if status == FORBIDDEN else "busy")
+        self._refusing += 1
+        try:
+            await _refuse(status, reader, writer)
+        finally:
+            self._refusing -= 1
 
     async def _write_answer(self, status: int, data: bytes | None, writer: asyncio.StreamWriter) -> None:
         writer.write(bytes([status]))
@@ -331,6 +394,7 @@ class PayloadServer:
         return OK, data
 
     async def _stream(self, data: bytes, writer: asyncio.StreamWriter) -> None:
+        """Write the answer's bytes after the ``OK`` status byte (in :data:`CHUNK_BYTES` writes)."""
         view = memoryview(data)
         for start in range(0, len(view), CHUNK_BYTES):
             writer.write(view[start:start + CHUNK_BYTES])
@@ -404,8 +468,9 @@ class FetchResult:
 
     Attributes:
         status: :data:`OK`, :data:`NOT_READY`, :data:`NOT_FOUND`, :data:`BAD_REQUEST`, :data:`BUSY` (over a
-            limit of the server: retry later), :data:`FORBIDDEN` (not on its allow-list), or -1 when the
-            stream failed (peer unreachable, closed early, timed out).
+            limit of the server: retry later), :data:`FORBIDDEN` (not on its allow-list), :data:`TOO_SLOW`
+            (the server stalled or sent slower than the floor: the answer was cut while reading), or -1 when
+            the stream failed otherwise (peer unreachable, closed early, ``timeout_s`` reached).
         data: the bytes read after ``OK`` (at most ``max_bytes + 1``), else None.
         detail: a short human-readable description of a failure.
     """
@@ -416,11 +481,24 @@ class FetchResult:
 
 
 async def fetch(p2p: P2P, peer: PeerID, run_id: str, request: list[object], *, max_bytes: int,
-                timeout_s: float) -> FetchResult:
+                timeout_s: float, idle_timeout_s: float = DEFAULT_FETCH_IDLE_TIMEOUT_S,
+                min_bytes_per_s: int = DEFAULT_MIN_FETCH_BYTES_PER_S) -> FetchResult:
     """Ask ``peer`` for a payload or a state and read at most ``max_bytes + 1`` bytes of the answer.
 
     Reading stops at the first byte past ``max_bytes``: the caller sees ``len(data) > max_bytes`` and rejects
     the answer as oversized without ever buffering more.
+
+    The answer is also cut while it is read, with status :data:`TOO_SLOW`, when the server is too slow.
+    With t the seconds since the request was sent and ``received`` the bytes read after the status byte:
+
+    - idle: one wait for the next bytes (the status byte or a chunk) lasts longer than ``idle_timeout_s``
+      (with no body bytes yet, this and the rate rule coincide);
+    - rate: ``t > idle_timeout_s + received / min_bytes_per_s`` (the body arrives slower than
+      ``min_bytes_per_s`` on average, after an allowance of ``idle_timeout_s``).
+
+    So a server that trickles or stalls (slowloris) costs at most
+    ``min(timeout_s, idle_timeout_s + (max_bytes + 1) / min_bytes_per_s)`` seconds and ``max_bytes + 1``
+    bytes of memory.
 
     Args:
         p2p: our P2P replica.
@@ -428,33 +506,85 @@ async def fetch(p2p: P2P, peer: PeerID, run_id: str, request: list[object], *, m
         run_id: run name (selects the handler).
         request: ``["payload", round]`` or ``["state", hash]``.
         max_bytes: the size the signed envelope (or the state hash's model) implies, in bytes.
-        timeout_s: limit for the whole exchange (open, request, status byte, body), in seconds. A server
-            that trickles its answer (slowloris) is cut off at this limit with status -1.
+        timeout_s: limit for the whole exchange (open, request, status byte, body), in seconds; reaching
+            it gives status -1.
+        idle_timeout_s: longest wait for the next bytes of the answer, in seconds (see above).
+        min_bytes_per_s: slowest average body rate accepted after ``idle_timeout_s``, in bytes per second.
 
     Returns:
         A :class:`FetchResult`; never raises on network failure.
+
+    Raises:
+        ValueError: ``idle_timeout_s`` or ``min_bytes_per_s`` is not finite and > 0 (a local bug).
     """
+    for name, value in (("idle_timeout_s", idle_timeout_s), ("min_bytes_per_s", min_bytes_per_s)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise ValueError(f"{name} must be finite and > 0; got {name}={value!r}")
+    pace = _Pace(float(idle_timeout_s), float(min_bytes_per_s), max_bytes)
     try:
-        return await asyncio.wait_for(_fetch(p2p, peer, run_id, request, max_bytes), timeout_s)
+        return await asyncio.wait_for(_fetch(p2p, peer, run_id, request, max_bytes, pace), timeout_s)
+    except _TooSlow as e:
+        return FetchResult(TOO_SLOW, detail=str(e))
     except asyncio.TimeoutError:
         return FetchResult(-1, detail=f"no complete answer within {timeout_s:.1f} s")
     except Exception as e:  # noqa: BLE001 - any transport failure is reported, not raised
         return FetchResult(-1, detail=f"{type(e).__name__}: {e}"[:200])
 
 
-async def _fetch(p2p: P2P, peer: PeerID, run_id: str, request: list[object], max_bytes: int) -> FetchResult:
+class _TooSlow(Exception):
+    """Raised inside :func:`fetch` when the server stalls or sends below the rate floor."""
+
+
+@dataclass
+class _Pace:
+    """The read limits of one :func:`fetch` (see its docstring); ``started`` is set once the request is sent."""
+
+    idle_timeout_s: float
+    min_bytes_per_s: float
+    max_bytes: int
+    started: float = 0.0
+
+    async def read_status(self, reader: asyncio.StreamReader) -> int:
+        """Read the status byte within ``idle_timeout_s``; raise :class:`_TooSlow` if it does not come."""
+        try:
+            return (await asyncio.wait_for(reader.readexactly(1), self.idle_timeout_s))[0]
+        except asyncio.TimeoutError:
+            raise _TooSlow(f"no status byte within {self.idle_timeout_s:.1f} s") from None
+
+    async def read_body(self, reader: asyncio.StreamReader, size: int, received: int) -> bytes:
+        """Read up to ``size`` bytes within both limits, ``received`` body bytes so far; else :class:`_TooSlow`."""
+        elapsed = time.monotonic() - self.started
+        rate_left = self.idle_timeout_s + received / self.min_bytes_per_s - elapsed
+        if rate_left <= 0:
+            raise _TooSlow(self._rate_detail(received, elapsed))
+        try:
+            return await asyncio.wait_for(reader.read(size), min(self.idle_timeout_s, rate_left))
+        except asyncio.TimeoutError:
+            if rate_left <= self.idle_timeout_s:
+                raise _TooSlow(self._rate_detail(received, time.monotonic() - self.started)) from None
+            raise _TooSlow(f"no bytes for {self.idle_timeout_s:.1f} s after {received} of {self.max_bytes} "
+                           "bytes") from None
+
+    def _rate_detail(self, received: int, elapsed: float) -> str:
+        return (f"{received} of {self.max_bytes} bytes in {elapsed:.1f} s, below "
+                f"{self.min_bytes_per_s:.0f} B/s after a {self.idle_timeout_s:.1f} s allowance")
+
+
+async def _fetch(p2p: P2P, peer: PeerID, run_id: str, request: list[object], max_bytes: int,
+                 pace: _Pace) -> FetchResult:
     _, reader, writer = await p2p.call_binary_stream_handler(peer, handler_name(run_id))
     try:
         body = msgpack.packb(request, use_bin_type=True)
         writer.write(len(body).to_bytes(4, "big") + body)
         await writer.drain()
-        status = await reader.readexactly(1)
-        if status[0] != OK:
-            return FetchResult(status[0])
+        pace.started = time.monotonic()
+        status = await pace.read_status(reader)
+        if status != OK:
+            return FetchResult(status)
         chunks: list[bytes] = []
         received = 0
         while received <= max_bytes:
-            chunk = await reader.read(min(CHUNK_BYTES, max_bytes + 1 - received))
+            chunk = await pace.read_body(reader, min(CHUNK_BYTES, max_bytes + 1 - received), received)
             if not chunk:
                 break
             chunks.append(chunk)

@@ -3,9 +3,12 @@
 Two hivemind ``P2P`` instances on 127.0.0.1 (port 0, no NAT port mapping): one serves, the other fetches.
 Checks, each keyed by the caller's authenticated PeerID: the per-peer and global caps on concurrent streams
 (stalled streams hold the slots, the next one gets ``BUSY``), the per-peer token-bucket request rate, the
-serve limit that cuts off a slow reader (slowloris client), the allow-list (``FORBIDDEN``), and on the
-client side that a trickling server (slowloris server) costs :func:`fetch` no more than its timeout. The
-admission logic is also checked without a network, on a fake clock. Every daemon is shut down in ``finally``.
+request timeout and the serve limit that cut off a slow client (slowloris client), the cap on refusals in
+progress (a flood of streams), the allow-list (``FORBIDDEN``), and on the client side that a trickling or
+stalling server (slowloris sender, ``swarm.slowloris.TricklingPayloadServer``) is cut while reading, by
+:func:`fetch`'s idle timeout and rate floor (``TOO_SLOW``), and by ``check_rows`` as ``TIMEOUT`` without a
+retry. The admission logic is also checked without a network, on a fake clock. Every daemon is shut down in
+``finally``.
 """
 
 from __future__ import annotations
@@ -19,18 +22,25 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
+import torch
 
 hivemind_p2p = pytest.importorskip("hivemind.p2p")
 P2P = hivemind_p2p.P2P
 
 from p2p_pair import p2p_pair, run_with_pair  # noqa: E402 - sibling helper module
-from p2p_guard.identity import Identity  # noqa: E402 - after the importorskip
+from p2p_guard.guard.integrity import RoundExpectation  # noqa: E402 - after the importorskip
+from p2p_guard.identity import Identity  # noqa: E402
+from p2p_guard.protocol import PROTOCOL_VERSION, Envelope, RejectReason, encode_update, payload_digest  # noqa: E402
+from p2p_guard.swarm.config import PeerConfig  # noqa: E402
+from p2p_guard.swarm.rounds import IntegrityVerdict, check_rows  # noqa: E402
+from p2p_guard.swarm.slowloris import TricklingPayloadServer  # noqa: E402
 from p2p_guard.swarm.transport import (  # noqa: E402
     BUSY,
     CHUNK_BYTES,
     FORBIDDEN,
     NOT_READY,
     OK,
+    TOO_SLOW,
     FetchResult,
     PayloadServer,
     fetch,
@@ -313,3 +323,170 @@ class TestAdmission:
     def test_constructor_rejects_a_non_frozenset_allow_list(self) -> None:
         with pytest.raises(ValueError, match="allowed"):
             PayloadServer(RUN, allowed={"A"})  # type: ignore[arg-type]
+
+
+# --- slowloris: a slow client against the server, a slow sender against fetch --------------------------------------
+
+def test_a_slow_request_is_cut_at_the_request_timeout(caplog: pytest.LogCaptureFixture) -> None:
+    """A client that sends its request one byte at a time is cut at ``request_timeout_s``, with a WARNING."""
+    request_timeout_s = 0.5
+    callers: list[str] = []
+
+    async def scenario(server: Any, client: Any) -> None:
+        callers.append(client.peer_id.to_base58())
+        served = PayloadServer(RUN, request_timeout_s=request_timeout_s)
+        await served.attach(server)
+        _, reader, writer = await client.call_binary_stream_handler(server.peer_id, handler_name(RUN))
+        try:
+            started = time.monotonic()
+            writer.write((20).to_bytes(4, "big") + b"\x92")  # 1 of the 20 declared body bytes
+            await writer.drain()
+            with contextlib.suppress(ConnectionError):
+                assert await asyncio.wait_for(reader.read(1), WAIT_S) == b""  # cut: no status byte
+            elapsed = time.monotonic() - started
+            await wait_until(lambda: served.open_streams == 0, 2.0)
+        finally:
+            writer.close()
+        assert (served.stats.served, served.stats.request_timeouts) == (1, 1)
+        assert request_timeout_s - 0.1 <= elapsed < request_timeout_s + 2.0
+
+    with caplog.at_level(logging.WARNING, logger="p2p_guard.swarm.transport"):
+        run_with_pair(scenario)
+    assert [r.getMessage() for r in caplog.records if r.name == "p2p_guard.swarm.transport"] == \
+        [f"fetch stream from {callers[0][-12:]}: no complete request within 0.5 s, stream cut"]
+
+
+def test_a_flood_of_refused_streams_is_dropped_past_the_refusal_cap() -> None:
+    """Streams past the per-peer cap, held open by the caller: at most ``max_inbound_streams`` refusals are in
+    progress; the others are closed at once without a status byte, so a flood holds bounded server resources."""
+    cap, flood = 2, 12
+
+    async def first_byte(reader: asyncio.StreamReader) -> bytes:
+        try:
+            return await asyncio.wait_for(reader.read(1), WAIT_S)
+        except ConnectionError:
+            return b""
+
+    async def scenario(server: Any, client: Any) -> None:
+        served = PayloadServer(RUN, max_inbound_streams=cap, max_inbound_streams_per_peer=1)
+        await served.attach(server)
+        async with stalled_streams(client, server, 1):
+            await wait_until(lambda: served.open_streams == 1)
+            opened = await asyncio.gather(*(
+                asyncio.wait_for(client.call_binary_stream_handler(server.peer_id, handler_name(RUN)), WAIT_S)
+                for _ in range(flood)))
+            try:
+                answers = await asyncio.gather(*(first_byte(reader) for _, reader, _ in opened))
+            finally:
+                for _, _, writer in opened:
+                    writer.close()
+        await wait_until(lambda: served._refusing == 0 and served.open_streams == 0)
+        assert served.stats.busy_streams == flood
+        dropped = served.stats.refusals_dropped
+        assert sorted(answers) == [b""] * dropped + [bytes([BUSY])] * (flood - dropped)
+        # All arrive within one REFUSAL_TIMEOUT_S, so only `cap` refusals (allow one more round) are answered.
+        assert dropped >= flood - 2 * cap, answers
+
+    run_with_pair(scenario)
+
+
+def _trickler(bytes_per_s: float, head_bytes: int) -> TricklingPayloadServer:
+    return TricklingPayloadServer(RUN, bytes_per_s=bytes_per_s, head_bytes=head_bytes)
+
+
+@pytest.mark.parametrize(("bytes_per_s", "head_bytes", "idle_timeout_s", "detail"), [
+    (20.0, 1, 1.0, "below 1024 B/s after a 1.0 s allowance"),  # trickles: the rate floor cuts it
+    (0.0, 1000, 1.0, "no bytes for 1.0 s after 1000 of 4000 bytes"),  # stalls after a head: idle timeout
+    (0.0, 0, 1.0, "below 1024 B/s after a 1.0 s allowance"),  # OK, then nothing: both limits say so
+])
+def test_a_slowloris_sender_is_cut_while_reading(bytes_per_s: float, head_bytes: int, idle_timeout_s: float,
+                                                 detail: str) -> None:
+    """TOO_SLOW after about ``idle_timeout_s``, far before the 30 s ``timeout_s``; never more than it sent."""
+    payload = os.urandom(4000)
+
+    async def scenario(server: Any, client: Any) -> None:
+        served = _trickler(bytes_per_s, head_bytes)
+        await served.attach(server)
+        served.reveal(0, payload)
+        started = time.monotonic()
+        result = await fetch(client, server.peer_id, RUN, ["payload", 0], max_bytes=len(payload), timeout_s=30,
+                             idle_timeout_s=idle_timeout_s, min_bytes_per_s=1024)
+        elapsed = time.monotonic() - started
+        assert result.status == TOO_SLOW
+        assert result.data is None
+        assert result.detail.endswith(detail), result.detail
+        assert idle_timeout_s - 0.1 <= elapsed < idle_timeout_s + 2.0
+        assert served.bytes_sent < len(payload)
+
+    run_with_pair(scenario)
+
+
+def test_a_server_that_never_sends_its_status_byte_is_cut_by_the_idle_timeout() -> None:
+    async def silent(info: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(reader.read(), 30.0)  # until the fetcher hangs up (bounded)
+        writer.close()
+
+    async def scenario(server: Any, client: Any) -> None:
+        await server.add_binary_stream_handler(handler_name(RUN), silent)
+        started = time.monotonic()
+        result = await fetch(client, server.peer_id, RUN, ["payload", 0], max_bytes=8, timeout_s=30,
+                             idle_timeout_s=0.5)
+        elapsed = time.monotonic() - started
+        assert result == FetchResult(TOO_SLOW, detail="no status byte within 0.5 s")
+        assert 0.4 <= elapsed < 2.5
+
+    run_with_pair(scenario)
+
+
+def test_tight_read_limits_leave_a_fast_sender_alone() -> None:
+    """4 MiB under a 1 s idle timeout and a 1 MiB/s floor (a 5 s budget) arrive intact."""
+    payload = os.urandom(4 * CHUNK_BYTES)
+
+    async def scenario(server: Any, client: Any) -> None:
+        served = PayloadServer(RUN)
+        await served.attach(server)
+        served.reveal(0, payload)
+        result = await fetch(client, server.peer_id, RUN, ["payload", 0], max_bytes=len(payload), timeout_s=20,
+                             idle_timeout_s=1.0, min_bytes_per_s=CHUNK_BYTES)
+        assert result.status == OK, result.detail
+        assert result.data == payload
+
+    run_with_pair(scenario)
+
+
+@pytest.mark.parametrize(("name", "value"), [("idle_timeout_s", 0.0), ("idle_timeout_s", float("inf")),
+                                             ("min_bytes_per_s", 0), ("min_bytes_per_s", True)])
+def test_fetch_rejects_bad_read_limits(name: str, value: Any) -> None:
+    with pytest.raises(ValueError, match=name):
+        asyncio.run(fetch(None, None, RUN, ["payload", 0], max_bytes=1, timeout_s=1.0,  # type: ignore[arg-type]
+                          **{name: value}))
+
+
+def test_check_rows_gives_a_slowloris_sender_timeout_at_once_without_retrying() -> None:
+    """Through the round logic: one TIMEOUT verdict after about the idle timeout, one stream, no retry."""
+    numel = 1000
+    payload = encode_update(torch.ones(numel), "fp32")
+    base = b"\x0b" * 32
+    config = PeerConfig(run_id=RUN, fetch_timeout_s=30.0, fetch_idle_timeout_s=1.0, min_fetch_bytes_per_s=1024)
+    expect = RoundExpectation(run_id=RUN, round=0, base_hash=base, shapes=((numel,),))
+
+    async def scenario(server: Any, client: Any) -> None:
+        served = _trickler(4.0, 1)
+        await served.attach(server)
+        served.reveal(0, payload)
+        sender = server.peer_id.to_base58()
+        env = Envelope(protocol_version=PROTOCOL_VERSION, run_id=RUN, round=0, sender=server.peer_id.to_bytes(),
+                       base_hash=base, digest=payload_digest(payload), codec="fp32", shapes=((numel,),),
+                       n_samples=1, payload_bytes=len(payload))
+        started = time.monotonic()
+        rows, verdicts = await check_rows(client, {sender: env}, expect, config, {}, asyncio.Event())
+        elapsed = time.monotonic() - started
+        assert rows == {}
+        assert [(v.sender, v.reason) for v in verdicts] == [(sender, RejectReason.TIMEOUT)]
+        assert verdicts[0].detail.startswith("sender too slow, stream cut (")
+        assert isinstance(verdicts[0], IntegrityVerdict)
+        assert 0.9 <= elapsed < config.fetch_idle_timeout_s + 2.0 < config.fetch_timeout_s
+        assert served.stats.served == 1  # not retried
+
+    run_with_pair(scenario)

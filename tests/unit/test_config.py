@@ -38,6 +38,12 @@ class TestPeerConfigValidation:
         assert config.outer_lr == 0.7
         assert config.outer_momentum == 0.9
 
+    def test_read_limit_defaults_cut_a_hopeless_sender_well_before_the_fetch_deadline(self) -> None:
+        config = PeerConfig()
+        assert (config.request_timeout_s, config.fetch_idle_timeout_s, config.min_fetch_bytes_per_s) == \
+            (10.0, 5.0, 64 * 1024)
+        assert config.fetch_idle_timeout_s < config.fetch_timeout_s / 2
+
     @pytest.mark.parametrize(("changes", "name"), [
         ({"num_peers": 0}, "num_peers"),
         ({"num_peers": -3, "peer_index": 0}, "num_peers"),
@@ -61,6 +67,14 @@ class TestPeerConfigValidation:
         ({"max_payload_bytes": 0}, "max_payload_bytes"),
         ({"max_payload_bytes": -1}, "max_payload_bytes"),
         ({"max_envelope_bytes": 0}, "max_envelope_bytes"),
+        ({"request_timeout_s": 0.0}, "request_timeout_s"),
+        ({"request_timeout_s": math.inf}, "request_timeout_s"),
+        ({"fetch_idle_timeout_s": 0.0}, "fetch_idle_timeout_s"),
+        ({"fetch_idle_timeout_s": -1.0}, "fetch_idle_timeout_s"),
+        ({"fetch_idle_timeout_s": math.nan}, "fetch_idle_timeout_s"),
+        ({"min_fetch_bytes_per_s": 0}, "min_fetch_bytes_per_s"),
+        ({"min_fetch_bytes_per_s": 1.5}, "min_fetch_bytes_per_s"),
+        ({"min_fetch_bytes_per_s": True}, "min_fetch_bytes_per_s"),
         ({"device": "tpu"}, "device"),
         ({"device": "CUDA"}, "device"),
         ({"port": -1}, "port"),
@@ -130,6 +144,13 @@ class TestPeerResolver:
         assert config.rounds == 3
         assert config.run_id == "file-run"
         assert config.initial_peers == (MADDR,)
+
+    def test_read_limit_flags(self) -> None:
+        config = peer_cmd.resolve_config(peer_args("--initial-peers", MADDR, "--request-timeout-s", "2.5",
+                                                   "--fetch-idle-timeout-s", "1.5",
+                                                   "--min-fetch-bytes-per-s", "4096"))
+        assert (config.request_timeout_s, config.fetch_idle_timeout_s, config.min_fetch_bytes_per_s) == \
+            (2.5, 1.5, 4096)
 
     def test_flags_alone(self) -> None:
         config = peer_cmd.resolve_config(peer_args("--initial-peers", MADDR, MADDR, "--codec", "fp16"))

@@ -8,6 +8,8 @@ import struct
 import pytest
 import torch
 
+from p2p_guard.attacks import load_attack
+from p2p_guard.attacks.base import AttackContext
 from p2p_guard.guard.integrity import RoundExpectation, check_envelope, check_payload
 from p2p_guard.identity import Identity
 from p2p_guard.protocol import (
@@ -194,3 +196,33 @@ class TestCheckPayload:
         assert isinstance(update, torch.Tensor)
         buffer[:] = bytes(len(buffer))
         assert torch.equal(update, UPDATE)
+
+    @pytest.mark.parametrize("codec", ["fp32", "fp16"])
+    @pytest.mark.parametrize("zero", [0.0, -0.0])
+    def test_all_zero_update_is_a_free_rider(self, codec: str, zero: float) -> None:
+        env, payload = honest(codec, torch.full((10,), zero))
+        result = check_payload(env, payload, expectation())
+        assert reason_of(result) is RejectReason.ZERO_UPDATE
+        assert isinstance(result, Rejected) and result.detail == "all 10 values are zero: no computation"
+
+    def test_one_tiny_nonzero_value_is_an_update(self) -> None:
+        vector = torch.zeros(10)
+        vector[9] = 1e-45  # the smallest fp32 subnormal
+        env, payload = honest("fp32", vector)
+        update = check_payload(env, payload, expectation())
+        assert isinstance(update, torch.Tensor)
+        assert torch.equal(update, vector)
+
+    def test_non_finite_is_checked_before_zero(self) -> None:
+        vector = torch.zeros(10)
+        vector[3] = float("nan")
+        env, payload = honest("fp32", vector)
+        assert reason_of(check_payload(env, payload, expectation())) is RejectReason.NON_FINITE
+
+
+def test_a_free_riders_update_is_rejected_before_the_guard() -> None:
+    """``free_rider`` sends zeros like the honest rows; ``check_payload`` rejects it as ``ZERO_UPDATE``."""
+    ctx = AttackContext(round=3, n=4, f=1, generator=torch.Generator().manual_seed(0))
+    update = load_attack("free_rider")(torch.stack([UPDATE, -UPDATE]), ctx)
+    env, payload = honest("fp32", update)
+    assert reason_of(check_payload(env, payload, expectation())) is RejectReason.ZERO_UPDATE

@@ -14,6 +14,7 @@ from p2p_guard.attacks.wire import (
     DigestMismatch,
     NaNPayload,
     Oversized,
+    Slowloris,
     WireAttack,
     WrongRun,
     WrongShape,
@@ -79,8 +80,8 @@ def receive(draft: CommitDraft, expect: RoundExpectation) -> torch.Tensor | Reje
 def test_registry_names() -> None:
     # equivocate sends two individually valid envelopes (its test is the proof below); replay needs the
     # previous round's envelope, kept by the peer; vote_smear commits honestly and lies only in its votes;
-    # all three are exercised in live swarms.
-    assert set(WIRE_ATTACKS) == set(EXPECTED_REASON) | {"equivocate", "replay", "vote_smear"}
+    # slowloris commits honestly and attacks the stream; all four are exercised in live swarms.
+    assert set(WIRE_ATTACKS) == set(EXPECTED_REASON) | {"equivocate", "replay", "vote_smear", "slowloris"}
 
 
 def test_vote_smear_commits_honestly() -> None:
@@ -209,7 +210,11 @@ def test_bad_signature_is_64_bytes() -> None:
 
 @pytest.mark.parametrize(
     ("factory", "kwargs"),
-    [(Oversized, {"extra_bytes": 0}), (Oversized, {"extra_bytes": True}), (WrongRun, {"suffix": ""})],
+    [(Oversized, {"extra_bytes": 0}), (Oversized, {"extra_bytes": True}), (WrongRun, {"suffix": ""}),
+     (Slowloris, {"bytes_per_s": -1.0}), (Slowloris, {"bytes_per_s": float("inf")}),
+     (Slowloris, {"bytes_per_s": True}), (Slowloris, {"head_bytes": -1}), (Slowloris, {"head_bytes": 1.0}),
+     (Slowloris, {"client_streams": -1}), (Slowloris, {"interval_s": 0.0}),
+     (Slowloris, {"interval_s": float("nan")})],
 )
 def test_constructor_rejections(factory: type, kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError):  # noqa: PT011
@@ -222,6 +227,19 @@ def test_seal_refuses_to_sign_for_another_sender() -> None:
         seal(draft, Identity.generate())
 
 
+def test_slowloris_commit_is_the_honest_one() -> None:
+    """The commit passes every check: the attack is only in how the payload is served (TIMEOUT, live)."""
+    attack = Slowloris(bytes_per_s=0, head_bytes=0, client_streams=0)
+    assert isinstance(attack, WireAttack)
+    assert attack.trickles_payload is True
+    assert "TIMEOUT" in (Slowloris.__doc__ or "")
+    draft = honest_draft()
+    assert attack.mutate(draft, torch.Generator()) == draft
+    assert torch.equal(receive(draft, expectation()), UPDATE)
+    assert (attack.bytes_per_s, attack.head_bytes, attack.client_streams, attack.interval_s) == (0.0, 0, 0, 1.0)
+
+
 def test_repr_names_parameters() -> None:
     assert repr(Oversized(extra_bytes=10)) == "Oversized(extra_bytes=10)"
     assert repr(WrongRun(suffix="-x")) == "WrongRun(suffix='-x')"
+    assert repr(Slowloris()) == "Slowloris(bytes_per_s=2.0, head_bytes=1, client_streams=8, interval_s=1.0)"
