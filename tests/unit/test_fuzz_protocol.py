@@ -533,6 +533,8 @@ def reference_reason(env: Envelope, served: bytes) -> RejectReason | None:
     values = np.frombuffer(served, dtype={"fp32": "<f4", "fp16": "<f2"}[env.codec])
     if not np.isfinite(values).all():
         return RejectReason.NON_FINITE
+    if not values.any():  # every value ±0: no computation (free rider)
+        return RejectReason.ZERO_UPDATE
     return None
 
 
