@@ -12,8 +12,8 @@ with its own shard, and a round is, for every peer index i (honest peers first, 
    pass, so ``guard_params`` is empty except in the ablation, where a white-box attack is told the switches of
    the arm it attacks;
    a data attack acts in step 1 and ``attacked_update`` applies its ``boost``;
-3. rows that are not finite are dropped before the guard, as the swarm's integrity stage drops them
-   (recorded as rejections with reason ``non_finite``);
+3. rows that are not finite or all zero are dropped before the guard by the swarm's own integrity function
+   (``guard.integrity.check_values``; recorded as rejections with reason ``non_finite`` or ``zero_update``);
 4. each receiver j runs ``judge_rows(guard, rows, me=sender_j, round_=r, previous_aggregate=…, f=f̂,
    generator=round_generator(run, seed, j, r, 4))`` and applies the aggregate with ``LocalModel.apply``.
 
@@ -50,6 +50,7 @@ from p2p_guard.attacks.base import AttackContext
 from p2p_guard.guard import build_guard
 from p2p_guard.guard.apply import judge_rows
 from p2p_guard.guard.base import GuardResult
+from p2p_guard.guard.integrity import check_values
 from p2p_guard.tasks import Task, load_task
 from p2p_guard.training.local import LocalModel, round_generator
 
@@ -335,10 +336,11 @@ def run_cell(
                     guard_f=spec.assumed_byzantine,
                 )
                 delta = attacked_update(attack, delta, known_previous[i], ctx)
-            if bool(torch.isfinite(delta).all()):
+            problem = check_values(delta)  # the swarm's integrity checks of a decoded update
+            if problem is None:
                 rows[names[i]] = delta
             else:
-                dropped[names[i]] = NON_FINITE
+                dropped[names[i]] = problem.reason.value
 
         judge = functools.partial(_judge, guard, rows, r, spec, run_id, names, peers)
         results: dict[int, GuardResult] = {}

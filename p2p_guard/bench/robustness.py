@@ -293,6 +293,9 @@ def cell_key(spec: CellSpec | dict[str, Any]) -> str:
 
 
 _NOT_IN_FINGERPRINT = (
+    "attacks/wire.py",  # wire attacks never run in a cell (they need the network)
+    "swarm/",
+    "simulation/",
     "bench/robustness.py",
     "bench/report.py",
     "bench/plots.py",
@@ -304,7 +307,8 @@ _NOT_IN_FINGERPRINT = (
 def code_fingerprint() -> str:
     """SHA-256 over the code a cell's result depends on: every ``p2p_guard`` module but the reporting ones.
 
-    The benchmark's grid, report and plots and the CLI are left out (they do not change a cell's figures),
+    The benchmark's grid, report and plots, the CLI, and the networked code a cell never imports (``swarm/``,
+    ``simulation/``, the wire attacks) are left out (they do not change a cell's figures),
     and torch's version is put in. A resumed run reuses only cells stamped with the current fingerprint, so
     results of an older guard, attack or training code never mix with new ones.
     """

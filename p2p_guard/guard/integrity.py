@@ -158,13 +158,29 @@ def check_payload(env: Envelope, payload: bytes, expect: RoundExpectation) -> to
     update = decode_update(payload, env.codec, expect.numel)
     if isinstance(update, Rejected):
         return update
+    problem = check_values(update)
+    return update if problem is None else problem
+
+
+def check_values(update: torch.Tensor) -> Rejected | None:
+    """The content checks of a decoded update, in order: all values finite, then not all zero.
+
+    The in-process benchmark (``bench/cell.py``) runs this same function on every row, so that it drops
+    exactly what a networked peer's integrity stage drops.
+
+    Args:
+        update: ``(d,)`` float tensor.
+
+    Returns:
+        None if the update passes, else :class:`Rejected` with ``NON_FINITE`` or ``ZERO_UPDATE``.
+    """
     finite = torch.isfinite(update)
     if not bool(finite.all()):
         bad = int((~finite).sum())
         return Rejected(RejectReason.NON_FINITE, f"{bad} of {update.numel()} values are NaN or ±Inf")
     if not bool(update.any()):
         return Rejected(RejectReason.ZERO_UPDATE, f"all {update.numel()} values are zero: no computation")
-    return update
+    return None
 
 
 def _is_count(value: object) -> bool:
