@@ -44,6 +44,12 @@ class RejectReason(Enum):
     TIMEOUT = "timeout"
     #: The sender could not be reached or refused to serve its payload.
     UNAVAILABLE = "unavailable"
+    #: The commit appeared only after this peer's commit phase had closed (it may be adapted to, or copied
+    #: from, payloads revealed since); it is never fetched nor applied.
+    LATE_COMMIT = "late_commit"
+    #: Another sender committed the same payload digest in the same round (unique computation): all of them
+    #: are rejected, the original included, since nobody can tell which one computed it.
+    DUPLICATE = "duplicate"
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import logging
 import signal
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -43,8 +44,8 @@ from p2p_guard.swarm.events import EventLog
 from p2p_guard.swarm.reaper import start_reaper, stop_reaper_if_clean
 from p2p_guard.swarm.records import COMMIT_TTL_S, PRESENCE_TTL_S, commit_key, presence_key, publish_proof, \
     read_presence, read_proofs
-from p2p_guard.swarm.rounds import IntegrityVerdict, await_commits, check_rows, fetch_state, majority_base, \
-    open_commits
+from p2p_guard.swarm.rounds import IntegrityVerdict, await_commits, check_rows, fetch_state, late_commits, \
+    majority_base, open_commits, reject_duplicates, reveal_after_close, revealed_payloads
 from p2p_guard.swarm.transport import PayloadServer
 from p2p_guard.swarm.validator import RecordValidator, fetch_validator_report
 from p2p_guard.tasks import load_task
@@ -143,7 +144,7 @@ class Peer:
         return {}
 
     async def run_round(self, round_: int, contribute: bool, stop: asyncio.Event) -> RoundOutcome:
-        """Run outer round ``round_``: inner phase, commit, close, reveal, check, guard, outer step.
+        """Run outer round ``round_``: inner phase, commit, close, close gate, reveal, check, guard, outer step.
 
         Args:
             round_: the round number r; the model must hold θ_r.
@@ -167,19 +168,23 @@ class Peer:
         commits = {s: raw for s, raw in commits.items() if s not in self.banned}
         if contribute:
             sealed, serve = own.pop("sealed"), own.pop("serve")
+            await reveal_after_close(self.dht, self.server, self.identity, self.config, round_, commits, serve, stop)
             commits[self.me] = sealed
             own = {self.me: serve}
-            self.server.reveal(round_, serve)
+        revealed_at = time.monotonic()  # our payload is served from now on (a listener: our phase has closed)
         envelopes, rejected = open_commits(commits, self.config)
         base = await self._agree_on_base(envelopes, round_, base)
+        envelopes, duplicates = reject_duplicates(envelopes, self.config.run_id, round_)
         expect = RoundExpectation(run_id=self.config.run_id, round=round_, base_hash=base,
                                   shapes=self.local.shapes, codecs=CODECS,
                                   max_payload_bytes=self.config.max_payload_bytes)
         rows, more = await check_rows(self.p2p, envelopes, expect, self.config, own, stop)
+        late = await late_commits(self.dht, self.config, round_, commits, revealed_at=revealed_at, stop=stop,
+                                  exclude=frozenset(self.banned), allowed=self.allowed)
         outcome.rows = rows
         if stop.is_set():
             return outcome  # a partial round is never applied
-        self._aggregate_and_step(rows, rejected + more, outcome)
+        self._aggregate_and_step(rows, rejected + duplicates + more + late, outcome)
         return outcome
 
     async def _commit(self, round_: int, base: bytes, outcome: RoundOutcome) -> dict[str, bytes]:
@@ -195,6 +200,9 @@ class Peer:
         draft = CommitDraft(envelope=envelope, digest_payload=payload, serve_payload=payload)
         if self.attack_kind == "wire":
             draft = self.attack.mutate(draft, self._generator(round_, 2))  # type: ignore[union-attr]
+        if hasattr(self.attack, "copy_commit"):  # copycat: withhold the commit until someone reveals, copy it
+            poll = partial(revealed_payloads, self.p2p, self.dht, self.config, round_, self.me)
+            draft = await self.attack.copy_commit(draft, poll, timeout_s=self.config.commit_timeout_s)
         sealed = seal(draft, self.identity)
         if getattr(self.attack, "replays_previous", False):  # replay: last round's envelope, byte for byte
             sealed, self.last_sealed = (self.last_sealed or sealed), sealed
