@@ -159,9 +159,9 @@ class Peer:
         own: dict[str, bytes] = {}
         if contribute:
             own = await self._commit(round_, base, outcome)
-        commits = await await_commits(self.dht, self.config, round_, self.me if contribute else None, stop,
-                                      on_poll=self._watch_commits, exclude=frozenset(self.banned),
-                                      allowed=self.allowed)
+        commits, withheld = await await_commits(self.dht, self.config, round_, self.me if contribute else None,
+                                                stop, on_poll=self._watch_commits, exclude=frozenset(self.banned),
+                                                allowed=self.allowed)
         await self._collect_proofs(round_)
         outcome.verdicts += [{"sender": s, "accepted": False, "reason": RejectReason.EQUIVOCATION.value,
                               "detail": "banned: equivocation proof"} for s in commits if s in self.banned]
@@ -171,7 +171,10 @@ class Peer:
             await reveal_after_close(self.dht, self.server, self.identity, self.config, round_, commits, serve, stop)
             commits[self.me] = sealed
             own = {self.me: serve}
-        revealed_at = time.monotonic()  # our payload is served from now on (a listener: our phase has closed)
+        # A present peer that withheld its commit may commit the moment it fetches a revealed payload (a copycat):
+        # give such a commit grace_s to land before the one re-read, so that it is reported.
+        watch_s = self.config.grace_s if withheld - {self.me} - set(self.banned) else 0.0
+        not_before = time.monotonic() + watch_s
         envelopes, rejected = open_commits(commits, self.config)
         base = await self._agree_on_base(envelopes, round_, base)
         envelopes, duplicates = reject_duplicates(envelopes, self.config.run_id, round_)
@@ -179,7 +182,7 @@ class Peer:
                                   shapes=self.local.shapes, codecs=CODECS,
                                   max_payload_bytes=self.config.max_payload_bytes)
         rows, more = await check_rows(self.p2p, envelopes, expect, self.config, own, stop)
-        late = await late_commits(self.dht, self.config, round_, commits, revealed_at=revealed_at, stop=stop,
+        late = await late_commits(self.dht, self.config, round_, commits, not_before=not_before, stop=stop,
                                   exclude=frozenset(self.banned), allowed=self.allowed)
         outcome.rows = rows
         if stop.is_set():

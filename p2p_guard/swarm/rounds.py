@@ -2,10 +2,11 @@
 
 The state machine of round r for peer i (see ``docs/protocol.md``)::
 
-    INNER  --commit-->  COMMITTED  --quorum+grace | all present | deadline-->  CLOSED (publish a close record)
-    CLOSED --close records of every other sender of our closed set | reveal_wait_s-->  REVEALED (serve payload)
-    REVEALED --open envelopes, agree on the base, drop duplicates, fetch payloads with bounded reads-->  CHECKED
-    CHECKED --re-read commits (grace_s after the reveal at the earliest): report late ones; guard, step-->  r+1
+    INNER    --commit-->  COMMITTED  --quorum+grace | all present | deadline-->  CLOSED (publish a close record)
+    CLOSED   --close records of every other sender of our closed set | reveal_wait_s-->  REVEALED (serve it)
+    REVEALED --open envelopes, agree on the base, drop duplicates, fetch payloads (bounded reads)-->  CHECKED
+    CHECKED  --re-read commits once, report late ones (grace_s after the reveal if a present peer had
+               withheld its commit); guard, outer step-->  round r+1
 
 The close gate makes the commit phase close for every honest peer before any honest payload is served (except
 for a peer slower than ``reveal_wait_s``), so no commit that honest peers accept can depend on an honest payload
@@ -25,6 +26,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from hivemind.p2p import P2P, PeerID
@@ -38,8 +40,8 @@ from p2p_guard.swarm.dht import SwarmDHT
 from p2p_guard.swarm.records import commit_key, publish_close, read_closes, read_presence
 from p2p_guard.swarm.transport import BUSY, NOT_READY, OK, PayloadServer, fetch
 
-__all__ = ["IntegrityVerdict", "await_closes", "await_commits", "check_rows", "late_commits", "majority_base",
-           "open_commits", "reject_duplicates", "reveal_after_close", "revealed_payloads"]
+__all__ = ["ClosedCommits", "IntegrityVerdict", "await_closes", "await_commits", "check_rows", "late_commits",
+           "majority_base", "open_commits", "reject_duplicates", "reveal_after_close", "revealed_payloads"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,10 +63,23 @@ class IntegrityVerdict:
     detail: str = ""
 
 
+class ClosedCommits(NamedTuple):
+    """What :func:`await_commits` saw when the commit phase closed.
+
+    Attributes:
+        commits: ``{subkey: raw envelope bytes}`` as read from the DHT (unverified).
+        withheld: present peers (allowed, not banned) that had not committed; a listening peer is among them,
+            and so is a copycat waiting for a reveal.
+    """
+
+    commits: dict[str, bytes]
+    withheld: frozenset[str]
+
+
 async def await_commits(dht: SwarmDHT, config: PeerConfig, round_: int, me: str | None,
                         stop: asyncio.Event, *, on_poll: Callable[[dict[str, bytes]], None] | None = None,
                         exclude: frozenset[str] = frozenset(),
-                        allowed: frozenset[str] | None = None) -> dict[str, bytes]:
+                        allowed: frozenset[str] | None = None) -> ClosedCommits:
     """Poll the round's commit key until the commit phase closes for this peer.
 
     It closes when every present peer has committed, or when ``ceil(quorum_fraction · present)`` commits
@@ -78,11 +93,12 @@ async def await_commits(dht: SwarmDHT, config: PeerConfig, round_: int, me: str 
         allowed: the allow-list of a permissioned swarm (None: open); others neither count nor are returned.
 
     Returns:
-        ``{subkey: raw envelope bytes}`` as read from the DHT (unverified).
+        The commits, and the present peers that had not committed when the phase closed.
     """
     started = time.monotonic()
     quorum_since: float | None = None
     commits: dict[str, bytes] = {}
+    present: set[str] = set()
     while not stop.is_set():
         commits = await dht.read(commit_key(config.run_id, round_))
         if on_poll is not None:
@@ -102,7 +118,7 @@ async def await_commits(dht: SwarmDHT, config: PeerConfig, round_: int, me: str 
                            round_, config.commit_timeout_s, len(commits), len(present))
             break
         await asyncio.sleep(POLL_S)
-    return commits
+    return ClosedCommits(commits, frozenset(present - commits.keys()))
 
 
 async def await_closes(dht: SwarmDHT, config: PeerConfig, round_: int, waiting: Collection[str],
@@ -219,22 +235,23 @@ def reject_duplicates(envelopes: dict[str, Envelope], run_id: str, round_: int
 
 
 async def late_commits(dht: SwarmDHT, config: PeerConfig, round_: int, closed: Collection[str], *,
-                       revealed_at: float, stop: asyncio.Event, exclude: frozenset[str] = frozenset(),
+                       not_before: float, stop: asyncio.Event, exclude: frozenset[str] = frozenset(),
                        allowed: frozenset[str] | None = None) -> list[IntegrityVerdict]:
     """Re-read the round's commit key once and report every sender that committed after our phase closed.
 
     Such a commit may be copied from, or adapted to, payloads revealed since; it is never fetched nor
-    applied. The read happens ``grace_s`` after ``revealed_at`` at the earliest (waiting if the round got
-    here sooner), so that a commit made the moment a payload was revealed has landed and is reported. Only
-    envelopes that open, are signed by the PeerID of their subkey and are for this run and round are
-    reported (a forged value under someone's subkey says nothing about its owner).
+    applied. The read happens at ``not_before`` at the earliest (the peer passes its reveal time plus
+    ``grace_s`` when some present peer withheld its commit, so that a commit made the moment a payload was
+    revealed has landed and is reported). Only envelopes that open, are signed by the PeerID of their subkey
+    and are for this run and round are reported (a forged value under someone's subkey says nothing about its
+    owner).
 
     Args:
         dht: the DHT to read.
-        config: peer settings (run, ``grace_s``, envelope size limit).
+        config: peer settings (run, envelope size limit).
         round_: the round.
         closed: the senders (base58) of our closed commit set, ours included.
-        revealed_at: ``time.monotonic()`` when our reveal gate opened (when our phase closed, for a listener).
+        not_before: ``time.monotonic()`` value before which the key is not read (the wait ends on ``stop``).
         stop: set on shutdown: the wait ends and nothing is read.
         exclude: banned senders (never reported).
         allowed: the allow-list of a permissioned swarm (None: open).
@@ -242,7 +259,7 @@ async def late_commits(dht: SwarmDHT, config: PeerConfig, round_: int, closed: C
     Returns:
         One ``LATE_COMMIT`` verdict per late sender, sorted by sender.
     """
-    remaining = revealed_at + config.grace_s - time.monotonic()
+    remaining = not_before - time.monotonic()
     if remaining > 0:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), remaining)

@@ -19,8 +19,15 @@ from p2p_guard.protocol import PROTOCOL_VERSION, Envelope, RejectReason, payload
 from p2p_guard.protocol.records import open_record, sign_record
 from p2p_guard.swarm import rounds
 from p2p_guard.swarm.config import PeerConfig
-from p2p_guard.swarm.records import close_key, commit_key, read_closes
-from p2p_guard.swarm.rounds import IntegrityVerdict, late_commits, reject_duplicates, reveal_after_close
+from p2p_guard.swarm.records import close_key, commit_key, presence_key, read_closes
+from p2p_guard.swarm.rounds import (
+    ClosedCommits,
+    IntegrityVerdict,
+    await_commits,
+    late_commits,
+    reject_duplicates,
+    reveal_after_close,
+)
 from p2p_guard.swarm.transport import NOT_READY, OK, PayloadServer
 
 RUN = "close-test"
@@ -62,6 +69,34 @@ def envelope(who: Identity, payload: bytes = PAYLOAD, round_: int = 3, run_id: s
     return Envelope(protocol_version=PROTOCOL_VERSION, run_id=run_id, round=round_, sender=who.peer_id,
                     base_hash=bytes(32), digest=payload_digest(payload), codec="fp32", shapes=((3,),),
                     n_samples=10, payload_bytes=len(payload))
+
+
+class TestWithheld:
+    """The copycat's position: present, but no commit when our phase closes (on quorum + grace)."""
+
+    @staticmethod
+    def swarm() -> Any:
+        dht = FakeDHT()
+        dht.data[presence_key(RUN)] = {p.peer_id_b58: sign_record("presence", RUN, 3, 3, p)
+                                       for p in (ALICE, BOB, CAROL, MALLORY)}
+        dht.data[commit_key(RUN, 3)] = {p.peer_id_b58: sign_envelope(envelope(p, bytes([i]) * 12), p)
+                                        for i, p in enumerate((ALICE, BOB, CAROL))}
+        return dht
+
+    def test_a_present_peer_without_a_commit_is_reported(self) -> None:
+        config = PeerConfig(run_id=RUN, grace_s=0.05)
+        closed = asyncio.run(await_commits(self.swarm(), config, 3, A, asyncio.Event()))
+        assert isinstance(closed, ClosedCommits)
+        assert sorted(closed.commits) == sorted([A, B, C])
+        assert closed.withheld == frozenset({M})
+
+    def test_banned_and_disallowed_peers_are_not_withholding(self) -> None:
+        config = PeerConfig(run_id=RUN, grace_s=0.05)
+        closed = asyncio.run(await_commits(self.swarm(), config, 3, A, asyncio.Event(), exclude=frozenset({M})))
+        assert closed.withheld == frozenset()
+        closed = asyncio.run(await_commits(self.swarm(), config, 3, A, asyncio.Event(),
+                                           allowed=frozenset({A, B, C})))
+        assert closed.withheld == frozenset()
 
 
 class TestRevealGate:
@@ -186,7 +221,7 @@ class TestLateCommits:
             M: sign_envelope(envelope(MALLORY), MALLORY),  # late
         }
         config = PeerConfig(run_id=RUN)
-        verdicts = asyncio.run(late_commits(dht, config, 3, [A], revealed_at=0.0, stop=asyncio.Event(),
+        verdicts = asyncio.run(late_commits(dht, config, 3, [A], not_before=0.0, stop=asyncio.Event(),
                                             exclude=frozenset({B})))
         assert verdicts == [IntegrityVerdict(M, RejectReason.LATE_COMMIT,
                                              "committed after our commit phase closed; never fetched")]
@@ -200,18 +235,18 @@ class TestLateCommits:
         }
         config = PeerConfig(run_id=RUN)
         allowed = frozenset({A, B, C})
-        verdicts = asyncio.run(late_commits(dht, config, 3, [A], revealed_at=0.0, stop=asyncio.Event(),
+        verdicts = asyncio.run(late_commits(dht, config, 3, [A], not_before=0.0, stop=asyncio.Event(),
                                             allowed=allowed))
         assert verdicts == []
         assert dht.reads == {commit_key(RUN, 3): 1}
 
-    def test_reads_once_grace_s_after_the_reveal(self) -> None:
+    def test_reads_once_and_not_before_it_is_told(self) -> None:
         """A commit made the moment a payload was revealed still lands before the one read."""
         async def scenario() -> tuple[list[IntegrityVerdict], float]:
             dht: Any = FakeDHT()
-            config = PeerConfig(run_id=RUN, grace_s=0.4)
+            config = PeerConfig(run_id=RUN)
             revealed_at = time.monotonic()
-            late = asyncio.create_task(late_commits(dht, config, 3, [A], revealed_at=revealed_at,
+            late = asyncio.create_task(late_commits(dht, config, 3, [A], not_before=revealed_at + 0.4,
                                                     stop=asyncio.Event()))
             await asyncio.sleep(0.1)  # the copycat fetched the payload: now it commits
             await dht.store(commit_key(RUN, 3), M, sign_envelope(envelope(MALLORY), MALLORY), 600)
@@ -227,8 +262,8 @@ class TestLateCommits:
         dht: Any = FakeDHT()
         stop = asyncio.Event()
         stop.set()
-        config = PeerConfig(run_id=RUN, grace_s=30.0)
+        config = PeerConfig(run_id=RUN)
         started = time.monotonic()
-        assert asyncio.run(late_commits(dht, config, 3, [A], revealed_at=started, stop=stop)) == []
+        assert asyncio.run(late_commits(dht, config, 3, [A], not_before=started + 30.0, stop=stop)) == []
         assert time.monotonic() - started < 1.0
         assert dht.reads == {}
