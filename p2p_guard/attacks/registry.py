@@ -61,6 +61,7 @@ _BUILTIN: Mapping[str, type] = MappingProxyType(
 )
 
 WIRE_ATTACK_NAMES: tuple[str, ...] = (
+    "copycat",
     "equivocate",
     "forged_signature",
     "impersonate",

@@ -12,16 +12,18 @@ Attacks never mutate the draft they are given; they return a new one. Randomness
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import math
-from collections.abc import Collection, Sequence
+import time
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
 import torch
 
-from p2p_guard.identity import SIGNATURE_BYTES, Identity
+from p2p_guard.identity import SIGNATURE_BYTES, Identity, peer_id_to_b58
 from p2p_guard.protocol import (
     DIGEST_BYTES,
     Envelope,
@@ -40,6 +42,12 @@ logger = logging.getLogger(__name__)
 
 #: Extra bytes :class:`Oversized` appends by default: 4 MiB, the size of a hivemind DHT message cap.
 DEFAULT_OVERSIZE_EXTRA_BYTES = 4 * 1024 * 1024
+#: How often :class:`Copycat` polls the round's committers for a revealed payload, in seconds.
+COPYCAT_POLL_S = 0.25
+
+#: One bounded pass over the round's committers: ``[(their envelope, the payload they serve)]``, empty while
+#: nobody serves yet (the peer provides it: ``swarm.rounds.revealed_payloads``).
+RevealedPayloads = Callable[[], Awaitable[Sequence[tuple[Envelope, bytes]]]]
 
 
 @dataclass
@@ -469,8 +477,98 @@ class Slowloris:
                 f"client_streams={self.client_streams}, interval_s={self.interval_s})")
 
 
+class Copycat:
+    """Commit an update of the same round only after another peer revealed its payload (copy or adapt).
+
+    It trains like an honest peer, then withholds its commit: it polls the round's committers (one bounded
+    fetch each, every ``poll_s``) until one of them serves its payload, which honest peers do only once their
+    commit phase has closed. Then it commits that payload byte for byte as its own update (same digest and
+    size, its own envelope and signature) and serves it: the "unique computation" attack. With
+    ``adapt=True`` it commits instead ``scale ×`` the mean of the payloads served at that poll (default −10:
+    the opposite of the honest mean, amplified), an update adapted to honest updates of the same round. If
+    nobody serves before ``timeout_s`` (the peer passes its ``commit_timeout_s``), it commits its own
+    honest-looking update, just as late.
+
+    A correct receiver never fetches nor applies it: the commit appears after the receiver's commit phase
+    closed (``LATE_COMMIT``). Knowledge assumed: the round's commits (public in the DHT) and the payloads that
+    honest peers serve to anyone once they reveal; no secret of any peer.
+
+    Args:
+        adapt: Commit ``scale ×`` the mean of the fetched payloads instead of a copy.
+        scale: Factor of the adapted update (finite, non-zero).
+        poll_s: Seconds between two polls of the committers (> 0).
+    """
+
+    kind: ClassVar[str] = "wire"
+
+    def __init__(self, *, adapt: bool = False, scale: float = -10.0, poll_s: float = COPYCAT_POLL_S) -> None:
+        if not isinstance(adapt, bool):
+            raise ValueError(f"adapt must be true or false, got {adapt!r}")
+        for name, value in (("scale", scale), ("poll_s", poll_s)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
+        if scale == 0:
+            raise ValueError("scale must be non-zero, got 0")
+        if poll_s <= 0:
+            raise ValueError(f"poll_s must be > 0, got {poll_s!r}")
+        self.adapt = adapt
+        self.scale = float(scale)
+        self.poll_s = float(poll_s)
+
+    def mutate(self, draft: CommitDraft, generator: torch.Generator) -> CommitDraft:
+        """Unchanged: the commit is rewritten by :meth:`copy_commit` once a payload is served."""
+        return draft
+
+    async def copy_commit(self, draft: CommitDraft, fetch_revealed: RevealedPayloads, *,
+                          timeout_s: float) -> CommitDraft:
+        """Poll ``fetch_revealed`` until it returns payloads (or ``timeout_s``), then copy or adapt them.
+
+        Args:
+            draft: Our honest draft (left untouched).
+            fetch_revealed: One poll of the round's committers (see :data:`RevealedPayloads`).
+            timeout_s: Give up after this many seconds and return ``draft`` (committed late as it is).
+
+        Returns:
+            The draft to seal: the first served payload (sorted by sender) byte for byte, its codec and size;
+            with ``adapt``, ``scale ×`` the mean of every served payload that decodes, in our codec.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            served = list(await fetch_revealed())
+            if served:
+                copied = self._from(draft, served)
+                if copied is not None:
+                    return copied
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                logger.info("copycat: nothing revealed within %.0f s; committing our own update", timeout_s)
+                return draft
+            await asyncio.sleep(min(self.poll_s, remaining))
+
+    def _from(self, draft: CommitDraft, served: list[tuple[Envelope, bytes]]) -> CommitDraft | None:
+        if not self.adapt:
+            envelope, payload = served[0]
+            logger.info("copycat: committing a copy of the payload %s revealed", peer_id_to_b58(envelope.sender)[-8:])
+            return dataclasses.replace(
+                _with_envelope(draft, codec=envelope.codec, payload_bytes=len(payload)),
+                digest_payload=payload, serve_payload=payload)
+        numel = draft.envelope.numel
+        vectors = [decode_update(payload, envelope.codec, numel) for envelope, payload in served]
+        decoded = [v for v in vectors if isinstance(v, torch.Tensor)]
+        if not decoded:
+            return None
+        payload = encode_update(self.scale * torch.stack(decoded).mean(dim=0), draft.envelope.codec)
+        logger.info("copycat: committing %g × the mean of %d revealed payload(s)", self.scale, len(decoded))
+        return dataclasses.replace(_with_envelope(draft, payload_bytes=len(payload)), digest_payload=payload,
+                                   serve_payload=payload)
+
+    def __repr__(self) -> str:
+        return f"Copycat(adapt={self.adapt}, scale={self.scale}, poll_s={self.poll_s})"
+
+
 #: Built-in wire attacks by name.
 WIRE_ATTACKS: dict[str, type] = {
+    "copycat": Copycat,
     "equivocate": Equivocate,
     "forged_signature": BadSignature,
     "impersonate": Impersonate,

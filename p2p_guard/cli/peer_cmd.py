@@ -31,6 +31,7 @@ _FLAGS: dict[str, dict[str, Any]] = {
     "codec": {"help": "pseudo-gradient wire codec: fp32 or fp16"},
     "min_peers": {"type": int, "help": "start the first round once this many peers are present"},
     "commit_timeout_s": {"type": float, "help": "commit phase deadline, seconds"},
+    "reveal_wait_s": {"type": float, "help": "longest wait for the others' close records before revealing, s"},
     "fetch_timeout_s": {"type": float, "help": "payload fetch deadline, seconds"},
     "join_timeout_s": {"type": float, "help": "how long to wait for min_peers, seconds"},
     "max_inbound_streams": {"type": int, "help": "inbound streams, all peers together (default 64)"},

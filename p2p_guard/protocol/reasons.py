@@ -49,6 +49,9 @@ class RejectReason(Enum):
     #: This peer's reputation excludes the sender: our own guard rejected it persistently and the votes we
     #: weigh agree (``guard.reputation``). Not a fault of this update: the sender is not judged at all.
     EXCLUDED = "excluded"
+    #: The commit appeared only after this peer's commit phase had closed (it may be adapted to, or copied
+    #: from, payloads revealed since); it is never fetched nor applied.
+    LATE_COMMIT = "late_commit"
 
 
 @dataclass(frozen=True)

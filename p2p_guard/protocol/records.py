@@ -1,4 +1,4 @@
-"""Small signed records published in the DHT beside commits: presence and state hashes.
+"""Small signed records published in the DHT beside commits: presence, commit-phase close and state hashes.
 
 Wire form (msgpack): ``[body, signature]`` where ``body`` is the msgpack encoding of
 ``[kind, protocol_version, run_id, round, sender, value]`` and ``signature`` is the Ed25519 signature of
@@ -8,6 +8,9 @@ Wire form (msgpack): ``[body, signature]`` where ``body`` is the msgpack encodin
   the start of outer round ``round``. Peers that fell behind download a state whose hash a majority agrees on.
 - ``kind == "presence"``: ``value`` is the round the sender is working on (a hint only: it is self-reported
   and never trusted for anything but deciding how long to wait for commits).
+- ``kind == "close"``: the sender's commit phase of round ``round`` has closed; ``value`` is the number of
+  commits in its closed set, its own included (informational). Peers reveal their payload only once every
+  other sender of their own closed set has published one (or after a bounded wait).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from p2p_guard.protocol.reasons import Rejected, RejectReason
 
 __all__ = ["RECORD_KINDS", "SignedRecord", "open_record", "open_signed_record", "sign_record"]
 
-RECORD_KINDS = ("state", "presence")
+RECORD_KINDS = ("state", "presence", "close")
 #: Domain separation: a record signature can never be replayed as an envelope signature, or vice versa.
 RECORD_SIGNING_CONTEXT = b"p2p_guard.record\x00"
 MAX_RECORD_BYTES = 1024
@@ -39,11 +42,12 @@ class SignedRecord:
     """A verified record: who signed what, for which run and round.
 
     Attributes:
-        kind: ``"state"`` or ``"presence"``.
+        kind: ``"state"``, ``"presence"`` or ``"close"``.
         run_id: the run the record belongs to.
         round: the outer round it refers to.
         sender: the signer's PeerID bytes (its public key is inside).
-        value: ``bytes`` (32-byte state hash) for ``state``; ``int`` (round) for ``presence``.
+        value: ``bytes`` (32-byte state hash) for ``state``; ``int`` for ``presence`` (round) and ``close``
+            (commits in the closed set).
     """
 
     kind: str
@@ -60,7 +64,7 @@ def sign_record(kind: str, run_id: str, round_: int, value: Any, identity: Ident
         kind: one of :data:`RECORD_KINDS`.
         run_id: run name.
         round_: outer round number (>= 0).
-        value: 32 bytes for ``state``; a non-negative int for ``presence``.
+        value: 32 bytes for ``state``; a non-negative int for ``presence`` and ``close``.
         identity: the signer.
 
     Returns:

@@ -45,6 +45,8 @@ class PeerConfig:
         quorum_fraction: a round closes after a grace window once this fraction of present peers committed.
         grace_s: grace window after the quorum is reached, in seconds.
         commit_timeout_s: deadline of the commit phase, in seconds.
+        reveal_wait_s: after our commit phase closed, the longest we wait for the ``close`` records of the
+            other senders of our closed set before revealing our payload anyway, in seconds.
         fetch_timeout_s: deadline for fetching all payloads of a round, in seconds.
         join_timeout_s: how long to wait for ``min_peers`` before giving up, in seconds.
         max_payload_bytes: largest payload accepted from any sender, in bytes.
@@ -97,6 +99,7 @@ class PeerConfig:
     quorum_fraction: float = 2.0 / 3.0
     grace_s: float = 2.0
     commit_timeout_s: float = 60.0
+    reveal_wait_s: float = 10.0
     fetch_timeout_s: float = 30.0
     join_timeout_s: float = 300.0
     max_payload_bytes: int = 256 * 1024 * 1024
@@ -142,8 +145,8 @@ class PeerConfig:
             _check_positive("inner_steps", self.inner_steps)
         if not 0.0 < self.quorum_fraction <= 1.0:
             raise ValueError(f"quorum_fraction must be in (0, 1]; got quorum_fraction={self.quorum_fraction}")
-        for name in ("grace_s", "commit_timeout_s", "fetch_timeout_s", "join_timeout_s", "outer_lr",
-                     "max_requests_per_peer_per_s", "serve_timeout_s", "request_timeout_s",
+        for name in ("grace_s", "commit_timeout_s", "reveal_wait_s", "fetch_timeout_s", "join_timeout_s",
+                     "outer_lr", "max_requests_per_peer_per_s", "serve_timeout_s", "request_timeout_s",
                      "fetch_idle_timeout_s"):
             if not math.isfinite(getattr(self, name)) or getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be finite and > 0; got {name}={getattr(self, name)}")

@@ -18,6 +18,7 @@ import logging
 import signal
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -43,10 +44,10 @@ from p2p_guard.swarm.events import EventLog
 from p2p_guard.swarm.reaper import start_reaper, stop_reaper_if_clean
 from p2p_guard.swarm.records import COMMIT_TTL_S, PRESENCE_TTL_S, commit_key, presence_key, publish_proof, \
     read_presence, read_proofs
-from p2p_guard.swarm.standing import VoteBook
-from p2p_guard.swarm.rounds import IntegrityVerdict, await_commits, check_rows, fetch_state, majority_base, \
-    open_commits
+from p2p_guard.swarm.rounds import IntegrityVerdict, await_commits, check_rows, fetch_state, late_commits, \
+    majority_base, open_commits, reveal_after_close, revealed_payloads
 from p2p_guard.swarm.slowloris import server_for, start_slow_client
+from p2p_guard.swarm.standing import VoteBook
 from p2p_guard.swarm.transport import PayloadServer
 from p2p_guard.swarm.validator import RecordValidator, fetch_validator_report
 from p2p_guard.tasks import load_task
@@ -146,7 +147,7 @@ class Peer:
         return {}
 
     async def run_round(self, round_: int, contribute: bool, stop: asyncio.Event) -> RoundOutcome:
-        """Run outer round ``round_``: inner phase, commit, close, reveal, check, guard, outer step.
+        """Run outer round ``round_``: inner phase, commit, close, close gate, reveal, check, guard, outer step.
 
         Args:
             round_: the round number r; the model must hold θ_r.
@@ -161,9 +162,9 @@ class Peer:
         own: dict[str, bytes] = {}
         if contribute:
             own = await self._commit(round_, base, outcome)
-        commits = await await_commits(self.dht, self.config, round_, self.me if contribute else None, stop,
-                                      on_poll=self._watch_commits, exclude=frozenset(self.banned),
-                                      allowed=self.allowed)
+        commits, withheld = await await_commits(self.dht, self.config, round_, self.me if contribute else None,
+                                                stop, on_poll=self._watch_commits, exclude=frozenset(self.banned),
+                                                allowed=self.allowed)
         await self._collect_proofs(round_)
         outcome.verdicts += [{"sender": s, "accepted": False, "reason": RejectReason.EQUIVOCATION.value,
                               "detail": "banned: equivocation proof"} for s in commits if s in self.banned]
@@ -173,22 +174,28 @@ class Peer:
         commits = {s: raw for s, raw in commits.items() if s not in self.banned and s not in excluded}
         if contribute:
             sealed, serve = own.pop("sealed"), own.pop("serve")
+            await reveal_after_close(self.dht, self.server, self.identity, self.config, round_, commits, serve, stop)
             commits[self.me] = sealed
             own = {self.me: serve}
-            self.server.reveal(round_, serve)
             if getattr(self.attack, "trickles_payload", False):  # slowloris: honest peers cut its payload, so it
                 del commits[self.me]  # leaves its own row out too and stays on their base (valid commits next round)
                 own = {}
+        # A present peer that withheld its commit may commit the moment it fetches a revealed payload (a copycat):
+        # give such a commit grace_s to land before the one re-read, so that it is reported.
+        watch_s = self.config.grace_s if withheld - {self.me} - set(self.banned) else 0.0
+        not_before = time.monotonic() + watch_s
         envelopes, rejected = open_commits(commits, self.config)
         base = await self._agree_on_base(envelopes, round_, base)
         expect = RoundExpectation(run_id=self.config.run_id, round=round_, base_hash=base,
                                   shapes=self.local.shapes, codecs=CODECS,
                                   max_payload_bytes=self.config.max_payload_bytes)
         rows, more = await check_rows(self.p2p, envelopes, expect, self.config, own, stop)
+        late = await late_commits(self.dht, self.config, round_, commits, not_before=not_before, stop=stop,
+                                  exclude=frozenset(self.banned) | excluded, allowed=self.allowed)
         outcome.rows = rows
         if stop.is_set():
             return outcome  # a partial round is never applied
-        self._aggregate_and_step(rows, rejected + more, outcome)
+        self._aggregate_and_step(rows, rejected + more + late, outcome)
         if self.votes is not None and contribute:
             await self.votes.publish(round_, outcome.verdicts)
         return outcome
@@ -226,6 +233,9 @@ class Peer:
         draft = CommitDraft(envelope=envelope, digest_payload=payload, serve_payload=payload)
         if self.attack_kind == "wire":
             draft = self.attack.mutate(draft, self._generator(round_, 2))  # type: ignore[union-attr]
+        if hasattr(self.attack, "copy_commit"):  # copycat: withhold the commit until someone reveals, copy it
+            poll = partial(revealed_payloads, self.p2p, self.dht, self.config, round_, self.me)
+            draft = await self.attack.copy_commit(draft, poll, timeout_s=self.config.commit_timeout_s)
         sealed = seal(draft, self.identity)
         if getattr(self.attack, "replays_previous", False):  # replay: last round's envelope, byte for byte
             sealed, self.last_sealed = (self.last_sealed or sealed), sealed

@@ -4,6 +4,7 @@
 |-----------------------------------|-------------------|-----------------------------------------|-------|
 | ``p2p_guard/<run>/presence``      | sender PeerID b58 | signed ``presence`` record (its round)  | 12 s  |
 | ``p2p_guard/<run>/<round>/commit``| sender PeerID b58 | signed envelope (``protocol.envelope``) | 10 min|
+| ``p2p_guard/<run>/<round>/close`` | sender PeerID b58 | signed ``close`` record (its commit count) | 10 min|
 | ``p2p_guard/<run>/<round>/votes`` | voter PeerID b58  | signed ``votes`` record (its verdicts)  | 10 min|
 | ``p2p_guard/<run>/proofs``        | ACCUSED PeerID b58| equivocation proof (``protocol.proof``) | 10 min|
 
@@ -17,14 +18,15 @@ from __future__ import annotations
 
 import logging
 
-from p2p_guard.identity import peer_id_to_b58
+from p2p_guard.identity import Identity, peer_id_to_b58
 from p2p_guard.protocol.proof import EquivocationProof, verify_proof
 from p2p_guard.protocol.reasons import Rejected
-from p2p_guard.protocol.records import SignedRecord, open_record
+from p2p_guard.protocol.records import SignedRecord, open_record, sign_record
 from p2p_guard.swarm.dht import SwarmDHT
 
-__all__ = ["COMMIT_TTL_S", "KEY_PREFIX", "PRESENCE_TTL_S", "PROOF_TTL_S", "VOTES_TTL_S", "commit_key",
-           "presence_key", "proofs_key", "publish_proof", "read_presence", "read_proofs", "votes_key"]
+__all__ = ["CLOSE_TTL_S", "COMMIT_TTL_S", "KEY_PREFIX", "PRESENCE_TTL_S", "PROOF_TTL_S", "VOTES_TTL_S",
+           "close_key", "commit_key", "presence_key", "proofs_key", "publish_close", "publish_proof", "read_closes",
+           "read_presence", "read_proofs", "votes_key"]
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +34,7 @@ logger = logging.getLogger(__name__)
 KEY_PREFIX = "p2p_guard/"
 PRESENCE_TTL_S = 12.0
 COMMIT_TTL_S = 600.0
+CLOSE_TTL_S = 600.0
 VOTES_TTL_S = 600.0
 #: A proof expires like any record; every honest peer that holds one republishes it each round.
 PROOF_TTL_S = 600.0
@@ -40,6 +43,11 @@ PROOF_TTL_S = 600.0
 def commit_key(run_id: str, round_: int) -> str:
     """DHT key under which the signed envelopes of ``round_`` are committed."""
     return f"p2p_guard/{run_id}/{round_}/commit"
+
+
+def close_key(run_id: str, round_: int) -> str:
+    """DHT key under which each peer announces that its commit phase of ``round_`` has closed."""
+    return f"p2p_guard/{run_id}/{round_}/close"
 
 
 def presence_key(run_id: str) -> str:
@@ -99,6 +107,49 @@ async def read_proofs(dht: SwarmDHT, run_id: str) -> dict[str, EquivocationProof
         elif proof.run_id == run_id and proof.sender_b58 == subkey:
             proofs[subkey] = proof
     return proofs
+
+
+async def publish_close(dht: SwarmDHT, identity: Identity, run_id: str, round_: int, commits: int,
+                        ttl_s: float = CLOSE_TTL_S) -> bool:
+    """Store our signed ``close`` record of ``round_`` (subkey = our PeerID): our commit phase has closed.
+
+    Args:
+        dht: the DHT to write.
+        identity: our key.
+        run_id: the run.
+        round_: the round whose commit phase closed.
+        commits: how many commits our closed set holds, ours included (informational, >= 0).
+        ttl_s: lifetime in seconds.
+
+    Returns:
+        True if at least one DHT node accepted it.
+    """
+    record = sign_record("close", run_id, round_, commits, identity)
+    return await dht.store(close_key(run_id, round_), identity.peer_id_b58, record, ttl_s)
+
+
+async def read_closes(dht: SwarmDHT, run_id: str, round_: int) -> set[str]:
+    """Return the PeerIDs (base58) with a valid ``close`` record for ``round_``.
+
+    A record counts only if it opens as a ``close`` record of ``run_id`` (signature included), names
+    ``round_``, and is signed by the PeerID of its subkey.
+
+    Args:
+        dht: the DHT to read.
+        run_id: the run.
+        round_: the round.
+
+    Returns:
+        The senders whose commit phase of ``round_`` has closed, by their own signed word.
+    """
+    closed: set[str] = set()
+    for subkey, raw in (await dht.read(close_key(run_id, round_))).items():
+        record = open_record(raw, kind="close", run_id=run_id)
+        if isinstance(record, Rejected):
+            logger.debug("close record under %s rejected: %s", subkey[:16], record.detail)
+        elif record.round == round_ and _owner_matches(record, subkey):
+            closed.add(subkey)
+    return closed
 
 
 async def read_presence(dht: SwarmDHT, run_id: str) -> dict[str, int]:

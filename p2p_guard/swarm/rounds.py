@@ -2,9 +2,15 @@
 
 The state machine of round r for peer i (see ``docs/protocol.md``)::
 
-    INNER  --commit-->  COMMITTED  --quorum+grace | all present | deadline-->  CLOSED (reveal own payload)
-    CLOSED --open envelopes, agree on the base, fetch payloads with bounded reads-->  CHECKED
-    CHECKED --guard, outer step-->  round r+1
+    INNER    --commit-->  COMMITTED  --quorum+grace | all present | deadline-->  CLOSED (publish a close record)
+    CLOSED   --close records of every other sender of our closed set | reveal_wait_s-->  REVEALED (serve it)
+    REVEALED --open envelopes, agree on the base, fetch payloads (bounded reads)-->  CHECKED
+    CHECKED  --re-read commits once, report late ones (grace_s after the reveal if a present peer had
+               withheld its commit); guard, outer step-->  round r+1
+
+The close gate makes the commit phase close for every honest peer before any honest payload is served (except
+for a peer slower than ``reveal_wait_s``), so no commit that honest peers accept can depend on an honest payload
+of the same round: a commit that appears later is ``LATE_COMMIT``, never fetched nor applied.
 
 Nothing here decides what to aggregate: it hands ``swarm.peer`` the integrity-checked rows and one
 verdict per rejected sender. No step waits past its deadline, so a dead or silent peer never blocks a round.
@@ -13,23 +19,25 @@ verdict per rejected sender. No step waits past its deadline, so a dead or silen
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from hivemind.p2p import P2P, PeerID
 
 from p2p_guard.guard.integrity import RoundExpectation, check_envelope, check_payload
-from p2p_guard.identity import peer_id_to_b58
-from p2p_guard.protocol import Envelope, Rejected, RejectReason, open_envelope
+from p2p_guard.identity import Identity, peer_id_to_b58
+from p2p_guard.protocol import Envelope, Rejected, RejectReason, open_envelope, payload_digest
 from p2p_guard.swarm.allowlist import filter_allowed
 from p2p_guard.swarm.config import PeerConfig
 from p2p_guard.swarm.dht import SwarmDHT
-from p2p_guard.swarm.records import commit_key, read_presence
+from p2p_guard.swarm.records import commit_key, publish_close, read_closes, read_presence
 from p2p_guard.swarm.transport import (
     BUSY,
     DEFAULT_FETCH_IDLE_TIMEOUT_S,
@@ -37,10 +45,12 @@ from p2p_guard.swarm.transport import (
     NOT_READY,
     OK,
     TOO_SLOW,
+    PayloadServer,
     fetch,
 )
 
-__all__ = ["IntegrityVerdict", "await_commits", "check_rows", "majority_base", "open_commits"]
+__all__ = ["ClosedCommits", "IntegrityVerdict", "await_closes", "await_commits", "check_rows", "late_commits",
+           "majority_base", "open_commits", "reveal_after_close", "revealed_payloads"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,10 +72,23 @@ class IntegrityVerdict:
     detail: str = ""
 
 
+class ClosedCommits(NamedTuple):
+    """What :func:`await_commits` saw when the commit phase closed.
+
+    Attributes:
+        commits: ``{subkey: raw envelope bytes}`` as read from the DHT (unverified).
+        withheld: present peers (allowed, not banned) that had not committed; a listening peer is among them,
+            and so is a copycat waiting for a reveal.
+    """
+
+    commits: dict[str, bytes]
+    withheld: frozenset[str]
+
+
 async def await_commits(dht: SwarmDHT, config: PeerConfig, round_: int, me: str | None,
                         stop: asyncio.Event, *, on_poll: Callable[[dict[str, bytes]], None] | None = None,
                         exclude: frozenset[str] = frozenset(),
-                        allowed: frozenset[str] | None = None) -> dict[str, bytes]:
+                        allowed: frozenset[str] | None = None) -> ClosedCommits:
     """Poll the round's commit key until the commit phase closes for this peer.
 
     It closes when every present peer has committed, or when ``ceil(quorum_fraction · present)`` commits
@@ -79,11 +102,12 @@ async def await_commits(dht: SwarmDHT, config: PeerConfig, round_: int, me: str 
         allowed: the allow-list of a permissioned swarm (None: open); others neither count nor are returned.
 
     Returns:
-        ``{subkey: raw envelope bytes}`` as read from the DHT (unverified).
+        The commits, and the present peers that had not committed when the phase closed.
     """
     started = time.monotonic()
     quorum_since: float | None = None
     commits: dict[str, bytes] = {}
+    present: set[str] = set()
     while not stop.is_set():
         commits = await dht.read(commit_key(config.run_id, round_))
         if on_poll is not None:
@@ -103,7 +127,69 @@ async def await_commits(dht: SwarmDHT, config: PeerConfig, round_: int, me: str 
                            round_, config.commit_timeout_s, len(commits), len(present))
             break
         await asyncio.sleep(POLL_S)
-    return commits
+    return ClosedCommits(commits, frozenset(present - commits.keys()))
+
+
+async def await_closes(dht: SwarmDHT, config: PeerConfig, round_: int, waiting: Collection[str],
+                       stop: asyncio.Event) -> frozenset[str]:
+    """Poll the round's close key until every sender in ``waiting`` has published its ``close`` record.
+
+    Gives up ``reveal_wait_s`` after it started (or when ``stop`` is set), so a sender that committed but
+    never closes delays us by at most that long.
+
+    Args:
+        dht: the DHT to read.
+        config: peer settings (run, ``reveal_wait_s``).
+        round_: the round.
+        waiting: PeerIDs (base58) whose close records we wait for (the other senders of our closed set).
+        stop: set on shutdown.
+
+    Returns:
+        The senders of ``waiting`` whose close record was not seen (empty when all closed in time).
+    """
+    deadline = time.monotonic() + config.reveal_wait_s
+    missing = frozenset(waiting)
+    while missing and not stop.is_set():
+        missing = missing - await read_closes(dht, config.run_id, round_)
+        remaining = deadline - time.monotonic()
+        if not missing or remaining <= 0:
+            break
+        await asyncio.sleep(min(POLL_S, remaining))
+    return missing
+
+
+async def reveal_after_close(dht: SwarmDHT, server: PayloadServer, identity: Identity, config: PeerConfig,
+                             round_: int, closed: Collection[str], payload: bytes,
+                             stop: asyncio.Event) -> frozenset[str]:
+    """Publish our close record, wait for the others' (bounded by ``reveal_wait_s``), then serve ``payload``.
+
+    Commit before reveal across the swarm: every other sender of our closed commit set has closed its own
+    commit phase before we serve, so no commit an honest peer still accepts can be computed from our payload.
+    Only a sender slower than ``reveal_wait_s`` may still be open when we reveal (its id is returned).
+
+    Args:
+        dht: the DHT to read and write.
+        server: our payload server; :meth:`PayloadServer.reveal` is called at the end (not if ``stop`` is set).
+        identity: our key (signs the close record).
+        config: peer settings.
+        round_: the round.
+        closed: the senders (base58) of our closed commit set, banned ones removed; ours may be in it.
+        payload: the bytes to serve as our update of ``round_``.
+        stop: set on shutdown.
+
+    Returns:
+        The senders whose close record we did not see before revealing.
+    """
+    me = identity.peer_id_b58
+    others = frozenset(closed) - {me}
+    await publish_close(dht, identity, config.run_id, round_, len(others) + 1)
+    missing = await await_closes(dht, config, round_, others, stop)
+    if missing and not stop.is_set():
+        logger.warning("round %d: revealing after %.0f s without the close records of %d sender(s): %s",
+                       round_, config.reveal_wait_s, len(missing), ", ".join(sorted(s[-8:] for s in missing)))
+    if not stop.is_set():
+        server.reveal(round_, payload)
+    return missing
 
 
 def open_commits(commits: dict[str, bytes], config: PeerConfig
@@ -126,6 +212,83 @@ def open_commits(commits: dict[str, bytes], config: PeerConfig
         else:
             opened[subkey] = env
     return opened, rejected
+
+
+async def late_commits(dht: SwarmDHT, config: PeerConfig, round_: int, closed: Collection[str], *,
+                       not_before: float, stop: asyncio.Event, exclude: frozenset[str] = frozenset(),
+                       allowed: frozenset[str] | None = None) -> list[IntegrityVerdict]:
+    """Re-read the round's commit key once and report every sender that committed after our phase closed.
+
+    Such a commit may be copied from, or adapted to, payloads revealed since; it is never fetched nor
+    applied. The read happens at ``not_before`` at the earliest (the peer passes its reveal time plus
+    ``grace_s`` when some present peer withheld its commit, so that a commit made the moment a payload was
+    revealed has landed and is reported). Only envelopes that open, are signed by the PeerID of their subkey
+    and are for this run and round are reported (a forged value under someone's subkey says nothing about its
+    owner).
+
+    Args:
+        dht: the DHT to read.
+        config: peer settings (run, envelope size limit).
+        round_: the round.
+        closed: the senders (base58) of our closed commit set, ours included.
+        not_before: ``time.monotonic()`` value before which the key is not read (the wait ends on ``stop``).
+        stop: set on shutdown: the wait ends and nothing is read.
+        exclude: banned senders (never reported).
+        allowed: the allow-list of a permissioned swarm (None: open).
+
+    Returns:
+        One ``LATE_COMMIT`` verdict per late sender, sorted by sender.
+    """
+    remaining = not_before - time.monotonic()
+    if remaining > 0:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), remaining)
+    if stop.is_set():
+        return []
+    raw = {k: v for k, v in (await dht.read(commit_key(config.run_id, round_))).items()
+           if k not in closed and k not in exclude}
+    verdicts: list[IntegrityVerdict] = []
+    for sender, data in sorted(filter_allowed(raw, allowed).items()):
+        env = open_envelope(data, max_bytes=config.max_envelope_bytes)
+        if isinstance(env, Rejected) or peer_id_to_b58(env.sender) != sender or env.run_id != config.run_id \
+                or env.round != round_:
+            logger.debug("round %d: late value under %s ignored (not a valid commit of its own)", round_,
+                         sender[-8:])
+            continue
+        verdicts.append(IntegrityVerdict(sender, RejectReason.LATE_COMMIT,
+                                         "committed after our commit phase closed; never fetched"))
+    return verdicts
+
+
+async def revealed_payloads(p2p: P2P, dht: SwarmDHT, config: PeerConfig, round_: int, me: str,
+                            timeout_s: float = 2 * POLL_S) -> list[tuple[Envelope, bytes]]:
+    """One pass over the round's committers: the payloads they already serve that match their commits.
+
+    What a copycat (``attacks.wire.Copycat``, a simulated adversary) polls. Each committer other than ``me``
+    whose envelope opens and is signed by its subkey is asked once for its payload, with a bounded read
+    (``payload_bytes``) and ``timeout_s``; only payloads of exactly that size and digest are returned.
+
+    Args:
+        p2p: our P2P replica.
+        dht: the DHT to read.
+        config: peer settings (run, size limits).
+        round_: the round.
+        me: our PeerID (base58), skipped.
+        timeout_s: limit per fetch, in seconds.
+
+    Returns:
+        ``[(envelope, payload)]`` sorted by sender; empty while nobody serves yet.
+    """
+    envelopes, _ = open_commits(await dht.read(commit_key(config.run_id, round_)), config)
+    wanted = {s: env for s, env in sorted(envelopes.items())
+              if s != me and env.run_id == config.run_id and env.round == round_
+              and env.payload_bytes <= config.max_payload_bytes}
+    results = await asyncio.gather(*(
+        fetch(p2p, PeerID(env.sender), config.run_id, ["payload", round_], max_bytes=env.payload_bytes,
+              timeout_s=timeout_s) for env in wanted.values()))
+    return [(env, result.data) for env, result in zip(wanted.values(), results)
+            if result.status == OK and result.data is not None and len(result.data) == env.payload_bytes
+            and payload_digest(result.data) == env.digest]
 
 
 def majority_base(envelopes: dict[str, Envelope], run_id: str, round_: int) -> bytes | None:

@@ -62,6 +62,11 @@ class TestPeerConfigValidation:
         ({"grace_s": 0.0}, "grace_s"),
         ({"grace_s": -1.0}, "grace_s"),
         ({"commit_timeout_s": 0}, "commit_timeout_s"),
+        ({"reveal_wait_s": 0.0}, "reveal_wait_s"),
+        ({"reveal_wait_s": -1.0}, "reveal_wait_s"),
+        ({"reveal_wait_s": math.inf}, "reveal_wait_s"),
+        ({"reveal_wait_s": math.nan}, "reveal_wait_s"),
+        ({"reveal_wait_s": "10"}, "reveal_wait_s"),
         ({"fetch_timeout_s": -0.1}, "fetch_timeout_s"),
         ({"join_timeout_s": 0.0}, "join_timeout_s"),
         ({"max_payload_bytes": 0}, "max_payload_bytes"),
@@ -91,6 +96,15 @@ class TestPeerConfigValidation:
     ])
     def test_boundaries_accepted(self, changes: dict[str, Any]) -> None:
         PeerConfig(**changes)
+
+    def test_reveal_wait_is_comfortably_above_the_grace_window(self) -> None:
+        config = PeerConfig()
+        assert config.reveal_wait_s == 10.0
+        assert config.reveal_wait_s >= 4 * config.grace_s
+
+    def test_reveal_wait_flag(self) -> None:
+        config = peer_cmd.resolve_config(peer_args("--initial-peers", MADDR, "--reveal-wait-s", "3.5"))
+        assert config.reveal_wait_s == 3.5
 
     def test_replace_validates_again(self) -> None:
         config = PeerConfig(num_peers=3, peer_index=2)

@@ -80,7 +80,7 @@ class TestReasons:
         names = {
             "UNSIGNED", "BAD_SIGNATURE", "UNSUPPORTED_VERSION", "WRONG_RUN", "WRONG_ROUND", "STALE_BASE",
             "DECODE_ERROR", "SHAPE_MISMATCH", "OVERSIZE", "NON_FINITE", "DIGEST_MISMATCH", "EQUIVOCATION",
-            "TIMEOUT", "UNAVAILABLE", "ZERO_UPDATE", "EXCLUDED",
+            "TIMEOUT", "UNAVAILABLE", "ZERO_UPDATE", "EXCLUDED", "LATE_COMMIT",
         }
         assert {reason.name for reason in RejectReason} == names
         for reason in RejectReason:

@@ -89,7 +89,12 @@ class TestRoundTrip:
             sign_record("vote", RUN, 0, 0, ALICE)
 
     def test_kinds(self) -> None:
-        assert RECORD_KINDS == ("state", "presence")
+        assert RECORD_KINDS == ("state", "presence", "close")
+
+    def test_close_record(self) -> None:
+        data = sign_record("close", RUN, 4, 3, ALICE)
+        assert open_record(data, kind="close", run_id=RUN) == SignedRecord(
+            kind="close", run_id=RUN, round=4, sender=ALICE.peer_id, value=3)
 
 
 class TestRejections:
@@ -98,6 +103,19 @@ class TestRejections:
         assert_rejected(open_record(data, kind="presence", run_id=RUN), RejectReason.DECODE_ERROR)
         data = sign_record("presence", RUN, 3, 3, ALICE)
         assert_rejected(open_record(data, kind="state", run_id=RUN), RejectReason.DECODE_ERROR)
+        data = sign_record("presence", RUN, 3, 3, ALICE)
+        assert_rejected(open_record(data, kind="close", run_id=RUN), RejectReason.DECODE_ERROR)
+        data = sign_record("close", RUN, 3, 3, ALICE)
+        assert_rejected(open_record(data, kind="presence", run_id=RUN), RejectReason.DECODE_ERROR)
+
+    @pytest.mark.parametrize("value", [-1, True, b"\x00" * 32, 1.5, None, "3"])
+    def test_bad_close_value(self, value: object) -> None:
+        data = craft(state_fields(kind="close", value=value))
+        assert_rejected(open_record(data, kind="close", run_id=RUN), RejectReason.DECODE_ERROR)
+
+    def test_close_of_another_run(self) -> None:
+        data = sign_record("close", "other", 3, 3, ALICE)
+        assert_rejected(open_record(data, kind="close", run_id=RUN), RejectReason.WRONG_RUN)
 
     def test_wrong_run(self) -> None:
         data = sign_record("state", "other-run", 3, STATE_HASH, ALICE)

@@ -31,7 +31,7 @@ from p2p_guard.protocol import (
 )
 from p2p_guard.protocol.proof import EquivocationProof, make_proof, verify_proof
 from p2p_guard.protocol.records import RECORD_SIGNING_CONTEXT, sign_record
-from p2p_guard.swarm.records import commit_key, presence_key, proofs_key, votes_key
+from p2p_guard.swarm.records import close_key, commit_key, presence_key, proofs_key, votes_key
 from p2p_guard.swarm.validator import REASONS, RecordValidator, RecordVerdict, dht_key_id
 
 RUN = "validator-test"
@@ -370,6 +370,65 @@ class TestMallory:
         ):
             got = KNOWS.check(rec)
             assert (got.accepted, got.reason) == (False, "decode_error")
+
+
+class TestCloseRecords:
+    """``close`` records follow the rules of every other signed record: owner, run, round, expiry and size."""
+
+    @staticmethod
+    def close(signer: Identity = ALICE, round_: int = 3, run_id: str = RUN, commits: int = 4) -> bytes:
+        return sign_record("close", run_id, round_, commits, signer)
+
+    def test_honest_close_is_accepted(self) -> None:
+        assert_accepted(record(close_key(RUN, 3), ALICE_ID, self.close(), ttl_s=600))
+
+    def test_close_key_is_known(self) -> None:
+        spec = KNOWS.key_spec(dht_key_id(close_key(RUN, 7)))
+        assert spec is not None
+        assert (spec.kind, spec.run_id, spec.round, spec.text()) == ("close", RUN, 7, close_key(RUN, 7))
+
+    def test_own_close_under_alices_subkey(self) -> None:
+        rec = record(close_key(RUN, 3), ALICE_ID, self.close(MALLORY))
+        assert_refused(rec, "impersonation", blind_reason="impersonation")
+
+    def test_forged_close(self) -> None:
+        genuine = msgpack.unpackb(self.close())
+        forged = msgpack.packb([genuine[0], MALLORY.sign(RECORD_SIGNING_CONTEXT + genuine[0])], use_bin_type=True)
+        assert_refused(record(close_key(RUN, 3), ALICE_ID, forged), "bad_signature", blind_reason="bad_signature")
+
+    def test_unsigned_close(self) -> None:
+        body = msgpack.unpackb(self.close())[0]
+        unsigned = msgpack.packb([body, b""], use_bin_type=True)
+        assert_refused(record(close_key(RUN, 3), ALICE_ID, unsigned), "unsigned", blind_reason="unsigned")
+
+    def test_close_of_another_round_or_run(self) -> None:
+        """Alice's round-2 close replayed under round 3 would open everyone's gate early."""
+        assert_refused(
+            record(close_key(RUN, 3), ALICE_ID, self.close(round_=2)), "wrong_round", blind_reason="wrong_key"
+        )
+        assert_refused(
+            record(close_key(RUN, 3), ALICE_ID, self.close(run_id="other")), "wrong_run", blind_reason="wrong_key"
+        )
+
+    def test_close_under_another_kind_of_key(self) -> None:
+        assert_refused(record(commit_key(RUN, 3), ALICE_ID, self.close()), "wrong_kind", blind_reason="wrong_key")
+        assert_refused(record(close_key(RUN, 3), ALICE_ID, commit()), "wrong_kind", blind_reason="wrong_key")
+        presence = sign_record("presence", RUN, 3, 3, ALICE)
+        assert_refused(record(close_key(RUN, 3), ALICE_ID, presence), "wrong_kind", blind_reason="wrong_key")
+
+    def test_far_future_close(self) -> None:
+        rec = record(close_key(RUN, 3), ALICE_ID, self.close(), ttl_s=3600)
+        assert_refused(rec, "bad_expiration", blind_reason="bad_expiration")
+
+    def test_oversized_close(self) -> None:
+        body = msgpack.packb(["close", PROTOCOL_VERSION, RUN, 3, ALICE.peer_id, b"\x00" * 2000], use_bin_type=True)
+        big = msgpack.packb([body, ALICE.sign(RECORD_SIGNING_CONTEXT + body)], use_bin_type=True)
+        assert_refused(record(close_key(RUN, 3), ALICE_ID, big), "oversize", blind_reason="oversize")
+
+    @pytest.mark.parametrize("value", [b"garbage", "text", 7, None])
+    def test_garbage_under_a_close_key(self, value: object) -> None:
+        assert_refused(record(close_key(RUN, 3), ALICE_ID, value), "decode_error")
+        assert verdict(BLIND, record(close_key(RUN, 3), ALICE_ID, value)).reason == "not_ours"
 
 
 class TestEquivocation:

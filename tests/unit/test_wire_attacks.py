@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
+from collections.abc import Sequence
 
 import pytest
 import torch
@@ -11,6 +13,7 @@ from p2p_guard.attacks.wire import (
     WIRE_ATTACKS,
     BadSignature,
     CommitDraft,
+    Copycat,
     DigestMismatch,
     NaNPayload,
     Oversized,
@@ -80,8 +83,9 @@ def receive(draft: CommitDraft, expect: RoundExpectation) -> torch.Tensor | Reje
 def test_registry_names() -> None:
     # equivocate sends two individually valid envelopes (its test is the proof below); replay needs the
     # previous round's envelope, kept by the peer; vote_smear commits honestly and lies only in its votes;
-    # slowloris commits honestly and attacks the stream; all four are exercised in live swarms.
-    assert set(WIRE_ATTACKS) == set(EXPECTED_REASON) | {"equivocate", "replay", "vote_smear", "slowloris"}
+    # slowloris commits honestly and attacks the stream; copycat needs a live round to copy from (unit tests
+    # below); all five are exercised in live swarms.
+    assert set(WIRE_ATTACKS) == set(EXPECTED_REASON) | {"equivocate", "replay", "vote_smear", "slowloris", "copycat"}
 
 
 def test_vote_smear_commits_honestly() -> None:
@@ -214,7 +218,9 @@ def test_bad_signature_is_64_bytes() -> None:
      (Slowloris, {"bytes_per_s": -1.0}), (Slowloris, {"bytes_per_s": float("inf")}),
      (Slowloris, {"bytes_per_s": True}), (Slowloris, {"head_bytes": -1}), (Slowloris, {"head_bytes": 1.0}),
      (Slowloris, {"client_streams": -1}), (Slowloris, {"interval_s": 0.0}),
-     (Slowloris, {"interval_s": float("nan")})],
+     (Slowloris, {"interval_s": float("nan")}),
+     (Copycat, {"adapt": "yes"}), (Copycat, {"scale": 0.0}), (Copycat, {"scale": float("nan")}),
+     (Copycat, {"poll_s": 0}), (Copycat, {"poll_s": True})],
 )
 def test_constructor_rejections(factory: type, kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError):  # noqa: PT011
@@ -243,3 +249,79 @@ def test_repr_names_parameters() -> None:
     assert repr(Oversized(extra_bytes=10)) == "Oversized(extra_bytes=10)"
     assert repr(WrongRun(suffix="-x")) == "WrongRun(suffix='-x')"
     assert repr(Slowloris()) == "Slowloris(bytes_per_s=2.0, head_bytes=1, client_streams=8, interval_s=1.0)"
+    assert repr(Copycat(adapt=True, scale=-2)) == "Copycat(adapt=True, scale=-2.0, poll_s=0.25)"
+
+
+HONEST = Identity.from_seed(bytes(range(32)))
+
+
+def honest_commit(vector: torch.Tensor, codec: str = "fp32") -> tuple[Envelope, bytes]:
+    """An honest peer's envelope (its own key) and the payload it serves once it revealed."""
+    payload = encode_update(vector, codec)
+    env = Envelope(protocol_version=PROTOCOL_VERSION, run_id="run-1", round=3, sender=HONEST.peer_id,
+                   base_hash=BASE, digest=payload_digest(payload), codec=codec, shapes=SHAPES, n_samples=64,
+                   payload_bytes=len(payload))
+    return env, payload
+
+
+class Revealing:
+    """A stand-in for ``swarm.rounds.revealed_payloads``: nothing for ``hidden`` polls, then ``served``."""
+
+    def __init__(self, served: Sequence[tuple[Envelope, bytes]], hidden: int) -> None:
+        self.served = list(served)
+        self.hidden = hidden
+        self.polls = 0
+
+    async def __call__(self) -> list[tuple[Envelope, bytes]]:
+        self.polls += 1
+        return self.served if self.polls > self.hidden else []
+
+
+class TestCopycat:
+    def test_docstring_names_the_reasons_and_the_knowledge(self) -> None:
+        doc = Copycat.__doc__ or ""
+        assert "LATE_COMMIT" in doc and "Knowledge assumed" in doc
+        assert isinstance(Copycat(), WireAttack)
+
+    def test_mutate_leaves_the_draft_alone(self) -> None:
+        draft = honest_draft()
+        assert Copycat().mutate(draft, torch.Generator()) is draft
+
+    def test_waits_for_a_reveal_then_copies_it_byte_for_byte(self) -> None:
+        env, payload = honest_commit(torch.arange(10, dtype=torch.float32))
+        poll = Revealing([(env, payload)], hidden=2)
+        draft = honest_draft(codec="fp16")
+        before = copy.deepcopy(draft)
+        copied = asyncio.run(Copycat(poll_s=0.01).copy_commit(draft, poll, timeout_s=5.0))
+        assert poll.polls == 3
+        assert draft == before
+        assert copied.serve_payload == copied.digest_payload == payload
+        sealed = open_envelope(seal(copied, MALLORY))
+        assert isinstance(sealed, Envelope)
+        assert sealed.sender == MALLORY.peer_id  # its own signature ...
+        assert sealed.digest == env.digest  # ... over the honest peer's digest
+        assert (sealed.codec, sealed.payload_bytes) == ("fp32", 40)
+        # Taken on its own, the copy is a valid update: only the timing (the close gate) stops it.
+        assert torch.equal(receive(copied, expectation()), torch.arange(10, dtype=torch.float32))
+
+    def test_adapt_commits_the_scaled_mean_of_the_revealed_payloads(self) -> None:
+        first = honest_commit(torch.full((10,), 1.0))
+        second = honest_commit(torch.full((10,), 3.0), codec="fp16")
+        adapted = asyncio.run(Copycat(adapt=True, scale=-10.0, poll_s=0.01).copy_commit(
+            honest_draft(), Revealing([first, second], hidden=0), timeout_s=5.0))
+        assert adapted.serve_payload == adapted.digest_payload == encode_update(torch.full((10,), -20.0), "fp32")
+        assert adapted.envelope.payload_bytes == 40
+
+    def test_commits_its_own_update_when_nothing_is_revealed(self) -> None:
+        draft = honest_draft()
+        poll = Revealing([], hidden=0)
+        result = asyncio.run(Copycat(poll_s=0.01).copy_commit(draft, poll, timeout_s=0.05))
+        assert result is draft
+        assert 2 <= poll.polls <= 7
+
+    def test_adapt_ignores_payloads_that_do_not_decode(self) -> None:
+        env, payload = honest_commit(torch.ones(10))
+        broken = (env, payload[:-1])
+        poll = Revealing([broken], hidden=0)
+        draft = honest_draft()
+        assert asyncio.run(Copycat(adapt=True, poll_s=0.01).copy_commit(draft, poll, timeout_s=0.05)) is draft
