@@ -78,14 +78,18 @@ def pool() -> list[list[bytes]]:
     return [[sign_envelope(envelope(identity, r), identity) for r in range(ROUNDS)] for identity in identities()]
 
 
-async def _flood(_dht: Any, node: Any, target: bytes, commits: list[list[bytes]], senders: list[str],
-                 start: int, count: int) -> tuple[int, int, int]:
+async def _flood(_dht: Any, node: Any, target: bytes, start: int, count: int) -> tuple[int, int, int]:
     """Runs inside the hostile DHT process: ``count`` replayed stores to ``target``, ``BATCH`` per RPC.
+
+    The signed commits are made here, not sent through hivemind's command pipe: a pickled pool of ~50 kB made
+    that pipe's non-blocking read fail with EAGAIN under load, killing the hostile DHT process.
 
     Returns ``(sent, stored, unanswered)``: records sent, records the target reported as stored, and records in
     RPCs that got no answer.
     """
     peer = PeerID(target)
+    commits = pool()
+    senders = [identity.peer_id_b58 for identity in identities()]
     own_keys = [DHTID.generate(source=commit_key(RUN, r)) for r in range(ROUNDS)]
     other_run_key = DHTID.generate(source=commit_key(RUN + "-other", CURRENT))
     values = [[MSGPackSerializer.dumps(raw) for raw in row] for row in commits]
@@ -151,14 +155,12 @@ def test_dht_node_memory_under_100k_replayed_stores(tmp_path: Path) -> None:
                             port=0, startup_timeout_s=START_TIMEOUT_S, record_validators=[])
         started.append(hostile)
         target_id = target.peer_id.to_bytes()
-        commits = pool()
-        senders = [identity.peer_id_b58 for identity in identities()]
         process = psutil.Process(target.pid)
         daemon = p2pd_of(process)
 
         def flood(start: int, count: int) -> tuple[int, int, int]:
             return hostile.run_coroutine(
-                _partial(_flood, target_id, commits, senders, start, count))  # type: ignore[no-any-return]
+                _partial(_flood, target_id, start, count))  # type: ignore[no-any-return]
 
         flood(0, WARMUP_STORES)
         before = rss_mb(process)
