@@ -17,7 +17,7 @@ logger = logging.getLogger(__name__)
 _FLAGS: dict[str, dict[str, Any]] = {
     "initial_peers": {"nargs": "+", "metavar": "MULTIADDR", "help": "bootstrap multiaddr(s) /ip4/HOST/tcp/PORT/p2p/PEERID"},
     "run_id": {"help": "name of the training run (peers of other runs are ignored)"},
-    "task": {"help": "task: digits or shakespeare"},
+    "task": {"help": "task: digits, fashion-mnist or shakespeare"},
     "seed": {"type": int, "help": "run seed (the initial model is built from it)"},
     "peer_index": {"type": int, "help": "this peer's data shard in [0, num_peers)"},
     "num_peers": {"type": int, "help": "number of data shards (intended swarm size)"},
@@ -53,7 +53,9 @@ _FLAGS: dict[str, dict[str, Any]] = {
     "state_out": {"metavar": "PATH", "help": "save the final model state here"},
     "proof_dir": {"metavar": "DIR", "help": "write equivocation proofs here (default: proofs/ beside --events)"},
     "reputation": {"action": argparse.BooleanOptionalAction,
-                   "help": "publish votes and exclude persistently rejected senders (default: on)"},
+                   "help": "publish signed verdicts and keep a reputation (default: on)"},
+    "reputation_exclusion": {"action": argparse.BooleanOptionalAction,
+                             "help": "drop senders the reputation excludes before aggregation (default: off)"},
 }
 
 

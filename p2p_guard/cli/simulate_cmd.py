@@ -68,7 +68,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     defaults = SimulationConfig()
-    parser.add_argument("--task", default=defaults.task, help="task: digits or shakespeare")
+    parser.add_argument("--task", default=defaults.task, help="task: digits, fashion-mnist or shakespeare")
     parser.add_argument("--honest", type=int, default=defaults.honest, help="number of honest peers")
     parser.add_argument("--byzantine", type=int, default=defaults.byzantine, help="number of attacking peers")
     parser.add_argument(
@@ -91,7 +91,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--reputation", action=argparse.BooleanOptionalAction, default=defaults.reputation,
-        help="peers publish votes and exclude persistently rejected senders",
+        help="peers publish signed verdicts and keep a reputation",
+    )
+    parser.add_argument(
+        "--reputation-exclusion", action=argparse.BooleanOptionalAction, default=defaults.reputation_exclusion,
+        help="peers drop senders their reputation excludes (off by default: it can fork small honest swarms)",
     )
     parser.add_argument("--run-id", default=None, help="run id shared by the peers (None: sim-TASK-seedSEED)")
     parser.add_argument("--report", type=Path, default=None, help="also write the JSON report here")
@@ -121,6 +125,7 @@ def _config(args: argparse.Namespace) -> SimulationConfig:
         attack=args.attack,
         rounds=args.rounds,
         reputation=args.reputation,
+        reputation_exclusion=args.reputation_exclusion,
         seed=args.seed,
         guard=args.guard,
         inner_steps=args.inner_steps,
@@ -131,11 +136,18 @@ def _config(args: argparse.Namespace) -> SimulationConfig:
 
 
 def _check_attack(config: SimulationConfig) -> None:
-    """Load the attack spec once here, so a typo fails before any process starts.
+    """Check the task and guard names and load the attack spec once here, so a typo fails before any process starts.
 
     Raises:
-        ValueError: if the spec does not load.
+        ValueError: on an unknown task or guard (naming the valid ones), or an attack spec that does not load.
     """
+    from p2p_guard.guard import GUARD_NAMES
+    from p2p_guard.tasks import TASK_NAMES
+
+    if config.task not in TASK_NAMES:
+        raise ValueError(f"unknown task {config.task!r}; known tasks: {', '.join(TASK_NAMES)}")
+    if config.guard not in GUARD_NAMES:
+        raise ValueError(f"unknown guard {config.guard!r}; known guards: {', '.join(GUARD_NAMES)}")
     if config.byzantine == 0 or not config.attack:
         return
     from p2p_guard.attacks import load_attack  # torch-heavy: only when there is an attack to check

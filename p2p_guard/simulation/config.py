@@ -49,8 +49,9 @@ class SimulationConfig:
         timeout_s: the whole run must end within this many seconds.
         startup_timeout_s: how long the bootstrap node may take to publish its addresses, in seconds.
         stop_grace_s: seconds a process group has after SIGTERM before SIGKILL.
-        reputation: peers publish votes and exclude persistently rejected senders (``--no-reputation``: off,
-            so that each round's aggregate is the guard's alone, as in the in-process benchmark).
+        reputation: peers publish votes and keep a reputation (``--no-reputation``: off).
+        reputation_exclusion: peers drop senders their reputation excludes (off by default, as for a peer; see
+            ``PeerConfig.reputation_exclusion``).
     """
 
     task: str = "digits"
@@ -67,6 +68,7 @@ class SimulationConfig:
     startup_timeout_s: float = 120.0
     stop_grace_s: float = 10.0
     reputation: bool = True
+    reputation_exclusion: bool = False
 
     def __post_init__(self) -> None:
         """Check every setting.
@@ -86,8 +88,9 @@ class SimulationConfig:
         if not self.guard:
             raise ValueError("guard must not be empty")
         check_partition(self.partition)
-        if not isinstance(self.reputation, bool):
-            raise ValueError(f"reputation must be a bool, got {self.reputation!r}")
+        for flag in ("reputation", "reputation_exclusion"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
         for name in ("timeout_s", "startup_timeout_s", "stop_grace_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):

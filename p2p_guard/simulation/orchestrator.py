@@ -223,6 +223,8 @@ def peer_command(
         command += ["--inner-steps", str(config.inner_steps)]
     if not config.reputation:
         command += ["--no-reputation"]
+    if config.reputation_exclusion:
+        command += ["--reputation-exclusion"]
     if config.is_byzantine(index) and config.attack:
         command += ["--attack", config.attack, "--byzantine-count", str(config.byzantine)]
     return command

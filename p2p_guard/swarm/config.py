@@ -75,8 +75,12 @@ class PeerConfig:
         state_out: where to write the final model state (None: not written).
         proof_dir: where equivocation proofs are written (None: ``proofs/`` beside the event file, else beside
             the identity file).
-        reputation: publish signed verdicts every round and exclude senders that our own guard rejects
-            persistently and the votes we weigh agree on (``swarm.standing``); False: neither.
+        reputation: publish signed verdicts every round and fold everyone's into a per-sender reputation
+            (``swarm.standing``); False: neither.
+        reputation_exclusion: also drop, before aggregation, senders the reputation excludes (our own guard
+            rejected them persistently and the votes we weigh agree). Off by default: in small swarms near
+            convergence the guard's own false positives can get an honest peer excluded by the others but not by
+            itself, which forks the honest models (found in a 3-honest-peer, 100-round run).
     """
 
     initial_peers: tuple[str, ...] = ()
@@ -123,6 +127,7 @@ class PeerConfig:
     state_out: str | None = None
     proof_dir: str | None = None
     reputation: bool = True
+    reputation_exclusion: bool = False
 
     def __post_init__(self) -> None:
         _check_types(self)

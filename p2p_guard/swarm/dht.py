@@ -51,8 +51,10 @@ def check_port_free(host: str, port: int) -> None:
     port would say it is up and print an address that reaches the first one.
 
     Raises:
-        OSError: the port is in use or the address is not local (the message names both).
+        OSError: the port is out of [0, 65535], in use, or the address is not local (the message names both).
     """
+    if not 0 <= port <= 65535:
+        raise OSError(f"cannot listen on {host}:{port}: port must be in [0, 65535]")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         try:

@@ -205,20 +205,23 @@ class Peer:
         if self.votes is None:
             return frozenset()
         update = await self.votes.fold(round_ - 1, ignore=frozenset(self.banned)) if round_ > 0 else None
+        enforced = self.config.reputation_exclusion
         if update is not None:
             for sender in update.newly_excluded:
                 st = update.standings[sender]
-                self.log.warning("excluding %s from now on: reputation %.2f, %d of our last %d verdicts rejected it",
-                                 sender[-8:], st.score, st.own_rejections, self.votes.reputation.window)
-                self.events.emit("exclude", sender=sender, round=round_, score=st.score,
-                                 own_rejections=st.own_rejections)
+                self.log.log(logging.WARNING if enforced else logging.INFO,
+                             "%s %s: reputation %.2f, %d of our last %d verdicts rejected it",
+                             "excluding from now on" if enforced else "reputation would exclude (exclusion off)",
+                             sender[-8:], st.score, st.own_rejections, self.votes.reputation.window)
+                self.events.emit("exclude" if enforced else "exclude_candidate", sender=sender, round=round_,
+                                 score=st.score, own_rejections=st.own_rejections)
             for sender in update.readmitted:
                 self.log.info("readmitting %s for a fresh trial", sender[-8:])
                 self.events.emit("readmit", sender=sender, round=round_)
             self.events.emit("standing", round=round_ - 1,
                              scores={s: round(st.score, 4) for s, st in update.standings.items()},
-                             excluded=sorted(update.excluded))
-        return self.votes.excluded
+                             excluded=sorted(update.excluded), enforced=enforced)
+        return self.votes.excluded if enforced else frozenset()
 
     async def _commit(self, round_: int, base: bytes, outcome: RoundOutcome) -> dict[str, bytes]:
         data_attack = self.attack if self.attack_kind == "data" else None

@@ -77,7 +77,8 @@ class VoteBook:
         if self.smear is not None:
             votes = self.smear(votes)
         if not await publish_votes(self.dht, self.run_id, round_, votes, self.identity):
-            logger.warning("no DHT node stored our votes of round %d", round_)
+            # hivemind reports the last replica's answer, not "any replica": readers usually still find them
+            logger.debug("a DHT replica did not confirm our votes of round %d", round_)
         return votes
 
     async def fold(self, round_: int, ignore: Collection[str] = ()) -> ReputationUpdate | None:

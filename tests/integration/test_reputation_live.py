@@ -31,7 +31,7 @@ def _peer_ids(tmp_path: Path, count: int) -> dict[int, str]:
 def test_vote_smear_by_a_byzantine_voter_majority_excludes_no_honest_peer(tmp_path: Path) -> None:
     honest, byzantine = 5, 4
     config = SimulationConfig(task="digits", honest=honest, byzantine=byzantine, attack="vote_smear", rounds=5,
-                              seed=0)
+                              seed=0, reputation_exclusion=True)
     report = run_simulation(config, tmp_path)
     ids = _peer_ids(tmp_path, honest + byzantine)
     honest_ids = {ids[i] for i in range(honest)}
@@ -60,7 +60,7 @@ def test_vote_smear_by_a_byzantine_voter_majority_excludes_no_honest_peer(tmp_pa
 def test_a_persistent_attacker_is_excluded_by_every_honest_peer_in_the_same_round(tmp_path: Path) -> None:
     honest, byzantine = 4, 1
     config = SimulationConfig(task="digits", honest=honest, byzantine=byzantine, attack="sign_flip:scale=10",
-                              rounds=6, seed=0)
+                              rounds=6, seed=0, reputation_exclusion=True)
     report = run_simulation(config, tmp_path)
     ids = _peer_ids(tmp_path, honest + byzantine)
     attacker = ids[honest]
