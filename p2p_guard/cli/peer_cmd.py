@@ -100,17 +100,27 @@ def check_names(config: PeerConfig) -> None:
         ValueError: naming the bad setting and the valid choices.
     """
     from p2p_guard.attacks import load_attack
-    from p2p_guard.guard import GUARD_NAMES
     from p2p_guard.swarm.dht import check_initial_peers
-    from p2p_guard.tasks import TASK_NAMES
 
-    if config.task not in TASK_NAMES:
-        raise ValueError(f"unknown task {config.task!r}; known tasks: {', '.join(TASK_NAMES)}")
-    if config.guard not in GUARD_NAMES:
-        raise ValueError(f"unknown guard {config.guard!r}; known guards: {', '.join(GUARD_NAMES)}")
+    check_task_and_guard(config.task, config.guard)
     if config.attack:
         load_attack(config.attack)
     check_initial_peers(config.initial_peers)
+
+
+def check_task_and_guard(task: str, guard: str) -> None:
+    """Fail on an unknown task or guard name (``peer`` and ``simulate`` both check before starting anything).
+
+    Raises:
+        ValueError: naming the bad value and the valid choices.
+    """
+    from p2p_guard.guard import GUARD_NAMES
+    from p2p_guard.tasks import TASK_NAMES
+
+    if task not in TASK_NAMES:
+        raise ValueError(f"unknown task {task!r}; known tasks: {', '.join(TASK_NAMES)}")
+    if guard not in GUARD_NAMES:
+        raise ValueError(f"unknown guard {guard!r}; known guards: {', '.join(GUARD_NAMES)}")
 
 
 def run(args: argparse.Namespace) -> int:

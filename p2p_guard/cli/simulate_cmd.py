@@ -135,19 +135,15 @@ def _config(args: argparse.Namespace) -> SimulationConfig:
     )
 
 
-def _check_attack(config: SimulationConfig) -> None:
+def _check_names(config: SimulationConfig) -> None:
     """Check the task and guard names and load the attack spec once here, so a typo fails before any process starts.
 
     Raises:
         ValueError: on an unknown task or guard (naming the valid ones), or an attack spec that does not load.
     """
-    from p2p_guard.guard import GUARD_NAMES
-    from p2p_guard.tasks import TASK_NAMES
+    from p2p_guard.cli.peer_cmd import check_task_and_guard
 
-    if config.task not in TASK_NAMES:
-        raise ValueError(f"unknown task {config.task!r}; known tasks: {', '.join(TASK_NAMES)}")
-    if config.guard not in GUARD_NAMES:
-        raise ValueError(f"unknown guard {config.guard!r}; known guards: {', '.join(GUARD_NAMES)}")
+    check_task_and_guard(config.task, config.guard)
     if config.byzantine == 0 or not config.attack:
         return
     from p2p_guard.attacks import load_attack  # torch-heavy: only when there is an attack to check
@@ -205,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``p2p-guard simulate`` with parsed arguments and return the exit code."""
     try:
         config = _config(args)
-        _check_attack(config)
+        _check_names(config)
     except ValueError as e:
         _error(str(e))
         return EXIT_USAGE
