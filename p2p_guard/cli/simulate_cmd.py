@@ -135,6 +135,21 @@ def _config(args: argparse.Namespace) -> SimulationConfig:
     )
 
 
+def _check_report_path(path: Path | None) -> None:
+    """Fail before any process starts when ``--report`` cannot be written (its parent is a file, say).
+
+    Raises:
+        OSError: naming the path.
+    """
+    if path is None:
+        return
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or path.is_dir():
+        raise OSError(f"--report {path}: {parent if not parent.is_dir() else path} is not a usable place for a file")
+
+
 def _check_names(config: SimulationConfig) -> None:
     """Check the task and guard names and load the attack spec once here, so a typo fails before any process starts.
 
@@ -205,7 +220,12 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         _error(str(e))
         return EXIT_USAGE
-    workdir = make_workdir(args.workdir)
+    try:
+        _check_report_path(args.report)
+        workdir = make_workdir(args.workdir)
+    except OSError as e:
+        _error(f"cannot write there: {e}")
+        return EXIT_USAGE
     print(f"work directory (logs, events, states): {workdir}", file=sys.stderr)
     try:
         with _sigterm_raises(), _progress_bar(config.rounds, enabled=not args.no_progress) as on_progress:
@@ -219,8 +239,12 @@ def run(args: argparse.Namespace) -> int:
     except SimulationError as e:
         _error(str(e))
         return EXIT_FAILED
-    if args.report is not None:
-        write_report(report, args.report)
     print(format_table(report))
+    if args.report is not None:
+        try:
+            write_report(report, args.report)
+        except OSError as e:
+            _error(f"cannot write the report: {e}; it is also in {workdir / 'report.json'}")
+            return EXIT_FAILED
     print(f"report: {args.report or workdir / 'report.json'}")
     return 0
