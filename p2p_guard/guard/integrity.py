@@ -4,7 +4,7 @@
 signature. This stage checks it against what the receiving peer expects this round, then the payload
 against the envelope, cheapest check first:
 
-    check_envelope:  run id → round → base hash → codec → shapes → declared payload size
+    check_envelope:  run id → round → staleness → codec → shapes → declared payload size
     check_payload:   check_envelope → received size → SHA-256 digest → decode → finiteness → not all zero
 
 Reasons given (one per failed check, the first that fails):
@@ -12,7 +12,7 @@ Reasons given (one per failed check, the first that fails):
     ===========================================================  ===================
     ``env.run_id != expect.run_id``                              ``WRONG_RUN``
     ``env.round != expect.round``                                ``WRONG_ROUND``
-    ``env.base_hash != expect.base_hash``                        ``STALE_BASE``
+    ``env.staleness > expect.max_staleness``                     ``STALE_BASE``
     codec unknown or not in ``expect.codecs``                    ``DECODE_ERROR``
     ``env.shapes != expect.shapes``                              ``SHAPE_MISMATCH``
     ``env.payload_bytes > expect.max_payload_bytes``             ``OVERSIZE``
@@ -41,7 +41,6 @@ import torch
 
 from p2p_guard.protocol import (
     CODECS,
-    DIGEST_BYTES,
     Accepted,
     Envelope,
     Rejected,
@@ -61,7 +60,9 @@ class RoundExpectation:
     Args:
         run_id: The training run.
         round: The outer round r.
-        base_hash: ``state_hash`` of this round's starting state θ_r (32 bytes).
+        max_staleness: Largest accepted round − base_round of an update (rounds). Version 2 of the round: every
+            peer owns its model, so the base hash is a claim, not a gate; a slow peer's update computed on an
+            older state is accepted (and weighted down) up to this staleness.
         shapes: The model's parameter shapes, in flattening order (lists are stored as tuples).
         codecs: Codecs this peer accepts (a subset of ``protocol.CODECS``).
         max_payload_bytes: Largest payload this peer will read, in bytes.
@@ -72,8 +73,8 @@ class RoundExpectation:
 
     run_id: str
     round: int
-    base_hash: bytes
     shapes: tuple[tuple[int, ...], ...]
+    max_staleness: int = 4
     codecs: tuple[str, ...] = CODECS
     max_payload_bytes: int = 2**31
 
@@ -82,8 +83,8 @@ class RoundExpectation:
             raise ValueError(f"run_id must be a non-empty str, got {self.run_id!r}")
         if not _is_count(self.round):
             raise ValueError(f"round must be a non-negative int, got {self.round!r}")
-        if not isinstance(self.base_hash, bytes) or len(self.base_hash) != DIGEST_BYTES:
-            raise ValueError(f"base_hash must be {DIGEST_BYTES} bytes, got {self.base_hash!r}")
+        if not _is_count(self.max_staleness):
+            raise ValueError(f"max_staleness must be a non-negative int, got {self.max_staleness!r}")
         unknown = [codec for codec in self.codecs if codec not in CODECS]
         if not self.codecs or unknown:
             raise ValueError(f"codecs must be a non-empty subset of {CODECS}, got {self.codecs!r}")
@@ -115,9 +116,10 @@ def check_envelope(env: Envelope, expect: RoundExpectation) -> Accepted | Reject
         return Rejected(RejectReason.WRONG_RUN, f"run {env.run_id[:64]!r}, expected {expect.run_id[:64]!r}")
     if env.round != expect.round:
         return Rejected(RejectReason.WRONG_ROUND, f"round {env.round}, expected {expect.round}")
-    if env.base_hash != expect.base_hash:
+    if env.staleness > expect.max_staleness:
         return Rejected(RejectReason.STALE_BASE,
-                        f"base {env.base_hash.hex()[:16]}, expected {expect.base_hash.hex()[:16]}")
+                        f"computed on round {env.base_round}'s state: {env.staleness} rounds stale, "
+                        f"limit {expect.max_staleness}")
     if env.codec not in expect.codecs:
         return Rejected(RejectReason.DECODE_ERROR,
                         f"codec {env.codec!r} not among the accepted {list(expect.codecs)}")

@@ -1,10 +1,10 @@
 """The signed commit envelope: what a peer publishes about its update before anyone sees the payload.
 
-Wire form (msgpack, version 1)::
+Wire form (msgpack, version 2)::
 
     envelope  = msgpack([body, signature])                      # array of 2 bin
     body      = msgpack([protocol_version, run_id, round, sender, base_hash,
-                         digest, codec, shapes, n_samples, payload_bytes])
+                         digest, codec, shapes, n_samples, payload_bytes, base_round])
     signature = Ed25519(sender's key, ENVELOPE_SIGNING_CONTEXT ‖ body)   # 64 bytes, or b"" if unsigned
 
 with the body fields, in this order (see :data:`BODY_FIELDS`):
@@ -14,12 +14,15 @@ with the body fields, in this order (see :data:`BODY_FIELDS`):
     run_id                  str         training run, 1..256 UTF-8 bytes
     round                   int         outer round r, 0 ≤ r < 2**63
     sender                  bin         the signer's PeerID, 1..128 bytes (Ed25519: 38 bytes)
-    base_hash               bin (32)    ``state_hash`` of the model state the update starts from, θ_r
+    base_hash               bin (32)    ``state_hash`` of the sender's state the update starts from: a claim,
+                                        never a gate (version 2: every peer owns its model)
     digest                  bin (32)    ``payload_digest`` of the payload the sender will serve
     codec                   str         payload codec (``fp32``, ``fp16``), 1..32 UTF-8 bytes
     shapes                  [[int]]     one shape per parameter tensor; ≤ 4096 tensors, rank ≤ 8
     n_samples               int         samples behind the update (informational, never a weight)
     payload_bytes           int         payload size in bytes, 0 ≤ size < 2**63
+    base_round              int         the sender's round when its inner phase started, ≤ round; the
+                                        staleness round − base_round only ever lowers the update's weight
     ======================  ==========  ===============================================================
 
 The signature covers the exact body bytes, prefixed by a domain-separation context so that a signature made
@@ -48,9 +51,10 @@ from p2p_guard.protocol.reasons import RejectReason, Rejected
 logger = logging.getLogger(__name__)
 
 #: The wire format version this code writes.
-PROTOCOL_VERSION = 1
-#: The versions :func:`open_envelope` accepts.
-SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
+PROTOCOL_VERSION = 2
+#: The versions :func:`open_envelope` accepts (version 1, the lock-step round, is gone: its peers cannot mix
+#: with version 2's, whose models are their own).
+SUPPORTED_VERSIONS: tuple[int, ...] = (2,)
 #: Default bound on a serialised envelope (bytes); larger input is rejected before parsing.
 MAX_ENVELOPE_BYTES = 64 * 1024
 #: Bounds on body fields (UTF-8 bytes for strings).
@@ -65,7 +69,7 @@ ENVELOPE_SIGNING_CONTEXT = b"p2p_guard.envelope\x00"
 #: Body field order on the wire.
 BODY_FIELDS: tuple[str, ...] = (
     "protocol_version", "run_id", "round", "sender", "base_hash",
-    "digest", "codec", "shapes", "n_samples", "payload_bytes",
+    "digest", "codec", "shapes", "n_samples", "payload_bytes", "base_round",
 )
 _DETAIL_CHARS = 200
 
@@ -93,9 +97,12 @@ class Envelope:
     shapes: tuple[tuple[int, ...], ...]
     n_samples: int
     payload_bytes: int
+    base_round: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("protocol_version", "round", "n_samples", "payload_bytes"):
+        if self.base_round is None:  # a fresh update: computed on the state of its own round
+            object.__setattr__(self, "base_round", self.round)
+        for name in ("protocol_version", "round", "n_samples", "payload_bytes", "base_round"):
             _check_int(name, getattr(self, name))
         _check_str("run_id", self.run_id, MAX_RUN_ID_BYTES)
         _check_str("codec", self.codec, MAX_CODEC_BYTES)
@@ -103,6 +110,13 @@ class Envelope:
         _check_bytes("base_hash", self.base_hash, DIGEST_BYTES, DIGEST_BYTES)
         _check_bytes("digest", self.digest, DIGEST_BYTES, DIGEST_BYTES)
         object.__setattr__(self, "shapes", _normalise_shapes(self.shapes))
+        if self.base_round > self.round:  # type: ignore[operator]
+            raise ValueError(f"base_round must be <= round, got base_round={self.base_round}, round={self.round}")
+
+    @property
+    def staleness(self) -> int:
+        """round − base_round ≥ 0: how many rounds older than its round the update's starting state is."""
+        return self.round - int(self.base_round)  # type: ignore[arg-type]
 
     @property
     def numel(self) -> int:

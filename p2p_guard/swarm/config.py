@@ -81,6 +81,26 @@ class PeerConfig:
             rejected them persistently and the votes we weigh agree). Off by default: in small swarms near
             convergence the guard's own false positives can get an honest peer excluded by the others but not by
             itself, which forks the honest models (found in a 3-honest-peer, 100-round run).
+        fanout: k, the most payloads fetched per round, drawn with private randomness among the round's commits
+            (all of them in a swarm of at most k + 1 peers).
+        max_staleness: largest round − base_round of an update that is still applied (with weight
+            1/sqrt(1 + staleness)); a slower peer commits into the swarm's open round instead of being dropped.
+        overlap: run the communication of round r (close, reveal, fetch, guard) while the inner phase of round
+            r + 1 computes, and apply round r's aggregate one inner phase late with the eager correction (Streaming
+            DiLoCo; arXiv:2502.12996). Off by default: on digits it cost accuracy (docs/protocol.md §4.6); turn it
+            on when the inner phase dominates the round (large models).
+        mix_every: every this many rounds, move toward the states of ``mix_peers`` sampled peers by clipped
+            differences (ClippedGossip); 0 turns mixing off.
+        mix_peers: how many peers' states one mixing step fetches.
+        mix_radius: cap on the clipping radius of a mixing step, relative to the norm of our θ.
+        catch_up_peers: how many sampled peers' states a late joiner (or a peer more than ``max_staleness``
+            rounds behind) takes the coordinate-wise median of, together with its own.
+        checkpoint_dir: folder of this peer's own checkpoint, written atomically every round and resumed from on
+            restart (None: no checkpoint).
+        snapshot_dir: folder where θ is written after every round as ``rNNNNN.npy`` (simulation reports compute
+            the consensus distance from them; None: not written).
+        control_file: JSON file read before every inner phase (fault injection in simulations):
+            ``{"slowdown": F}`` makes the inner phase F times longer. None: not read.
     """
 
     initial_peers: tuple[str, ...] = ()
@@ -128,6 +148,16 @@ class PeerConfig:
     proof_dir: str | None = None
     reputation: bool = True
     reputation_exclusion: bool = False
+    fanout: int = 8
+    max_staleness: int = 4
+    overlap: bool = False
+    mix_every: int = 2
+    mix_peers: int = 3
+    mix_radius: float = 0.05
+    catch_up_peers: int = 5
+    checkpoint_dir: str | None = None
+    snapshot_dir: str | None = None
+    control_file: str | None = None
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -164,6 +194,13 @@ class PeerConfig:
             _check_positive(name, getattr(self, name))
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"device must be auto, cpu or cuda; got device={self.device!r}")
+        for name in ("fanout", "mix_peers", "catch_up_peers"):
+            _check_positive(name, getattr(self, name))
+        for name in ("max_staleness", "mix_every"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0; got {name}={getattr(self, name)}")
+        if not math.isfinite(self.mix_radius) or self.mix_radius <= 0:
+            raise ValueError(f"mix_radius must be finite and > 0; got mix_radius={self.mix_radius}")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in [0, 65535]; got port={self.port}")
 

@@ -14,15 +14,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import math
+import os
+import random
 import signal
 import time
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
-from hivemind.p2p import P2P, P2PDaemonError
+from hivemind.p2p import P2P, P2PDaemonError, PeerID
 from tqdm import tqdm
 
 from p2p_guard.attacks import load_attack
@@ -34,7 +40,7 @@ from p2p_guard.guard.apply import judge_rows
 from p2p_guard.guard.integrity import RoundExpectation
 from p2p_guard.identity import Identity, peer_id_to_b58
 from p2p_guard.protocol import CODECS, PROTOCOL_VERSION, Envelope, Rejected, RejectReason, encode_update, \
-    open_envelope, payload_digest, state_hash
+    open_envelope, payload_digest
 from p2p_guard.protocol.proof import EquivocationDetector, EquivocationProof, verify_proof
 from p2p_guard.protocol.records import sign_record
 from p2p_guard.swarm.allowlist import filter_allowed, load_allowlist
@@ -42,13 +48,16 @@ from p2p_guard.swarm.config import PeerConfig
 from p2p_guard.swarm.dht import SwarmDHT, start_dht
 from p2p_guard.swarm.events import EventLog
 from p2p_guard.swarm.reaper import start_reaper, stop_reaper_if_clean
+from p2p_guard.swarm.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
+from p2p_guard.swarm.mixing import clipped_gossip, robust_centre
 from p2p_guard.swarm.records import COMMIT_TTL_S, PRESENCE_TTL_S, commit_key, presence_key, publish_proof, \
-    read_presence, read_proofs
-from p2p_guard.swarm.rounds import IntegrityVerdict, await_commits, check_rows, fetch_state, late_commits, \
-    majority_base, open_commits, reveal_after_close, revealed_payloads
+    read_closes, read_presence, read_proofs
+from p2p_guard.swarm.rounds import IntegrityVerdict, await_commits, check_rows, late_commits, open_commits, \
+    reveal_after_close, revealed_payloads
+from p2p_guard.swarm.sampling import sample_senders, staleness_weight
 from p2p_guard.swarm.slowloris import server_for, start_slow_client
 from p2p_guard.swarm.standing import VoteBook
-from p2p_guard.swarm.transport import PayloadServer
+from p2p_guard.swarm.transport import OK, TOO_SLOW, PayloadServer, fetch
 from p2p_guard.swarm.validator import RecordValidator, fetch_validator_report
 from p2p_guard.tasks import load_task
 from p2p_guard.training.local import LocalModel, pick_device, round_generator
@@ -71,16 +80,55 @@ class _PeerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
 
 @dataclass
 class RoundOutcome:
-    """What one round produced, for the event stream and the progress line."""
+    """What one round produced, for the event stream and the progress line.
+
+    Attributes:
+        round: the round r our update was committed into.
+        verdicts: one dict per judged or rejected sender (``sender``, ``accepted``, ``reason``, ...).
+        aggregate: ``(d,)`` float32 to apply with the outer step, or None (no other peer's update arrived:
+            the model is left as it is, never trained alone).
+        correction: ``(d,)`` float32 mixing correction to add after the step, or None.
+        train_loss: mean inner-phase loss.
+        compute_s: inner-phase wall time, seconds.
+        fetched: payloads fetched (sampled senders that answered); bytes_received: their bytes.
+        mixed_from: how many peers' states the mixing step used (0: no mixing this round).
+    """
 
     round: int
-    rows: dict[str, torch.Tensor] = field(default_factory=dict)
     verdicts: list[dict[str, Any]] = field(default_factory=list)
+    aggregate: torch.Tensor | None = None
+    correction: torch.Tensor | None = None
     train_loss: float | None = None
+    compute_s: float = 0.0
+    fetched: int = 0
+    bytes_received: int = 0
+    mixed_from: int = 0
+    rows: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class InnerResult:
+    """The inner phase's output: Δ = θ_start − θ_after_H of round ``base_round``, its loss and wall time."""
+
+    base_round: int
+    delta: torch.Tensor
+    loss: float
+    compute_s: float
 
 
 class Peer:
-    """One peer's round loop over a started DHT and P2P replica (built by :func:`run_peer`)."""
+    """One peer's rounds over a started DHT and P2P replica (built by :func:`run_peer`).
+
+    Version 2 of the round (``docs/protocol.md`` §4): the peer owns its model. One round r, as methods named after
+    its states::
+
+        inner  → H AdamW steps from our θ (in a thread; overlaps round r − 1's communication)
+        step   → apply round r − 1's aggregate (outer Nesterov) and mixing correction, checkpoint
+        commit → sign and store the envelope of Δ in the swarm's open round
+        communicate (background task): close → reveal → sample k → fetch → judge → mix
+
+    ``overlap = False`` awaits ``communicate`` before the next inner phase (strictly sequential rounds).
+    """
 
     def __init__(self, config: PeerConfig, identity: Identity, local: LocalModel, dht: SwarmDHT, p2p: P2P,
                  server: PayloadServer, events: EventLog, allowed: frozenset[str] | None = None) -> None:
@@ -107,6 +155,8 @@ class Peer:
         self.log = _PeerLog(logger, {"peer": self.me[-8:], "round": 0})
         self.inner_steps = config.inner_steps or local.task.default_hparams.inner_steps
         self.votes = _vote_book(config, identity, dht, self.attack, allowed) if config.reputation else None
+        self.rng = random.SystemRandom()
+        self.paused = False
 
     @property
     def attack_kind(self) -> str | None:
@@ -116,6 +166,10 @@ class Peer:
     def _generator(self, round_: int, salt: int) -> torch.Generator:
         return round_generator(self.config.run_id, self.config.seed, self.config.peer_index, round_, salt)
 
+    def _set_round(self, round_: int) -> None:
+        self.round = round_
+        self.log.extra["round"] = round_
+
     async def announce(self, stop: asyncio.Event) -> None:
         """Refresh this peer's signed presence record every few seconds until ``stop``."""
         while not stop.is_set():
@@ -124,81 +178,277 @@ class Peer:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), PRESENCE_REFRESH_S)
 
-    async def wait_for_peers(self, stop: asyncio.Event) -> dict[str, int]:
-        """Wait until ``min_peers`` (self included) are present; return them with their rounds.
+    async def others_present(self) -> dict[str, int]:
+        """``{PeerID: self-reported round}`` of the other present, allowed, unbanned peers."""
+        present = filter_allowed(await read_presence(self.dht, self.config.run_id), self.allowed)
+        return {p: r for p, r in present.items() if p != self.me and p not in self.banned}
 
-        Raises:
-            TimeoutError: if they are not all there within ``join_timeout_s``.
-        """
-        started = time.monotonic()
-        shown = -1
-        while not stop.is_set():
-            present = filter_allowed(await read_presence(self.dht, self.config.run_id), self.allowed)
-            present[self.me] = self.round
-            if len(present) >= self.config.min_peers:
-                return present
-            if len(present) != shown:
-                shown = len(present)
-                self.log.info("waiting for peers: %d/%d present", shown, self.config.min_peers)
-            if time.monotonic() - started > self.config.join_timeout_s:
-                raise TimeoutError(f"only {len(present)} of min_peers={self.config.min_peers} peers joined within "
-                                   f"{self.config.join_timeout_s:.0f} s; check --initial-peers")
-            await asyncio.sleep(1.0)
-        return {}
+    async def wait_for_peers(self, stop: asyncio.Event, *, timeout_s: float | None) -> dict[str, int]:
+        """Wait until ``min_peers`` (self included) are present; return the others with their rounds.
 
-    async def run_round(self, round_: int, contribute: bool, stop: asyncio.Event) -> RoundOutcome:
-        """Run outer round ``round_``: inner phase, commit, close, close gate, reveal, check, guard, outer step.
+        Every round calls this, not only the first: with too few others a peer pauses (one line, one ``pause``
+        event, and the progress display says so) and resumes when they return; it never trains alone.
 
         Args:
-            round_: the round number r; the model must hold θ_r.
-            contribute: False for a peer that is (re)joining: it only listens and adopts the majority state.
-            stop: set on shutdown.
+            stop: set on shutdown (returns what is present then).
+            timeout_s: give up after this long (seconds; the first join), None: wait as long as it takes.
+
+        Raises:
+            TimeoutError: if ``timeout_s`` passes first.
         """
-        self.round = round_
-        self.log.extra["round"] = round_
-        base = self.local.state_hash()
-        self.server.publish_state(base, self.local.state_bytes())
+        started = time.monotonic()
+        while True:
+            others = await self.others_present()
+            if len(others) + 1 >= self.config.min_peers or stop.is_set():
+                if self.paused:
+                    paused_s = time.monotonic() - started
+                    self.log.info("resuming: %d other peer(s) present again (paused %.0f s)", len(others), paused_s)
+                    self.events.emit("resume", round=self.round, paused_s=paused_s)
+                    self.paused = False
+                return others
+            if timeout_s is not None and time.monotonic() - started > timeout_s:
+                raise TimeoutError(f"only {len(others) + 1} of min_peers={self.config.min_peers} peers joined "
+                                   f"within {timeout_s:.0f} s; check --initial-peers")
+            if not self.paused:
+                self.paused = True
+                what = "waiting for peers" if timeout_s is not None else "paused"
+                self.log.info("%s: %d of min_peers=%d present (self included); not training alone", what,
+                              len(others) + 1, self.config.min_peers)
+                self.events.emit("pause", round=self.round, present=len(others) + 1, needed=self.config.min_peers)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+
+    # -- inner ---------------------------------------------------------------------------------------------------
+
+    async def inner(self, round_: int) -> InnerResult:
+        """H inner AdamW steps from our θ (in a thread, so the previous round's communication goes on)."""
+        data_attack = self.attack if self.attack_kind == "data" else None
+        started = time.monotonic()
+        delta, loss = await asyncio.to_thread(
+            self.local.train_round, self.inner_steps, self._generator(round_, 1), data_attack)
+        compute_s = time.monotonic() - started
+        slowdown = _read_slowdown(self.config.control_file)
+        if slowdown > 1.0:  # fault injection (simulations): an F times slower volunteer
+            await asyncio.sleep((slowdown - 1.0) * compute_s)
+        return InnerResult(round_, delta, loss, time.monotonic() - started)
+
+    # -- step ----------------------------------------------------------------------------------------------------
+
+    def step(self, outcome: RoundOutcome) -> None:
+        """Outer Nesterov step on the round's aggregate, then the mixing correction; serve the new θ."""
+        if outcome.aggregate is not None:
+            self.local.apply(outcome.aggregate)
+            self.known_previous = [row for s, row in sorted(outcome.rows.items()) if s != self.me]
+        if outcome.correction is not None:
+            self.local.shift(outcome.correction)
+        self.server.publish_theta(outcome.round + 1, self.local.theta_bytes())
+
+    # -- commit --------------------------------------------------------------------------------------------------
+
+    async def open_round(self, round_: int) -> int:
+        """The round to commit into: ours, or the swarm's open round if we fell behind (a slow volunteer).
+
+        The swarm's round is the median of the others' self-reported presence rounds (a Byzantine minority
+        cannot move it); if some other peer has already published its close record for it, its commit phase may
+        be over, so we take the next one. A commit always lands in a round whose commit phase is still open for
+        most peers: made before any honest payload of that round is served (unique computation), and counted
+        instead of dropped as ``late_commit``.
+        """
+        others = await self.others_present()
+        if not others:
+            return round_
+        rounds = sorted(others.values())
+        swarm = rounds[(len(rounds) - 1) // 2]
+        if swarm <= round_:
+            return round_
+        closed = await read_closes(self.dht, self.config.run_id, swarm)
+        if closed - {self.me} - set(self.banned):
+            swarm += 1
+        return swarm
+
+    async def commit(self, round_: int, inner: InnerResult) -> tuple[bytes, bytes]:
+        """Sign and store the envelope of our update of ``round_``; return (sealed envelope, payload to serve)."""
+        update = self._attacked(inner.delta, round_)
+        payload = encode_update(update, self.config.codec)
+        envelope = Envelope(protocol_version=PROTOCOL_VERSION, run_id=self.config.run_id, round=round_,
+                            sender=self.identity.peer_id, base_hash=self.local.state_hash(),
+                            digest=payload_digest(payload), codec=self.config.codec, shapes=self.local.shapes,
+                            n_samples=self.local.shard.num_samples, payload_bytes=len(payload),
+                            base_round=min(inner.base_round, round_))
+        draft = CommitDraft(envelope=envelope, digest_payload=payload, serve_payload=payload)
+        if self.attack_kind == "wire":
+            draft = self.attack.mutate(draft, self._generator(round_, 2))  # type: ignore[union-attr]
+        if hasattr(self.attack, "copy_commit"):  # copycat: withhold the commit until someone reveals, copy it
+            poll = partial(revealed_payloads, self.p2p, self.dht, self.config, round_, self.me)
+            draft = await self.attack.copy_commit(draft, poll, timeout_s=self.config.commit_timeout_s)
+        sealed = seal(draft, self.identity)
+        if getattr(self.attack, "replays_previous", False):  # replay: last round's envelope, byte for byte
+            sealed, self.last_sealed = (self.last_sealed or sealed), sealed
+        await self.dht.store(commit_key(self.config.run_id, round_), self.me, sealed, COMMIT_TTL_S)
+        self.events.emit("commit", round=round_, base_round=envelope.base_round, payload_bytes=len(payload))
+        self.log.debug("committed %d-byte envelope", len(sealed))
+        if hasattr(self.attack, "second_commit"):  # equivocation: a conflicting envelope, stored later
+            await asyncio.sleep(EQUIVOCATION_DELAY_S)
+            draft = self.attack.second_commit(draft, self._generator(round_, 2))  # type: ignore[union-attr]
+            sealed = seal(draft, self.identity)
+            await self.dht.store(commit_key(self.config.run_id, round_), self.me, sealed, COMMIT_TTL_S + 1)
+        return sealed, draft.serve_payload
+
+    # -- communicate: close, reveal, sample, fetch, judge, mix ---------------------------------------------------
+
+    async def communicate(self, round_: int, own_update: torch.Tensor, sealed: bytes, serve: bytes,
+                          stop: asyncio.Event, *, mix: bool) -> RoundOutcome:
+        """Round ``round_``'s communication after our commit; returns what to apply (never applies it itself).
+
+        Args:
+            round_: the round we committed into.
+            own_update: ``(d,)`` float32, our Δ (the trusted root of our guard).
+            sealed: our signed envelope; serve: the payload we reveal after the close gate.
+            stop: set on shutdown (a partial round is never applied).
+            mix: run a mixing step this round.
+        """
         outcome = RoundOutcome(round_)
-        own: dict[str, bytes] = {}
-        if contribute:
-            own = await self._commit(round_, base, outcome)
-        commits, withheld = await await_commits(self.dht, self.config, round_, self.me if contribute else None,
-                                                stop, on_poll=self._watch_commits, exclude=frozenset(self.banned),
+        commits, withheld = await await_commits(self.dht, self.config, round_, self.me, stop,
+                                                on_poll=self._watch_commits, exclude=frozenset(self.banned),
                                                 allowed=self.allowed)
         await self._collect_proofs(round_)
-        outcome.verdicts += [{"sender": s, "accepted": False, "reason": RejectReason.EQUIVOCATION.value,
-                              "detail": "banned: equivocation proof"} for s in commits if s in self.banned]
+        outcome.verdicts += [{"sender": s, "commit_round": round_, "accepted": False,
+                              "reason": RejectReason.EQUIVOCATION.value, "detail": "banned: equivocation proof"}
+                             for s in commits if s in self.banned]
         excluded = await self._fold_votes(round_)
-        outcome.verdicts += [{"sender": s, "accepted": False, "reason": RejectReason.EXCLUDED.value,
-                              "detail": "excluded by our reputation"} for s in sorted(commits) if s in excluded]
+        outcome.verdicts += [{"sender": s, "commit_round": round_, "accepted": False,
+                              "reason": RejectReason.EXCLUDED.value, "detail": "excluded by our reputation"}
+                             for s in sorted(commits) if s in excluded]
         commits = {s: raw for s, raw in commits.items() if s not in self.banned and s not in excluded}
-        if contribute:
-            sealed, serve = own.pop("sealed"), own.pop("serve")
-            await reveal_after_close(self.dht, self.server, self.identity, self.config, round_, commits, serve, stop)
-            commits[self.me] = sealed
-            own = {self.me: serve}
-            if getattr(self.attack, "trickles_payload", False):  # slowloris: honest peers cut its payload, so it
-                del commits[self.me]  # leaves its own row out too and stays on their base (valid commits next round)
-                own = {}
+        await reveal_after_close(self.dht, self.server, self.identity, self.config, round_, commits, serve, stop)
+        commits[self.me] = sealed
         # A present peer that withheld its commit may commit the moment it fetches a revealed payload (a copycat):
         # give such a commit grace_s to land before the one re-read, so that it is reported.
         watch_s = self.config.grace_s if withheld - {self.me} - set(self.banned) else 0.0
         not_before = time.monotonic() + watch_s
-        envelopes, rejected = open_commits(commits, self.config)
-        base = await self._agree_on_base(envelopes, round_, base)
-        expect = RoundExpectation(run_id=self.config.run_id, round=round_, base_hash=base,
-                                  shapes=self.local.shapes, codecs=CODECS,
-                                  max_payload_bytes=self.config.max_payload_bytes)
-        rows, more = await check_rows(self.p2p, envelopes, expect, self.config, own, stop)
+        envelopes, rejected = open_commits({s: raw for s, raw in commits.items() if s != self.me}, self.config)
+        expect = RoundExpectation(run_id=self.config.run_id, round=round_, shapes=self.local.shapes, codecs=CODECS,
+                                  max_payload_bytes=self.config.max_payload_bytes,
+                                  max_staleness=self.config.max_staleness)
+        sampled = sample_senders(envelopes, self.config.fanout, self.rng) if envelopes else []
+        rows, more = await check_rows(self.p2p, {s: envelopes[s] for s in sampled}, expect, self.config, {}, stop)
+        outcome.fetched = len(rows)
+        outcome.bytes_received = sum(envelopes[s].payload_bytes for s in rows)
         late = await late_commits(self.dht, self.config, round_, commits, not_before=not_before, stop=stop,
                                   exclude=frozenset(self.banned) | excluded, allowed=self.allowed)
-        outcome.rows = rows
         if stop.is_set():
-            return outcome  # a partial round is never applied
-        self._aggregate_and_step(rows, rejected + more + late, outcome)
-        if self.votes is not None and contribute:
-            await self.votes.publish(round_, outcome.verdicts)
+            return outcome
+        weights = {s: staleness_weight(envelopes[s].staleness) for s in rows}
+        rows = {s: row * weights[s] if weights[s] < 1.0 else row for s, row in rows.items()}
+        if not getattr(self.attack, "trickles_payload", False):  # a slowloris is cut by others: it leaves its row
+            rows[self.me] = own_update                         # out too, like every honest peer does
+        self._record_rejections(rejected + more + late, round_, outcome)
+        if any(s != self.me for s in rows):
+            await asyncio.to_thread(self._judge, rows, weights, envelopes, outcome)
+        else:
+            self.log.warning("no other peer's update arrived this round; the model is left unchanged")
+        if mix and not stop.is_set():
+            await self._mix(outcome, stop)
         return outcome
+
+    def _record_rejections(self, rejected: list[IntegrityVerdict], round_: int, outcome: RoundOutcome) -> None:
+        for v in rejected:
+            if v.reason is not None:
+                outcome.verdicts.append({"sender": v.sender, "commit_round": round_, "accepted": False,
+                                         "reason": v.reason.value, "detail": v.detail})
+                if v.sender != self.me:
+                    self.log.warning("rejected %s: %s (%s)", v.sender[-8:], v.reason.value, v.detail)
+
+    def _judge(self, rows: dict[str, torch.Tensor], weights: dict[str, float], envelopes: dict[str, Envelope],
+               outcome: RoundOutcome) -> None:
+        result = judge_rows(self.guard, rows, me=self.me, round_=outcome.round,
+                            previous_aggregate=self.local.previous_aggregate, f=self.config.assumed_byzantine,
+                            generator=self._generator(outcome.round, 4))
+        for verdict in result.verdicts:
+            env = envelopes.get(verdict.sender)
+            outcome.verdicts.append({"sender": verdict.sender, "accepted": verdict.accepted,
+                                     "commit_round": outcome.round, "reason": verdict.reason,
+                                     "detail": verdict.detail, "norm": _finite_or_none(verdict.norm),
+                                     "cosine": _finite_or_none(verdict.cosine),
+                                     "weight": weights.get(verdict.sender, 1.0),
+                                     "staleness": env.staleness if env is not None else 0})
+            if not verdict.accepted and verdict.sender != self.me:
+                self.log.warning("rejected %s: %s (%s)", verdict.sender[-8:], verdict.reason, verdict.detail)
+        outcome.rows = rows
+        outcome.aggregate = result.aggregate
+
+    async def _mix(self, outcome: RoundOutcome, stop: asyncio.Event) -> None:
+        """ClippedGossip toward a few sampled peers' states (``swarm.mixing``); sets ``outcome.correction``."""
+        others = await self.others_present()
+        chosen = sample_senders(others, self.config.mix_peers, self.rng) if others else []
+        own = self.local.theta  # our θ at the start of this round: compared with theirs at the same round
+        states = await self.fetch_thetas(chosen, stop, round_=outcome.round, wait_s=self.config.grace_s * 2)
+        if not states:
+            return
+        result = clipped_gossip(own, list(states.values()), max_radius=self.config.mix_radius)
+        outcome.correction = result.correction
+        outcome.mixed_from = len(states)
+        self.events.emit("mix", round=outcome.round, sources=len(states), tau=result.tau, clipped=result.clipped,
+                         moved=float(result.correction.norm()) / max(float(own.norm()), 1e-12))
+
+    async def fetch_thetas(self, peers: list[str], stop: asyncio.Event, *, round_: int = -1,
+                           wait_s: float = 0.0) -> dict[str, torch.Tensor]:
+        """Fetch each of ``peers``' θ at the start of ``round_`` (-1: their latest), bounded reads.
+
+        A peer not at ``round_`` yet (``NOT_FOUND``) is asked again every 0.5 s for up to ``wait_s`` seconds.
+        Only finite states of exactly 4·d bytes are returned.
+        """
+        size = 4 * self.local.numel
+        results = await asyncio.gather(*(self._fetch_theta(p, round_, wait_s, stop) for p in peers))
+        states: dict[str, torch.Tensor] = {}
+        for p, data in zip(peers, results):
+            if stop.is_set() or data is None or len(data) != size:
+                self.log.debug("state of %s at round %d not used", p[-8:], round_)
+                continue
+            theta = torch.frombuffer(bytearray(data), dtype=torch.float32).clone()
+            if bool(torch.isfinite(theta).all()):
+                states[p] = theta
+            else:
+                self.log.warning("state of %s has non-finite values: ignored", p[-8:])
+        return states
+
+    async def _fetch_theta(self, peer: str, round_: int, wait_s: float, stop: asyncio.Event) -> bytes | None:
+        size = 4 * self.local.numel
+        deadline = time.monotonic() + wait_s
+        while not stop.is_set():
+            result = await fetch(self.p2p, PeerID.from_base58(peer), self.config.run_id, ["theta", round_],
+                                 max_bytes=size, timeout_s=self.config.fetch_timeout_s,
+                                 idle_timeout_s=self.config.fetch_idle_timeout_s,
+                                 min_bytes_per_s=self.config.min_fetch_bytes_per_s)
+            if result.status == OK:
+                return result.data
+            if time.monotonic() + 0.5 > deadline or result.status == TOO_SLOW:
+                return None
+            await asyncio.sleep(0.5)
+        return None
+
+    async def catch_up(self, others: dict[str, int], stop: asyncio.Event) -> int | None:
+        """Adopt the coordinate-wise median of several sampled peers' states and our own (late join, far behind).
+
+        Never one peer's word: at least two other states are needed, and our own θ is a third vote.
+
+        Returns:
+            The round to continue from (the median of the sources' self-reported rounds), or None if fewer than
+            two states could be fetched (we keep our model).
+        """
+        chosen = sample_senders(others, self.config.catch_up_peers, self.rng)
+        states = await self.fetch_thetas(chosen, stop)
+        if len(states) < 2:
+            self.log.warning("catch-up: only %d peer state(s) could be fetched; keeping our model", len(states))
+            return None
+        centre = robust_centre([*states.values(), self.local.theta])
+        self.local.adopt(centre)
+        rounds = sorted(others[p] for p in states)
+        target = rounds[(len(rounds) - 1) // 2]
+        self.server.publish_theta(target, self.local.theta_bytes())
+        self.log.info("caught up: median of %d peers' states and ours; continuing at round %d", len(states), target)
+        self.events.emit("catch_up", round=target, from_round=self.round, sources=len(states))
+        return target
 
     async def _fold_votes(self, round_: int) -> frozenset[str]:
         """Fold last round's votes into the reputation; return the senders to drop before aggregation."""
@@ -222,34 +472,6 @@ class Peer:
                              scores={s: round(st.score, 4) for s, st in update.standings.items()},
                              excluded=sorted(update.excluded), enforced=enforced)
         return self.votes.excluded if enforced else frozenset()
-
-    async def _commit(self, round_: int, base: bytes, outcome: RoundOutcome) -> dict[str, bytes]:
-        data_attack = self.attack if self.attack_kind == "data" else None
-        delta, outcome.train_loss = await asyncio.to_thread(
-            self.local.train_round, self.inner_steps, self._generator(round_, 1), data_attack)
-        update = self._attacked(delta, round_)
-        payload = encode_update(update, self.config.codec)
-        envelope = Envelope(protocol_version=PROTOCOL_VERSION, run_id=self.config.run_id, round=round_,
-                            sender=self.identity.peer_id, base_hash=base, digest=payload_digest(payload),
-                            codec=self.config.codec, shapes=self.local.shapes, n_samples=self.local.shard.num_samples,
-                            payload_bytes=len(payload))
-        draft = CommitDraft(envelope=envelope, digest_payload=payload, serve_payload=payload)
-        if self.attack_kind == "wire":
-            draft = self.attack.mutate(draft, self._generator(round_, 2))  # type: ignore[union-attr]
-        if hasattr(self.attack, "copy_commit"):  # copycat: withhold the commit until someone reveals, copy it
-            poll = partial(revealed_payloads, self.p2p, self.dht, self.config, round_, self.me)
-            draft = await self.attack.copy_commit(draft, poll, timeout_s=self.config.commit_timeout_s)
-        sealed = seal(draft, self.identity)
-        if getattr(self.attack, "replays_previous", False):  # replay: last round's envelope, byte for byte
-            sealed, self.last_sealed = (self.last_sealed or sealed), sealed
-        await self.dht.store(commit_key(self.config.run_id, round_), self.me, sealed, COMMIT_TTL_S)
-        self.log.debug("committed %d-byte envelope", len(sealed))
-        if hasattr(self.attack, "second_commit"):  # equivocation: a conflicting envelope, stored later
-            await asyncio.sleep(EQUIVOCATION_DELAY_S)
-            draft = self.attack.second_commit(draft, self._generator(round_, 2))  # type: ignore[union-attr]
-            sealed = seal(draft, self.identity)
-            await self.dht.store(commit_key(self.config.run_id, round_), self.me, sealed, COMMIT_TTL_S + 1)
-        return {"sealed": sealed, "serve": draft.serve_payload}
 
     def _watch_commits(self, commits: dict[str, bytes]) -> None:
         """Feed every envelope seen to the equivocation detector; ban on a conflict."""
@@ -295,47 +517,6 @@ class Peer:
                             guard_f=self.config.assumed_byzantine)
         return attacked_update(self.attack, delta, self.known_previous, ctx)
 
-    async def _agree_on_base(self, envelopes: dict[str, Envelope], round_: int, base: bytes) -> bytes:
-        majority = majority_base(envelopes, self.config.run_id, round_)
-        if majority is None or majority == base:
-            return base
-        senders = [env.sender for env in envelopes.values() if env.base_hash == majority]
-        self.log.warning("our state differs from the majority of %d signers: downloading it", len(senders))
-        data = await fetch_state(self.p2p, senders, self.config.run_id, majority, self.local.numel,
-                                 self.config.fetch_timeout_s, _state_bytes_hash,
-                                 idle_timeout_s=self.config.fetch_idle_timeout_s,
-                                 min_bytes_per_s=self.config.min_fetch_bytes_per_s)
-        if data is None:
-            self.log.warning("could not download the majority state; keeping ours")
-            return base
-        self.local.load_state_bytes(data)
-        self.server.publish_state(majority, data)
-        return majority
-
-    def _aggregate_and_step(self, rows: dict[str, torch.Tensor], rejected: list[IntegrityVerdict],
-                            outcome: RoundOutcome) -> None:
-        for v in rejected:
-            if v.reason is not None:
-                outcome.verdicts.append({"sender": v.sender, "accepted": False, "reason": v.reason.value,
-                                         "detail": v.detail})
-                if v.sender != self.me:
-                    self.log.warning("rejected %s: %s (%s)", v.sender[-8:], v.reason.value, v.detail)
-        if not rows:
-            self.log.warning("no update passed integrity; the model is unchanged this round")
-            return
-        result = judge_rows(self.guard, rows, me=self.me, round_=outcome.round,
-                            previous_aggregate=self.local.previous_aggregate, f=self.config.assumed_byzantine,
-                            generator=self._generator(outcome.round, 4))
-        for verdict in result.verdicts:
-            outcome.verdicts.append({"sender": verdict.sender, "accepted": verdict.accepted,
-                                     "reason": verdict.reason, "detail": verdict.detail,
-                                     "norm": _finite_or_none(verdict.norm),
-                                     "cosine": _finite_or_none(verdict.cosine)})
-            if not verdict.accepted and verdict.sender != self.me:
-                self.log.warning("rejected %s: %s (%s)", verdict.sender[-8:], verdict.reason, verdict.detail)
-        self.local.apply(result.aggregate)
-        self.known_previous = [rows[s] for s in sorted(rows) if s != self.me]
-
 
 def _vote_book(config: PeerConfig, identity: Identity, dht: SwarmDHT, attack: Any,
                allowed: frozenset[str] | None) -> VoteBook:
@@ -353,11 +534,6 @@ def _log_task_failure(task: asyncio.Task[None]) -> None:
 
 def _finite_or_none(x: float) -> float | None:
     return float(x) if x == x and abs(x) != float("inf") else None
-
-
-def _state_bytes_hash(data: bytes) -> bytes:
-    flat = torch.frombuffer(bytearray(data), dtype=torch.float32)
-    return state_hash(*flat.split(flat.numel() // 3))
 
 
 async def _linger(peer: Peer, last_round: int, stop: asyncio.Event) -> None:
@@ -415,41 +591,168 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
         events.close()
 
 
+async def _start_round(peer: Peer, config: PeerConfig, stop: asyncio.Event) -> int:
+    """Where to start: our own checkpoint if there is one, then a robust catch-up if the swarm is ahead."""
+    round_ = 0
+    if config.checkpoint_dir:
+        try:
+            ckpt = load_checkpoint(config.checkpoint_dir, run_id=config.run_id, numel=peer.local.numel)
+        except CheckpointError as e:
+            peer.log.warning("ignoring our checkpoint: %s", e)
+            ckpt = None
+        if ckpt is not None:
+            peer.local.resume(ckpt.theta, ckpt.momentum)
+            round_ = ckpt.round
+            peer.log.info("resumed from our checkpoint at round %d", round_)
+            peer.events.emit("resume_checkpoint", round=round_)
+    peer._set_round(round_)
+    peer.server.publish_theta(round_, peer.local.theta_bytes())
+    others = await peer.wait_for_peers(stop, timeout_s=config.join_timeout_s)
+    return await _maybe_catch_up(peer, round_, others, stop)
+
+
+async def _maybe_catch_up(peer: Peer, round_: int, others: dict[str, int], stop: asyncio.Event) -> int:
+    """Catch up (robust centre of sampled states) when the swarm's median round is ahead of ours by more than
+    ``max_staleness`` rounds, or when we join a swarm already past round 0 with a fresh model."""
+    if not others:
+        return round_
+    rounds = sorted(others.values())
+    swarm = rounds[(len(rounds) - 1) // 2]
+    behind = swarm - round_
+    if behind > peer.config.max_staleness or (round_ == 0 and behind > 0):
+        peer.log.info("the swarm is at round %d, %d rounds ahead of us: catching up", swarm, behind)
+        target = await peer.catch_up(others, stop)
+        if target is not None:
+            return max(round_, target)
+    return round_
+
+
 async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyncio.Event,
                       events: EventLog) -> int:
-    present = await peer.wait_for_peers(stop)
-    # Presence rounds are self-reported: take the median, so a Byzantine minority cannot move a joiner.
-    others = sorted(r for p, r in present.items() if p != peer.me)
-    start = others[(len(others) - 1) // 2] if others else 0
-    contribute = start == 0
-    if not contribute:
-        peer.log.info("the swarm is at round %d: listening for one round to catch up", start)
+    round_ = await _start_round(peer, config, stop)
     last = config.rounds if config.rounds > 0 else None
-    bar = tqdm(total=last, initial=0, disable=not progress, unit="round", dynamic_ncols=True)
-    round_ = start
+    bar = tqdm(total=last, initial=min(round_, last or round_), disable=not progress, unit="round",
+               dynamic_ncols=True)
     completed = 0
+    pending: asyncio.Task[RoundOutcome] | None = None
+    pending_inner: InnerResult | None = None
+    clock = _RoundClock(peer)
     with bar:
         while not stop.is_set() and (last is None or round_ < last):
-            started = time.monotonic()
-            sent_before = peer.server.bytes_sent
-            outcome = await peer.run_round(round_, contribute, stop)
+            others = await peer.wait_for_peers(stop, timeout_s=None)
             if stop.is_set():
                 break
-            metrics = await asyncio.to_thread(peer.local.evaluate)
-            _emit_round(peer, events, outcome, metrics, time.monotonic() - started,
-                        peer.server.bytes_sent - sent_before)
-            bar.update(1)
-            bar.set_postfix_str(_metric_text(metrics))
-            completed += 1
+            round_ = await _maybe_catch_up(peer, round_, others, stop)
+            peer._set_round(round_)
+            inner = await peer.inner(round_)
+            if pending is not None:
+                completed += await _finish(peer, pending, pending_inner, clock, bar, stop, fresh=inner)
+                pending = None
+            if stop.is_set() or (last is not None and round_ >= last):
+                break
+            target = await peer.open_round(round_)
+            if target - inner.base_round > config.max_staleness:
+                peer.log.info("our update of round %d is too stale for round %d: dropped", inner.base_round, target)
+                round_ = target
+                continue
+            round_ = target
+            peer._set_round(round_)
+            sealed, serve = await peer.commit(round_, inner)
+            mix = config.mix_every > 0 and (round_ % config.mix_every == 0 or target > inner.base_round + 1)
+            pending = asyncio.create_task(peer.communicate(round_, inner.delta, sealed, serve, stop, mix=mix))
+            pending_inner = inner
+            if not config.overlap:
+                completed += await _finish(peer, pending, pending_inner, clock, bar, stop)
+                pending = None
             round_ += 1
-            contribute = True
-    peer.round = round_
+        if pending is not None and not stop.is_set():
+            completed += await _finish(peer, pending, pending_inner, clock, bar, stop)
+        elif pending is not None:
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
+    peer._set_round(round_)
     if not stop.is_set():
         record = sign_record("presence", config.run_id, round_, round_, peer.identity)
         await peer.dht.store(presence_key(config.run_id), peer.me, record, PRESENCE_TTL_S)
         await _linger(peer, round_ - 1, stop)
     _save_state(peer, config, events, completed)
     return completed
+
+
+class _RoundClock:
+    """Wall time between round events, and the byte/serve counters' deltas since the last one."""
+
+    def __init__(self, peer: Peer) -> None:
+        self.peer = peer
+        self.last = time.monotonic()
+        self.sent = peer.server.bytes_sent
+        self.served = peer.server.stats.payloads_served
+
+    def lap(self) -> tuple[float, int, int]:
+        now = time.monotonic()
+        sent, served = self.peer.server.bytes_sent, self.peer.server.stats.payloads_served
+        lap = (now - self.last, sent - self.sent, served - self.served)
+        self.last, self.sent, self.served = now, sent, served
+        return lap
+
+
+async def _finish(peer: Peer, pending: asyncio.Task[RoundOutcome], inner: InnerResult | None, clock: _RoundClock,
+                  bar: tqdm, stop: asyncio.Event, *, fresh: InnerResult | None = None) -> int:  # type: ignore[type-arg]
+    """Await a round's communication, apply it (outer step + mixing), checkpoint, snapshot, report. 1 if done.
+
+    With ``fresh`` (overlap: the next inner phase has already run), the aggregate of the finished round gets the
+    *eager* correction: our own stale row's share is replaced by our fresh update's,
+    agg + (Δ_fresh − Δ_stale)/m with m the rows aggregated (Kale et al., "Eager updates for overlapped
+    communication and computation in DiLoCo", arXiv:2502.12996). Measured on digits (4 peers, 10 rounds, mean):
+    plain one-round delay diverges at DiLoCo's outer momentum 0.9; the eager form does not.
+    """
+    outcome = await pending
+    if stop.is_set():
+        return 0
+    if fresh is not None and inner is not None and outcome.aggregate is not None and outcome.rows:
+        outcome.aggregate = outcome.aggregate + (fresh.delta - inner.delta) / len(outcome.rows)
+    peer.step(outcome)
+    config = peer.config
+    if config.checkpoint_dir:
+        save_checkpoint(config.checkpoint_dir, Checkpoint(config.run_id, outcome.round + 1, peer.local.theta,
+                                                          peer.local.momentum))
+    snapshot = _write_snapshot(config.snapshot_dir, outcome.round, peer.local.theta)
+    if peer.votes is not None:
+        await peer.votes.publish(outcome.round, outcome.verdicts)
+    metrics = await asyncio.to_thread(peer.local.evaluate)
+    seconds, sent, served = clock.lap()
+    if inner is not None:
+        outcome.train_loss, outcome.compute_s = inner.loss, inner.compute_s
+    _emit_round(peer, peer.events, outcome, metrics, seconds, sent, served, snapshot)
+    bar.update(1)
+    bar.set_postfix_str(_metric_text(metrics))
+    return 1
+
+
+def _write_snapshot(folder: str | None, round_: int, theta: torch.Tensor) -> str | None:
+    """Write θ to ``folder/rNNNNN.npy`` atomically (for consensus-distance reports); return the path."""
+    if not folder:
+        return None
+    path = Path(folder)
+    path.mkdir(parents=True, exist_ok=True)
+    final = path / f"r{round_:05d}.npy"
+    tmp = path / f".r{round_:05d}.npy.tmp"
+    with open(tmp, "wb") as fh:
+        np.save(fh, theta.numpy())
+    os.replace(tmp, final)
+    return str(final)
+
+
+def _read_slowdown(path: str | None) -> float:
+    """The ``slowdown`` factor in the control file (fault injection), 1.0 if absent or unreadable."""
+    if not path:
+        return 1.0
+    try:
+        value = json.loads(Path(path).read_text()).get("slowdown", 1.0)
+    except (OSError, ValueError, AttributeError):
+        return 1.0
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) and value >= 1.0 else 1.0
 
 
 def _metric_text(metrics: Any) -> str:
@@ -459,7 +762,7 @@ def _metric_text(metrics: Any) -> str:
 
 
 def _emit_round(peer: Peer, events: EventLog, outcome: RoundOutcome, metrics: Any, seconds: float,
-                bytes_sent: int) -> None:
+                bytes_sent: int, served: int, snapshot: str | None) -> None:
     for verdict in outcome.verdicts:
         events.emit("verdict", round=outcome.round, **verdict)
     others = [v for v in outcome.verdicts if v["sender"] != peer.me]
@@ -467,11 +770,14 @@ def _emit_round(peer: Peer, events: EventLog, outcome: RoundOutcome, metrics: An
     reasons = sorted({str(v["reason"]) for v in others if not v["accepted"]})
     events.emit("round", round=outcome.round, loss=metrics.loss, accuracy=metrics.accuracy,
                 perplexity=metrics.perplexity, accepted=accepted, rejected=len(others) - accepted,
-                seconds=seconds, bytes_sent=bytes_sent, state_hash=peer.local.state_hash().hex(),
-                peers_seen=len(outcome.verdicts), train_loss=outcome.train_loss)
-    peer.log.info("%s | peers %d | accepted %d | rejected %d%s | %.1f s", _metric_text(metrics),
-                  len(outcome.verdicts), accepted, len(others) - accepted,
-                  f" ({', '.join(reasons)})" if reasons else "", seconds)
+                seconds=seconds, compute_s=outcome.compute_s, bytes_sent=bytes_sent,
+                bytes_received=outcome.bytes_received, fetched=outcome.fetched, served=served,
+                mixed_from=outcome.mixed_from, applied=outcome.aggregate is not None,
+                state_hash=peer.local.state_hash().hex(), peers_seen=len(outcome.verdicts),
+                train_loss=outcome.train_loss, snapshot=snapshot)
+    peer.log.info("round %d: %s | fetched %d | accepted %d | rejected %d%s | compute %.1f of %.1f s",
+                  outcome.round, _metric_text(metrics), outcome.fetched, accepted, len(others) - accepted,
+                  f" ({', '.join(reasons)})" if reasons else "", outcome.compute_s, seconds)
 
 
 def _save_state(peer: Peer, config: PeerConfig, events: EventLog, completed: int) -> None:

@@ -115,9 +115,11 @@ class ServerStats:
             refusals were already in progress (a flood of streams).
         request_timeouts: admitted streams whose request did not arrive within the request timeout.
         serve_timeouts: answers cut off because the reader took longer than the serve limit.
+        payloads_served: ``["payload", r]`` requests answered ``OK`` (the fan-out served).
     """
 
     served: int = 0
+    payloads_served: int = 0
     busy_global: int = 0
     busy_streams: int = 0
     busy_rate: int = 0
@@ -218,6 +220,7 @@ class PayloadServer:
         self._clock = clock
         self._payloads: dict[int, bytes] = {}
         self._states: dict[bytes, bytes] = {}
+        self._thetas: dict[int, bytes] = {}
         self._open = 0
         self._refusing = 0
         self._open_by_peer: dict[str, int] = {}
@@ -255,6 +258,17 @@ class PayloadServer:
         self._states[state_hash] = state
         for old in list(self._states)[:-MAX_KEPT_ROUNDS]:
             del self._states[old]
+
+    def publish_theta(self, round_: int, theta: bytes) -> None:
+        """Serve ``theta`` (raw little-endian fp32 bytes of our θ at the start of ``round_``, 4·d bytes).
+
+        Version 2: every peer owns its model; others fetch it to mix (clipped gossip compares states of the same
+        round, ``["theta", r]``) or to catch up (``["theta", -1]``: the latest). Only the last
+        :data:`MAX_KEPT_ROUNDS` are kept.
+        """
+        self._thetas[round_] = theta
+        for old in sorted(self._thetas)[:-MAX_KEPT_ROUNDS]:
+            del self._thetas[old]
 
     @property
     def open_streams(self) -> int:
@@ -387,10 +401,15 @@ class PayloadServer:
             data = self._payloads.get(key)
         elif kind == "state" and isinstance(key, bytes):
             data = self._states.get(key)
+        elif kind == "theta" and isinstance(key, int) and not isinstance(key, bool):
+            latest = max(self._thetas) if self._thetas else None
+            data = self._thetas.get(latest if key == -1 and latest is not None else key)
         else:
             return BAD_REQUEST, None
         if data is None:
             return (NOT_READY if kind == "payload" else NOT_FOUND), None
+        if kind == "payload":
+            self.stats.payloads_served += 1
         return OK, data
 
     async def _stream(self, data: bytes, writer: asyncio.StreamWriter) -> None:

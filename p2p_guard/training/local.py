@@ -119,6 +119,43 @@ class LocalModel:
         self.previous_aggregate = aggregate.clone()
         load_flat(self.model, self.theta)
 
+    def shift(self, correction: torch.Tensor) -> None:
+        """θ ← θ + correction (a mixing step, ``swarm.mixing.clipped_gossip``); the momentum is kept.
+
+        Raises:
+            ValueError: on a shape mismatch or a non-finite correction.
+        """
+        if correction.shape != self.theta.shape or not bool(torch.isfinite(correction).all()):
+            raise ValueError("correction must be a finite (d,) tensor")
+        self.theta = self.theta + correction.to(self.theta.dtype)
+        load_flat(self.model, self.theta)
+
+    def adopt(self, theta: torch.Tensor) -> None:
+        """Take ``theta`` as our model (catch-up to a robust centre of peers' states); the momentum restarts at 0.
+
+        Raises:
+            ValueError: on a shape mismatch or a non-finite ``theta``.
+        """
+        if theta.shape != self.theta.shape or not bool(torch.isfinite(theta).all()):
+            raise ValueError("theta must be a finite (d,) tensor")
+        self.theta = theta.to(torch.float32).clone()
+        self.momentum = torch.zeros_like(self.theta)
+        self.previous_aggregate = torch.zeros_like(self.theta)
+        self.outer.load_state_dict({"lr": self.outer.lr, "momentum": self.outer.momentum, "momentum_buffer": None})
+        load_flat(self.model, self.theta)
+
+    def resume(self, theta: torch.Tensor, momentum: torch.Tensor) -> None:
+        """Restore θ and the outer momentum from our own checkpoint (already verified by the caller)."""
+        self.theta = theta.to(torch.float32).clone()
+        self.momentum = momentum.to(torch.float32).clone()
+        self.outer.load_state_dict({"lr": self.outer.lr, "momentum": self.outer.momentum,
+                                    "momentum_buffer": self.momentum.clone()})
+        load_flat(self.model, self.theta)
+
+    def theta_bytes(self) -> bytes:
+        """Raw little-endian fp32 bytes of θ, 4·d bytes (what ``["theta", 0]`` serves)."""
+        return self.theta.numpy().tobytes()
+
     def evaluate(self) -> object:
         """Metrics of θ on the task's held-out split (``tasks.Metrics``)."""
         load_flat(self.model, self.theta)

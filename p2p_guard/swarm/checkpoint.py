@@ -1,0 +1,138 @@
+"""A peer's own checkpoint: written atomically every round, verified on load.
+
+Version 2 of the round: every peer owns its model, so a restarted peer (same identity file, after a crash or
+SIGKILL) resumes from its own last state and then catches up, instead of asking the swarm for one.
+
+File format (``checkpoint_dir/checkpoint.pt``, ``torch.save`` of a dict of plain tensors and ints)::
+
+    {"format": 1, "run_id": str, "round": int, "numel": int,
+     "theta": (d,) float32, "momentum": (d,) float32, "extra": {str: Tensor},
+     "digest": SHA-256 hex of the tensors' bytes and the header fields}
+
+It is written to a temporary file in the same folder, fsynced, then renamed over the old one (atomic on POSIX),
+so a kill at any instant leaves either the previous or the new checkpoint, never half of one. ``torch.load`` runs
+with ``weights_only=True``: a tampered file cannot execute code, and a wrong digest is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+__all__ = ["Checkpoint", "CheckpointError", "load_checkpoint", "save_checkpoint"]
+
+logger = logging.getLogger(__name__)
+
+FILE_NAME = "checkpoint.pt"
+FORMAT = 1
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file exists but is corrupt, for another run, or for another model."""
+
+
+@dataclass
+class Checkpoint:
+    """A peer's resumable state.
+
+    Attributes:
+        run_id: the training run.
+        round: the next outer round to run.
+        theta: ``(d,)`` float32 model parameters.
+        momentum: ``(d,)`` float32 outer Nesterov buffer.
+        extra: other ``(·)`` tensors to keep (the error-feedback buffer of a lossy codec).
+    """
+
+    run_id: str
+    round: int
+    theta: torch.Tensor
+    momentum: torch.Tensor
+    extra: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def _digest(run_id: str, round_: int, tensors: dict[str, torch.Tensor]) -> str:
+    h = hashlib.sha256(f"{FORMAT}|{run_id}|{round_}".encode())
+    for name in sorted(tensors):
+        h.update(name.encode() + b"\0")
+        h.update(tensors[name].detach().to(torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def save_checkpoint(folder: str | Path, ckpt: Checkpoint) -> Path:
+    """Write ``ckpt`` atomically to ``folder/checkpoint.pt`` (the folder is created).
+
+    Returns:
+        The checkpoint's path.
+
+    Raises:
+        OSError: if the folder cannot be written.
+    """
+    path = Path(folder)
+    path.mkdir(parents=True, exist_ok=True)
+    tensors = {"theta": ckpt.theta, "momentum": ckpt.momentum, **{f"extra.{k}": v for k, v in ckpt.extra.items()}}
+    data = {"format": FORMAT, "run_id": ckpt.run_id, "round": int(ckpt.round), "numel": int(ckpt.theta.numel()),
+            "theta": ckpt.theta.detach().cpu().clone(), "momentum": ckpt.momentum.detach().cpu().clone(),
+            "extra": {k: v.detach().cpu().clone() for k, v in ckpt.extra.items()},
+            "digest": _digest(ckpt.run_id, ckpt.round, tensors)}
+    fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", dir=path)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            torch.save(data, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path / FILE_NAME)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path / FILE_NAME
+
+
+def load_checkpoint(folder: str | Path, *, run_id: str, numel: int) -> Checkpoint | None:
+    """Load and verify ``folder/checkpoint.pt``.
+
+    Args:
+        folder: the checkpoint folder.
+        run_id: the run we are in; a checkpoint of another run is refused.
+        numel: d of our model; a checkpoint of another model is refused.
+
+    Returns:
+        The checkpoint, or None if there is no file.
+
+    Raises:
+        CheckpointError: the file is unreadable, its digest does not match, or it is for another run or model.
+    """
+    path = Path(folder) / FILE_NAME
+    if not path.exists():
+        return None
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unpickling failure is a corrupt file
+        raise CheckpointError(f"{path}: unreadable checkpoint ({type(e).__name__}: {str(e)[:100]})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a p2p_guard checkpoint of format {FORMAT}")
+    try:
+        theta, momentum, extra = data["theta"], data["momentum"], dict(data["extra"])
+        ckpt_run, round_ = str(data["run_id"]), int(data["round"])
+        digest = str(data["digest"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{path}: missing or malformed field ({e})") from None
+    if ckpt_run != run_id:
+        raise CheckpointError(f"{path}: checkpoint of run {ckpt_run!r}, not {run_id!r}")
+    if not all(isinstance(t, torch.Tensor) for t in (theta, momentum, *extra.values())):
+        raise CheckpointError(f"{path}: malformed tensors")
+    if theta.shape != (numel,) or momentum.shape != (numel,):
+        raise CheckpointError(f"{path}: checkpoint of a model with {theta.numel()} parameters, ours has {numel}")
+    tensors = {"theta": theta, "momentum": momentum, **{f"extra.{k}": v for k, v in extra.items()}}
+    if _digest(ckpt_run, round_, tensors) != digest:
+        raise CheckpointError(f"{path}: digest mismatch (corrupt or edited checkpoint)")
+    if not (torch.isfinite(theta).all() and torch.isfinite(momentum).all()):
+        raise CheckpointError(f"{path}: non-finite values")
+    return Checkpoint(ckpt_run, round_, theta.to(torch.float32), momentum.to(torch.float32), extra)
