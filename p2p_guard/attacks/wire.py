@@ -191,16 +191,17 @@ class WrongRound:
 
 
 class StaleBase:
-    """Claim an update computed from another model state (random base hash). Receiver: ``STALE_BASE``."""
+    """Claim an update computed on round 0's state, with a random base hash. Receiver: ``STALE_BASE`` once the
+    round is past the receiver's staleness window (version 2: the base hash is a claim, never a gate)."""
 
     kind: ClassVar[str] = "wire"
 
     def mutate(self, draft: CommitDraft, generator: torch.Generator) -> CommitDraft:
-        """Replace ``envelope.base_hash`` with 32 bytes drawn from ``generator`` (never the true one)."""
+        """Set ``envelope.base_round`` to 0 and ``base_hash`` to 32 bytes drawn from ``generator``."""
         base_hash = _random_bytes(DIGEST_BYTES, generator)
         if base_hash == draft.envelope.base_hash:
             base_hash = bytes(byte ^ 0xFF for byte in base_hash)
-        return _with_envelope(draft, base_hash=base_hash)
+        return _with_envelope(draft, base_hash=base_hash, base_round=0)
 
     def __repr__(self) -> str:
         return "StaleBase()"

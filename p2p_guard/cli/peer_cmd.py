@@ -56,6 +56,16 @@ _FLAGS: dict[str, dict[str, Any]] = {
                    "help": "publish signed verdicts and keep a reputation (default: on)"},
     "reputation_exclusion": {"action": argparse.BooleanOptionalAction,
                              "help": "drop senders the reputation excludes before aggregation (default: off)"},
+    "fanout": {"type": int, "metavar": "K", "help": "most payloads fetched per round (default 8)"},
+    "max_staleness": {"type": int, "help": "oldest update applied, in rounds (default 4)"},
+    "overlap": {"action": argparse.BooleanOptionalAction, "help": "overlap communication with the next inner phase"},
+    "mix_every": {"type": int, "help": "mixing step every this many rounds (0: off; default 2)"},
+    "mix_peers": {"type": int, "help": "states fetched per mixing step (default 3)"},
+    "mix_radius": {"type": float, "help": "cap on the mixing clip radius, relative to |theta| (default 0.05)"},
+    "catch_up_peers": {"type": int, "help": "states a catching-up peer takes the median of (default 5)"},
+    "checkpoint_dir": {"metavar": "DIR", "help": "own checkpoint, written every round, resumed on restart"},
+    "snapshot_dir": {"metavar": "DIR", "help": "write theta after every round as rNNNNN.npy"},
+    "control_file": {"metavar": "PATH", "help": "fault injection: JSON {\"slowdown\": F} read every round"},
 }
 
 

@@ -326,7 +326,7 @@ BASE = hashlib.sha256(b"live base").digest()
 SHAPES: tuple[tuple[int, ...], ...] = ((2, 3),)
 NUMEL = 6
 CONFIG = PeerConfig(run_id=RUN, max_envelope_bytes=4096, max_payload_bytes=1024, fetch_timeout_s=1.0)
-EXPECT = RoundExpectation(run_id=RUN, round=ROUND, base_hash=BASE, shapes=SHAPES, codecs=CODECS,
+EXPECT = RoundExpectation(run_id=RUN, round=ROUND, max_staleness=2, shapes=SHAPES, codecs=CODECS,
                           max_payload_bytes=CONFIG.max_payload_bytes)
 HONEST_PAYLOAD = encode_update(torch.linspace(-1, 1, NUMEL), "fp32")
 NAN_PAYLOAD = encode_update(torch.full((NUMEL,), float("nan")), "fp32")
@@ -346,7 +346,7 @@ HONEST = sign_envelope(envelope(), ALICE)
 RESIGNED: dict[str, tuple[bytes, RejectReason]] = {
     "replayed round": (sign_envelope(envelope(round=ROUND - 1), ALICE), RejectReason.WRONG_ROUND),
     "future round": (sign_envelope(envelope(round=ROUND + 1), ALICE), RejectReason.WRONG_ROUND),
-    "stale base": (sign_envelope(envelope(base_hash=bytes(32)), ALICE), RejectReason.STALE_BASE),
+    "stale base": (sign_envelope(envelope(base_round=ROUND - 3), ALICE), RejectReason.STALE_BASE),
     "wrong run": (sign_envelope(envelope(run_id=RUN + "-x"), ALICE), RejectReason.WRONG_RUN),
     "wrong shape": (sign_envelope(envelope(shapes=((3, 2),)), ALICE), RejectReason.SHAPE_MISMATCH),
     "unknown codec": (sign_envelope(envelope(codec="int8"), ALICE), RejectReason.DECODE_ERROR),

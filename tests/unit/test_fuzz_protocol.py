@@ -81,10 +81,11 @@ MALLORY = Identity.from_seed(b"\x02" * 32)
 ALICE_ID = ALICE.peer_id_b58
 MALLORY_ID = MALLORY.peer_id_b58
 BASE = hashlib.sha256(b"fuzz base").digest()
+MAX_STALENESS = 2
 SHAPES: tuple[tuple[int, ...], ...] = ((3, 2), (4,))
 NUMEL = 10
 MAX_PAYLOAD_BYTES = 1024
-EXPECT = RoundExpectation(run_id=RUN, round=ROUND, base_hash=BASE, shapes=SHAPES, codecs=CODECS,
+EXPECT = RoundExpectation(run_id=RUN, round=ROUND, max_staleness=MAX_STALENESS, shapes=SHAPES, codecs=CODECS,
                           max_payload_bytes=MAX_PAYLOAD_BYTES)
 VALIDATOR_ROUNDS = 16
 KNOWS = RecordValidator([RUN], max_rounds=VALIDATOR_ROUNDS)
@@ -137,7 +138,7 @@ def make_envelope(signer: Identity = ALICE, *, payload: bytes | None = None, **c
 
 def body_fields(env: Envelope) -> list[Any]:
     return [env.protocol_version, env.run_id, env.round, env.sender, env.base_hash, env.digest, env.codec,
-            [list(s) for s in env.shapes], env.n_samples, env.payload_bytes]
+            [list(s) for s in env.shapes], env.n_samples, env.payload_bytes, env.base_round]
 
 
 def pack(value: Any) -> bytes:
@@ -513,7 +514,7 @@ def reference_reason(env: Envelope, served: bytes) -> RejectReason | None:
         return RejectReason.WRONG_RUN
     if env.round != ROUND:
         return RejectReason.WRONG_ROUND
-    if env.base_hash != BASE:
+    if env.round - env.base_round > MAX_STALENESS:  # the base hash is a claim, never a gate (version 2)
         return RejectReason.STALE_BASE
     if env.codec not in CODECS:
         return RejectReason.DECODE_ERROR
@@ -571,6 +572,7 @@ def round_cases(draw: st.DrawFn) -> tuple[Envelope, bytes, bytes]:
         run_id=draw(st.sampled_from([RUN, RUN, RUN, OTHER_RUN, RUN + " ", "é"])),
         round=draw(st.sampled_from([ROUND, ROUND, ROUND, ROUND - 1, ROUND + 1, 0, 2**63 - 1])),
         base_hash=draw(st.sampled_from([BASE, BASE, BASE, bytes(32), hashlib.sha256(BASE).digest()])),
+        base_round=draw(st.sampled_from([None, None, None, 0])),
         codec=codec,
         shapes=draw(st.sampled_from([SHAPES, SHAPES, SHAPES, ((2, 3), (4,)), ((10,),), SHAPES + ((0,),),
                                      ((3, 2), (4,), (1,)), ((2**62, 2**62),), ()])),

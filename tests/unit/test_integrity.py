@@ -30,7 +30,7 @@ UPDATE = torch.arange(10, dtype=torch.float32) - 4.5
 
 
 def expectation(**overrides: object) -> RoundExpectation:
-    fields: dict[str, object] = {"run_id": "run-1", "round": 3, "base_hash": BASE, "shapes": SHAPES,
+    fields: dict[str, object] = {"run_id": "run-1", "round": 3, "max_staleness": 1, "shapes": SHAPES,
                                  "max_payload_bytes": 1024}
     fields.update(overrides)
     return RoundExpectation(**fields)  # type: ignore[arg-type]
@@ -60,7 +60,7 @@ class TestRoundExpectation:
 
     @pytest.mark.parametrize(
         "overrides",
-        [{"run_id": ""}, {"round": -1}, {"round": True}, {"base_hash": bytes(31)}, {"base_hash": "x" * 32},
+        [{"run_id": ""}, {"round": -1}, {"round": True}, {"max_staleness": -1}, {"max_staleness": 1.5},
          {"codecs": ()}, {"codecs": ("int8",)}, {"max_payload_bytes": 0}, {"max_payload_bytes": 1.5},
          {"shapes": ((2, -3),)}, {"shapes": ((2.0,),)}],
     )
@@ -81,7 +81,7 @@ class TestCheckEnvelope:
             ({"run_id": "run-2"}, RejectReason.WRONG_RUN),
             ({"round": 2}, RejectReason.WRONG_ROUND),
             ({"round": 4}, RejectReason.WRONG_ROUND),
-            ({"base_hash": b"\x0c" * 32}, RejectReason.STALE_BASE),
+            ({"base_round": 1}, RejectReason.STALE_BASE),
             ({"codec": "int8"}, RejectReason.DECODE_ERROR),
             ({"shapes": ((3, 2), (4,))}, RejectReason.SHAPE_MISMATCH),
             ({"shapes": ((10,),)}, RejectReason.SHAPE_MISMATCH),
@@ -116,7 +116,7 @@ class TestCheckEnvelope:
         assert reason_of(check_envelope(env, expectation())) is RejectReason.WRONG_ROUND
         env = dataclasses.replace(env, round=3)
         assert reason_of(check_envelope(env, expectation())) is RejectReason.STALE_BASE
-        env = dataclasses.replace(env, base_hash=BASE)
+        env = dataclasses.replace(env, base_round=3)
         assert reason_of(check_envelope(env, expectation())) is RejectReason.DECODE_ERROR
         env = dataclasses.replace(env, codec="fp32")
         assert reason_of(check_envelope(env, expectation())) is RejectReason.SHAPE_MISMATCH

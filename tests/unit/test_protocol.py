@@ -59,7 +59,7 @@ def make_envelope(**overrides: object) -> Envelope:
 def body_list(env: Envelope) -> list[object]:
     return [
         env.protocol_version, env.run_id, env.round, env.sender, env.base_hash,
-        env.digest, env.codec, [list(s) for s in env.shapes], env.n_samples, env.payload_bytes,
+        env.digest, env.codec, [list(s) for s in env.shapes], env.n_samples, env.payload_bytes, env.base_round,
     ]
 
 
@@ -294,7 +294,7 @@ class TestOpenEnvelopeMallory:
             msgpack.packb(42),
             msgpack.packb([b"\xc1", b""]),  # body not msgpack
             b"\x91" * 5000 + b"\xc0",  # deeply nested arrays
-            msgpack.packb([msgpack.packb([1, "r"]), b""]),  # too few fields
+            msgpack.packb([msgpack.packb([2, "r"]), b""]),  # too few fields
             msgpack.packb([msgpack.packb("just a string"), b""]),
             msgpack.packb([msgpack.packb([]), b""]),
             msgpack.packb([msgpack.packb([True]), b""]),  # bool version
@@ -357,13 +357,13 @@ class TestOpenEnvelopeMallory:
     def test_extra_field_is_decode_error(self) -> None:
         assert reason_of(open_envelope(craft([*body_list(make_envelope()), 0]))) is RejectReason.DECODE_ERROR
 
-    @pytest.mark.parametrize("version", [0, 2, 255, 2**40])
+    @pytest.mark.parametrize("version", [0, 1, 3, 255, 2**40])
     def test_unsupported_version(self, version: int) -> None:
         data = sign_envelope(make_envelope(protocol_version=version), ALICE)
         assert reason_of(open_envelope(data)) is RejectReason.UNSUPPORTED_VERSION
 
     def test_future_version_with_other_layout(self) -> None:
-        assert reason_of(open_envelope(craft([2, {"a": 1}]))) is RejectReason.UNSUPPORTED_VERSION
+        assert reason_of(open_envelope(craft([3, {"a": 1}]))) is RejectReason.UNSUPPORTED_VERSION
 
     def test_unsigned(self) -> None:
         data = pack_envelope(make_envelope(), b"")

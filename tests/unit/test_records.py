@@ -226,11 +226,11 @@ class TestRejections:
                         RejectReason.UNSUPPORTED_VERSION)
 
     def test_float_version(self) -> None:
-        """``1.0 == 1`` in Python, but the wire says int: a float version is not version 1."""
-        assert_rejected(open_record(craft(state_fields(version=1.0)), kind="state", run_id=RUN),
+        """``1.0 == 1`` in Python, but the wire says int: a float version is not version 2."""
+        assert_rejected(open_record(craft(state_fields(version=2.0)), kind="state", run_id=RUN),
                         RejectReason.UNSUPPORTED_VERSION)
 
-    @pytest.mark.parametrize("version", [0, 2, 255, -1, "1", None])
+    @pytest.mark.parametrize("version", [0, 1, 3, 255, -1, "2", None])
     def test_unsupported_version(self, version: object) -> None:
         assert_rejected(open_record(craft(state_fields(version=version)), kind="state", run_id=RUN),
                         RejectReason.UNSUPPORTED_VERSION)
@@ -313,13 +313,13 @@ class TestDocumentedVectors:
     FP16 = "003c00c00038"
     DIGEST = "2ce4bdb6b34a50ac7092eb9fee94337a27498e9eb9bae44192f15b88831b2422"
     STATE = "293dbb2f9353ac4acd3b98637cea7c3a764055b16f15048493ac936d5c3ab1f0"
-    BODY_FIELDS = ("9a", "01", "a4 64656d6f", "00", "c4 26 " + PEER_ID, "c4 20 " + STATE, "c4 20 " + DIGEST,
-                   "a4 66703332", "91 91 03", "0a", "0c")
-    SIGNATURE = ("41c03a371b35a1c778d63005bee096e4df81f7b04c9c76d70e3ab3a45f75e480",
-                 "44c7707de30d5da0bb1da31e372616996085f466fd33e91994cd9fd2d0c73101")
-    RECORD_BODY = ("96 a8 70726573656e6365 01 a4 64656d6f 00", "c4 26 " + PEER_ID + " 00")
-    RECORD_SIGNATURE = ("23e3a5dcd3b51a0e2938c64b00998cab7e1383e8cf3d02c0f24c22987a237d40",
-                        "9cb02352ba98073dce75743e2d9240629aadd6a27f687e858b5e0380e9e7af0f")
+    BODY_FIELDS = ("9b", "02", "a4 64656d6f", "00", "c4 26 " + PEER_ID, "c4 20 " + STATE, "c4 20 " + DIGEST,
+                   "a4 66703332", "91 91 03", "0a", "0c", "00")
+    SIGNATURE = ("e7d4c0b1a343eac964eb2611b9c7adf1e04683bf32aaf51601ad582ad3e72e5d",
+                 "05a315e8a50b8e208699195995c94396d3c18df10df585556cafe5eb76fc6505")
+    RECORD_BODY = ("96 a8 70726573656e6365 02 a4 64656d6f 00", "c4 26 " + PEER_ID + " 00")
+    RECORD_SIGNATURE = ("c1f797a759bab5fda8b44e843ce549358a64d2ee9cf402f617cfda9c5a571b46",
+                        "3c2ff212f66955da46a1cf847e2f5bc52633e6bfc0816cba5c4b901efbd32d09")
 
     @staticmethod
     def _hex(*parts: str) -> bytes:
@@ -341,14 +341,14 @@ class TestDocumentedVectors:
         base = state_hash(torch.tensor([1.0, 2.0]), torch.zeros(2), torch.zeros(2))
         assert base.hex() == self.STATE
 
-        env = Envelope(protocol_version=1, run_id="demo", round=0, sender=identity.peer_id, base_hash=base,
+        env = Envelope(protocol_version=2, run_id="demo", round=0, sender=identity.peer_id, base_hash=base,
                        digest=payload_digest(payload), codec="fp32", shapes=[[3]], n_samples=10,
-                       payload_bytes=12)
+                       payload_bytes=12, base_round=0)
         body = self._hex(*self.BODY_FIELDS)
-        assert len(body) == 126
+        assert len(body) == 127
         wire = sign_envelope(env, identity)
-        assert wire == self._hex("92 c4 7e") + body + self._hex("c4 40", *self.SIGNATURE)
-        assert len(wire) == 195
+        assert wire == self._hex("92 c4 7f") + body + self._hex("c4 40", *self.SIGNATURE)
+        assert len(wire) == 196
 
         record = sign_record("presence", "demo", 0, 0, identity)
         record_body = self._hex(*self.RECORD_BODY)

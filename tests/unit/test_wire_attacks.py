@@ -56,7 +56,7 @@ EXPECTED_REASON = {
 
 
 def expectation(round_: int = 3, shapes: tuple[tuple[int, ...], ...] = SHAPES) -> RoundExpectation:
-    return RoundExpectation(run_id="run-1", round=round_, base_hash=BASE, shapes=shapes,
+    return RoundExpectation(run_id="run-1", round=round_, max_staleness=2, shapes=shapes,
                             max_payload_bytes=1 << 20)
 
 
