@@ -56,6 +56,9 @@ _FLAGS: dict[str, dict[str, Any]] = {
                    "help": "publish signed verdicts and keep a reputation (default: on)"},
     "reputation_exclusion": {"action": argparse.BooleanOptionalAction,
                              "help": "drop senders the reputation excludes before aggregation (default: off)"},
+    "snapshot_dir": {"metavar": "DIR", "help": "write θ after each round as DIR/rNNNNN.npy (simulation report)"},
+    "control_file": {"metavar": "PATH", "help": "read {\"slowdown\": F} from this JSON file each inner phase (faults)"},
+    "checkpoint_dir": {"metavar": "DIR", "help": "per-round checkpoint folder; a restart resumes from it"},
 }
 
 

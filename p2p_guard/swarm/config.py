@@ -81,6 +81,12 @@ class PeerConfig:
             rejected them persistently and the votes we weigh agree). Off by default: in small swarms near
             convergence the guard's own false positives can get an honest peer excluded by the others but not by
             itself, which forks the honest models (found in a 3-honest-peer, 100-round run).
+        snapshot_dir: after each round r, write θ as ``snapshot_dir/r{r:05d}.npy`` (float32 ``(d,)``, atomically)
+            for the simulation report's consensus distance (None: no snapshots).
+        control_file: a JSON file read at the start of every inner phase if it exists; ``{"slowdown": F}`` makes
+            the inner phase F times longer (fault injection; None: not read).
+        checkpoint_dir: folder of this peer's per-round checkpoint; a restart with the same identity resumes from
+            it (None: no checkpoint).
     """
 
     initial_peers: tuple[str, ...] = ()
@@ -128,6 +134,9 @@ class PeerConfig:
     proof_dir: str | None = None
     reputation: bool = True
     reputation_exclusion: bool = False
+    snapshot_dir: str | None = None
+    control_file: str | None = None
+    checkpoint_dir: str | None = None
 
     def __post_init__(self) -> None:
         _check_types(self)

@@ -136,16 +136,17 @@ def test_round_summaries_are_honest_means_and_verdict_totals() -> None:
     assert (rounds[0]["accepted"], rounds[0]["rejected"]) == (3, 1)
     assert (rounds[1]["accepted"], rounds[1]["rejected"]) == (1, 3)
     assert rounds[0]["peers"] == 2
-    assert rounds[0]["state_hashes_agree"] is True
+    assert (rounds[0]["consensus_distance"], rounds[0]["consensus_peers"]) == (None, 0)  # no snapshots given
 
 
-def test_round_summaries_flag_disagreeing_state_hashes_and_skip_non_numbers() -> None:
+def test_round_summaries_carry_the_snapshot_distances_and_skip_non_numbers() -> None:
     peers = [
         PeerLog(0, False, [_round(0, 1.0, None, perplexity=5.0, state_hash="x")]),
         PeerLog(1, False, [_round(0, float("nan"), None, perplexity=7.0, state_hash="y")]),
     ]
-    (row,) = round_summaries(peers)
-    assert row["state_hashes_agree"] is False
+    (row,) = round_summaries(peers, {0: (0.25, 2), 7: (0.5, 2)})
+    assert (row["consensus_distance"], row["consensus_peers"]) == (0.25, 2)
+    assert "state_hashes_agree" not in row  # version 2: honest models differ, the distance replaces hash equality
     assert row["loss"] == pytest.approx(1.0)
     assert row["accuracy"] is None
     assert row["perplexity"] == pytest.approx(6.0)
@@ -184,7 +185,8 @@ def test_build_report_has_the_issue_keys_and_the_last_round_as_final() -> None:
         "bytes_sent_per_peer_per_round",
     } <= set(report)
     assert report["final"] == {"accuracy": pytest.approx(0.8), "loss": pytest.approx(2.0), "perplexity": None}
-    assert report["consensus_distance"] == pytest.approx(0.001, rel=1e-3)
+    assert report["consensus_distance"] == pytest.approx(0.001, rel=1e-3)  # no snapshots: the final states
+    assert report["consensus"]["source"] == "final_states"
     assert report["rounds_completed"] == {"0": 2, "1": None, "2": None}
     assert json.loads(json.dumps(report))  # plain JSON types only
 
