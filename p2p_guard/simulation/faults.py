@@ -47,7 +47,7 @@ from typing import Any, Protocol
 try:
     import tomllib
 except ModuleNotFoundError:  # Python < 3.11
-    import tomli as tomllib  # type: ignore[no-redef]
+    import tomli as tomllib  # type: ignore[no-redef,import-not-found,unused-ignore]
 
 __all__ = [
     "FAULT_KINDS",

@@ -219,10 +219,12 @@ def _consensus(
     measured = [
         (r["round"], r["consensus_distance"]) for r in rounds if r.get("consensus_distance") is not None
     ]
+    source: str | None = None
     if measured:
         final, source = measured[-1][1], "snapshots"
     else:
-        final, source = final_states, "final_states" if final_states is not None else None
+        final = final_states
+        source = "final_states" if final_states is not None else None
     return {
         "final": final,
         "source": source,
