@@ -332,6 +332,7 @@ class LocalSwarm:
         self._ready_mark: dict[int, int] = {}  # ready events already seen when the peer was last launched
         self._prefix: dict[int, list[str]] = {}  # command prefix of each peer (faketime after a clock shift)
         self.memory_samples: dict[int, list[int]] = {i: [] for i in range(config.num_peers)}
+        self.injector: FaultInjector | None = None
 
     # -- starting ---------------------------------------------------------------------------------------
     def __enter__(self) -> LocalSwarm:
@@ -492,6 +493,15 @@ class LocalSwarm:
         return again
 
     # -- faults (the FaultActions of .faults) -------------------------------------------------------------
+    def arm_faults(self, plan: FaultPlan) -> FaultInjector:
+        """Fire ``plan`` from now on: every :meth:`wait_until` poll (and ``simulate``'s watch loop) steps it.
+
+        Returns:
+            The injector; its ``records`` (or ``finish()``) say what fired.
+        """
+        self.injector = FaultInjector(plan, self)
+        return self.injector
+
     def _running(self, index: int) -> ManagedProcess:
         """The live process of peer ``index``.
 
@@ -673,6 +683,8 @@ class LocalSwarm:
         watched = list(self.peers) if indices is None else list(indices)
         while True:
             self.poll_events()
+            if self.injector is not None:
+                self.injector.step(self.positions())
             if done():
                 return
             self.check_processes(watched)
@@ -760,6 +772,8 @@ class LocalSwarm:
         Safe to call more than once. SIGINT and SIGTERM are ignored meanwhile, so it runs to its end.
         """
         with _signals_deferred():
+            if self.injector is not None:
+                self.injector.finish(self.positions())  # lift slowdowns, continue stopped peers
             procs = self.processes
             running = [p.name for p in procs if p.returncode() is None]
             if running:
@@ -811,15 +825,14 @@ def _honest_thetas(swarm: LocalSwarm) -> list[torch.Tensor]:
 class _Watchers:
     """What the watch loop does besides reading events: fire faults, measure consensus, sample memory."""
 
-    injector: FaultInjector | None
     tracker: ConsensusTracker
     memory_sample_s: float
     next_sample: float = 0.0
 
     def step(self, swarm: LocalSwarm) -> None:
         positions = swarm.positions()
-        if self.injector is not None:
-            self.injector.step(positions)
+        if swarm.injector is not None:
+            swarm.injector.step(positions)
         self.tracker.update(positions)
         if self.memory_sample_s > 0 and time.monotonic() >= self.next_sample:
             swarm.sample_memory()
@@ -888,10 +901,10 @@ def run_simulation(
         logger.info(
             "simulation in %s: %d honest + %d Byzantine peers", swarm.workdir, config.honest, config.byzantine
         )
-        injector = FaultInjector(faults, swarm) if faults is not None and faults.faults else None
+        injector = swarm.arm_faults(faults) if faults is not None and faults.faults else None
         snapshot_dirs = {i: peer_paths(swarm.workdir, i)["snapshots"] for i in range(config.honest)}
-        watchers = _Watchers(injector, ConsensusTracker(snapshot_dirs, keep=config.keep_snapshots),
-                             config.memory_sample_s)  # fmt: skip
+        tracker = ConsensusTracker(snapshot_dirs, keep=config.keep_snapshots)
+        watchers = _Watchers(tracker, config.memory_sample_s)
         try:
             swarm.start()
             _drive(swarm, deadline, on_progress, poll_interval_s, watchers)
