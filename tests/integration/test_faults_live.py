@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import psutil
+import pytest
 
 from p2p_guard.simulation.faults import parse_plan
 
@@ -19,6 +20,8 @@ PLAN = {
         {"round": 99, "peer": 0, "kind": "kill_restart"},
     ]
 }
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(420)]
 
 
 def test_a_plan_fires_on_a_live_swarm_and_its_rounds_complete(swarm: Any) -> None:
