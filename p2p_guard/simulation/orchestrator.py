@@ -478,11 +478,9 @@ class LocalSwarm:
         self.poll_events()
         again = []
         for index, proc in sorted(self.peers.items()):
+            if not self._retryable(index):
+                continue
             code = proc.returncode()
-            if code in (None, 0) or self._ready_count(index) > self._ready_mark.get(index, 0):
-                continue
-            if self._retries_now.get(index, 0) >= self.config.start_retries:
-                continue
             tail = _log_tail(proc.log_path, 1)
             logger.warning(
                 "%s exited with %s before it got ready (%s); starting it again (retry %d of %d)",
@@ -491,6 +489,15 @@ class LocalSwarm:
             self.start_peer(index, retry=True)
             again.append(index)
         return again
+
+    def _retryable(self, index: int) -> bool:
+        """True if peer ``index`` exited non-zero before its ``ready`` event and has retries left."""
+        code = self.peers[index].returncode()
+        return (
+            code not in (None, 0)
+            and self._ready_count(index) <= self._ready_mark.get(index, 0)
+            and self._retries_now.get(index, 0) < self.config.start_retries
+        )
 
     # -- faults (the FaultActions of .faults) -------------------------------------------------------------
     def arm_faults(self, plan: FaultPlan) -> FaultInjector:
@@ -616,13 +623,16 @@ class LocalSwarm:
     def check_processes(self, indices: Iterable[int] | None = None) -> None:
         """Raise :class:`ProcessFailed` for the first peer that exited non-zero (a bootstrap exit is logged).
 
+        A peer whose start failed and that has retries left is skipped: :meth:`retry_failed_starts` launches it
+        again (its exit may have been seen only now, after its last look).
+
         Args:
             indices: the peers to check (default: all started peers).
         """
         for index in sorted(self.peers) if indices is None else indices:
             peer = self.peers[index]
             code = peer.returncode()
-            if code is not None and code != 0:
+            if code is not None and code != 0 and not self._retryable(index):
                 raise ProcessFailed(peer.name, code, peer.log_path)
         bootstrap = self.bootstrap
         if bootstrap is not None and bootstrap.returncode() is not None and not self._bootstrap_exit_logged:
@@ -669,6 +679,9 @@ class LocalSwarm:
     ) -> None:
         """Poll events until ``done()`` holds; every wait of a swarm goes through here, bounded.
 
+        Each poll also launches again peers whose start failed (:meth:`retry_failed_starts`) and steps the armed
+        fault plan (:meth:`arm_faults`).
+
         Args:
             done: the condition, evaluated after each read of the event files.
             timeout_s: give up after this many seconds.
@@ -682,7 +695,7 @@ class LocalSwarm:
         deadline = time.monotonic() + timeout_s
         watched = list(self.peers) if indices is None else list(indices)
         while True:
-            self.poll_events()
+            self.retry_failed_starts()  # also reads the new events
             if self.injector is not None:
                 self.injector.step(self.positions())
             if done():

@@ -401,3 +401,47 @@ def test_clock_shift_restarts_the_peer_under_faketime(make_swarm: Any) -> None:
     swarm.stop()  # faketime does not forward SIGTERM: the child is ended too
     assert wrapped.returncode() is not None
     assert swarm.marked_processes() == []
+
+
+_READY_THEN_SLEEP = (
+    "import json, sys, time; a = sys.argv; p = a[a.index('--events') + 1]; "
+    "open(p, 'a').write(json.dumps({'event': 'ready', 'peer_id': p, 'time': time.time()}) + '\\n'); time.sleep(60)"
+)
+_FAIL_ONCE = (
+    "import json, os, sys, time; a = sys.argv; p = a[a.index('--events') + 1]; flag = p + '.tried'\n"
+    "if not os.path.exists(flag):\n    open(flag, 'w').close(); sys.exit(5)\n"
+    "open(p, 'a').write(json.dumps({'event': 'ready', 'peer_id': p}) + '\\n'); time.sleep(60)"
+)
+
+
+def test_start_peers_with_concurrency_one_launches_each_peer_after_the_previous_is_ready(
+    tmp_path: Path,
+) -> None:
+    config = SimulationConfig(honest=3, byzantine=0, stop_grace_s=2.0, start_concurrency=1)
+    swarm = LocalSwarm(config, tmp_path / "run", entry=(sys.executable, "-c", _READY_THEN_SLEEP))
+    swarm.initial_peers = ["/ip4/127.0.0.1/tcp/1/p2p/QmFake"]
+    try:
+        swarm.start_peers()
+        swarm.wait_ready(20.0)
+        ready = swarm.ready_events()
+        assert swarm.launch_times[1] >= ready[0]["time"]
+        assert swarm.launch_times[2] >= ready[1]["time"]
+    finally:
+        swarm.stop()
+
+
+def test_start_peers_retries_a_failed_start_and_goes_on(tmp_path: Path) -> None:
+    config = SimulationConfig(honest=2, byzantine=0, stop_grace_s=2.0, start_concurrency=1, start_retries=1)
+    swarm = LocalSwarm(config, tmp_path / "run", entry=(sys.executable, "-c", _FAIL_ONCE))
+    swarm.initial_peers = ["/ip4/127.0.0.1/tcp/1/p2p/QmFake"]
+    try:
+        swarm.start_peers()
+        swarm.wait_ready(20.0)
+        assert swarm.start_retries == {0: 1, 1: 1}
+        swarm.check_processes()  # both run now
+        swarm.sample_memory()
+        assert all(
+            len(swarm.memory_samples[i]) == 1 and swarm.memory_samples[i][0] > 1_000_000 for i in (0, 1)
+        )
+    finally:
+        swarm.stop()
