@@ -238,7 +238,8 @@ def _consensus(
 def _fault_recovery(
     faults: Sequence[Mapping[str, Any]], rounds: Sequence[Mapping[str, Any]], bound: float = CONSENSUS_BOUND
 ) -> list[dict[str, Any]]:
-    """Each fault record plus ``recovered_round``: first round ≥ its firing round with distance ≤ ``bound``."""
+    """Each fault record plus ``recovered_round`` (first round ≥ its firing round with distance ≤ ``bound``) and
+    ``recovery_rounds`` (how many rounds after it fired that was); both None if it never did or never fired."""
     measured = [
         (r["round"], r["consensus_distance"]) for r in rounds if r.get("consensus_distance") is not None
     ]
@@ -246,10 +247,12 @@ def _fault_recovery(
     for record in faults:
         entry = dict(record)
         fired_round = record.get("fired_round")
-        entry["recovered_round"] = None
+        entry["recovered_round"] = entry["recovery_rounds"] = None
         if record.get("fired") and isinstance(fired_round, int):
             later = [r for r, d in measured if r >= fired_round and d <= bound]
-            entry["recovered_round"] = min(later) if later else None
+            if later:
+                entry["recovered_round"] = min(later)
+                entry["recovery_rounds"] = min(later) - fired_round
         out.append(entry)
     return out
 

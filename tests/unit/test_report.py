@@ -464,6 +464,7 @@ def test_build_report_takes_the_last_snapshot_round_and_records_fault_recovery()
     }
     assert [r["consensus_distance"] for r in report["rounds"]] == [0.002, 0.02]
     assert [f["recovered_round"] for f in report["faults"]] == [0, None, None]
+    assert [f["recovery_rounds"] for f in report["faults"]] == [0, None, None]
     assert report["start_retries"] == {"2": 2}
     assert report["startup"]["swarm_s"] == 10.0
     assert report["memory"]["max_mib"] == 1.0
