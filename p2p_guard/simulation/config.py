@@ -49,7 +49,8 @@ class SimulationConfig:
         partition: ``iid`` or ``dirichlet:ALPHA``.
         run_id: run name shared by the peers (None: derived from task and seed, so reruns are comparable).
         timeout_s: the whole run must end within this many seconds.
-        startup_timeout_s: how long the bootstrap node may take to publish its addresses, in seconds.
+        startup_timeout_s: how long the bootstrap node may take to publish its addresses, in seconds; also the
+            least time the starting peers get for one of them to become ready (at least 30 s × start_concurrency).
         stop_grace_s: seconds a process group has after SIGTERM before SIGKILL.
         reputation: peers publish votes and keep a reputation (``--no-reputation``: off).
         reputation_exclusion: peers drop senders their reputation excludes (off by default, as for a peer; see

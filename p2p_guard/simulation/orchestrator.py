@@ -70,6 +70,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 POLL_INTERVAL_S = 0.5
+# start-up allowance per peer starting at once (8 peers together took ~60 s each on the loaded 2-core machine)
+STARTING_S_PER_PEER = 30.0
 _PSUTIL_GONE = (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied)
 LOG_TAIL_LINES = 20
 DEFAULT_ENTRY = (sys.executable, "-m", "p2p_guard.cli.main")
@@ -401,17 +403,19 @@ class LocalSwarm:
         chosen = list(range(self.config.num_peers)) if indices is None else list(indices)
         limit = self.config.start_concurrency
         pending = list(chosen)
-        stalled_at = time.monotonic() + self.config.startup_timeout_s
+        # K peers starting together share the CPU: allow each wave STARTING_S_PER_PEER per peer at least
+        stall_s = max(self.config.startup_timeout_s, STARTING_S_PER_PEER * (limit or len(chosen)))
+        stalled_at = time.monotonic() + stall_s
         while pending:
             if limit == 0 or len(self.starting()) < limit:
                 self.start_peer(pending.pop(0))
-                stalled_at = time.monotonic() + self.config.startup_timeout_s
+                stalled_at = time.monotonic() + stall_s
                 continue
             self.retry_failed_starts()
             self.check_processes()
             if time.monotonic() >= stalled_at:
                 raise SimulationTimeout(
-                    f"no starting peer got ready within {self.config.startup_timeout_s:.0f} s "
+                    f"no starting peer got ready within {stall_s:.0f} s "
                     f"({len(pending)} peers not launched yet); logs in {self.workdir}"
                 )
             time.sleep(0.2)
