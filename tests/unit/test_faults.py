@@ -445,3 +445,94 @@ def test_start_peers_retries_a_failed_start_and_goes_on(tmp_path: Path) -> None:
         )
     finally:
         swarm.stop()
+
+
+# -- a whole run on stand-in version-2 peers (the lead's event interface), with a plan ------------------------
+
+_FAKE_PEER = r"""
+import json, os, sys, time
+from pathlib import Path
+
+args = sys.argv[1:]
+def opt(name):
+    return args[args.index(name) + 1]
+if args[0] == "bootstrap":
+    Path(opt("--address-file")).write_text("/ip4/127.0.0.1/tcp/1/p2p/QmFake\n")
+    time.sleep(600)
+    sys.exit(0)
+import numpy as np
+index, n, rounds = int(opt("--peer-index")), int(opt("--num-peers")), int(opt("--rounds"))
+events = open(opt("--events"), "a")
+def emit(kind, **fields):
+    events.write(json.dumps({"event": kind, "time": time.time(), **fields}) + "\n")
+    events.flush()
+checkpoint = Path(opt("--checkpoint-dir")) / "last_round"
+snapshots = Path(opt("--snapshot-dir"))
+snapshots.mkdir(parents=True, exist_ok=True)
+control = Path(opt("--control-file"))
+start = int(checkpoint.read_text()) + 1 if checkpoint.exists() else 0
+emit("ready", peer_id=f"P{index}", byzantine=False, attack=None, maddrs=[], numel=2, startup_s=0.1)
+theta = np.asarray([1.0, 1.0 + 0.001 * index], dtype=np.float32)
+for r in range(start, rounds):
+    slowdown = json.loads(control.read_text())["slowdown"] if control.exists() else 1.0
+    time.sleep(0.5 * slowdown)
+    emit("commit", round=r, base_round=r, payload_bytes=8)
+    for j in range(n):
+        if j != index:
+            emit("verdict", round=r, sender=f"P{j}", commit_round=r, accepted=True, reason=None, detail="",
+                 norm=1.0, cosine=1.0, weight=1.0)
+    np.save(snapshots / f"r{r:05d}.npy", theta)
+    emit("round", round=r, loss=1.0, accuracy=0.5, perplexity=None, accepted=n - 1, rejected=0,
+         seconds=0.5 * slowdown, compute_s=0.5, bytes_sent=8 * (n - 1), bytes_received=8 * (n - 1),
+         fetched=n - 1, served=n - 1, state_hash="h", train_loss=1.0, snapshot=None, slowdown=slowdown)
+    checkpoint.parent.mkdir(parents=True, exist_ok=True)
+    checkpoint.write_text(str(r))
+import torch
+torch.save({"theta": torch.from_numpy(theta)}, opt("--state-out"))
+emit("final", rounds_completed=rounds, state_path=opt("--state-out"), state_hash="h")
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_whole_run_on_stand_in_peers_fires_the_plan_and_reports_every_figure(tmp_path: Path) -> None:
+    from p2p_guard.simulation.orchestrator import run_simulation
+
+    fake = tmp_path / "fake_peer.py"
+    fake.write_text(_FAKE_PEER)
+    plan = parse_plan(
+        {
+            "fault": [
+                {"round": 1, "peer": 0, "kind": "slow", "factor": 2.0, "rounds": 4},
+                {"round": 2, "peer": 1, "kind": "kill_restart"},
+                {"round": 3, "kind": "kill_bootstrap"},
+                {"round": 1, "peer": 2, "kind": "stop", "seconds": 1.0},
+            ]
+        },
+        honest=3,
+        source="plan.toml",
+    )
+    config = SimulationConfig(honest=3, byzantine=0, rounds=12, stop_grace_s=2.0, memory_sample_s=0.2)
+    report = run_simulation(config, tmp_path / "run", entry=(sys.executable, str(fake)), faults=plan,
+                            poll_interval_s=0.1)  # fmt: skip
+    assert [r["round"] for r in report["rounds"]] == list(range(12))
+    expected = 0.002 / (2**0.5)  # θ_i = (1, 1 + 0.001 i): the farthest pair is peers 0 and 2
+    assert all(r["consensus_distance"] == pytest.approx(expected, rel=1e-4) for r in report["rounds"])
+    assert all(r["consensus_peers"] == 3 for r in report["rounds"])
+    assert report["consensus"]["source"] == "snapshots"
+    assert list((tmp_path / "run" / "peer0.snapshots").iterdir()) == []  # deleted once measured
+    assert report["updates_applied"]["fraction"] == 1.0
+    assert report["trained_alone"]["any"] is False
+    assert [f["fired"] for f in report["faults"]] == [True, True, True, True]
+    slow, restart, bootstrap, stop = report["faults"]
+    assert slow["fired_round"] >= 1 and slow["ended_round"] >= 5
+    assert stop["ended_time"] - stop["fired_time"] >= 1.0
+    assert all(f["recovery_rounds"] == 0 for f in report["faults"])
+    events = [json.loads(line) for line in (tmp_path / "run" / "peer1.events.jsonl").read_text().splitlines()]
+    assert sum(e["event"] == "ready" for e in events) == 2  # restarted once ...
+    assert sorted({e["round"] for e in events if e["event"] == "round"}) == list(range(12))  # ... and resumed
+    peer0 = [json.loads(line) for line in (tmp_path / "run" / "peer0.events.jsonl").read_text().splitlines()]
+    assert {e["slowdown"] for e in peer0 if e["event"] == "round"} == {1.0, 2.0}  # the control file was read
+    assert report["start_retries"] == {}
+    assert report["memory"]["by_peer"]["0"]["samples"] >= 1
+    assert report["fault_plan"]["source"] == "plan.toml"
+    assert report["startup"]["swarm_s"] is not None
