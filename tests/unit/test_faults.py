@@ -536,3 +536,15 @@ def test_a_whole_run_on_stand_in_peers_fires_the_plan_and_reports_every_figure(t
     assert report["memory"]["by_peer"]["0"]["samples"] >= 1
     assert report["fault_plan"]["source"] == "plan.toml"
     assert report["startup"]["swarm_s"] is not None
+
+
+def test_the_documented_chaos_soak_plan_is_valid() -> None:
+    plan = load_plan(Path(__file__).resolve().parents[2] / "docs" / "chaos-soak.toml", honest=10)
+    assert [f.kind for f in plan.faults] == [
+        "slow",
+        "slow",
+        "stop",
+        "kill_restart",
+        "clock_shift",
+        "kill_bootstrap",
+    ]
