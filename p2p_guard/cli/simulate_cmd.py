@@ -21,6 +21,7 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from p2p_guard.simulation.config import DEFAULT_TIMEOUT_S, SimulationConfig, check_partition
+from p2p_guard.simulation.faults import FaultPlan, check_plan_tools, load_plan
 from p2p_guard.simulation.orchestrator import (
     Progress,
     SimulationError,
@@ -112,8 +113,64 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="the whole run must end within this many seconds",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_fault_and_scale_options(parser, defaults)
     parser.set_defaults(func=run)
     return parser
+
+
+# -- fault injection and scale (issue 8): new options, kept apart from the flags generated from the config ----
+def _add_fault_and_scale_options(parser: argparse.ArgumentParser, defaults: SimulationConfig) -> None:
+    """``--faults`` and the start-up / measurement options of large swarms."""
+    group = parser.add_argument_group("faults and scale")
+    group.add_argument(
+        "--faults", type=Path, default=None, metavar="PLAN.toml",
+        help="fault plan: [[fault]] tables (round, peer, kind = slow|stop|kill_restart|clock_shift|kill_bootstrap, "
+        "and the kind's fields); see docs/faults.md",
+    )  # fmt: skip
+    group.add_argument(
+        "--start-concurrency", type=int, default=defaults.start_concurrency,
+        help="at most this many peers starting at once (launched, not ready yet); 0: all at once",
+    )  # fmt: skip
+    group.add_argument(
+        "--start-retries", type=int, default=defaults.start_retries,
+        help="launch a peer again this many times if it exits before it is ready",
+    )  # fmt: skip
+    group.add_argument(
+        "--join-timeout-s", type=float, default=None,
+        help="each peer's join timeout, seconds (None: max(300, 20 x peers))",
+    )  # fmt: skip
+    group.add_argument(
+        "--memory-sample-s", type=float, default=defaults.memory_sample_s,
+        help="seconds between samples of every peer's PSS (0: none)",
+    )  # fmt: skip
+    group.add_argument(
+        "--keep-snapshots", action="store_true",
+        help="keep the per-round model snapshots (default: deleted once the consensus distance is computed)",
+    )  # fmt: skip
+
+
+def _scale_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The SimulationConfig fields of the options above."""
+    return {
+        "start_concurrency": args.start_concurrency,
+        "start_retries": args.start_retries,
+        "join_timeout_s": args.join_timeout_s,
+        "memory_sample_s": args.memory_sample_s,
+        "keep_snapshots": args.keep_snapshots,
+    }
+
+
+def _fault_plan(args: argparse.Namespace, config: SimulationConfig) -> FaultPlan | None:
+    """Read and check ``--faults`` (and the programs it needs) before any process starts.
+
+    Raises:
+        ValueError: one line naming the plan file and the bad fault.
+    """
+    if args.faults is None:
+        return None
+    plan = load_plan(args.faults, honest=config.honest)
+    check_plan_tools(plan)
+    return plan
 
 
 def _config(args: argparse.Namespace) -> SimulationConfig:
@@ -132,6 +189,7 @@ def _config(args: argparse.Namespace) -> SimulationConfig:
         partition=args.partition,
         run_id=args.run_id,
         timeout_s=args.timeout_s,
+        **_scale_settings(args),
     )
 
 
@@ -217,6 +275,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = _config(args)
         _check_names(config)
+        plan = _fault_plan(args, config)
     except ValueError as e:
         _error(str(e))
         return EXIT_USAGE
@@ -229,7 +288,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"work directory (logs, events, states): {workdir}", file=sys.stderr)
     try:
         with _sigterm_raises(), _progress_bar(config.rounds, enabled=not args.no_progress) as on_progress:
-            report = run_simulation(config, workdir, on_progress=on_progress)
+            report = run_simulation(config, workdir, on_progress=on_progress, faults=plan)
     except KeyboardInterrupt:
         _error(f"interrupted; every process was stopped; logs in {workdir}")
         return EXIT_INTERRUPTED

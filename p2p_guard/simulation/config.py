@@ -10,6 +10,8 @@ from typing import Any
 __all__ = ["DEFAULT_TIMEOUT_S", "SimulationConfig", "check_partition"]
 
 DEFAULT_TIMEOUT_S = 1200.0
+MIN_JOIN_TIMEOUT_S = 300.0
+JOIN_TIMEOUT_PER_PEER_S = 20.0
 
 
 def check_partition(spec: str) -> str:
@@ -47,11 +49,22 @@ class SimulationConfig:
         partition: ``iid`` or ``dirichlet:ALPHA``.
         run_id: run name shared by the peers (None: derived from task and seed, so reruns are comparable).
         timeout_s: the whole run must end within this many seconds.
-        startup_timeout_s: how long the bootstrap node may take to publish its addresses, in seconds.
+        startup_timeout_s: how long the bootstrap node may take to publish its addresses, in seconds; also the
+            least time the starting peers get for one of them to become ready (at least 30 s × start_concurrency).
         stop_grace_s: seconds a process group has after SIGTERM before SIGKILL.
         reputation: peers publish votes and keep a reputation (``--no-reputation``: off).
         reputation_exclusion: peers drop senders their reputation excludes (off by default, as for a peer; see
             ``PeerConfig.reputation_exclusion``).
+        start_concurrency: at most this many peers are starting at once (launched, not yet ``ready``); the next
+            one is launched when one gets ready. 0: all at once. Bounds the CPU stampede of n imports on a small
+            machine.
+        start_retries: a peer whose process exits before its ``ready`` event (the DHT did not come up, say) is
+            launched again up to this many times before the run fails.
+        join_timeout_s: each peer's ``join_timeout_s`` (None: ``max(300, 20 s × num_peers)``: with staggered
+            starts the first peer waits for the last).
+        memory_sample_s: seconds between two samples of every peer's PSS (0: no samples).
+        keep_snapshots: keep the peers' per-round θ snapshots after their consensus distance is computed
+            (default: delete them, they take d × 4 bytes per peer and round).
     """
 
     task: str = "digits"
@@ -69,6 +82,11 @@ class SimulationConfig:
     stop_grace_s: float = 10.0
     reputation: bool = True
     reputation_exclusion: bool = False
+    start_concurrency: int = 8
+    start_retries: int = 2
+    join_timeout_s: float | None = None
+    memory_sample_s: float = 10.0
+    keep_snapshots: bool = False
 
     def __post_init__(self) -> None:
         """Check every setting.
@@ -88,18 +106,35 @@ class SimulationConfig:
         if not self.guard:
             raise ValueError("guard must not be empty")
         check_partition(self.partition)
-        for flag in ("reputation", "reputation_exclusion"):
+        _at_least("start_concurrency", self.start_concurrency, 0)
+        _at_least("start_retries", self.start_retries, 0)
+        for flag in ("reputation", "reputation_exclusion", "keep_snapshots"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
         for name in ("timeout_s", "startup_timeout_s", "stop_grace_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        if self.join_timeout_s is not None and not (
+            math.isfinite(self.join_timeout_s) and self.join_timeout_s > 0
+        ):
+            raise ValueError(
+                f"join_timeout_s must be a positive number of seconds, got {self.join_timeout_s!r}"
+            )
+        if not (math.isfinite(self.memory_sample_s) and self.memory_sample_s >= 0):
+            raise ValueError(f"memory_sample_s must be >= 0 seconds, got {self.memory_sample_s!r}")
 
     @property
     def num_peers(self) -> int:
         """Total number of peers, honest and Byzantine."""
         return self.honest + self.byzantine
+
+    @property
+    def resolved_join_timeout_s(self) -> float:
+        """The peers' ``join_timeout_s``: the setting, else ``max(300, 20 s × num_peers)``."""
+        if self.join_timeout_s is not None:
+            return self.join_timeout_s
+        return max(MIN_JOIN_TIMEOUT_S, JOIN_TIMEOUT_PER_PEER_S * self.num_peers)
 
     @property
     def resolved_run_id(self) -> str:
@@ -115,6 +150,7 @@ class SimulationConfig:
         out = dataclasses.asdict(self)
         out["run_id"] = self.resolved_run_id
         out["num_peers"] = self.num_peers
+        out["join_timeout_s"] = self.resolved_join_timeout_s
         if self.byzantine == 0:
             out["attack"] = None
         return out

@@ -9,6 +9,10 @@ SIGTERM, and after ``stop_grace_s`` its whole process group, the DHT process and
 gets SIGKILL. Every process also carries ``P2P_GUARD_RUN_DIR=<workdir>`` in its environment, inherited by
 everything below it; after stopping the groups, any process still carrying it is killed. A reaper watchdog
 (:mod:`p2p_guard.swarm.reaper`) kills them all if the simulator itself is killed.
+
+Scale (issue 8, rule 10): at most ``start_concurrency`` peers start at once, a peer that exits before its ``ready``
+event is launched again (``start_retries``), the peers' join timeout grows with n, and every peer's PSS is sampled.
+Faults (:mod:`.faults`) are fired from the watch loop; :class:`LocalSwarm` carries them out.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import torch
 
 from p2p_guard.simulation.config import SimulationConfig
 from p2p_guard.simulation.events import Event, EventReader
+from p2p_guard.simulation.faults import FaultInjector, FaultPlan, faketime_prefix
 from p2p_guard.simulation.processes import (
     RUN_DIR_ENV,
     ManagedProcess,
@@ -43,7 +48,8 @@ from p2p_guard.simulation.processes import (
     launch,
     stop_processes,
 )
-from p2p_guard.simulation.report import PeerLog, build_report, round_summaries
+from p2p_guard.simulation.report import PeerLog, RunObservations, build_report, round_summaries
+from p2p_guard.simulation.snapshots import ConsensusTracker
 from p2p_guard.swarm.reaper import start_reaper, stop_reaper
 
 __all__ = [
@@ -64,6 +70,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 POLL_INTERVAL_S = 0.5
+# start-up allowance per peer starting at once (8 peers together took ~60 s each on the loaded 2-core machine)
+STARTING_S_PER_PEER = 30.0
+_PSUTIL_GONE = (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied)
 LOG_TAIL_LINES = 20
 DEFAULT_ENTRY = (sys.executable, "-m", "p2p_guard.cli.main")
 
@@ -174,12 +183,15 @@ def bootstrap_command(workdir: Path, *, entry: Sequence[str] = DEFAULT_ENTRY) ->
 
 
 def peer_paths(workdir: Path, index: int) -> dict[str, Path]:
-    """Files of peer ``index``: ``identity``, ``events``, ``state``, ``log``."""
+    """Files of peer ``index``: ``identity``, ``events``, ``state``, ``log``, ``snapshots``, ``control``, ``checkpoint``."""
     return {
         "identity": workdir / f"peer{index}.key",
         "events": workdir / f"peer{index}.events.jsonl",
         "state": workdir / f"peer{index}.state.pt",
         "log": workdir / f"peer{index}.log",
+        "snapshots": workdir / f"peer{index}.snapshots",
+        "control": workdir / f"peer{index}.control.json",
+        "checkpoint": workdir / f"peer{index}.checkpoint",
     }
 
 
@@ -216,6 +228,10 @@ def peer_command(
         "--identity", str(paths["identity"]),
         "--events", str(paths["events"]),
         "--state-out", str(paths["state"]),
+        "--snapshot-dir", str(paths["snapshots"]),
+        "--control-file", str(paths["control"]),
+        "--checkpoint-dir", str(paths["checkpoint"]),
+        "--join-timeout-s", f"{config.resolved_join_timeout_s:g}",
         "--host", "127.0.0.1",
         "--no-progress",
     ]  # fmt: skip
@@ -311,6 +327,14 @@ class LocalSwarm:
         self._retired: list[ManagedProcess] = []  # earlier processes of restarted peers
         self._reaper: subprocess.Popen[bytes] | None = None
         self._bootstrap_exit_logged = False
+        self.run_started: float | None = None  # unix time of the bootstrap node's launch
+        self.launch_times: dict[int, float] = {}  # unix time of each peer's first launch
+        self.start_retries: dict[int, int] = {}  # relaunches after failed starts, whole run
+        self._retries_now: dict[int, int] = {}  # relaunches since the last intended start
+        self._ready_mark: dict[int, int] = {}  # ready events already seen when the peer was last launched
+        self._prefix: dict[int, list[str]] = {}  # command prefix of each peer (faketime after a clock shift)
+        self.memory_samples: dict[int, list[int]] = {i: [] for i in range(config.num_peers)}
+        self.injector: FaultInjector | None = None
 
     # -- starting ---------------------------------------------------------------------------------------
     def __enter__(self) -> LocalSwarm:
@@ -343,6 +367,7 @@ class LocalSwarm:
         """
         address_file = self.workdir / "bootstrap.addr"
         address_file.unlink(missing_ok=True)
+        self.run_started = time.time()
         self.bootstrap = launch(
             "bootstrap",
             bootstrap_command(self.workdir, entry=self.entry),
@@ -376,12 +401,46 @@ class LocalSwarm:
         if not self.initial_peers:
             raise SimulationError("start the bootstrap node before the peers")
         chosen = list(range(self.config.num_peers)) if indices is None else list(indices)
-        for index in chosen:
-            self.start_peer(index)
+        limit = self.config.start_concurrency
+        pending = list(chosen)
+        # K peers starting together share the CPU: allow each wave STARTING_S_PER_PEER per peer at least
+        stall_s = max(self.config.startup_timeout_s, STARTING_S_PER_PEER * (limit or len(chosen)))
+        stalled_at = time.monotonic() + stall_s
+        while pending:
+            if limit == 0 or len(self.starting()) < limit:
+                self.start_peer(pending.pop(0))
+                stalled_at = time.monotonic() + stall_s
+                continue
+            self.retry_failed_starts()
+            self.check_processes()
+            if time.monotonic() >= stalled_at:
+                raise SimulationTimeout(
+                    f"no starting peer got ready within {stall_s:.0f} s "
+                    f"({len(pending)} peers not launched yet); logs in {self.workdir}"
+                )
+            time.sleep(0.2)
         logger.info("started %d peers (%d Byzantine in the swarm)", len(chosen), self.config.byzantine)
 
-    def start_peer(self, index: int) -> ManagedProcess:
+    def _ready_count(self, index: int) -> int:
+        return sum(e.get("event") == "ready" for e in self.events[index])
+
+    def starting(self) -> list[int]:
+        """Peers launched and running that have not written a ``ready`` event since their launch."""
+        return [
+            i
+            for i, p in self.peers.items()
+            if p.returncode() is None and self._ready_count(i) <= self._ready_mark.get(i, 0)
+        ]
+
+    def start_peer(
+        self, index: int, *, prefix: Sequence[str] | None = None, retry: bool = False
+    ) -> ManagedProcess:
         """Start peer ``index`` (or restart it once it has exited) and return its process.
+
+        Args:
+            index: the peer.
+            prefix: programs to run it under (``faketime ...``); None: the same as its last launch.
+            retry: this launch retries a failed start (counted in :attr:`start_retries`).
 
         Raises:
             SimulationError: if ``index`` is out of range or that peer still runs.
@@ -392,12 +451,170 @@ class LocalSwarm:
         if previous is not None:
             if previous.returncode() is None:
                 raise SimulationError(f"{previous.name} still runs (pid {previous.pid})")
+            self.poll_events()  # read the old process's last events before marking the launch
             self._retired.append(previous)
             self._finished_readers.discard(index)
-        command = peer_command(self.config, index, self.initial_peers, self.workdir, entry=self.entry)
+        if retry:
+            self.start_retries[index] = self.start_retries.get(index, 0) + 1
+            self._retries_now[index] = self._retries_now.get(index, 0) + 1
+        else:
+            self._retries_now[index] = 0
+        if prefix is not None:
+            self._prefix[index] = list(prefix)
+        command = [
+            *self._prefix.get(index, []),
+            *peer_command(self.config, index, self.initial_peers, self.workdir, entry=self.entry),
+        ]
         log_path = peer_paths(self.workdir, index)["log"]
+        self._ready_mark[index] = self._ready_count(index)
+        self.launch_times.setdefault(index, time.time())
         self.peers[index] = launch(f"peer{index}", command, log_path=log_path, env=run_env(self.workdir))
         return self.peers[index]
+
+    def retry_failed_starts(self) -> list[int]:
+        """Launch again each peer that exited non-zero before its ``ready`` event, up to ``start_retries`` times.
+
+        A peer that fails after it got ready is not retried (:meth:`check_processes` reports it).
+
+        Returns:
+            The peers launched again.
+        """
+        self.poll_events()
+        again = []
+        for index, proc in sorted(self.peers.items()):
+            if not self._retryable(index):
+                continue
+            code = proc.returncode()
+            tail = _log_tail(proc.log_path, 1)
+            logger.warning(
+                "%s exited with %s before it got ready (%s); starting it again (retry %d of %d)",
+                proc.name, code, tail or "no log", self._retries_now.get(index, 0) + 1, self.config.start_retries,
+            )  # fmt: skip
+            self.start_peer(index, retry=True)
+            again.append(index)
+        return again
+
+    def _retryable(self, index: int) -> bool:
+        """True if peer ``index`` exited non-zero before its ``ready`` event and has retries left."""
+        code = self.peers[index].returncode()
+        return (
+            code not in (None, 0)
+            and self._ready_count(index) <= self._ready_mark.get(index, 0)
+            and self._retries_now.get(index, 0) < self.config.start_retries
+        )
+
+    # -- faults (the FaultActions of .faults) -------------------------------------------------------------
+    def arm_faults(self, plan: FaultPlan) -> FaultInjector:
+        """Fire ``plan`` from now on: every :meth:`wait_until` poll (and ``simulate``'s watch loop) steps it.
+
+        Returns:
+            The injector; its ``records`` (or ``finish()``) say what fired.
+        """
+        self.injector = FaultInjector(plan, self)
+        return self.injector
+
+    def _running(self, index: int) -> ManagedProcess:
+        """The live process of peer ``index``.
+
+        Raises:
+            SimulationError: if it was never started or has exited.
+        """
+        proc = self.peers.get(index)
+        if proc is None or proc.returncode() is not None:
+            raise SimulationError(f"peer{index} is not running")
+        return proc
+
+    def set_slowdown(self, peer: int, factor: float | None) -> None:
+        """Write ``{"slowdown": factor}`` to the peer's control file (atomically), or remove it (None)."""
+        path = peer_paths(self.workdir, peer)["control"]
+        if factor is None:
+            path.unlink(missing_ok=True)
+            return
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps({"slowdown": factor}) + "\n")
+        tmp.replace(path)
+
+    def signal_peer(self, peer: int, signum: int) -> None:
+        """Send ``signum`` to the whole process group of the running peer (SIGSTOP, SIGCONT).
+
+        Raises:
+            SimulationError: if the peer is not running.
+        """
+        os.killpg(self._running(peer).pid, signum)
+
+    def kill_restart(self, peer: int) -> None:
+        """SIGKILL the peer's process group, then start it again with the identical command line.
+
+        Raises:
+            SimulationError: if the peer is not running.
+        """
+        proc = self._running(peer)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.popen.wait(timeout=self.config.stop_grace_s)
+        self.start_peer(peer)
+
+    def restart_shifted(self, peer: int, seconds: float) -> None:
+        """Stop the peer (SIGTERM, then SIGKILL after the grace) and start it under ``faketime`` ``seconds`` off.
+
+        Raises:
+            SimulationError: if the peer is not running.
+        """
+        proc = self._running(peer)
+        self._terminate_wrapped([proc])
+        stop_processes([proc], grace_s=self.config.stop_grace_s)
+        self.start_peer(peer, prefix=faketime_prefix(seconds))
+
+    def kill_bootstrap(self) -> None:
+        """SIGKILL the bootstrap node's process group (the peers go on without it).
+
+        Raises:
+            SimulationError: if it is not running.
+        """
+        proc = self.bootstrap
+        if proc is None or proc.returncode() is not None:
+            raise SimulationError("the bootstrap node is not running")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.popen.wait(timeout=self.config.stop_grace_s)
+
+    def _terminate_wrapped(self, procs: Iterable[ManagedProcess]) -> None:
+        """SIGTERM the direct children of peers started under a prefix (``faketime`` does not forward signals)."""
+        wrapped = {self.peers[i].pid for i, prefix in self._prefix.items() if prefix and i in self.peers}
+        for proc in procs:
+            if proc.pid not in wrapped or proc.returncode() is not None:
+                continue
+            with contextlib.suppress(*_PSUTIL_GONE):
+                for child in psutil.Process(proc.pid).children():
+                    with contextlib.suppress(*_PSUTIL_GONE):
+                        child.terminate()
+
+    # -- measuring ----------------------------------------------------------------------------------------
+    def positions(self) -> dict[int, int]:
+        """``honest index -> the round it is working on`` (1 + its highest reported round; 0 before any)."""
+        out = {}
+        for index in range(self.config.honest):
+            rounds = [r for e in self.events[index] if e.get("event") == "round"
+                      if isinstance(r := e.get("round"), int) and not isinstance(r, bool)]  # fmt: skip
+            out[index] = max(rounds) + 1 if rounds else 0
+        return out
+
+    def sample_memory(self) -> None:
+        """Append each running peer's PSS (its process and all its descendants, bytes) to :attr:`memory_samples`."""
+        for index, proc in self.peers.items():
+            if proc.returncode() is not None:
+                continue
+            total = 0
+            try:
+                root = psutil.Process(proc.pid)
+                members = [root, *root.children(recursive=True)]
+            except _PSUTIL_GONE:
+                continue
+            for member in members:
+                with contextlib.suppress(*_PSUTIL_GONE):
+                    total += member.memory_full_info().pss
+            if total:
+                self.memory_samples[index].append(total)
 
     # -- watching ---------------------------------------------------------------------------------------
     @staticmethod
@@ -410,13 +627,16 @@ class LocalSwarm:
     def check_processes(self, indices: Iterable[int] | None = None) -> None:
         """Raise :class:`ProcessFailed` for the first peer that exited non-zero (a bootstrap exit is logged).
 
+        A peer whose start failed and that has retries left is skipped: :meth:`retry_failed_starts` launches it
+        again (its exit may have been seen only now, after its last look).
+
         Args:
             indices: the peers to check (default: all started peers).
         """
         for index in sorted(self.peers) if indices is None else indices:
             peer = self.peers[index]
             code = peer.returncode()
-            if code is not None and code != 0:
+            if code is not None and code != 0 and not self._retryable(index):
                 raise ProcessFailed(peer.name, code, peer.log_path)
         bootstrap = self.bootstrap
         if bootstrap is not None and bootstrap.returncode() is not None and not self._bootstrap_exit_logged:
@@ -463,6 +683,9 @@ class LocalSwarm:
     ) -> None:
         """Poll events until ``done()`` holds; every wait of a swarm goes through here, bounded.
 
+        Each poll also launches again peers whose start failed (:meth:`retry_failed_starts`) and steps the armed
+        fault plan (:meth:`arm_faults`).
+
         Args:
             done: the condition, evaluated after each read of the event files.
             timeout_s: give up after this many seconds.
@@ -476,7 +699,9 @@ class LocalSwarm:
         deadline = time.monotonic() + timeout_s
         watched = list(self.peers) if indices is None else list(indices)
         while True:
-            self.poll_events()
+            self.retry_failed_starts()  # also reads the new events
+            if self.injector is not None:
+                self.injector.step(self.positions())
             if done():
                 return
             self.check_processes(watched)
@@ -564,10 +789,17 @@ class LocalSwarm:
         Safe to call more than once. SIGINT and SIGTERM are ignored meanwhile, so it runs to its end.
         """
         with _signals_deferred():
+            if self.injector is not None:
+                self.injector.finish(self.positions())  # lift slowdowns, continue stopped peers
             procs = self.processes
             running = [p.name for p in procs if p.returncode() is None]
             if running:
                 logger.info("stopping %s (up to %.0f s)", ", ".join(running), self.config.stop_grace_s)
+            for proc in procs:  # a SIGSTOPped peer (a fault) must run again to handle SIGTERM
+                if proc.returncode() is None:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(proc.pid, signal.SIGCONT)
+            self._terminate_wrapped(procs)
             stop_processes(procs, grace_s=self.config.stop_grace_s)
             stragglers = self.marked_processes()
             if stragglers:  # e.g. torch_shm_manager, which starts its own session
@@ -606,14 +838,37 @@ def _honest_thetas(swarm: LocalSwarm) -> list[torch.Tensor]:
     return thetas
 
 
+@dataclass
+class _Watchers:
+    """What the watch loop does besides reading events: fire faults, measure consensus, sample memory."""
+
+    tracker: ConsensusTracker
+    memory_sample_s: float
+    next_sample: float = 0.0
+
+    def step(self, swarm: LocalSwarm) -> None:
+        positions = swarm.positions()
+        if swarm.injector is not None:
+            swarm.injector.step(positions)
+        self.tracker.update(positions)
+        if self.memory_sample_s > 0 and time.monotonic() >= self.next_sample:
+            swarm.sample_memory()
+            self.next_sample = time.monotonic() + self.memory_sample_s
+
+
 def _drive(
-    swarm: LocalSwarm, deadline: float, on_progress: ProgressCallback | None, poll_interval_s: float
+    swarm: LocalSwarm,
+    deadline: float,
+    on_progress: ProgressCallback | None,
+    poll_interval_s: float,
+    watchers: _Watchers,
 ) -> None:
     """Watch the peers until all have exited successfully; raise on a failure or at the deadline."""
     last: Progress | None = None
     while True:
+        swarm.retry_failed_starts()  # also reads the new events
         swarm.check_processes()
-        swarm.poll_events()
+        watchers.step(swarm)
         current = swarm.progress()
         if on_progress is not None and current != last:
             on_progress(current)
@@ -636,6 +891,7 @@ def run_simulation(
     on_progress: ProgressCallback | None = None,
     poll_interval_s: float = POLL_INTERVAL_S,
     entry: Sequence[str] = DEFAULT_ENTRY,
+    faults: FaultPlan | None = None,
 ) -> dict[str, Any]:
     """Run a local swarm to its end and return the report (see :func:`.report.build_report`).
 
@@ -647,6 +903,7 @@ def run_simulation(
         on_progress: called whenever the honest peers' progress changes.
         poll_interval_s: seconds between two looks at the processes and event files.
         entry: the ``p2p-guard`` program (default: this Python running ``p2p_guard.cli.main``).
+        faults: a checked fault plan (:func:`.faults.load_plan`) fired as the peers advance; None: no faults.
 
     Returns:
         The report dict; also written to ``workdir/report.json``.
@@ -661,10 +918,30 @@ def run_simulation(
         logger.info(
             "simulation in %s: %d honest + %d Byzantine peers", swarm.workdir, config.honest, config.byzantine
         )
-        swarm.start()
-        _drive(swarm, deadline, on_progress, poll_interval_s)
+        injector = swarm.arm_faults(faults) if faults is not None and faults.faults else None
+        snapshot_dirs = {i: peer_paths(swarm.workdir, i)["snapshots"] for i in range(config.honest)}
+        tracker = ConsensusTracker(snapshot_dirs, keep=config.keep_snapshots)
+        watchers = _Watchers(tracker, config.memory_sample_s)
+        try:
+            swarm.start()
+            _drive(swarm, deadline, on_progress, poll_interval_s, watchers)
+        finally:
+            fault_records = injector.finish(swarm.positions()) if injector is not None else []
+            for record in fault_records:
+                logger.info("fault %s (%s): fired=%s at round %s", record["number"], record["kind"],
+                            record["fired"], record["fired_round"])  # fmt: skip
     swarm.poll_events()
+    watchers.tracker.update(swarm.positions(), final=True)
+    observations = RunObservations(
+        round_distances=watchers.tracker.distances,
+        run_started=swarm.run_started,
+        launch_times=swarm.launch_times,
+        start_attempts={i: 1 + n for i, n in swarm.start_retries.items()},
+        memory_samples=swarm.memory_samples,
+        fault_plan=faults.to_dict() if faults is not None else None,
+        faults=fault_records,
+    )
     report_config = {**config.to_dict(), "workdir": str(swarm.workdir)}
-    report = build_report(report_config, swarm.peer_logs(), _honest_thetas(swarm))
+    report = build_report(report_config, swarm.peer_logs(), _honest_thetas(swarm), observations)
     write_report(report, swarm.workdir / "report.json")
     return report

@@ -7,24 +7,32 @@ Definitions (issue 2):
   and a sender is truly positive when it is Byzantine (ground truth: the ``ready`` events' ``peer_id`` and
   ``byzantine`` flag). Verdicts about the receiver itself are left out; verdicts about a sender no peer
   announced are counted apart (``unknown_sender``).
-- ``consensus_distance`` = max over ordered pairs (i, j) of honest peers of ‖θ_i − θ_j‖ / ‖θ_i‖.
+- ``consensus_distance`` of a round = max over ordered pairs (i, j) of honest peers of ‖θ_i − θ_j‖ / ‖θ_i‖, from
+  the θ snapshots the peers wrote after that round (issue 8: honest models are no longer bit-identical, so the
+  distance replaces the old "all state hashes equal"). The report's ``consensus_distance`` is the last round's;
+  without snapshots it falls back to the final states (``consensus.source`` says which).
+- The swarm-health figures (updates applied, trained alone, pauses, utilization, fan-out, start-up, memory) are
+  defined in :mod:`p2p_guard.simulation.figures`.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from p2p_guard.simulation import figures
 from p2p_guard.simulation.events import Event
+from p2p_guard.simulation.peerlog import PeerLog, honest_round_events, mean_of, sender_roles
 
 __all__ = [
+    "CONSENSUS_BOUND",
     "PeerLog",
+    "RunObservations",
     "build_report",
     "consensus_distance",
     "guard_confusion",
@@ -32,56 +40,6 @@ __all__ = [
     "round_summaries",
     "sender_roles",
 ]
-
-
-@dataclass(frozen=True)
-class PeerLog:
-    """Everything one peer reported.
-
-    Attributes:
-        index: the peer's index in the simulation (honest peers first).
-        byzantine: whether the simulation started it as an attacker.
-        events: its events, in file order.
-    """
-
-    index: int
-    byzantine: bool
-    events: Sequence[Event]
-
-    def of_kind(self, kind: str) -> list[Event]:
-        """The events whose ``event`` field is ``kind``."""
-        return [e for e in self.events if e.get("event") == kind]
-
-    @property
-    def peer_id(self) -> str | None:
-        """The PeerID (base58) from the first ``ready`` event, None if it never got ready."""
-        ready = self.of_kind("ready")
-        value = ready[0].get("peer_id") if ready else None
-        return value if isinstance(value, str) else None
-
-
-def _number(value: Any) -> float | None:
-    """``value`` as a finite float, else None (bools, strings, NaN and infinities are not numbers here)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def _mean(values: Iterable[Any]) -> float | None:
-    """Mean of the finite numbers in ``values``; None if there are none."""
-    numbers = [n for v in values if (n := _number(v)) is not None]
-    return sum(numbers) / len(numbers) if numbers else None
-
-
-def sender_roles(peers: Sequence[PeerLog]) -> dict[str, bool]:
-    """Map each announced PeerID to True if that peer is Byzantine (from its ``ready`` events)."""
-    roles: dict[str, bool] = {}
-    for peer in peers:
-        for ready in peer.of_kind("ready"):
-            peer_id = ready.get("peer_id")
-            if isinstance(peer_id, str):
-                roles[peer_id] = bool(ready.get("byzantine", peer.byzantine))
-    return roles
 
 
 def _honest_verdicts(peers: Sequence[PeerLog]) -> Iterable[tuple[int | None, str, Event]]:
@@ -144,46 +102,69 @@ def _verdict_totals(peers: Sequence[PeerLog]) -> dict[int, tuple[int, int]]:
     return {r: (a, j) for r, (a, j) in totals.items()}
 
 
-def _honest_round_events(peers: Sequence[PeerLog]) -> dict[int, list[Event]]:
-    """``round -> the honest peers' round events`` (the last one per peer if a peer repeated a round)."""
-    by_round: dict[int, dict[int, Event]] = {}
-    for peer in peers:
-        if peer.byzantine:
-            continue
-        for event in peer.of_kind("round"):
-            round_ = event.get("round")
-            if isinstance(round_, int) and not isinstance(round_, bool):
-                by_round.setdefault(round_, {})[peer.index] = event
-    return {r: list(events.values()) for r, events in by_round.items()}
+CONSENSUS_BOUND = (
+    1e-2  # issue 8, rule 1: the distance a clean run stays under, and a faulty one returns under
+)
 
 
-def round_summaries(peers: Sequence[PeerLog]) -> list[dict[str, Any]]:
-    """One entry per round, in round order: honest means and verdict totals.
+@dataclass(frozen=True)
+class RunObservations:
+    """What the orchestrator measured besides the peers' events (all optional).
+
+    Attributes:
+        round_distances: ``round -> (consensus distance or None, number of honest snapshots it used)``.
+        run_started: unix time the run began (the bootstrap node's launch), in seconds.
+        launch_times: unix time of each peer's first launch, by index.
+        start_attempts: launches of each peer's process (1 = started once; restarts by faults not counted).
+        memory_samples: ``index -> PSS samples in bytes`` (process and children).
+        fault_plan: the plan as :meth:`FaultPlan.to_dict` gives it (None: no plan).
+        faults: the fault records (:meth:`FaultRecord.to_dict`), in plan order.
+    """
+
+    round_distances: Mapping[int, tuple[float | None, int]] = field(default_factory=dict)
+    run_started: float | None = None
+    launch_times: Mapping[int, float] = field(default_factory=dict)
+    start_attempts: Mapping[int, int] = field(default_factory=dict)
+    memory_samples: Mapping[int, Sequence[int]] = field(default_factory=dict)
+    fault_plan: Mapping[str, Any] | None = None
+    faults: Sequence[Mapping[str, Any]] = ()
+
+
+def round_summaries(
+    peers: Sequence[PeerLog], round_distances: Mapping[int, tuple[float | None, int]] | None = None
+) -> list[dict[str, Any]]:
+    """One entry per round, in round order: honest means, verdict totals and the consensus distance.
+
+    Args:
+        peers: every peer's events.
+        round_distances: ``round -> (distance, snapshots used)`` (missing rounds: None, 0).
 
     Returns:
         Dicts with ``round``, ``accuracy``, ``loss``, ``perplexity`` (means over honest peers; None when no
         peer reported a number), ``accepted``, ``rejected`` (totals over honest receivers' verdicts about
-        other peers), ``seconds`` (mean), ``peers`` (honest peers that reported the round) and
-        ``state_hashes_agree`` (every reporting honest peer has the same ``state_hash``).
+        other peers), ``seconds`` (mean), ``peers`` (honest peers that reported the round),
+        ``consensus_distance`` and ``consensus_peers`` (honest snapshots it was computed from).
     """
-    rounds = _honest_round_events(peers)
+    rounds = honest_round_events(peers)
     totals = _verdict_totals(peers)
+    distances = round_distances or {}
     out = []
     for round_ in sorted(rounds):
         events = rounds[round_]
         accepted, rejected = totals.get(round_, (0, 0))
-        hashes = {e.get("state_hash") for e in events}
+        distance, used = distances.get(round_, (None, 0))
         out.append(
             {
                 "round": round_,
-                "accuracy": _mean(e.get("accuracy") for e in events),
-                "loss": _mean(e.get("loss") for e in events),
-                "perplexity": _mean(e.get("perplexity") for e in events),
+                "accuracy": mean_of(e.get("accuracy") for e in events),
+                "loss": mean_of(e.get("loss") for e in events),
+                "perplexity": mean_of(e.get("perplexity") for e in events),
                 "accepted": accepted,
                 "rejected": rejected,
-                "seconds": _mean(e.get("seconds") for e in events),
+                "seconds": mean_of(e.get("seconds") for e in events),
                 "peers": len(events),
-                "state_hashes_agree": len(hashes) == 1 and None not in hashes,
+                "consensus_distance": distance,
+                "consensus_peers": used,
             }
         )
     return out
@@ -191,11 +172,14 @@ def round_summaries(peers: Sequence[PeerLog]) -> list[dict[str, Any]]:
 
 def mean_bytes_sent(peers: Sequence[PeerLog]) -> float | None:
     """Mean ``bytes_sent`` over every honest peer's round events (bytes per peer per round)."""
-    return _mean(e.get("bytes_sent") for events in _honest_round_events(peers).values() for e in events)
+    return mean_of(e.get("bytes_sent") for events in honest_round_events(peers).values() for e in events)
 
 
 def consensus_distance(thetas: Sequence[torch.Tensor]) -> float | None:
     """Largest relative distance between two honest models: max over i ≠ j of ‖θ_i − θ_j‖ / ‖θ_i‖.
+
+    Computed in float64 from the n × n matrix of pairwise distances (exact differences, no Gram-matrix
+    shortcut), so it costs O(n² d) arithmetic but one pass over the stacked models.
 
     Args:
         thetas: flat parameter vectors, each ``(d,)``, of the honest peers.
@@ -211,18 +195,73 @@ def consensus_distance(thetas: Sequence[torch.Tensor]) -> float | None:
     shapes = {tuple(t.shape) for t in thetas}
     if len(shapes) != 1:
         raise ValueError(f"honest models have different shapes: {sorted(shapes)}")
-    vectors = [t.detach().reshape(-1).to(torch.float64) for t in thetas]
+    if len(thetas) == 1:
+        return 0.0
+    stacked = torch.stack([t.detach().reshape(-1).to(torch.float64) for t in thetas])  # (n, d)
+    diffs = torch.cdist(stacked, stacked, compute_mode="donot_use_mm_for_euclid_dist")  # (n, n)
+    norms = torch.linalg.vector_norm(stacked, dim=1)  # (n,)
     worst = 0.0
-    for a, b in itertools.permutations(vectors, 2):
-        diff = float(torch.linalg.vector_norm(a - b))
-        norm = float(torch.linalg.vector_norm(a))
-        ratio = diff / norm if norm > 0 else (0.0 if diff == 0 else math.inf)
-        worst = max(worst, ratio)
+    for i in range(len(thetas)):
+        row = diffs[i].clone()
+        row[i] = 0.0
+        largest = float(row.max())
+        if norms[i] > 0:
+            worst = max(worst, largest / float(norms[i]))
+        elif largest > 0:
+            return math.inf
     return worst
 
 
+def _consensus(
+    rounds: Sequence[Mapping[str, Any]], final_states: float | None, bound: float = CONSENSUS_BOUND
+) -> dict[str, Any]:
+    """The consensus figures: the last round's distance, the largest, and the rounds above ``bound``."""
+    measured = [
+        (r["round"], r["consensus_distance"]) for r in rounds if r.get("consensus_distance") is not None
+    ]
+    source: str | None = None
+    if measured:
+        final, source = measured[-1][1], "snapshots"
+    else:
+        final = final_states
+        source = "final_states" if final_states is not None else None
+    return {
+        "final": final,
+        "source": source,
+        "final_states": final_states,
+        "max": max((d for _, d in measured), default=None),
+        "bound": bound,
+        "rounds_over_bound": [r for r, d in measured if d > bound],
+    }
+
+
+def _fault_recovery(
+    faults: Sequence[Mapping[str, Any]], rounds: Sequence[Mapping[str, Any]], bound: float = CONSENSUS_BOUND
+) -> list[dict[str, Any]]:
+    """Each fault record plus ``recovered_round`` (first round ≥ its firing round with distance ≤ ``bound``) and
+    ``recovery_rounds`` (how many rounds after it fired that was); both None if it never did or never fired."""
+    measured = [
+        (r["round"], r["consensus_distance"]) for r in rounds if r.get("consensus_distance") is not None
+    ]
+    out = []
+    for record in faults:
+        entry = dict(record)
+        fired_round = record.get("fired_round")
+        entry["recovered_round"] = entry["recovery_rounds"] = None
+        if record.get("fired") and isinstance(fired_round, int):
+            later = [r for r, d in measured if r >= fired_round and d <= bound]
+            if later:
+                entry["recovered_round"] = min(later)
+                entry["recovery_rounds"] = min(later) - fired_round
+        out.append(entry)
+    return out
+
+
 def build_report(
-    config: Mapping[str, Any], peers: Sequence[PeerLog], honest_thetas: Sequence[torch.Tensor]
+    config: Mapping[str, Any],
+    peers: Sequence[PeerLog],
+    honest_thetas: Sequence[torch.Tensor],
+    observations: RunObservations | None = None,
 ) -> dict[str, Any]:
     """Assemble the JSON report of a finished simulation.
 
@@ -230,23 +269,41 @@ def build_report(
         config: the resolved settings (goes into ``config`` unchanged).
         peers: every peer's events.
         honest_thetas: final flat models ``(d,)`` of the honest peers.
+        observations: what the orchestrator measured (snapshot distances, launch times, memory, faults).
 
     Returns:
-        ``config``, ``rounds``, ``final``, ``guard``, ``consensus_distance``,
-        ``bytes_sent_per_peer_per_round``, ``rounds_completed`` (per peer index, from ``final`` events).
+        ``config``, ``rounds``, ``final``, ``guard``, ``consensus_distance`` (last round's, see ``consensus``),
+        ``consensus``, ``bytes_sent_per_peer_per_round``, ``rounds_completed`` (per peer index, from ``final``
+        events), ``updates_applied``, ``trained_alone``, ``pauses``, ``utilization``, ``fan_out``,
+        ``round_seconds``, ``startup``, ``memory``, ``start_retries`` (``{index: extra launches}``, only peers
+        that needed one), ``fault_plan`` and ``faults`` (each record with ``recovered_round``).
     """
-    rounds = round_summaries(peers)
+    seen = observations or RunObservations()
+    rounds = round_summaries(peers, seen.round_distances)
     last = rounds[-1] if rounds else {}
     completed = {}
     for peer in peers:
         finals = peer.of_kind("final")
         completed[str(peer.index)] = finals[-1].get("rounds_completed") if finals else None
+    consensus = _consensus(rounds, consensus_distance(honest_thetas))
     return {
         "config": dict(config),
         "rounds": rounds,
         "final": {key: last.get(key) for key in ("accuracy", "loss", "perplexity")},
         "guard": guard_confusion(peers),
-        "consensus_distance": consensus_distance(honest_thetas),
+        "consensus_distance": consensus["final"],
+        "consensus": consensus,
         "bytes_sent_per_peer_per_round": mean_bytes_sent(peers),
         "rounds_completed": completed,
+        "updates_applied": figures.updates_applied(peers),
+        "trained_alone": figures.trained_alone(peers),
+        "pauses": figures.pauses(peers),
+        "utilization": figures.utilization(peers),
+        "fan_out": figures.fan_out(peers),
+        "round_seconds": figures.round_times(peers),
+        "startup": figures.startup_times(peers, seen.launch_times, seen.run_started),
+        "memory": figures.memory_summary(seen.memory_samples),
+        "start_retries": {str(i): n - 1 for i, n in sorted(seen.start_attempts.items()) if n > 1},
+        "fault_plan": dict(seen.fault_plan) if seen.fault_plan is not None else None,
+        "faults": _fault_recovery(seen.faults, rounds),
     }

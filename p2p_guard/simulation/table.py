@@ -15,6 +15,7 @@ _ROUND_COLUMNS = (
     ("accepted", "accepted", "{:d}"),
     ("rejected", "rejected", "{:d}"),
     ("seconds", "seconds", "{:.1f}"),
+    ("consensus_distance", "distance", "{:.3g}"),
 )
 
 
@@ -62,8 +63,89 @@ def _guard_lines(guard: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _stat(figure: Mapping[str, Any] | None, fmt: str) -> str:
+    """``mean M, max X`` of a ``{mean, max}`` figure."""
+    figure = figure or {}
+    return f"mean {_cell(figure.get('mean'), fmt)}, max {_cell(figure.get('max'), fmt)}"
+
+
+def _health_lines(report: Mapping[str, Any]) -> list[str]:
+    """Consensus, updates applied, training alone, pauses, utilization, fan-out, timing and memory."""
+    consensus = report.get("consensus") or {}
+    over = consensus.get("rounds_over_bound") or []
+    lines = [
+        f"consensus distance (max ‖θi−θj‖/‖θi‖): {_cell(report.get('consensus_distance'), '{:.3g}')}"
+        f" (last round; max {_cell(consensus.get('max'), '{:.3g}')}; "
+        f"rounds over {_cell(consensus.get('bound'), '{:g}')}: {len(over)}; from {consensus.get('source') or '-'})"
+    ]
+    applied = report.get("updates_applied") or {}
+    lines.append(
+        f"honest updates applied by another honest peer: {applied.get('applied', '-')}/{applied.get('committed', '-')}"
+        f" ({_cell(applied.get('fraction'), '{:.1%}')}; before the last round "
+        f"{_cell(applied.get('fraction_before_last_round'), '{:.1%}')})"
+    )
+    alone = report.get("trained_alone") or {}
+    alone_peers = ", ".join(f"peer{i}: {len(r)}" for i, r in (alone.get("by_peer") or {}).items())
+    lines.append(
+        f"rounds an honest peer trained alone: {alone.get('rounds', '-')}"
+        + (f" ({alone_peers})" if alone_peers else "")
+    )
+    pauses = report.get("pauses") or {}
+    lines.append(
+        f"pauses: {pauses.get('pauses', '-')} ({_cell(pauses.get('paused_s'), '{:.1f}')} s paused, "
+        f"{pauses.get('unresumed', '-')} not resumed)"
+    )
+    util = report.get("utilization") or {}
+    lines.append(
+        f"compute utilization: min {_cell(util.get('min'), '{:.1%}')}, mean {_cell(util.get('mean'), '{:.1%}')}"
+    )
+    fan = report.get("fan_out") or {}
+    lines.append(
+        f"per peer per round: fetched {_stat(fan.get('fetched'), '{:.1f}')}; served {_stat(fan.get('served'), '{:.1f}')}"
+    )
+    lines.append(
+        f"bytes per peer per round: sent {_stat(fan.get('bytes_sent'), '{:,.0f}')}; "
+        f"received {_stat(fan.get('bytes_received'), '{:,.0f}')}"
+    )
+    startup = report.get("startup") or {}
+    lines.append(
+        f"start-up: {_stat(startup, '{:.1f}')} s per peer, whole swarm {_cell(startup.get('swarm_s'), '{:.1f}')} s; "
+        f"round time {_stat(report.get('round_seconds'), '{:.1f}')} s"
+    )
+    memory = report.get("memory") or {}
+    lines.append(
+        f"PSS per peer: mean {_cell(memory.get('mean_mib'), '{:.0f}')} MiB, max {_cell(memory.get('max_mib'), '{:.0f}')} MiB"
+    )
+    retries = report.get("start_retries") or {}
+    if retries:
+        lines.append("failed starts retried: " + ", ".join(f"peer{i}×{n}" for i, n in retries.items()))
+    return lines
+
+
+def _fault_lines(faults: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per planned fault: what, when it fired, when it ended, when consensus recovered."""
+    lines = []
+    for f in faults:
+        target = f"peer{f['peer']}" if f.get("peer") is not None else "bootstrap"
+        fired = (
+            f"fired at round {f.get('fired_round')} (+{_cell(f.get('fired_after_s'), '{:.1f}')} s)"
+            if f.get("fired")
+            else f"NOT fired{': ' + f['error'] if f.get('error') else ''}"
+        )
+        ended = f", ended at round {f['ended_round']}" if f.get("ended_round") is not None else ""
+        recovered = (
+            f", distance back under bound at round {_cell(f.get('recovered_round'), '{:d}')}"
+            if f.get("fired")
+            else ""
+        )
+        lines.append(
+            f"fault {f.get('number')}: {f.get('kind')} {target} at round {f.get('round')}: {fired}{ended}{recovered}"
+        )
+    return lines
+
+
 def format_table(report: Mapping[str, Any]) -> str:
-    """Render a report (see ``build_report``) as a text table: rounds, guard confusion, consensus, traffic.
+    """Render a report (see ``build_report``) as text: rounds, guard confusion, swarm health, faults.
 
     Args:
         report: the report dict.
@@ -81,12 +163,11 @@ def format_table(report: Mapping[str, Any]) -> str:
     lines.append("guard verdicts (honest receivers; a rejection is a positive):")
     lines.extend(_guard_lines(report.get("guard", {})))
     lines.append("")
-    lines.append(
-        f"consensus distance (max ‖θi−θj‖/‖θi‖): {_cell(report.get('consensus_distance'), '{:.3g}')}"
-    )
-    lines.append(
-        f"bytes sent per peer per round: {_cell(report.get('bytes_sent_per_peer_per_round'), '{:,.0f}')}"
-    )
+    lines.extend(_health_lines(report))
+    faults = report.get("faults") or []
+    if faults:
+        lines.append("")
+        lines.extend(_fault_lines(faults))
     final = report.get("final", {})
     parts = [
         f"{k}={_cell(final.get(k), '{:.4f}')}"

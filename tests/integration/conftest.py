@@ -10,6 +10,11 @@ Usage::
     def test_rounds(swarm):
         s = swarm(3, attackers=1, rounds=3)          # 2 honest peers + 1 attacker, all ready
         s.wait_rounds(3, timeout_s=120)
+
+    def test_faults(swarm):                           # a fault plan fires while the test waits
+        s = swarm(3, rounds=3, faults=parse_plan({"fault": [{"round": 1, "kind": "kill_bootstrap"}]}, honest=3))
+        s.wait_rounds(3, timeout_s=120)
+        assert s.injector.records[0].fired
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 import pytest
 
 from p2p_guard.simulation.config import SimulationConfig
+from p2p_guard.simulation.faults import FaultPlan
 from p2p_guard.simulation.orchestrator import LocalSwarm
 
 READY_TIMEOUT_S = 180.0
@@ -30,15 +36,18 @@ SwarmFactory = Callable[..., LocalSwarm]
 
 @pytest.fixture
 def swarm(tmp_path: Path) -> Iterator[SwarmFactory]:
-    """Factory ``swarm(n, *, attackers=0, ready=True, **settings) -> LocalSwarm`` of started swarms.
+    """Factory ``swarm(n, *, attackers=0, ready=True, faults=None, **settings) -> LocalSwarm`` of started swarms.
 
     ``n`` is the total number of peers; the last ``attackers`` of them are Byzantine. ``settings`` are
     :class:`SimulationConfig` fields (``rounds``, ``attack``, ``guard``, ``inner_steps``, ``task``, ...). With
-    ``ready=False`` it returns as soon as the processes are started. Every swarm is stopped at teardown.
+    ``ready=False`` it returns as soon as the processes are started. ``faults``: a fault plan armed once the peers
+    are started (every ``wait_*`` call fires it, see ``LocalSwarm.arm_faults``). Every swarm is stopped at teardown.
     """
     started: list[LocalSwarm] = []
 
-    def start(n: int, *, attackers: int = 0, ready: bool = True, **settings: Any) -> LocalSwarm:
+    def start(
+        n: int, *, attackers: int = 0, ready: bool = True, faults: FaultPlan | None = None, **settings: Any
+    ) -> LocalSwarm:
         settings.setdefault("rounds", 3)
         settings.setdefault("task", "digits")
         if attackers == 0:
@@ -48,6 +57,8 @@ def swarm(tmp_path: Path) -> Iterator[SwarmFactory]:
         started.append(local)
         local.__enter__()
         local.start()
+        if faults is not None:
+            local.arm_faults(faults)
         if ready:
             local.wait_ready(READY_TIMEOUT_S)
         return local

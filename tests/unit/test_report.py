@@ -12,20 +12,25 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
+from p2p_guard.simulation import figures
 from p2p_guard.simulation.config import SimulationConfig, check_partition
 from p2p_guard.simulation.events import EventReader, read_events
 from p2p_guard.simulation.orchestrator import bootstrap_command, peer_command, write_report
 from p2p_guard.simulation.report import (
+    CONSENSUS_BOUND,
     PeerLog,
+    RunObservations,
     build_report,
     consensus_distance,
     guard_confusion,
     mean_bytes_sent,
     round_summaries,
 )
+from p2p_guard.simulation.snapshots import ConsensusTracker, snapshot_path
 from p2p_guard.simulation.table import format_table
 
 # -- synthetic swarm: peers A, B honest, Z Byzantine -------------------------------------------------------
@@ -136,16 +141,19 @@ def test_round_summaries_are_honest_means_and_verdict_totals() -> None:
     assert (rounds[0]["accepted"], rounds[0]["rejected"]) == (3, 1)
     assert (rounds[1]["accepted"], rounds[1]["rejected"]) == (1, 3)
     assert rounds[0]["peers"] == 2
-    assert rounds[0]["state_hashes_agree"] is True
+    assert (rounds[0]["consensus_distance"], rounds[0]["consensus_peers"]) == (None, 0)  # no snapshots given
 
 
-def test_round_summaries_flag_disagreeing_state_hashes_and_skip_non_numbers() -> None:
+def test_round_summaries_carry_the_snapshot_distances_and_skip_non_numbers() -> None:
     peers = [
         PeerLog(0, False, [_round(0, 1.0, None, perplexity=5.0, state_hash="x")]),
         PeerLog(1, False, [_round(0, float("nan"), None, perplexity=7.0, state_hash="y")]),
     ]
-    (row,) = round_summaries(peers)
-    assert row["state_hashes_agree"] is False
+    (row,) = round_summaries(peers, {0: (0.25, 2), 7: (0.5, 2)})
+    assert (row["consensus_distance"], row["consensus_peers"]) == (0.25, 2)
+    assert (
+        "state_hashes_agree" not in row
+    )  # version 2: honest models differ, the distance replaces hash equality
     assert row["loss"] == pytest.approx(1.0)
     assert row["accuracy"] is None
     assert row["perplexity"] == pytest.approx(6.0)
@@ -184,7 +192,8 @@ def test_build_report_has_the_issue_keys_and_the_last_round_as_final() -> None:
         "bytes_sent_per_peer_per_round",
     } <= set(report)
     assert report["final"] == {"accuracy": pytest.approx(0.8), "loss": pytest.approx(2.0), "perplexity": None}
-    assert report["consensus_distance"] == pytest.approx(0.001, rel=1e-3)
+    assert report["consensus_distance"] == pytest.approx(0.001, rel=1e-3)  # no snapshots: the final states
+    assert report["consensus"]["source"] == "final_states"
     assert report["rounds_completed"] == {"0": 2, "1": None, "2": None}
     assert json.loads(json.dumps(report))  # plain JSON types only
 
@@ -295,3 +304,233 @@ def test_bootstrap_command_listens_on_loopback_with_an_address_file(tmp_path: Pa
     assert command[command.index("--host") + 1] == "127.0.0.1"
     assert command[command.index("--port") + 1] == "0"
     assert command[command.index("--address-file") + 1] == str(tmp_path / "bootstrap.addr")
+
+
+# -- version 2 swarm health: A, B, C honest (C slow), Z Byzantine --------------------------------------------
+
+MIB = 1024 * 1024
+
+
+def _ev(kind: str, **fields: Any) -> dict[str, Any]:
+    return {"event": kind, **fields}
+
+
+def _v2(round_: int, sender: str, commit_round: int, accepted: bool) -> dict[str, Any]:
+    return _ev("verdict", round=round_, sender=sender, commit_round=commit_round, accepted=accepted,
+               reason=None if accepted else "outlier", detail="", norm=1.0, cosine=0.5, weight=1.0)  # fmt: skip
+
+
+def _r2(round_: int, seconds: float, compute_s: float, fetched: int, served: int) -> dict[str, Any]:
+    return _ev("round", round=round_, loss=1.0, accuracy=0.5, perplexity=None, accepted=0, rejected=0,
+               seconds=seconds, compute_s=compute_s, bytes_sent=100 * served, bytes_received=100 * fetched,
+               fetched=fetched, served=served, state_hash="h", train_loss=1.0, snapshot=None)  # fmt: skip
+
+
+def _v2_swarm() -> list[PeerLog]:
+    """Two rounds. B rejects A in round 1 (B trains alone then); A applies C's round-0 update late, in round 1."""
+    a = [
+        _ev("ready", peer_id="A", byzantine=False, time=10.0, startup_s=2.0),
+        _ev("commit", round=0, base_round=0, payload_bytes=10),
+        _v2(0, "B", 0, True),
+        _v2(0, "Z", 0, False),
+        _r2(0, 2.0, 1.5, 2, 1),
+        _ev("commit", round=1, base_round=1, payload_bytes=10),
+        _v2(1, "B", 1, True),
+        _v2(1, "C", 0, True),
+        _v2(1, "Z", 1, True),
+        _r2(1, 2.0, 1.8, 3, 3),
+    ]
+    b = [
+        _ev("ready", peer_id="B", byzantine=False, time=11.0, startup_s=3.0),
+        _ev("commit", round=0, base_round=0, payload_bytes=10),
+        _ev("commit", round=0, base_round=0, payload_bytes=10),  # repeated after a restart: counts once
+        _v2(0, "A", 0, True),
+        _v2(0, "B", 0, True),  # about itself: never counts
+        _r2(0, 3.0, 1.5, 1, 2),
+        _ev("pause", round=1, present=0, needed=1),
+        _ev("resume", round=1, paused_s=4.5),
+        _ev("commit", round=1, base_round=1, payload_bytes=10),
+        _v2(1, "A", 1, False),
+        _r2(1, 1.0, 0.5, 0, 1),
+    ]
+    c = [
+        _ev("ready", peer_id="C", byzantine=False, time=14.0),
+        _ev("commit", round=0, base_round=0, payload_bytes=10),
+        _v2(0, "A", 0, True),
+        _r2(0, 6.0, 1.5, 1, 0),
+        _ev("commit", round=1, base_round=0, payload_bytes=10),
+        _ev("pause", round=1, present=0, needed=1),
+    ]
+    z = [
+        _ev("ready", peer_id="Z", byzantine=True, time=9.0, startup_s=1.0),
+        _ev("commit", round=0, base_round=0, payload_bytes=10),
+        _v2(0, "A", 0, True),  # a Byzantine receiver's verdicts never count
+        _r2(0, 1.0, 1.0, 9, 9),
+    ]
+    return [PeerLog(0, False, a), PeerLog(1, False, b), PeerLog(2, False, c), PeerLog(3, True, z)]
+
+
+def test_updates_applied_counts_honest_commits_applied_by_another_honest_peer() -> None:
+    applied = figures.updates_applied(_v2_swarm())
+    # committed A0 A1 B0 B1 C0 C1; applied: A0 (by B and C), B0 and B1 (by A), C0 (by A, late); not A1, C1
+    assert (applied["committed"], applied["applied"]) == (6, 4)
+    assert applied["fraction"] == pytest.approx(4 / 6)
+    assert applied["fraction_before_last_round"] == 1.0  # A0 B0 C0
+    assert applied["mean_appliers"] == pytest.approx((2 + 0 + 1 + 1 + 1 + 0) / 6)
+    assert applied["by_peer"] == {
+        "0": {"committed": 2, "applied": 1, "fraction": 0.5},
+        "1": {"committed": 2, "applied": 2, "fraction": 1.0},
+        "2": {"committed": 2, "applied": 1, "fraction": 0.5},
+    }
+
+
+def test_updates_applied_is_undefined_without_commits() -> None:
+    applied = figures.updates_applied([PeerLog(0, False, [_ready("A", False)])])
+    assert (applied["committed"], applied["fraction"], applied["mean_appliers"]) == (0, None, None)
+
+
+def test_trained_alone_is_a_round_that_used_no_other_peers_update() -> None:
+    assert figures.trained_alone(_v2_swarm()) == {"any": True, "rounds": 1, "by_peer": {"1": [1]}}
+    only_self = [PeerLog(0, False, [_ready("A", False), _v2(0, "A", 0, True), _r2(0, 1.0, 1.0, 0, 0)])]
+    assert figures.trained_alone(only_self)["by_peer"] == {"0": [0]}
+
+
+def test_pauses_total_the_pause_and_resume_events() -> None:
+    assert figures.pauses(_v2_swarm()) == {
+        "pauses": 2,
+        "resumes": 1,
+        "paused_s": 4.5,
+        "unresumed": 1,
+        "by_peer": {"1": {"pauses": 1, "paused_s": 4.5}, "2": {"pauses": 1, "paused_s": 0.0}},
+    }
+
+
+def test_utilization_is_compute_over_wall_time_per_peer() -> None:
+    util = figures.utilization(_v2_swarm())
+    assert util["by_peer"] == {"0": pytest.approx(3.3 / 4), "1": pytest.approx(0.5), "2": pytest.approx(0.25)}
+    assert util["min"] == pytest.approx(0.25)
+    assert util["mean"] == pytest.approx((0.825 + 0.5 + 0.25) / 3)
+    assert figures.utilization([PeerLog(0, False, [_round(0, 1.0, 0.5)])])["by_peer"] == {"0": None}
+
+
+def test_fan_out_means_and_maxima_over_honest_round_events() -> None:
+    fan = figures.fan_out(_v2_swarm())
+    assert fan["fetched"] == {"mean": pytest.approx((2 + 3 + 1 + 0 + 1) / 5), "max": 3.0}  # Z's 9 left out
+    assert fan["served"] == {"mean": pytest.approx((1 + 3 + 2 + 1 + 0) / 5), "max": 3.0}
+    assert fan["bytes_received"]["max"] == 300.0
+    assert fan["by_peer"]["1"]["served"] == {"mean": 1.5, "max": 2.0}
+    assert "3" not in fan["by_peer"]
+
+
+def test_startup_round_time_and_memory_figures() -> None:
+    startup = figures.startup_times(_v2_swarm(), {0: 5.0, 1: 5.0, 2: 6.0, 3: 6.0}, run_started=4.0)
+    assert startup["by_peer"] == {"0": 5.0, "1": 6.0, "2": 8.0, "3": 3.0}
+    assert (startup["mean"], startup["max"], startup["swarm_s"]) == (5.5, 8.0, 10.0)
+    assert startup["peer_reported_mean"] == 2.0
+    assert figures.startup_times(_v2_swarm(), {})["swarm_s"] is None
+    assert figures.round_times(_v2_swarm()) == {"mean": pytest.approx(14 / 5), "max": 6.0}
+    memory = figures.memory_summary({0: [100 * MIB, 200 * MIB], 1: [300 * MIB], 2: []})
+    assert memory["by_peer"] == {
+        "0": {"max_mib": 200.0, "mean_mib": 150.0, "samples": 2},
+        "1": {"max_mib": 300.0, "mean_mib": 300.0, "samples": 1},
+    }
+    assert (memory["max_mib"], memory["mean_mib"]) == (300.0, 225.0)
+    assert figures.memory_summary({})["max_mib"] is None
+
+
+def test_build_report_takes_the_last_snapshot_round_and_records_fault_recovery() -> None:
+    seen = RunObservations(
+        round_distances={0: (0.002, 3), 1: (0.02, 2)},
+        run_started=4.0,
+        launch_times={0: 5.0, 1: 5.0, 2: 6.0, 3: 6.0},
+        start_attempts={0: 1, 2: 3},
+        memory_samples={0: [MIB]},
+        fault_plan={"source": "plan.toml", "faults": []},
+        faults=[
+            {"number": 1, "kind": "stop", "peer": 2, "round": 0, "fired": True, "fired_round": 0},
+            {"number": 2, "kind": "kill_restart", "peer": 1, "round": 1, "fired": True, "fired_round": 1},
+            {"number": 3, "kind": "kill_bootstrap", "round": 9, "fired": False, "fired_round": None},
+        ],
+    )
+    report = build_report({"task": "digits"}, _v2_swarm(), [torch.ones(3), torch.ones(3)], seen)
+    assert report["consensus_distance"] == 0.02  # the last round's, not the final states' 0.0
+    assert report["consensus"] == {
+        "final": 0.02,
+        "source": "snapshots",
+        "final_states": 0.0,
+        "max": 0.02,
+        "bound": CONSENSUS_BOUND,
+        "rounds_over_bound": [1],
+    }
+    assert [r["consensus_distance"] for r in report["rounds"]] == [0.002, 0.02]
+    assert [f["recovered_round"] for f in report["faults"]] == [0, None, None]
+    assert [f["recovery_rounds"] for f in report["faults"]] == [0, None, None]
+    assert report["start_retries"] == {"2": 2}
+    assert report["startup"]["swarm_s"] == 10.0
+    assert report["memory"]["max_mib"] == 1.0
+    assert report["trained_alone"]["any"] is True
+    assert report["fault_plan"] == {"source": "plan.toml", "faults": []}
+    text = format_table(report)
+    assert "honest updates applied by another honest peer: 4/6 (66.7%" in text
+    assert "rounds an honest peer trained alone: 1 (peer1: 1)" in text
+    assert "fault 1: stop peer2 at round 0: fired at round 0" in text
+    assert "fault 3: kill_bootstrap bootstrap at round 9: NOT fired" in text
+    assert "failed starts retried: peer2×2" in text
+    assert json.loads(json.dumps(report))
+
+
+def _write_snapshot(folder: Path, round_: int, values: list[float], dtype: Any = np.float32) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = snapshot_path(folder, round_)
+    np.save(path, np.asarray(values, dtype=dtype))
+    return path
+
+
+def test_consensus_tracker_waits_for_every_honest_peer_then_measures_and_deletes(tmp_path: Path) -> None:
+    dirs = {0: tmp_path / "p0", 1: tmp_path / "p1"}
+    _write_snapshot(dirs[0], 0, [3.0, 4.0])
+    _write_snapshot(dirs[1], 0, [3.0, 4.5])
+    kept = _write_snapshot(dirs[0], 1, [1.0, 0.0])
+    _write_snapshot(dirs[1], 1, [1.0, 0.0], dtype=np.float64)  # misshapen input: left out
+    tracker = ConsensusTracker(dirs)
+    tracker.update({0: 2, 1: 1})  # peer 1 has not reported round 1: its round-0 snapshot may still come
+    assert tracker.distances == {}
+    tracker.update({0: 2, 1: 2})
+    assert tracker.distances[0][1] == 2
+    assert tracker.distances[0][0] == pytest.approx(0.5 / 5)
+    assert not snapshot_path(dirs[0], 0).exists()  # deleted once used
+    assert kept.exists()
+    tracker.update({0: 2, 1: 2}, final=True)
+    assert tracker.distances[1] == (0.0, 1)
+
+
+def test_consensus_tracker_records_a_round_without_snapshots_as_unmeasured(tmp_path: Path) -> None:
+    tracker = ConsensusTracker({0: tmp_path / "none"}, keep=True)
+    tracker.update({0: 3}, final=True)
+    assert tracker.distances == {0: (None, 0), 1: (None, 0), 2: (None, 0)}
+
+
+def test_consensus_distance_of_many_models_matches_the_pairwise_definition() -> None:
+    generator = torch.Generator().manual_seed(0)
+    thetas = [torch.randn(50, generator=generator, dtype=torch.float64) for _ in range(6)]
+    expected = max(
+        float(torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(a))
+        for i, a in enumerate(thetas)
+        for j, b in enumerate(thetas)
+        if i != j
+    )
+    assert consensus_distance(thetas) == pytest.approx(expected, rel=1e-12)
+
+
+def test_peer_commands_carry_snapshot_control_checkpoint_and_a_join_timeout_growing_with_n(
+    tmp_path: Path,
+) -> None:
+    small = peer_command(SimulationConfig(honest=4, byzantine=0), 0, ["/ip4/1.2.3.4/tcp/1/p2p/Qm"], tmp_path)
+    large = peer_command(SimulationConfig(honest=32, byzantine=0), 5, ["/ip4/1.2.3.4/tcp/1/p2p/Qm"], tmp_path)
+    assert small[small.index("--join-timeout-s") + 1] == "300"
+    assert large[large.index("--join-timeout-s") + 1] == "640"
+    assert large[large.index("--snapshot-dir") + 1] == str(tmp_path / "peer5.snapshots")
+    assert large[large.index("--control-file") + 1] == str(tmp_path / "peer5.control.json")
+    assert large[large.index("--checkpoint-dir") + 1] == str(tmp_path / "peer5.checkpoint")
+    fixed = peer_command(SimulationConfig(honest=32, byzantine=0, join_timeout_s=50.0), 0, ["/x"], tmp_path)
+    assert fixed[fixed.index("--join-timeout-s") + 1] == "50"
