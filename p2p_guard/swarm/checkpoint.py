@@ -26,11 +26,12 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["Checkpoint", "CheckpointError", "load_checkpoint", "save_checkpoint"]
+__all__ = ["Checkpoint", "CheckpointError", "last_committed", "load_checkpoint", "mark_committed", "save_checkpoint"]
 
 logger = logging.getLogger(__name__)
 
 FILE_NAME = "checkpoint.pt"
+COMMIT_MARK = "last_commit"
 FORMAT = 1
 
 
@@ -136,3 +137,32 @@ def load_checkpoint(folder: str | Path, *, run_id: str, numel: int) -> Checkpoin
     if not (torch.isfinite(theta).all() and torch.isfinite(momentum).all()):
         raise CheckpointError(f"{path}: non-finite values")
     return Checkpoint(ckpt_run, round_, theta.to(torch.float32), momentum.to(torch.float32), extra)
+
+
+def mark_committed(folder: str | Path, round_: int) -> None:
+    """Record, durably and before the commit is stored, that we sign an envelope for ``round_``.
+
+    A peer killed after committing round r but before its round-r checkpoint would otherwise commit a second,
+    different envelope for r on restart: an equivocation, and a ban by every honest peer.
+
+    Raises:
+        OSError: if the folder cannot be written.
+    """
+    path = Path(folder)
+    path.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".commit-", dir=path)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(str(int(round_)))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path / COMMIT_MARK)
+
+
+def last_committed(folder: str | Path | None) -> int | None:
+    """The last round :func:`mark_committed` recorded in ``folder``, None if none (or unreadable)."""
+    if folder is None:
+        return None
+    try:
+        return int((Path(folder) / COMMIT_MARK).read_text().strip())
+    except (OSError, ValueError):
+        return None

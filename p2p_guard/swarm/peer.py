@@ -48,7 +48,8 @@ from p2p_guard.swarm.config import PeerConfig
 from p2p_guard.swarm.dht import SwarmDHT, start_dht
 from p2p_guard.swarm.events import EventLog
 from p2p_guard.swarm.reaper import start_reaper, stop_reaper_if_clean
-from p2p_guard.swarm.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
+from p2p_guard.swarm.checkpoint import Checkpoint, CheckpointError, last_committed, load_checkpoint, mark_committed, \
+    save_checkpoint
 from p2p_guard.swarm.mixing import clipped_gossip, robust_centre
 from p2p_guard.swarm.records import COMMIT_TTL_S, PRESENCE_TTL_S, commit_key, presence_key, publish_proof, \
     read_closes, read_presence, read_proofs
@@ -202,8 +203,10 @@ class Peer:
             if len(others) + 1 >= self.config.min_peers or stop.is_set():
                 if self.paused:
                     paused_s = time.monotonic() - started
-                    self.log.info("resuming: %d other peer(s) present again (paused %.0f s)", len(others), paused_s)
-                    self.events.emit("resume", round=self.round, paused_s=paused_s)
+                    if timeout_s is None:
+                        self.log.info("resuming: %d other peer(s) present again (paused %.0f s)", len(others),
+                                      paused_s)
+                        self.events.emit("resume", round=self.round, paused_s=paused_s)
                     self.paused = False
                 return others
             if timeout_s is not None and time.monotonic() - started > timeout_s:
@@ -214,7 +217,9 @@ class Peer:
                 what = "waiting for peers" if timeout_s is not None else "paused"
                 self.log.info("%s: %d of min_peers=%d present (self included); not training alone", what,
                               len(others) + 1, self.config.min_peers)
-                self.events.emit("pause", round=self.round, present=len(others) + 1, needed=self.config.min_peers)
+                if timeout_s is None:  # the first join is not a pause
+                    self.events.emit("pause", round=self.round, present=len(others) + 1,
+                                     needed=self.config.min_peers)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
 
@@ -284,6 +289,8 @@ class Peer:
         sealed = seal(draft, self.identity)
         if getattr(self.attack, "replays_previous", False):  # replay: last round's envelope, byte for byte
             sealed, self.last_sealed = (self.last_sealed or sealed), sealed
+        if self.config.checkpoint_dir:  # before it can reach anyone: a restart never commits this round again
+            mark_committed(self.config.checkpoint_dir, round_)
         await self.dht.store(commit_key(self.config.run_id, round_), self.me, sealed, COMMIT_TTL_S)
         self.events.emit("commit", round=round_, base_round=envelope.base_round, payload_bytes=len(payload))
         self.log.debug("committed %d-byte envelope", len(sealed))
@@ -605,6 +612,9 @@ async def _start_round(peer: Peer, config: PeerConfig, stop: asyncio.Event) -> i
             round_ = ckpt.round
             peer.log.info("resumed from our checkpoint at round %d", round_)
             peer.events.emit("resume_checkpoint", round=round_)
+        committed = last_committed(config.checkpoint_dir)
+        if committed is not None and committed >= round_:  # never sign a second envelope for a round (a ban)
+            round_ = committed + 1
     peer._set_round(round_)
     peer.server.publish_theta(round_, peer.local.theta_bytes())
     others = await peer.wait_for_peers(stop, timeout_s=config.join_timeout_s)
