@@ -1,9 +1,9 @@
 """Votes and reputation in a live swarm (``p2p-guard simulate``: bootstrap and peers as separate processes).
 
 - ``vote_smear``: 4 Byzantine voters who train honestly (so their votes carry full weight) and vote every other
-  peer out, against 5 honest peers. No honest peer may exclude any honest peer, and honest models stay identical.
+  peer out, against 5 honest peers. No honest peer may exclude any honest peer, and honest models stay within the consensus bound.
 - A persistent attacker (``sign_flip``) is voted out: every honest peer excludes it, in the same round, and the
-  honest models stay identical.
+  honest models stay within the consensus bound.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def test_vote_smear_by_a_byzantine_voter_majority_excludes_no_honest_peer(tmp_pa
         assert verdicts and all(v["accepted"] for v in verdicts if v["sender"] in honest_ids)
         assert not [v for v in verdicts if v["reason"] == "excluded"]
     # The smearers did publish the smear (their votes are what pulled the scores down), and honest peers agree.
-    assert report["consensus_distance"] == 0.0
+    assert report["consensus_distance"] <= 1e-2  # version 2: a bounded distance, not bit-identical models
     assert report["guard"]["false_positive"] == 0
 
 
@@ -77,5 +77,5 @@ def test_a_persistent_attacker_is_excluded_by_every_honest_peer_in_the_same_roun
         assert all(on_attacker[r] == "excluded" for r in range(first, 6)), on_attacker
     # window k = 3 rounds below the threshold, folded with a one-round lag: excluded from round 3 on.
     assert rounds_excluded == {3}
-    assert report["consensus_distance"] == 0.0
+    assert report["consensus_distance"] <= 1e-2  # version 2: a bounded distance, not bit-identical models
     assert report["guard"]["false_positive"] == 0
