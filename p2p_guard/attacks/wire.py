@@ -114,6 +114,69 @@ def seal(draft: CommitDraft, identity: Identity) -> bytes:
     return sign_envelope(envelope, identity)
 
 
+class WireBehaviour:
+    """What a peer's commit path asks of a wire attack: every hook, with defaults that do nothing.
+
+    The honest peer holds ``WireBehaviour()`` (all no-ops); a built-in wire attack subclasses it and overrides
+    the hooks it needs; :func:`wire_behaviour` wraps any other attack object. The honest round loop calls these
+    hooks unconditionally and never asks ``hasattr``.
+
+    Hooks, in the order the commit path calls them:
+        ``mutate(draft, generator)``: rewrite the draft (envelope fields, signature, served payload).
+        ``before_commit(draft, poll, timeout_s)`` (async): delay or replace the commit (the copycat waits for a
+            reveal and copies it).
+        ``replay(sealed)``: the bytes to store as the commit (the replay attack swaps in last round's).
+        ``second_commit(draft, generator)``: a conflicting draft to store later (equivocation), or None.
+        ``leaves_own_row_out``: True when the peer's own payload is cut by others (slowloris), so it leaves its
+            own row out of its aggregate too.
+        ``smear(verdicts, colluders)``: rewrite the votes it publishes (vote smearing), or None for honest votes.
+    """
+
+    kind: ClassVar[str] = "wire"
+    leaves_own_row_out: ClassVar[bool] = False
+
+    def mutate(self, draft: CommitDraft, generator: torch.Generator) -> CommitDraft:
+        """Unchanged (no-op default)."""
+        return draft
+
+    async def before_commit(self, draft: CommitDraft, poll: RevealedPayloads, *, timeout_s: float) -> CommitDraft:
+        """Unchanged, at once (no-op default)."""
+        return draft
+
+    def replay(self, sealed: bytes) -> bytes:
+        """``sealed`` itself (no-op default)."""
+        return sealed
+
+    def second_commit(self, draft: CommitDraft, generator: torch.Generator) -> CommitDraft | None:
+        """None: no second envelope (no-op default)."""
+        return None
+
+    def smear(self, verdicts: Sequence[VoteVerdict], colluders: Collection[str]) -> list[VoteVerdict] | None:
+        """None: publish our true verdicts (no-op default)."""
+        return None
+
+
+class _MutateOnly(WireBehaviour):
+    """A user's wire attack that implements only the ``WireAttack`` protocol (``mutate``)."""
+
+    def __init__(self, attack: WireAttack) -> None:
+        self.attack = attack
+
+    def mutate(self, draft: CommitDraft, generator: torch.Generator) -> CommitDraft:
+        """The user's ``mutate``."""
+        return self.attack.mutate(draft, generator)
+
+
+def wire_behaviour(attack: object | None) -> WireBehaviour:
+    """The commit-path hooks of ``attack``: itself for a built-in wire attack, no-ops for an honest peer or an
+    update/data attack, and a ``mutate``-only wrapper for a user's wire class."""
+    if isinstance(attack, WireBehaviour):
+        return attack
+    if attack is not None and getattr(attack, "kind", None) == "wire":
+        return _MutateOnly(attack)  # type: ignore[arg-type]
+    return WireBehaviour()
+
+
 @runtime_checkable
 class WireAttack(Protocol):
     """What every wire attack provides: ``kind == "wire"`` and ``mutate(draft, generator) -> draft``."""
@@ -125,7 +188,7 @@ class WireAttack(Protocol):
         ...
 
 
-class Unsigned:
+class Unsigned(WireBehaviour):
     """Publish the commit with an empty signature. A correct receiver rejects it: ``UNSIGNED``."""
 
     kind: ClassVar[str] = "wire"
@@ -138,7 +201,7 @@ class Unsigned:
         return "Unsigned()"
 
 
-class BadSignature:
+class BadSignature(WireBehaviour):
     """Put 64 random bytes in the signature slot. A correct receiver rejects it: ``BAD_SIGNATURE``."""
 
     kind: ClassVar[str] = "wire"
@@ -151,7 +214,7 @@ class BadSignature:
         return "BadSignature()"
 
 
-class WrongRun:
+class WrongRun(WireBehaviour):
     """Sign a commit for another training run. A correct receiver rejects it: ``WRONG_RUN``.
 
     Args:
@@ -173,7 +236,7 @@ class WrongRun:
         return f"WrongRun(suffix={self.suffix!r})"
 
 
-class WrongRound:
+class WrongRound(WireBehaviour):
     """Sign the commit for round r − 1: a replay under a stale round number. Receiver: ``WRONG_ROUND``.
 
     In round 0, where r − 1 does not exist, the commit claims round 1 instead.
@@ -184,13 +247,14 @@ class WrongRound:
     def mutate(self, draft: CommitDraft, generator: torch.Generator) -> CommitDraft:
         """Replace ``envelope.round`` with r − 1 (or 1 when r = 0)."""
         current = draft.envelope.round
-        return _with_envelope(draft, round=current - 1 if current > 0 else 1)
+        wrong = current - 1 if current > 0 else 1
+        return _with_envelope(draft, round=wrong, base_round=min(wrong, int(draft.envelope.base_round or 0)))
 
     def __repr__(self) -> str:
         return "WrongRound()"
 
 
-class StaleBase:
+class StaleBase(WireBehaviour):
     """Claim an update computed on round 0's state, with a random base hash. Receiver: ``STALE_BASE`` once the
     round is past the receiver's staleness window (version 2: the base hash is a claim, never a gate)."""
 
@@ -207,7 +271,7 @@ class StaleBase:
         return "StaleBase()"
 
 
-class DigestMismatch:
+class DigestMismatch(WireBehaviour):
     """Commit to the honest payload, then serve a sign-flipped one of the same length (bait and switch).
 
     The served bytes flip the sign bit of every element (the last byte of each little-endian float), so
@@ -231,7 +295,7 @@ class DigestMismatch:
         return "DigestMismatch()"
 
 
-class WrongShape:
+class WrongShape(WireBehaviour):
     """Declare another factorisation of the same parameter count; the payload stays consistent with it.
 
     Each tensor's dimensions are reversed (a transpose); if that changes nothing (all tensors 1-D or
@@ -255,7 +319,7 @@ class WrongShape:
         return "WrongShape()"
 
 
-class NaNPayload:
+class NaNPayload(WireBehaviour):
     """Commit to and serve an update holding NaN and +Inf, correctly digested and signed.
 
     Two positions drawn from the generator become NaN and +Inf (one position, NaN, if d = 1). A correct
@@ -288,7 +352,7 @@ class NaNPayload:
         return "NaNPayload()"
 
 
-class Oversized:
+class Oversized(WireBehaviour):
     """Declare the real payload size, then serve the real payload plus ``extra_bytes`` more.
 
     A correct receiver stops reading at the first byte past the declared size and rejects: ``OVERSIZE``.
@@ -312,7 +376,7 @@ class Oversized:
         return f"Oversized(extra_bytes={self.extra_bytes})"
 
 
-class Equivocate:
+class Equivocate(WireBehaviour):
     """Commit two different signed envelopes for the same round (equivocation).
 
     The peer commits the honest draft first (``mutate`` leaves it unchanged) and, shortly after, the draft
@@ -345,7 +409,7 @@ class Equivocate:
         return f"Equivocate(scale={self.scale})"
 
 
-class VoteSmear:
+class VoteSmear(WireBehaviour):
     """Behave honestly as a sender, but publish votes that accuse every peer outside the colluders.
 
     The commit is the honest one (``mutate`` returns the draft unchanged), so honest receivers accept this
@@ -362,6 +426,10 @@ class VoteSmear:
     def mutate(self, draft: CommitDraft, generator: torch.Generator) -> CommitDraft:
         """The commit is honest."""
         return draft
+
+    def smear(self, verdicts: Sequence[VoteVerdict], colluders: Collection[str]) -> list[VoteVerdict] | None:
+        """The smeared votes (:meth:`smear_votes`)."""
+        return self.smear_votes(verdicts, colluders)
 
     def smear_votes(self, verdicts: Sequence[VoteVerdict], colluders: Collection[str]) -> list[VoteVerdict]:
         """Rewrite this peer's honest verdicts of a round into the smear.
@@ -383,7 +451,7 @@ class VoteSmear:
         return "VoteSmear()"
 
 
-class Impersonate:
+class Impersonate(WireBehaviour):
     """Sign with our own key but claim another PeerID as the sender (DHT validators refuse it: bad_signature).
 
     The signature does not verify against the key inside the claimed PeerID, and the claimed PeerID is not
@@ -403,7 +471,7 @@ class Impersonate:
         return "Impersonate()"
 
 
-class Replay:
+class Replay(WireBehaviour):
     """Re-send our own signed envelope of the previous round, byte for byte, as this round's commit.
 
     Marker class: the peer keeps its last sealed envelope and stores it again under the current round's
@@ -413,17 +481,20 @@ class Replay:
     """
 
     kind: ClassVar[str] = "wire"
-    replays_previous: ClassVar[bool] = True
 
-    def mutate(self, draft: CommitDraft, generator: torch.Generator) -> CommitDraft:
-        """Unchanged: the peer swaps in the previous sealed envelope itself."""
-        return draft
+    def __init__(self) -> None:
+        self.last_sealed: bytes | None = None
+
+    def replay(self, sealed: bytes) -> bytes:
+        """Store last round's sealed envelope instead of ``sealed`` (``sealed`` itself in round 0)."""
+        previous, self.last_sealed = self.last_sealed, sealed
+        return previous if previous is not None else sealed
 
     def __repr__(self) -> str:
         return "Replay()"
 
 
-class Slowloris:
+class Slowloris(WireBehaviour):
     """Commit honestly, then serve the payload at a trickle; as a client, hold other peers' streams slowly.
 
     Sender side: the signed envelope is the honest one (``mutate`` returns the draft unchanged), so the
@@ -452,6 +523,7 @@ class Slowloris:
 
     kind: ClassVar[str] = "wire"
     trickles_payload: ClassVar[bool] = True
+    leaves_own_row_out: ClassVar[bool] = True
 
     def __init__(self, *, bytes_per_s: float = 2.0, head_bytes: int = 1, client_streams: int = 8,
                  interval_s: float = 1.0) -> None:
@@ -478,7 +550,7 @@ class Slowloris:
                 f"client_streams={self.client_streams}, interval_s={self.interval_s})")
 
 
-class Copycat:
+class Copycat(WireBehaviour):
     """Commit an update of the same round only after another peer revealed its payload (copy or adapt).
 
     It trains like an honest peer, then withholds its commit: it polls the round's committers (one bounded
@@ -519,6 +591,10 @@ class Copycat:
     def mutate(self, draft: CommitDraft, generator: torch.Generator) -> CommitDraft:
         """Unchanged: the commit is rewritten by :meth:`copy_commit` once a payload is served."""
         return draft
+
+    async def before_commit(self, draft: CommitDraft, poll: RevealedPayloads, *, timeout_s: float) -> CommitDraft:
+        """Withhold the commit until some peer reveals, then copy or adapt (:meth:`copy_commit`)."""
+        return await self.copy_commit(draft, poll, timeout_s=timeout_s)
 
     async def copy_commit(self, draft: CommitDraft, fetch_revealed: RevealedPayloads, *,
                           timeout_s: float) -> CommitDraft:

@@ -34,7 +34,7 @@ from tqdm import tqdm
 from p2p_guard.attacks import load_attack
 from p2p_guard.attacks.apply import attacked_update
 from p2p_guard.attacks.base import AttackContext
-from p2p_guard.attacks.wire import CommitDraft, seal
+from p2p_guard.attacks.wire import CommitDraft, WireBehaviour, seal, wire_behaviour
 from p2p_guard.guard import build_guard
 from p2p_guard.guard.apply import judge_rows
 from p2p_guard.guard.integrity import RoundExpectation
@@ -151,11 +151,11 @@ class Peer:
         self.round = 0
         self.known_previous: list[torch.Tensor] = []
         self.detector = EquivocationDetector()
-        self.last_sealed: bytes | None = None
         self.banned: dict[str, EquivocationProof] = {}
         self.log = _PeerLog(logger, {"peer": self.me[-8:], "round": 0})
         self.inner_steps = config.inner_steps or local.task.default_hparams.inner_steps
-        self.votes = _vote_book(config, identity, dht, self.attack, allowed) if config.reputation else None
+        self.wire = wire_behaviour(self.attack)
+        self.votes = _vote_book(config, identity, dht, self.wire, allowed) if config.reputation else None
         self.rng = random.SystemRandom()
         self.paused = False
 
@@ -281,24 +281,20 @@ class Peer:
                             n_samples=self.local.shard.num_samples, payload_bytes=len(payload),
                             base_round=min(inner.base_round, round_))
         draft = CommitDraft(envelope=envelope, digest_payload=payload, serve_payload=payload)
-        if self.attack_kind == "wire":
-            draft = self.attack.mutate(draft, self._generator(round_, 2))  # type: ignore[union-attr]
-        if hasattr(self.attack, "copy_commit"):  # copycat: withhold the commit until someone reveals, copy it
-            poll = partial(revealed_payloads, self.p2p, self.dht, self.config, round_, self.me)
-            draft = await self.attack.copy_commit(draft, poll, timeout_s=self.config.commit_timeout_s)
-        sealed = seal(draft, self.identity)
-        if getattr(self.attack, "replays_previous", False):  # replay: last round's envelope, byte for byte
-            sealed, self.last_sealed = (self.last_sealed or sealed), sealed
+        draft = self.wire.mutate(draft, self._generator(round_, 2))
+        poll = partial(revealed_payloads, self.p2p, self.dht, self.config, round_, self.me)
+        draft = await self.wire.before_commit(draft, poll, timeout_s=self.config.commit_timeout_s)
+        sealed = self.wire.replay(seal(draft, self.identity))
         if self.config.checkpoint_dir:  # before it can reach anyone: a restart never commits this round again
             mark_committed(self.config.checkpoint_dir, round_)
         await self.dht.store(commit_key(self.config.run_id, round_), self.me, sealed, COMMIT_TTL_S)
         self.events.emit("commit", round=round_, base_round=envelope.base_round, payload_bytes=len(payload))
         self.log.debug("committed %d-byte envelope", len(sealed))
-        if hasattr(self.attack, "second_commit"):  # equivocation: a conflicting envelope, stored later
+        second = self.wire.second_commit(draft, self._generator(round_, 2))
+        if second is not None:  # equivocation: a conflicting envelope, stored later
             await asyncio.sleep(EQUIVOCATION_DELAY_S)
-            draft = self.attack.second_commit(draft, self._generator(round_, 2))  # type: ignore[union-attr]
-            sealed = seal(draft, self.identity)
-            await self.dht.store(commit_key(self.config.run_id, round_), self.me, sealed, COMMIT_TTL_S + 1)
+            await self.dht.store(commit_key(self.config.run_id, round_), self.me, seal(second, self.identity),
+                                 COMMIT_TTL_S + 1)
         return sealed, draft.serve_payload
 
     # -- communicate: close, reveal, sample, fetch, judge, mix ---------------------------------------------------
@@ -347,8 +343,8 @@ class Peer:
             return outcome
         weights = {s: staleness_weight(envelopes[s].staleness) for s in rows}
         rows = {s: row * weights[s] if weights[s] < 1.0 else row for s, row in rows.items()}
-        if not getattr(self.attack, "trickles_payload", False):  # a slowloris is cut by others: it leaves its row
-            rows[self.me] = own_update                         # out too, like every honest peer does
+        if not self.wire.leaves_own_row_out:  # a slowloris is cut by others: it leaves its own row out too
+            rows[self.me] = own_update
         self._record_rejections(rejected + more + late, round_, outcome)
         if any(s != self.me for s in rows):
             await asyncio.to_thread(self._judge, rows, weights, envelopes, outcome)
@@ -525,13 +521,16 @@ class Peer:
         return attacked_update(self.attack, delta, self.known_previous, ctx)
 
 
-def _vote_book(config: PeerConfig, identity: Identity, dht: SwarmDHT, attack: Any,
+def _vote_book(config: PeerConfig, identity: Identity, dht: SwarmDHT, wire: WireBehaviour,
                allowed: frozenset[str] | None) -> VoteBook:
     """Our :class:`VoteBook`; a ``vote_smear`` attacker publishes its smear (colluders: itself only)."""
-    smear = getattr(attack, "smear_votes", None)
     colluders = frozenset({identity.peer_id_b58})
-    return VoteBook(dht, config.run_id, identity, allowed=allowed,
-                    smear=None if smear is None else (lambda votes: smear(votes, colluders)))
+
+    def smear(votes: Any) -> Any:
+        smeared = wire.smear(votes, colluders)
+        return votes if smeared is None else smeared
+
+    return VoteBook(dht, config.run_id, identity, allowed=allowed, smear=smear)
 
 
 def _log_task_failure(task: asyncio.Task[None]) -> None:
