@@ -13,13 +13,16 @@ Reasons given (one per failed check, the first that fails):
     ``env.run_id != expect.run_id``                              ``WRONG_RUN``
     ``env.round != expect.round``                                ``WRONG_ROUND``
     ``env.base_hash != expect.base_hash``                        ``STALE_BASE``
-    codec unknown or not in ``expect.codecs``                    ``DECODE_ERROR``
+    codec string malformed, or its name not in ``expect.codecs`` ``DECODE_ERROR``
     ``env.shapes != expect.shapes``                              ``SHAPE_MISMATCH``
     ``env.payload_bytes > expect.max_payload_bytes``             ``OVERSIZE``
     ``env.payload_bytes != expected_payload_bytes(codec, d)``    ``DECODE_ERROR``
     ``len(payload) > env.payload_bytes``                         ``OVERSIZE``
     ``payload_digest(payload) != env.digest``                    ``DIGEST_MISMATCH``
     payload length wrong for codec and d                          ``DECODE_ERROR``
+    bytes no honest encoder writes (index out of range, unsorted  ``DECODE_ERROR``
+    or repeated indices, negative scale, forbidden code, padding)
+    a NaN or ±Inf per-chunk scale (int8, int4, topk)             ``NON_FINITE``
     any NaN or ±Inf in the decoded update                        ``NON_FINITE``
     every value of the decoded update is zero (±0)               ``ZERO_UPDATE``
     ===========================================================  ===================
@@ -47,9 +50,9 @@ from p2p_guard.protocol import (
     Rejected,
     RejectReason,
     decode_update,
-    expected_payload_bytes,
     payload_digest,
 )
+from p2p_guard.protocol.codecs import parse_codec
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +66,8 @@ class RoundExpectation:
         round: The outer round r.
         base_hash: ``state_hash`` of this round's starting state θ_r (32 bytes).
         shapes: The model's parameter shapes, in flattening order (lists are stored as tuples).
-        codecs: Codecs this peer accepts (a subset of ``protocol.CODECS``).
+        codecs: Codec names this peer accepts (a subset of ``protocol.CODECS``); a codec string with
+            parameters (``topk:density=0.05``) is accepted when its name is.
         max_payload_bytes: Largest payload this peer will read, in bytes.
 
     Raises:
@@ -118,7 +122,10 @@ def check_envelope(env: Envelope, expect: RoundExpectation) -> Accepted | Reject
     if env.base_hash != expect.base_hash:
         return Rejected(RejectReason.STALE_BASE,
                         f"base {env.base_hash.hex()[:16]}, expected {expect.base_hash.hex()[:16]}")
-    if env.codec not in expect.codecs:
+    spec = parse_codec(env.codec)
+    if isinstance(spec, Rejected):
+        return spec
+    if spec.name not in expect.codecs:
         return Rejected(RejectReason.DECODE_ERROR,
                         f"codec {env.codec!r} not among the accepted {list(expect.codecs)}")
     if env.shapes != expect.shapes:
@@ -126,7 +133,7 @@ def check_envelope(env: Envelope, expect: RoundExpectation) -> Accepted | Reject
     if env.payload_bytes > expect.max_payload_bytes:
         return Rejected(RejectReason.OVERSIZE,
                         f"declares {env.payload_bytes} payload bytes, limit {expect.max_payload_bytes}")
-    expected = expected_payload_bytes(env.codec, expect.numel)
+    expected = spec.payload_bytes(expect.numel)
     if env.payload_bytes != expected:
         detail = f"declares {env.payload_bytes} payload bytes; {env.codec} × {expect.numel} is {expected}"
         return Rejected(RejectReason.DECODE_ERROR, detail)
