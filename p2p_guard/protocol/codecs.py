@@ -106,7 +106,9 @@ def parse_codec(codec: object) -> CodecSpec | Rejected:
     if not isinstance(codec, str):
         return Rejected(RejectReason.DECODE_ERROR, f"codec must be a str, got {type(codec).__name__}")
     if len(codec) > _MAX_CODEC_CHARS:
-        return Rejected(RejectReason.DECODE_ERROR, f"codec {codec[:32]!r}… is over {_MAX_CODEC_CHARS} characters")
+        return Rejected(
+            RejectReason.DECODE_ERROR, f"codec {codec[:32]!r}… is over {_MAX_CODEC_CHARS} characters"
+        )
     name, colon, params = codec.partition(":")
     if name not in CODECS:
         return Rejected(RejectReason.DECODE_ERROR, f"unknown codec {codec!r}; known: {', '.join(CODECS)}")
@@ -117,7 +119,9 @@ def parse_codec(codec: object) -> CodecSpec | Rejected:
     match = _DENSITY.fullmatch(params)
     density = float(match.group(1)) if match else math.nan
     if not 0.0 < density <= 1.0:
-        return Rejected(RejectReason.DECODE_ERROR, f"codec {codec!r}: expected topk:density=ρ with ρ in (0, 1]")
+        return Rejected(
+            RejectReason.DECODE_ERROR, f"codec {codec!r}: expected topk:density=ρ with ρ in (0, 1]"
+        )
     return CodecSpec(name, density)
 
 
@@ -199,8 +203,10 @@ def decode_update(payload: bytes | bytearray | memoryview, codec: str, numel: in
         return spec
     expected = spec.payload_bytes(numel)
     if len(payload) != expected:
-        return Rejected(RejectReason.DECODE_ERROR,
-                        f"{codec} payload for {numel} parameters is {expected} bytes, got {len(payload)}")
+        return Rejected(
+            RejectReason.DECODE_ERROR,
+            f"{codec} payload for {numel} parameters is {expected} bytes, got {len(payload)}",
+        )
     if spec.name in _NUMPY_DTYPES:
         array = np.frombuffer(payload, dtype=_NUMPY_DTYPES[spec.name]).astype(np.float32)
         return torch.from_numpy(array)

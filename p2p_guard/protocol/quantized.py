@@ -89,16 +89,21 @@ def decode_int8(payload: bytes | bytearray | memoryview, numel: int) -> torch.Te
     """
     m = _chunks(numel, INT8_CHUNK)
     if len(payload) != int8_payload_bytes(numel):
-        return Rejected(RejectReason.DECODE_ERROR, f"int8 payload for {numel} values must be "
-                                                   f"{int8_payload_bytes(numel)} bytes, got {len(payload)}")
+        return Rejected(
+            RejectReason.DECODE_ERROR,
+            f"int8 payload for {numel} values must be "
+            f"{int8_payload_bytes(numel)} bytes, got {len(payload)}",
+        )
     scales = np.frombuffer(payload, dtype="<f4", count=m)
     problem = check_scales(scales, "int8")
     if problem is not None:
         return problem
     codes = np.frombuffer(payload, dtype=np.int8, offset=4 * m, count=numel)
     if bool((codes == -128).any()):
-        return Rejected(RejectReason.DECODE_ERROR, f"{int((codes == -128).sum())} int8 codes are -128 "
-                                                   f"(the range is [-127, 127])")
+        return Rejected(
+            RejectReason.DECODE_ERROR,
+            f"{int((codes == -128).sum())} int8 codes are -128 " f"(the range is [-127, 127])",
+        )
     return _dequantize(codes.astype(np.float32), scales, INT8_CHUNK)
 
 
@@ -110,8 +115,11 @@ def decode_int4(payload: bytes | bytearray | memoryview, numel: int) -> torch.Te
     """
     m = _chunks(numel, INT4_CHUNK)
     if len(payload) != int4_payload_bytes(numel):
-        return Rejected(RejectReason.DECODE_ERROR, f"int4 payload for {numel} values must be "
-                                                   f"{int4_payload_bytes(numel)} bytes, got {len(payload)}")
+        return Rejected(
+            RejectReason.DECODE_ERROR,
+            f"int4 payload for {numel} values must be "
+            f"{int4_payload_bytes(numel)} bytes, got {len(payload)}",
+        )
     scales = np.frombuffer(payload, dtype="<f4", count=m)
     problem = check_scales(scales, "int4")
     if problem is not None:
@@ -133,11 +141,14 @@ def check_scales(scales: np.ndarray, codec: str) -> Rejected | None:
     """Reject non-finite (``NON_FINITE``) or negative (``DECODE_ERROR``) per-chunk scales; else None."""
     finite = np.isfinite(scales)
     if not bool(finite.all()):
-        return Rejected(RejectReason.NON_FINITE,
-                        f"{int((~finite).sum())} of {scales.size} {codec} scales are NaN or ±Inf")
+        return Rejected(
+            RejectReason.NON_FINITE, f"{int((~finite).sum())} of {scales.size} {codec} scales are NaN or ±Inf"
+        )
     if bool((scales < 0).any()):
-        return Rejected(RejectReason.DECODE_ERROR,
-                        f"{int((scales < 0).sum())} of {scales.size} {codec} scales are negative")
+        return Rejected(
+            RejectReason.DECODE_ERROR,
+            f"{int((scales < 0).sum())} of {scales.size} {codec} scales are negative",
+        )
     return None
 
 
@@ -165,8 +176,9 @@ def _dequantize(codes: np.ndarray, scales: np.ndarray, chunk: int) -> torch.Tens
     """x̂ = q · s per chunk; ``codes`` is ``(d,)`` float32, ``scales`` ``(m,)`` float32."""
     d = codes.size
     m = scales.size
-    out = np.zeros(m * chunk, dtype=np.float32)
-    out[:d] = codes
-    out = out.reshape(m, chunk)
-    out *= scales.astype(np.float32)[:, None]
-    return torch.from_numpy(np.ascontiguousarray(out.reshape(-1)[:d]))
+    flat = np.zeros(m * chunk, dtype=np.float32)
+    flat[:d] = codes
+    rows = flat.reshape(m, chunk)
+    with np.errstate(over="ignore"):  # q·s beyond float32: ±Inf, which the integrity stage rejects
+        rows *= scales.astype(np.float32)[:, None]
+    return torch.from_numpy(np.ascontiguousarray(flat[:d]))

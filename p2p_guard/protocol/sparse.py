@@ -67,7 +67,7 @@ def topk_per_chunk(density: float) -> int:
     Raises:
         ValueError: ``density`` is not a finite number in (0, 1].
     """
-    if isinstance(density, bool) or not isinstance(density, (int, float)) or not 0.0 < density <= 1.0:
+    if isinstance(density, bool) or not isinstance(density, int | float) or not 0.0 < density <= 1.0:
         raise ValueError(f"density must be a number in (0, 1], got {density!r}")
     return max(1, min(TOPK_CHUNK, math.ceil(float(density) * TOPK_CHUNK)))
 
@@ -89,7 +89,7 @@ def topk_payload_bytes(numel: int, density: float) -> int:
 
 
 def encode_topk(vector: torch.Tensor, density: float) -> bytes:
-    """Encode a flat float32 CPU ``(d,)`` tensor as ``topk`` with density ρ (layout in the module docstring)."""
+    """Encode a flat float32 CPU ``(d,)`` tensor as ``topk`` with density ρ (layout: module docstring)."""
     k = topk_per_chunk(density)
     d = vector.numel()
     full, last = divmod(d, TOPK_CHUNK)
@@ -97,7 +97,9 @@ def encode_topk(vector: torch.Tensor, density: float) -> bytes:
     if full:
         parts.append(_encode_rows(vector[: full * TOPK_CHUNK].view(full, TOPK_CHUNK), k))
     if last:
-        parts.append(_encode_rows(vector[full * TOPK_CHUNK:].view(1, last), (k * last + TOPK_CHUNK - 1) // TOPK_CHUNK))
+        parts.append(
+            _encode_rows(vector[full * TOPK_CHUNK :].view(1, last), (k * last + TOPK_CHUNK - 1) // TOPK_CHUNK)
+        )
     if not parts:
         return b""
     levels = np.concatenate([p[0] for p in parts])
@@ -106,16 +108,20 @@ def encode_topk(vector: torch.Tensor, density: float) -> bytes:
     return levels.astype("<f4").tobytes() + indices.astype("<u2").tobytes() + _pack2(codes).tobytes()
 
 
-def decode_topk(payload: bytes | bytearray | memoryview, numel: int, density: float) -> torch.Tensor | Rejected:
-    """Decode a ``topk`` payload of exactly ``topk_payload_bytes(numel, density)`` bytes into ``(numel,)`` float32.
+def decode_topk(
+    payload: bytes | bytearray | memoryview, numel: int, density: float
+) -> torch.Tensor | Rejected:
+    """Decode a ``topk`` payload of exactly ``topk_payload_bytes(numel, density)`` bytes into float32.
 
     Returns:
         A new CPU tensor, or :class:`Rejected` (reasons in the module docstring). Never raises.
     """
     expected = topk_payload_bytes(numel, density)
     if len(payload) != expected:
-        return Rejected(RejectReason.DECODE_ERROR,
-                        f"topk payload for {numel} values must be {expected} bytes, got {len(payload)}")
+        return Rejected(
+            RejectReason.DECODE_ERROR,
+            f"topk payload for {numel} values must be {expected} bytes, got {len(payload)}",
+        )
     k = topk_per_chunk(density)
     full, last = divmod(numel, TOPK_CHUNK)
     k_last = (k * last + TOPK_CHUNK - 1) // TOPK_CHUNK if last else 0
@@ -128,7 +134,7 @@ def decode_topk(payload: bytes | bytearray | memoryview, numel: int, density: fl
     indices = np.frombuffer(payload, dtype="<u2", offset=8 * m, count=kept).astype(np.int64)
     problem = _check_indices(indices[: full * k].reshape(full, k), TOPK_CHUNK, 0)
     if problem is None and last:
-        problem = _check_indices(indices[full * k:].reshape(1, k_last), last, full)
+        problem = _check_indices(indices[full * k :].reshape(1, k_last), last, full)
     if problem is not None:
         return problem
     codes = _unpack2(np.frombuffer(payload, dtype=np.uint8, offset=8 * m + 2 * kept), kept)
@@ -154,7 +160,9 @@ def _check_indices(rows: np.ndarray, length: int, first_chunk: int) -> Rejected 
     if bool((steps <= 0).any()):
         chunk = first_chunk + int(np.nonzero((steps <= 0).any(axis=1))[0][0])
         kind = "repeats an index" if bool((steps == 0).any()) else "is not sorted"
-        return Rejected(RejectReason.DECODE_ERROR, f"topk chunk {chunk} {kind} (indices must strictly increase)")
+        return Rejected(
+            RejectReason.DECODE_ERROR, f"topk chunk {chunk} {kind} (indices must strictly increase)"
+        )
     return None
 
 

@@ -15,9 +15,9 @@ restarted peer resumes with :meth:`ErrorFeedback.load_state_dict`.
 
 References:
     Seide et al., "1-Bit Stochastic Gradient Descent and its Application to Data-Parallel Distributed Training
-    of Speech DNNs", Interspeech 2014 (error feedback). Karimireddy et al., "Error Feedback Fixes SignSGD and
-    other Gradient Compression Schemes", ICML 2019, arXiv:1901.09847. Sarfi et al., "Communication Efficient LLM
-    Pre-training with SparseLoCo", arXiv:2508.15706, 2025 (error feedback with top-k pseudo-gradients).
+    of Speech DNNs", Interspeech 2014 (error feedback). Karimireddy et al., "Error Feedback Fixes SignSGD
+    and other Gradient Compression Schemes", ICML 2019, arXiv:1901.09847. Sarfi et al., "Communication
+    Efficient LLM Pre-training with SparseLoCo", arXiv:2508.15706, 2025 (error feedback with top-k).
 """
 
 from __future__ import annotations
@@ -62,7 +62,9 @@ class ErrorFeedback:
 
     def __repr__(self) -> str:
         """Codec, size and the residual's norm."""
-        return f"ErrorFeedback(codec={self.codec!r}, numel={self.numel}, |e|={float(self.residual.norm()):.3g})"
+        return (
+            f"ErrorFeedback(codec={self.codec!r}, numel={self.numel}, |e|={float(self.residual.norm()):.3g})"
+        )
 
     def compress(self, delta: torch.Tensor) -> tuple[bytes, torch.Tensor]:
         """Encode Δ + e, keep e ← (Δ + e) − decoded, and return the payload with what it decodes to.
@@ -71,22 +73,30 @@ class ErrorFeedback:
             delta: ``(d,)`` float tensor Δ_r (any device; used as float32 on the CPU).
 
         Returns:
-            ``(payload, sent)``: ``expected_payload_bytes(codec, d)`` bytes, and the ``(d,)`` float32 CPU tensor
-            every receiver decodes from them (ŝ_r; Δ_r itself for ``fp32``).
+            ``(payload, sent)``: ``expected_payload_bytes(codec, d)`` bytes, and the ``(d,)`` float32 CPU
+            tensor every receiver decodes from them (ŝ_r; Δ_r itself for ``fp32``).
 
         Raises:
-            ValueError: ``delta`` is not a ``(d,)`` float tensor, or Δ + e holds NaN/±Inf (a local fault, e.g. a
-                diverged inner phase); the residual is then left unchanged.
+            ValueError: ``delta`` is not a ``(d,)`` float tensor, or Δ + e holds NaN/±Inf (a local fault,
+                e.g. a diverged inner phase); the residual is then left unchanged.
         """
-        if not isinstance(delta, torch.Tensor) or not delta.is_floating_point() or tuple(delta.shape) != (self.numel,):
-            raise ValueError(f"delta must be a ({self.numel},) float tensor, got "
-                             f"{getattr(delta, 'dtype', type(delta).__name__)} {tuple(getattr(delta, 'shape', ()))}")
+        if (
+            not isinstance(delta, torch.Tensor)
+            or not delta.is_floating_point()
+            or tuple(delta.shape) != (self.numel,)
+        ):
+            raise ValueError(
+                f"delta must be a ({self.numel},) float tensor, got "
+                f"{getattr(delta, 'dtype', type(delta).__name__)} {tuple(getattr(delta, 'shape', ()))}"
+            )
         flat = delta.detach().to(device="cpu", dtype=torch.float32)
         if self._spec.lossless:
             return encode_update(flat, self.codec), flat.clone()
         target = flat + self.residual
         if not bool(torch.isfinite(target).all()):
-            raise ValueError(f"the update to send holds {int((~torch.isfinite(target)).sum())} NaN/±Inf values")
+            raise ValueError(
+                f"the update to send holds {int((~torch.isfinite(target)).sum())} NaN/±Inf values"
+            )
         payload = encode_update(target, self.codec)
         sent = decode_update(payload, self.codec, self.numel)
         if isinstance(sent, Rejected) or not bool(torch.isfinite(sent).all()):  # fp16 beyond ±65504
@@ -107,14 +117,20 @@ class ErrorFeedback:
         """Resume from :meth:`state_dict` (e.g. out of a checkpoint).
 
         Raises:
-            ValueError: The state is for another codec or size, or its residual is not a finite ``(d,)`` float32
-                tensor.
+            ValueError: The state is for another codec or size, or its residual is not a finite ``(d,)``
+                float32 tensor.
         """
         if state.get("codec") != self.codec or state.get("numel") != self.numel:
-            raise ValueError(f"error-feedback state is for codec={state.get('codec')!r}, numel={state.get('numel')!r}; "
-                             f"this buffer is codec={self.codec!r}, numel={self.numel}")
+            raise ValueError(
+                f"error-feedback state is for codec={state.get('codec')!r}, numel={state.get('numel')!r}; "
+                f"this buffer is codec={self.codec!r}, numel={self.numel}"
+            )
         residual = state.get("residual")
-        if (not isinstance(residual, torch.Tensor) or residual.dtype != torch.float32
-                or tuple(residual.shape) != (self.numel,) or not bool(torch.isfinite(residual).all())):
+        if (
+            not isinstance(residual, torch.Tensor)
+            or residual.dtype != torch.float32
+            or tuple(residual.shape) != (self.numel,)
+            or not bool(torch.isfinite(residual).all())
+        ):
             raise ValueError(f"error-feedback residual must be a finite ({self.numel},) float32 tensor")
         self.residual = residual.detach().to("cpu").clone()

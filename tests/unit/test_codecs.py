@@ -35,18 +35,39 @@ def f32(value: float) -> bytes:
 class TestParse:
     @pytest.mark.parametrize(
         ("codec", "spec"),
-        [("fp32", CodecSpec("fp32")), ("int8", CodecSpec("int8")), ("int4", CodecSpec("int4")),
-         ("topk", CodecSpec("topk", 0.02)), ("topk:density=0.05", CodecSpec("topk", 0.05)),
-         ("topk:density=1", CodecSpec("topk", 1.0)), ("topk:density=2e-3", CodecSpec("topk", 0.002))],
+        [
+            ("fp32", CodecSpec("fp32")),
+            ("int8", CodecSpec("int8")),
+            ("int4", CodecSpec("int4")),
+            ("topk", CodecSpec("topk", 0.02)),
+            ("topk:density=0.05", CodecSpec("topk", 0.05)),
+            ("topk:density=1", CodecSpec("topk", 1.0)),
+            ("topk:density=2e-3", CodecSpec("topk", 0.002)),
+        ],
     )
     def test_accepts(self, codec: str, spec: CodecSpec) -> None:
         assert parse_codec(codec) == spec
 
     @pytest.mark.parametrize(
         "codec",
-        ["int9", "INT8", "int8 ", "int8:density=0.1", "topk:", "topk:density=0", "topk:density=1.5",
-         "topk:density=nan", "topk:density=inf", "topk:density=-0.1", "topk:k=3", "topk:density=0.1,x=1",
-         "topk:density=" + "1" * 40, None, 8, b"int8"],
+        [
+            "int9",
+            "INT8",
+            "int8 ",
+            "int8:density=0.1",
+            "topk:",
+            "topk:density=0",
+            "topk:density=1.5",
+            "topk:density=nan",
+            "topk:density=inf",
+            "topk:density=-0.1",
+            "topk:k=3",
+            "topk:density=0.1,x=1",
+            "topk:density=" + "1" * 40,
+            None,
+            8,
+            b"int8",
+        ],
     )
     def test_rejects(self, codec: object) -> None:
         assert reason_of(parse_codec(codec)) is RejectReason.DECODE_ERROR
@@ -58,13 +79,21 @@ class TestParse:
 class TestSizes:
     @pytest.mark.parametrize(
         ("codec", "numel", "size"),
-        [("int8", 0, 0), ("int8", 5, 4 + 5), ("int8", 1024, 4 + 1024), ("int8", 1025, 8 + 1025),
-         ("int4", 0, 0), ("int4", 5, 4 + 3), ("int4", 64, 4 + 32), ("int4", 65, 8 + 33),
-         ("topk", 0, 0),
-         ("topk", 4096, 8 + 2 * 82 + 21),  # k = ⌈0.02·4096⌉ = 82, ⌈82/4⌉ = 21
-         ("topk", 4106, 16 + 2 * 83 + 21),  # last chunk of 10: ⌈82·10/4096⌉ = 1
-         ("topk:density=1", 5, 8 + 10 + 2),
-         ("topk:density=0.001", 5, 8 + 2 + 1)],  # k = ⌈4.096⌉ = 5, last ⌈5·5/4096⌉ = 1
+        [
+            ("int8", 0, 0),
+            ("int8", 5, 4 + 5),
+            ("int8", 1024, 4 + 1024),
+            ("int8", 1025, 8 + 1025),
+            ("int4", 0, 0),
+            ("int4", 5, 4 + 3),
+            ("int4", 64, 4 + 32),
+            ("int4", 65, 8 + 33),
+            ("topk", 0, 0),
+            ("topk", 4096, 8 + 2 * 82 + 21),  # k = ⌈0.02·4096⌉ = 82, ⌈82/4⌉ = 21
+            ("topk", 4106, 16 + 2 * 83 + 21),  # last chunk of 10: ⌈82·10/4096⌉ = 1
+            ("topk:density=1", 5, 8 + 10 + 2),
+            ("topk:density=0.001", 5, 8 + 2 + 1),
+        ],  # k = ⌈4.096⌉ = 5, last ⌈5·5/4096⌉ = 1
     )
     def test_formula(self, codec: str, numel: int, size: int) -> None:
         assert expected_payload_bytes(codec, numel) == size
@@ -100,9 +129,13 @@ class TestKnownAnswers:
 
     def test_topk_all_kept(self) -> None:
         payload = encode_update(X5, "topk:density=1")
-        # magnitudes 3, 2 | 1, 0.5, 0.25: hi = 2.5, lo = 1.75/3; codes (level<<1 | sign) by index: 0, 3, 2, 0, 1
-        assert payload == (f32(1.75 / 3) + f32(2.5) + bytes.fromhex("0000010002000300" "0400")
-                           + bytes([0 | 3 << 2 | 2 << 4, 1]))
+        # magnitudes 3, 2 | 1, 0.5, 0.25: hi = 2.5, lo = 1.75/3; codes (level<<1 | sign): 0, 3, 2, 0, 1
+        assert payload == (
+            f32(1.75 / 3)
+            + f32(2.5)
+            + bytes.fromhex("0000010002000300" "0400")
+            + bytes([0 | 3 << 2 | 2 << 4, 1])
+        )
         decoded = decode_update(payload, "topk:density=1", 5)
         lo = float(np.float32(1.75 / 3))
         assert isinstance(decoded, torch.Tensor)
@@ -143,8 +176,11 @@ class TestKnownAnswers:
         assert isinstance(decoded, torch.Tensor)
         chunk = 1024 if codec == "int8" else 64
         for start in range(0, 3000, chunk):
-            part = vector[start:start + chunk]
-            assert float((decoded[start:start + chunk] - part).abs().max()) <= float(part.abs().max()) / qmax / 2 * 1.0001
+            part = vector[start : start + chunk]
+            assert (
+                float((decoded[start : start + chunk] - part).abs().max())
+                <= float(part.abs().max()) / qmax / 2 * 1.0001
+            )
 
     @pytest.mark.parametrize("codec", ["int8", "int4", "topk"])
     def test_non_finite_input_gives_non_finite_scale(self, codec: str) -> None:
@@ -154,7 +190,7 @@ class TestKnownAnswers:
 
 
 def mutate(payload: bytes, offset: int, new: bytes) -> bytes:
-    return payload[:offset] + new + payload[offset + len(new):]
+    return payload[:offset] + new + payload[offset + len(new) :]
 
 
 class TestRejects:
@@ -212,10 +248,14 @@ class TestRejects:
         good = encode_update(vector, "topk")
         assert len(good) == 16 + 2 * 83 + 21
         offset = 16 + 2 * 82  # the last chunk's single index
-        assert good[offset:offset + 2] == b"\x03\x00"
-        assert isinstance(decode_update(mutate(good, offset, b"\x09\x00"), "topk", TOPK_CHUNK + 10), torch.Tensor)
-        assert reason_of(decode_update(mutate(good, offset, b"\x0a\x00"), "topk", TOPK_CHUNK + 10)) \
+        assert good[offset : offset + 2] == b"\x03\x00"
+        assert isinstance(
+            decode_update(mutate(good, offset, b"\x09\x00"), "topk", TOPK_CHUNK + 10), torch.Tensor
+        )
+        assert (
+            reason_of(decode_update(mutate(good, offset, b"\x0a\x00"), "topk", TOPK_CHUNK + 10))
             is RejectReason.DECODE_ERROR
+        )
 
     def test_wrong_density_is_a_size_error(self) -> None:
         payload = encode_update(torch.randn(10_000), "topk:density=0.05")
@@ -270,12 +310,14 @@ class TestErrorFeedback:
 
     @pytest.mark.parametrize(
         "state",
-        [{"codec": "int8", "numel": 5, "residual": torch.zeros(5)},
-         {"codec": "int4", "numel": 6, "residual": torch.zeros(6)},
-         {"codec": "int4", "numel": 5, "residual": torch.zeros(4)},
-         {"codec": "int4", "numel": 5, "residual": torch.zeros(5, dtype=torch.float64)},
-         {"codec": "int4", "numel": 5, "residual": torch.tensor([0.0, 0, 0, 0, float("nan")])},
-         {"codec": "int4", "numel": 5}],
+        [
+            {"codec": "int8", "numel": 5, "residual": torch.zeros(5)},
+            {"codec": "int4", "numel": 6, "residual": torch.zeros(6)},
+            {"codec": "int4", "numel": 5, "residual": torch.zeros(4)},
+            {"codec": "int4", "numel": 5, "residual": torch.zeros(5, dtype=torch.float64)},
+            {"codec": "int4", "numel": 5, "residual": torch.tensor([0.0, 0, 0, 0, float("nan")])},
+            {"codec": "int4", "numel": 5},
+        ],
     )
     def test_load_rejects(self, state: dict[str, object]) -> None:
         with pytest.raises(ValueError, match="error-feedback"):
@@ -293,9 +335,13 @@ class TestErrorFeedback:
         with pytest.raises(ValueError, match="fp16 cannot carry"):
             ErrorFeedback("fp16", 2).compress(torch.tensor([1e6, 0.0]))
 
-    @pytest.mark.parametrize(("codec", "numel", "delta"), [
-        ("bf16", 3, torch.zeros(3)), ("int8", -1, torch.zeros(0)),
-    ])
+    @pytest.mark.parametrize(
+        ("codec", "numel", "delta"),
+        [
+            ("bf16", 3, torch.zeros(3)),
+            ("int8", -1, torch.zeros(0)),
+        ],
+    )
     def test_constructor_rejects(self, codec: str, numel: int, delta: torch.Tensor) -> None:
         with pytest.raises(ValueError):  # noqa: PT011
             ErrorFeedback(codec, numel)
