@@ -216,8 +216,8 @@ def format_tables(sizes: Sequence[dict[str, Any]], quality: Sequence[dict[str, A
         first = quality[0]
         lines += [
             "",
-            f"Digits, {first['workers']} workers, {first['rounds']} rounds, mean aggregation, outer Nesterov, "
-            f"error feedback per worker (d = {first['numel']}):",
+            f"Digits, {first['workers']} workers, {first['rounds']} rounds, mean aggregation, outer Nesterov,"
+            f" error feedback per worker (d = {first['numel']}):",
             "",
             "| codec | bytes/param/round | accuracy | vs fp32 (points) | loss | residual norm |",
             "|---|---:|---:|---:|---:|---:|",
