@@ -349,3 +349,13 @@ class TestErrorFeedback:
     def test_wrong_shape_raises(self) -> None:
         with pytest.raises(ValueError, match=r"\(5,\) float tensor"):
             ErrorFeedback("int8", 5).compress(torch.zeros(4))
+
+
+@pytest.mark.parametrize(
+    ("codec", "hex_payload"),
+    [("int8", "0402813c408120"), ("int4", "2549923e0a09"), ("topk", "0000004000000040010003"),
+     ("topk:density=1", "0000403f000000400000010002000c")],
+)
+def test_protocol_md_test_vectors(codec: str, hex_payload: str) -> None:
+    """docs/protocol.md §10: Δ = [1.0, −2.0, 0.5]."""
+    assert encode_update(torch.tensor([1.0, -2.0, 0.5]), codec).hex() == hex_payload
