@@ -68,13 +68,13 @@ def int4_payload_bytes(numel: int) -> int:
 def encode_int8(vector: torch.Tensor) -> bytes:
     """Encode a flat float32 CPU ``(d,)`` tensor as ``int8`` (layout in the module docstring)."""
     scales, codes = _absmax_quantize(vector, INT8_CHUNK, _INT8_QMAX)
-    return scales.astype("<f4").tobytes() + codes.astype(np.int8).tobytes()
+    return scales.astype("<f4").tobytes() + codes.numpy().tobytes()
 
 
 def encode_int4(vector: torch.Tensor) -> bytes:
     """Encode a flat float32 CPU ``(d,)`` tensor as ``int4`` (layout in the module docstring)."""
     scales, codes = _absmax_quantize(vector, INT4_CHUNK, _INT4_QMAX)
-    nibbles = (codes + _INT4_QMAX).astype(np.uint8)
+    nibbles = (codes + _INT4_QMAX).to(torch.uint8).numpy()
     if nibbles.size % 2:
         nibbles = np.concatenate([nibbles, np.zeros(1, dtype=np.uint8)])  # padding nibble 0
     packed = nibbles[0::2] | (nibbles[1::2] << 4)
@@ -156,8 +156,8 @@ def _chunks(numel: int, chunk: int) -> int:
     return -(-numel // chunk)
 
 
-def _absmax_quantize(vector: torch.Tensor, chunk: int, qmax: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-chunk scales ``(m,)`` float32 and codes ``(d,)`` int16 in [−qmax, qmax]."""
+def _absmax_quantize(vector: torch.Tensor, chunk: int, qmax: int) -> tuple[np.ndarray, torch.Tensor]:
+    """Per-chunk scales ``(m,)`` float32 and codes ``(d,)`` int8 in [−qmax, qmax]."""
     d = vector.numel()
     m = _chunks(d, chunk)
     padded = torch.zeros(m * chunk, dtype=torch.float32)
@@ -166,10 +166,10 @@ def _absmax_quantize(vector: torch.Tensor, chunk: int, qmax: int) -> tuple[np.nd
     absmax = rows.abs().amax(dim=1) if m else torch.zeros(0)  # NaN propagates into the scale
     scales = absmax / qmax
     usable = torch.isfinite(scales) & (scales > 0)
-    safe = torch.where(usable, scales, torch.ones_like(scales))
-    codes = torch.round(rows / safe[:, None]).clamp_(-qmax, qmax)
-    codes = torch.where(usable[:, None] & torch.isfinite(codes), codes, torch.zeros_like(codes))
-    return scales.numpy(), codes.reshape(-1)[:d].to(torch.int16).numpy()
+    rows.div_(torch.where(usable, scales, torch.ones_like(scales))[:, None]).round_().clamp_(-qmax, qmax)
+    if not bool(usable.all()):  # a zero, NaN or ±Inf scale: its codes are 0
+        rows[~usable] = 0.0
+    return scales.numpy(), padded[:d].to(torch.int8)
 
 
 def _dequantize(codes: np.ndarray, scales: np.ndarray, chunk: int) -> torch.Tensor:
