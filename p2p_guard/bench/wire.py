@@ -173,10 +173,10 @@ def convergence(
                 delta, _ = local.train_round(steps, round_generator(run_id, seed, i, r, _SALT_INNER))
                 payload = feedback[i].encode(delta)
                 sent_bytes += len(payload)
-                row = decode_update(payload, codec, local.numel)  # what a receiver gets
-                if isinstance(row, Rejected):
-                    raise ValueError(f"{codec} rejected its own payload: {row.detail}")
-                decoded.append(row)
+                received = decode_update(payload, codec, local.numel)  # what a receiver gets
+                if isinstance(received, Rejected):
+                    raise ValueError(f"{codec} rejected its own payload: {received.detail}")
+                decoded.append(received)
             aggregate = torch.stack(decoded).mean(dim=0)
             for local in peers:
                 local.apply(aggregate)
@@ -194,9 +194,9 @@ def convergence(
                 "seconds": time.monotonic() - started,
             }
         )
-    reference = next((row["accuracy"] for row in results if row["codec"] == "fp32"), None)
-    for row in results:
-        row["accuracy_vs_fp32"] = None if reference is None else 100 * (row["accuracy"] - reference)
+    reference = next((result["accuracy"] for result in results if result["codec"] == "fp32"), None)
+    for result in results:
+        result["accuracy_vs_fp32"] = None if reference is None else 100 * (result["accuracy"] - reference)
     return results
 
 

@@ -77,8 +77,8 @@ def encode_int4(vector: torch.Tensor) -> bytes:
     nibbles = (codes + _INT4_QMAX).to(torch.uint8).numpy()
     if nibbles.size % 2:
         nibbles = np.concatenate([nibbles, np.zeros(1, dtype=np.uint8)])  # padding nibble 0
-    packed = nibbles[0::2] | (nibbles[1::2] << 4)
-    return scales.astype("<f4").tobytes() + packed.tobytes()
+    packed: np.ndarray = nibbles[0::2] | (nibbles[1::2] << 4)
+    return bytes(scales.astype("<f4").tobytes() + packed.tobytes())
 
 
 def decode_int8(payload: bytes | bytearray | memoryview, numel: int) -> torch.Tensor | Rejected:
