@@ -19,6 +19,7 @@ def test_synthetic_update_is_seeded() -> None:
     assert not torch.equal(a, synthetic_update(5000, 2))
 
 
+@pytest.mark.timeout(300)
 def test_measure_codecs_sizes_and_errors() -> None:
     rows = measure_codecs(WIRE_CODECS, [8192], repeats=1)
     by_codec = {row["codec"]: row for row in rows}
@@ -35,6 +36,7 @@ def test_measure_codecs_sizes_and_errors() -> None:
     assert all(r["encode_s"] >= 0 and r["decode_s"] >= 0 for r in rows)
 
 
+@pytest.mark.timeout(300)  # a few seconds alone; minutes on a loaded 2-core machine
 def test_convergence_matches_fp32_exactly_for_fp32_twice() -> None:
     rows = convergence(["fp32", "fp32", "topk:density=0.01"], workers=2, rounds=2, inner_steps=3)
     assert rows[0]["accuracy"] == rows[1]["accuracy"]  # same seed, same run
@@ -52,6 +54,7 @@ def test_cli_rejects_unknown_codec(capsys: pytest.CaptureFixture[str]) -> None:
     assert "unknown codec(s) ['int9']" in capsys.readouterr().err
 
 
+@pytest.mark.timeout(300)
 def test_cli_quick_run_writes_json(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(bench_wire_cmd, "QUICK_SIZES", (4096,))
     out = tmp_path / "wire.json"
