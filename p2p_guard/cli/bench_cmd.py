@@ -92,6 +92,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run_robustness)
+    from p2p_guard.cli import bench_wire_cmd  # ``bench wire`` lives in its own module
+
+    bench_wire_cmd.add_parser(sub)
     return bench
 
 

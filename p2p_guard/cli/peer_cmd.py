@@ -28,7 +28,7 @@ _FLAGS: dict[str, dict[str, Any]] = {
     "assumed_byzantine": {"type": int, "metavar": "F", "help": "f̂, Byzantine senders the guard tolerates"},
     "attack": {"help": "run as a simulated adversarial peer: NAME[:key=value,...] or module:Class"},
     "byzantine_count": {"type": int, "help": "colluding Byzantine peers an attack may assume"},
-    "codec": {"help": "pseudo-gradient wire codec: fp32 or fp16"},
+    "codec": {"help": "pseudo-gradient wire codec: fp32, fp16, int8, int4 or topk[:density=0.02]"},
     "min_peers": {"type": int, "help": "start the first round once this many peers are present"},
     "commit_timeout_s": {"type": float, "help": "commit phase deadline, seconds"},
     "reveal_wait_s": {"type": float, "help": "longest wait for the others' close records before revealing, s"},

@@ -13,13 +13,16 @@ Reasons given (one per failed check, the first that fails):
     ``env.run_id != expect.run_id``                              ``WRONG_RUN``
     ``env.round != expect.round``                                ``WRONG_ROUND``
     ``env.staleness > expect.max_staleness``                     ``STALE_BASE``
-    codec unknown or not in ``expect.codecs``                    ``DECODE_ERROR``
+    codec string malformed, or its name not in ``expect.codecs`` ``DECODE_ERROR``
     ``env.shapes != expect.shapes``                              ``SHAPE_MISMATCH``
     ``env.payload_bytes > expect.max_payload_bytes``             ``OVERSIZE``
     ``env.payload_bytes != expected_payload_bytes(codec, d)``    ``DECODE_ERROR``
     ``len(payload) > env.payload_bytes``                         ``OVERSIZE``
     ``payload_digest(payload) != env.digest``                    ``DIGEST_MISMATCH``
     payload length wrong for codec and d                          ``DECODE_ERROR``
+    bytes no honest encoder writes (index out of range, unsorted  ``DECODE_ERROR``
+    or repeated indices, negative scale, forbidden code, padding)
+    a NaN or ±Inf per-chunk scale (int8, int4, topk)             ``NON_FINITE``
     any NaN or ±Inf in the decoded update                        ``NON_FINITE``
     every value of the decoded update is zero (±0)               ``ZERO_UPDATE``
     ===========================================================  ===================
@@ -46,9 +49,9 @@ from p2p_guard.protocol import (
     Rejected,
     RejectReason,
     decode_update,
-    expected_payload_bytes,
     payload_digest,
 )
+from p2p_guard.protocol.codecs import parse_codec
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +67,8 @@ class RoundExpectation:
             peer owns its model, so the base hash is a claim, not a gate; a slow peer's update computed on an
             older state is accepted (and weighted down) up to this staleness.
         shapes: The model's parameter shapes, in flattening order (lists are stored as tuples).
-        codecs: Codecs this peer accepts (a subset of ``protocol.CODECS``).
+        codecs: Codec names this peer accepts (a subset of ``protocol.CODECS``); a codec string with
+            parameters (``topk:density=0.05``) is accepted when its name is.
         max_payload_bytes: Largest payload this peer will read, in bytes.
 
     Raises:
@@ -120,7 +124,10 @@ def check_envelope(env: Envelope, expect: RoundExpectation) -> Accepted | Reject
         return Rejected(RejectReason.STALE_BASE,
                         f"computed on round {env.base_round}'s state: {env.staleness} rounds stale, "
                         f"limit {expect.max_staleness}")
-    if env.codec not in expect.codecs:
+    spec = parse_codec(env.codec)
+    if isinstance(spec, Rejected):
+        return spec
+    if spec.name not in expect.codecs:
         return Rejected(RejectReason.DECODE_ERROR,
                         f"codec {env.codec!r} not among the accepted {list(expect.codecs)}")
     if env.shapes != expect.shapes:
@@ -128,7 +135,7 @@ def check_envelope(env: Envelope, expect: RoundExpectation) -> Accepted | Reject
     if env.payload_bytes > expect.max_payload_bytes:
         return Rejected(RejectReason.OVERSIZE,
                         f"declares {env.payload_bytes} payload bytes, limit {expect.max_payload_bytes}")
-    expected = expected_payload_bytes(env.codec, expect.numel)
+    expected = spec.payload_bytes(expect.numel)
     if env.payload_bytes != expected:
         detail = f"declares {env.payload_bytes} payload bytes; {env.codec} × {expect.numel} is {expected}"
         return Rejected(RejectReason.DECODE_ERROR, detail)

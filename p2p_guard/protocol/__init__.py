@@ -6,8 +6,10 @@ Module map:
     envelope.py: :data:`PROTOCOL_VERSION`, the signed commit :class:`Envelope`, :func:`sign_envelope`,
         :func:`open_envelope` (size → structure → version → signature; never raises),
         :func:`envelope_message` and :func:`pack_envelope` (for tests and simulated attackers).
-    codecs.py: :data:`CODECS` (``fp32``, ``fp16``), :func:`encode_update`, :func:`decode_update`,
-        :func:`expected_payload_bytes`.
+    codecs.py: :data:`CODECS` (``fp32``, ``fp16``, ``int8``, ``int4``, ``topk``), :func:`parse_codec` (a codec
+        string such as ``topk:density=0.05`` → :class:`CodecSpec`), :func:`encode_update`,
+        :func:`decode_update`, :func:`expected_payload_bytes` (exact size from codec and d).
+    quantized.py / sparse.py: the int8 / int4 and top-k codecs (layouts and size formulas).
     digests.py: :func:`payload_digest` / :func:`payload_hasher` (SHA-256 of a payload) and
         :func:`state_hash` (SHA-256 of the flat model state, lengths mixed in).
     records.py: the small signed DHT records beside commits (presence, state hash); import from the module.
@@ -16,7 +18,16 @@ The checks that depend on the round (run, round, base hash, shapes, codec, sizes
 stage 1 of the guard: ``p2p_guard.guard.integrity``.
 """
 
-from p2p_guard.protocol.codecs import CODECS, decode_update, encode_update, expected_payload_bytes
+from p2p_guard.protocol.codecs import (
+    CODECS,
+    LOSSLESS_CODECS,
+    CodecSpec,
+    codec_spec,
+    decode_update,
+    encode_update,
+    expected_payload_bytes,
+    parse_codec,
+)
 from p2p_guard.protocol.digests import DIGEST_BYTES, payload_digest, payload_hasher, state_hash
 from p2p_guard.protocol.envelope import (
     BODY_FIELDS,
@@ -40,16 +51,20 @@ __all__ = [
     "MAX_ENVELOPE_BYTES",
     "PROTOCOL_VERSION",
     "SUPPORTED_VERSIONS",
+    "LOSSLESS_CODECS",
     "Accepted",
+    "CodecSpec",
     "Envelope",
     "RejectReason",
     "Rejected",
+    "codec_spec",
     "decode_update",
     "encode_update",
     "envelope_message",
     "expected_payload_bytes",
     "open_envelope",
     "pack_envelope",
+    "parse_codec",
     "payload_digest",
     "payload_hasher",
     "sign_envelope",

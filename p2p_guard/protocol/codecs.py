@@ -1,53 +1,168 @@
 """Codecs: a flat float32 update ⇄ the payload bytes a peer serves.
 
-    fp32: payload = float32 little-endian bytes of Δ                (4 bytes per parameter)
-    fp16: payload = float16 little-endian bytes of Δ (round to nearest even)  (2 bytes per parameter)
+A codec string is a name from :data:`CODECS`, optionally with parameters (only ``topk`` has one)::
+
+    fp32                  float32 LE of Δ                                     4·d bytes       lossless
+    fp16                  float16 LE of Δ (round to nearest even)             2·d
+    int8                  absmax int8, one float32 scale per 1024 values      4·⌈d/1024⌉ + d
+    int4                  absmax 4-bit, one float32 scale per 64 values       4·⌈d/64⌉ + ⌈d/2⌉
+    topk[:density=ρ]      top-k per 4096 values, 2-bit values (ρ = 0.02)      8·m + 2·K + ⌈K/4⌉
+
+(layouts in :mod:`p2p_guard.protocol.quantized` and :mod:`p2p_guard.protocol.sparse`; ``docs/protocol.md``
+§2). The receiver computes the exact size from the envelope's codec string and the model's d before it
+reads a byte (:func:`expected_payload_bytes`), and every decoder returns ``Rejected`` on hostile bytes.
 
 An fp16 value above 65504 in magnitude becomes ±Inf, which a receiver rejects as ``NON_FINITE``: an honest
-sender clips or uses fp32. Decoding always returns float32.
+sender clips or uses fp32. Decoding always returns float32. Every codec but fp32 loses information; a sender
+keeps what was not sent in an error-feedback buffer (``training.error_feedback.ErrorFeedback``).
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import re
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from p2p_guard.protocol.reasons import RejectReason, Rejected
+from p2p_guard.protocol.quantized import (
+    decode_int4,
+    decode_int8,
+    encode_int4,
+    encode_int8,
+    int4_payload_bytes,
+    int8_payload_bytes,
+)
+from p2p_guard.protocol.reasons import Rejected, RejectReason
+from p2p_guard.protocol.sparse import (
+    TOPK_DEFAULT_DENSITY,
+    decode_topk,
+    encode_topk,
+    topk_payload_bytes,
+)
+
+__all__ = [
+    "CODECS",
+    "LOSSLESS_CODECS",
+    "CodecSpec",
+    "codec_spec",
+    "decode_update",
+    "encode_update",
+    "expected_payload_bytes",
+    "parse_codec",
+]
 
 logger = logging.getLogger(__name__)
 
-#: Names of the codecs this protocol version speaks.
-CODECS: tuple[str, ...] = ("fp32", "fp16")
+#: Names of the codecs this protocol version speaks (a codec string starts with one of them).
+CODECS: tuple[str, ...] = ("fp32", "fp16", "int8", "int4", "topk")
+#: Codecs whose decoded update is bit-identical to the encoded one (no error feedback needed).
+LOSSLESS_CODECS: tuple[str, ...] = ("fp32",)
 _NUMPY_DTYPES = {"fp32": "<f4", "fp16": "<f2"}
+_MAX_CODEC_CHARS = 32
+_DENSITY = re.compile(r"density=([0-9]{1,3}(?:\.[0-9]{1,12})?(?:[eE]-?[0-9]{1,3})?)")
+
+
+@dataclass(frozen=True)
+class CodecSpec:
+    """A parsed codec string.
+
+    Attributes:
+        name: The codec, one of :data:`CODECS`.
+        density: ρ of ``topk`` (fraction of values kept, in (0, 1]; 0.02 when the string names none); None
+            for the others.
+    """
+
+    name: str
+    density: float | None = None
+
+    @property
+    def lossless(self) -> bool:
+        """True when decode(encode(x)) == x bit for bit (``fp32``)."""
+        return self.name in LOSSLESS_CODECS
+
+    def payload_bytes(self, numel: int) -> int:
+        """Exact payload size in bytes for d = ``numel`` (formulas in the module docstring)."""
+        if self.name in _NUMPY_DTYPES:
+            return np.dtype(_NUMPY_DTYPES[self.name]).itemsize * numel
+        if self.name == "int8":
+            return int8_payload_bytes(numel)
+        if self.name == "int4":
+            return int4_payload_bytes(numel)
+        return topk_payload_bytes(numel, self.density or TOPK_DEFAULT_DENSITY)
+
+
+def parse_codec(codec: object) -> CodecSpec | Rejected:
+    """Parse a codec string (from a config or from a hostile envelope).
+
+    Grammar: ``NAME`` for a name of :data:`CODECS`, or ``topk:density=ρ`` with ρ a decimal (at most 3 integer
+    and 12 fraction digits, optional exponent) in (0, 1]. At most 32 characters.
+
+    Returns:
+        The :class:`CodecSpec`, or ``Rejected(DECODE_ERROR)`` naming what is wrong. Never raises.
+    """
+    if not isinstance(codec, str):
+        return Rejected(RejectReason.DECODE_ERROR, f"codec must be a str, got {type(codec).__name__}")
+    if len(codec) > _MAX_CODEC_CHARS:
+        return Rejected(
+            RejectReason.DECODE_ERROR, f"codec {codec[:32]!r}… is over {_MAX_CODEC_CHARS} characters"
+        )
+    name, colon, params = codec.partition(":")
+    if name not in CODECS:
+        return Rejected(RejectReason.DECODE_ERROR, f"unknown codec {codec!r}; known: {', '.join(CODECS)}")
+    if not colon:
+        return CodecSpec(name, TOPK_DEFAULT_DENSITY if name == "topk" else None)
+    if name != "topk":
+        return Rejected(RejectReason.DECODE_ERROR, f"codec {name} takes no parameters, got {codec!r}")
+    match = _DENSITY.fullmatch(params)
+    density = float(match.group(1)) if match else math.nan
+    if not 0.0 < density <= 1.0:
+        return Rejected(
+            RejectReason.DECODE_ERROR, f"codec {codec!r}: expected topk:density=ρ with ρ in (0, 1]"
+        )
+    return CodecSpec(name, density)
+
+
+def codec_spec(codec: str) -> CodecSpec:
+    """:func:`parse_codec` for local configuration: raises instead of rejecting.
+
+    Raises:
+        ValueError: An unknown or malformed codec string (the message says why).
+    """
+    spec = parse_codec(codec)
+    if isinstance(spec, Rejected):
+        raise ValueError(spec.detail)
+    return spec
 
 
 def expected_payload_bytes(codec: str, numel: int) -> int:
     """Exact payload size for ``numel`` parameters in ``codec``.
 
     Args:
-        codec: A name from :data:`CODECS`.
+        codec: A codec string (see :func:`parse_codec`).
         numel: Number of parameters d (≥ 0).
 
     Returns:
-        Size in bytes: 4·d for fp32, 2·d for fp16.
+        Size in bytes (formulas in the module docstring): 4·d for fp32, 2·d for fp16, ...
 
     Raises:
         ValueError: Unknown codec or negative ``numel``.
     """
-    dtype = _numpy_dtype(codec)
+    spec = codec_spec(codec)
     if isinstance(numel, bool) or not isinstance(numel, int) or numel < 0:
         raise ValueError(f"numel must be a non-negative int, got {numel!r}")
-    return np.dtype(dtype).itemsize * numel
+    return spec.payload_bytes(numel)
 
 
 def encode_update(vector: torch.Tensor, codec: str) -> bytes:
     """Encode a flat update.
 
     Args:
-        vector: ``(d,)`` floating-point tensor on any device (NaN/Inf are encoded as they are).
-        codec: A name from :data:`CODECS`.
+        vector: ``(d,)`` floating-point tensor on any device. NaN/Inf are encoded as they are by fp32/fp16;
+            the other codecs give their chunk a non-finite scale, so a receiver rejects it (``NON_FINITE``).
+        codec: A codec string (see :func:`parse_codec`).
 
     Returns:
         ``expected_payload_bytes(codec, d)`` bytes.
@@ -55,42 +170,51 @@ def encode_update(vector: torch.Tensor, codec: str) -> bytes:
     Raises:
         ValueError: Unknown codec, or ``vector`` is not a flat floating-point tensor.
     """
-    dtype = _numpy_dtype(codec)
+    spec = codec_spec(codec)
     if not isinstance(vector, torch.Tensor) or not vector.is_floating_point() or vector.dim() != 1:
         raise ValueError(f"vector must be a flat (d,) floating-point tensor, got {_describe(vector)}")
-    array = vector.detach().to(device="cpu", dtype=torch.float32).numpy()
-    with np.errstate(over="ignore"):  # fp16 overflow to ±Inf is documented; the receiver rejects it
-        return array.astype(dtype, copy=False).tobytes()
+    flat = vector.detach().to(device="cpu", dtype=torch.float32).contiguous()
+    if spec.name in _NUMPY_DTYPES:
+        with np.errstate(over="ignore"):  # fp16 overflow to ±Inf is documented; the receiver rejects it
+            return flat.numpy().astype(_NUMPY_DTYPES[spec.name], copy=False).tobytes()
+    if spec.name == "int8":
+        return encode_int8(flat)
+    if spec.name == "int4":
+        return encode_int4(flat)
+    return encode_topk(flat, spec.density or TOPK_DEFAULT_DENSITY)
 
 
-def decode_update(payload: bytes, codec: str, numel: int) -> torch.Tensor | Rejected:
+def decode_update(payload: bytes | bytearray | memoryview, codec: str, numel: int) -> torch.Tensor | Rejected:
     """Decode a payload into a flat float32 update.
 
     Args:
         payload: The received bytes (bytes, bytearray or memoryview), possibly hostile.
-        codec: The codec named in the (already checked) envelope.
+        codec: The codec string named in the (already checked) envelope.
         numel: Number of parameters d the model has.
 
     Returns:
-        A new ``(numel,)`` ``torch.float32`` CPU tensor (it may hold NaN/Inf; the guard checks that), or
-        ``Rejected(DECODE_ERROR)`` for an unknown codec or a payload whose length is not exactly
-        ``expected_payload_bytes(codec, numel)``. Never raises on a hostile payload.
+        A new ``(numel,)`` ``torch.float32`` CPU tensor (fp32/fp16 may hold NaN/Inf; the guard checks that),
+        or ``Rejected``: ``DECODE_ERROR`` for an unknown codec, a payload whose length is not exactly
+        ``expected_payload_bytes(codec, numel)`` (checked before any byte is read), or bytes no honest encoder
+        writes; ``NON_FINITE`` for a NaN/Inf scale. Never raises on a hostile payload.
     """
-    if not isinstance(codec, str) or codec not in _NUMPY_DTYPES:
-        return Rejected(RejectReason.DECODE_ERROR, f"unknown codec {str(codec)[:32]!r}")
-    expected = expected_payload_bytes(codec, numel)
+    spec = parse_codec(codec)
+    if isinstance(spec, Rejected):
+        return spec
+    expected = spec.payload_bytes(numel)
     if len(payload) != expected:
-        return Rejected(RejectReason.DECODE_ERROR,
-                        f"{codec} payload for {numel} parameters is {expected} bytes, got {len(payload)}")
-    array = np.frombuffer(payload, dtype=_NUMPY_DTYPES[codec]).astype(np.float32)
-    return torch.from_numpy(array)
-
-
-def _numpy_dtype(codec: str) -> str:
-    dtype = _NUMPY_DTYPES.get(codec) if isinstance(codec, str) else None
-    if dtype is None:
-        raise ValueError(f"unknown codec {codec!r}; known: {', '.join(CODECS)}")
-    return dtype
+        return Rejected(
+            RejectReason.DECODE_ERROR,
+            f"{codec} payload for {numel} parameters is {expected} bytes, got {len(payload)}",
+        )
+    if spec.name in _NUMPY_DTYPES:
+        array = np.frombuffer(payload, dtype=_NUMPY_DTYPES[spec.name]).astype(np.float32)
+        return torch.from_numpy(array)
+    if spec.name == "int8":
+        return decode_int8(payload, numel)
+    if spec.name == "int4":
+        return decode_int4(payload, numel)
+    return decode_topk(payload, numel, spec.density or TOPK_DEFAULT_DENSITY)
 
 
 def _describe(value: object) -> str:

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from p2p_guard.protocol.codecs import CODECS
+from p2p_guard.protocol.codecs import CODECS, parse_codec
+from p2p_guard.protocol.reasons import Rejected
 
 __all__ = ["PeerConfig", "config_from_mapping"]
 
@@ -38,7 +39,7 @@ class PeerConfig:
         assumed_byzantine: f̂, how many Byzantine senders the guard is configured to tolerate (None: guard default).
         attack: attack spec for a simulated adversarial peer (``NAME:key=value,...`` or ``module:Class``).
         byzantine_count: how many Byzantine peers the attack may assume collude (omniscient attacks use it).
-        codec: wire codec of pseudo-gradients (``fp32`` or ``fp16``).
+        codec: wire codec of pseudo-gradients (``fp32``, ``fp16``, ``int8``, ``int4``, ``topk[:density=ρ]``).
         outer_lr: outer Nesterov learning rate (DiLoCo: 0.7).
         outer_momentum: outer Nesterov momentum (DiLoCo: 0.9).
         min_peers: the first round starts once this many peers (self included) are present.
@@ -163,8 +164,9 @@ class PeerConfig:
         _check_types(self)
         if not _RUN_ID.fullmatch(self.run_id):
             raise ValueError(f"run_id must be 1-64 characters of [A-Za-z0-9._-]; got run_id={self.run_id!r}")
-        if self.codec not in CODECS:
-            raise ValueError(f"codec must be one of {CODECS}; got codec={self.codec!r}")
+        if isinstance(parse_codec(self.codec), Rejected):
+            raise ValueError(f"codec must be one of {CODECS} (topk:density=RHO sets topk's density); "
+                             f"got codec={self.codec!r}")
         for name in ("byzantine_count", "assumed_byzantine"):
             value = getattr(self, name)
             if value is not None and value < 0:

@@ -349,7 +349,7 @@ RESIGNED: dict[str, tuple[bytes, RejectReason]] = {
     "stale base": (sign_envelope(envelope(base_round=ROUND - 3), ALICE), RejectReason.STALE_BASE),
     "wrong run": (sign_envelope(envelope(run_id=RUN + "-x"), ALICE), RejectReason.WRONG_RUN),
     "wrong shape": (sign_envelope(envelope(shapes=((3, 2),)), ALICE), RejectReason.SHAPE_MISMATCH),
-    "unknown codec": (sign_envelope(envelope(codec="int8"), ALICE), RejectReason.DECODE_ERROR),
+    "unknown codec": (sign_envelope(envelope(codec="int9"), ALICE), RejectReason.DECODE_ERROR),
     "huge declared size": (sign_envelope(envelope(payload_bytes=2**63 - 1), ALICE), RejectReason.OVERSIZE),
     "inconsistent size": (sign_envelope(envelope(payload_bytes=4 * NUMEL + 4), ALICE), RejectReason.DECODE_ERROR),
     "impersonation": (sign_envelope(envelope(MALLORY), MALLORY), RejectReason.BAD_SIGNATURE),

@@ -56,12 +56,12 @@ class TestRoundExpectation:
         expect = expectation(shapes=[[2, 3], [4]])
         assert expect.shapes == SHAPES
         assert expect.numel == 10
-        assert expect.codecs == ("fp32", "fp16")
+        assert expect.codecs == ("fp32", "fp16", "int8", "int4", "topk")
 
     @pytest.mark.parametrize(
         "overrides",
         [{"run_id": ""}, {"round": -1}, {"round": True}, {"max_staleness": -1}, {"max_staleness": 1.5},
-         {"codecs": ()}, {"codecs": ("int8",)}, {"max_payload_bytes": 0}, {"max_payload_bytes": 1.5},
+         {"codecs": ()}, {"codecs": ("int9",)}, {"max_payload_bytes": 0}, {"max_payload_bytes": 1.5},
          {"shapes": ((2, -3),)}, {"shapes": ((2.0,),)}],
     )
     def test_rejects_bad_configuration(self, overrides: dict[str, object]) -> None:
@@ -82,7 +82,7 @@ class TestCheckEnvelope:
             ({"round": 2}, RejectReason.WRONG_ROUND),
             ({"round": 4}, RejectReason.WRONG_ROUND),
             ({"base_round": 1}, RejectReason.STALE_BASE),
-            ({"codec": "int8"}, RejectReason.DECODE_ERROR),
+            ({"codec": "int9"}, RejectReason.DECODE_ERROR),
             ({"shapes": ((3, 2), (4,))}, RejectReason.SHAPE_MISMATCH),
             ({"shapes": ((10,),)}, RejectReason.SHAPE_MISMATCH),
             ({"shapes": ((2, 3), (4,), (1,))}, RejectReason.SHAPE_MISMATCH),
@@ -109,7 +109,7 @@ class TestCheckEnvelope:
         assert reason_of(check_envelope(env, expectation())) is RejectReason.DECODE_ERROR
 
     def test_order_cheapest_first(self) -> None:
-        everything_wrong, _ = honest(run_id="x", round=0, base_hash=bytes(32), codec="int8", shapes=((1,),),
+        everything_wrong, _ = honest(run_id="x", round=0, base_hash=bytes(32), codec="int9", shapes=((1,),),
                                      payload_bytes=2**40)
         assert reason_of(check_envelope(everything_wrong, expectation())) is RejectReason.WRONG_RUN
         env = dataclasses.replace(everything_wrong, run_id="run-1")

@@ -1,0 +1,113 @@
+"""``p2p-guard bench wire``: bytes per parameter, codec cost and DiLoCo quality per codec, without a swarm.
+
+Exit codes: 0 done, 1 a ``--quick`` check failed, 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser", "run_wire"]
+
+EXIT_CHECK_FAILED = 1
+EXIT_USAGE = 2
+
+FULL_SIZES = (10**5, 10**6, 10**7)
+QUICK_SIZES = (10**5, 10**6)
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """Register ``bench wire`` on the ``bench`` sub-command's subparsers."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "wire",
+        help="every codec: bytes per parameter, encode/decode time, error, and DiLoCo accuracy on digits",
+        description="For each codec: bytes per parameter per round, encode and decode time and relative "
+        "reconstruction error at d = 1e5, 1e6, 1e7 (--quick: 1e5, 1e6), then an in-process DiLoCo run on "
+        "digits (n workers, mean aggregation, outer Nesterov, error feedback per worker) giving the final "
+        "accuracy per codec against fp32. No swarm, no network.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--quick", action="store_true", help="d = 1e5, 1e6 and a shorter run, with checks")
+    parser.add_argument("--codecs", nargs="+", default=None, help="codec strings (default: all seven)")
+    parser.add_argument("--workers", type=int, default=None, help="simulated workers (default 8; --quick 4)")
+    parser.add_argument("--rounds", type=int, default=None, help="outer rounds (default 20; --quick 10)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the updates and of the run")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the results here")
+    parser.set_defaults(func=run_wire)
+    return parser
+
+
+def run_wire(args: argparse.Namespace) -> int:
+    """Run ``p2p-guard bench wire`` with parsed arguments and return the exit code."""
+    import torch
+
+    from p2p_guard.bench.report import command_line, machine_info
+    from p2p_guard.bench.wire import WIRE_CODECS, convergence, format_tables, measure_codecs
+    from p2p_guard.protocol import CODECS, Rejected, parse_codec
+
+    started = time.monotonic()
+    codecs = list(args.codecs or WIRE_CODECS)
+    bad = [c for c in codecs if isinstance(parse_codec(c), Rejected)]
+    if bad:
+        print(
+            f"p2p-guard bench wire: error: unknown codec(s) {bad}; known: {', '.join(CODECS)} "
+            f"(topk:density=RHO)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    workers = args.workers or (4 if args.quick else 8)
+    rounds = args.rounds or (10 if args.quick else 20)
+    if workers < 1 or rounds < 1 or args.threads < 1:
+        print("p2p-guard bench wire: error: --workers, --rounds and --threads must be >= 1", file=sys.stderr)
+        return EXIT_USAGE
+    torch.set_num_threads(args.threads)
+
+    def note(line: str) -> None:
+        print(f"  {line} ...", file=sys.stderr, flush=True)
+
+    sizes = measure_codecs(codecs, QUICK_SIZES if args.quick else FULL_SIZES, seed=args.seed, progress=note)
+    quality = convergence(codecs, workers=workers, rounds=rounds, seed=args.seed, progress=note)
+    print(format_tables(sizes, quality))
+    failed = _quick_checks(sizes, quality) if args.quick else []
+    for message in failed:
+        print(f"FAIL: {message}")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        meta = {
+            "command": command_line(),
+            "wall_s": time.monotonic() - started,
+            "threads": args.threads,
+            "machine": machine_info(),
+        }
+        args.json.write_text(
+            json.dumps({"meta": meta, "sizes": sizes, "convergence": quality}, indent=1) + "\n"
+        )
+        print(f"results: {args.json}")
+    print(f"{time.monotonic() - started:.0f} s")
+    return EXIT_CHECK_FAILED if failed else 0
+
+
+def _quick_checks(sizes: list[dict[str, Any]], quality: list[dict[str, Any]]) -> list[str]:
+    """What --quick asserts: fp32 is exact and the others smaller; fp16/int8 within 1 point of fp32's
+    accuracy; every codec learns (accuracy ≥ 0.8; chance is 0.1)."""
+    failed = []
+    for row in sizes:
+        if row["codec"] == "fp32" and (row["rel_error"] != 0.0 or row["bytes_per_param"] != 4.0):
+            failed.append(f"fp32 at d={row['numel']} is not 4 exact bytes per parameter")
+        if row["codec"] != "fp32" and row["bytes_per_param"] >= 4.0:
+            failed.append(f"{row['codec']} at d={row['numel']} is not smaller than fp32")
+    for row in quality:
+        delta = row["accuracy_vs_fp32"]
+        if row["codec"] in ("fp16", "int8") and delta is not None and delta < -1.0:
+            failed.append(
+                f"{row['codec']}: accuracy {100 * row['accuracy']:.1f}% is {-delta:.1f} points " f"under fp32"
+            )
+        if row["accuracy"] < 0.8:
+            failed.append(f"{row['codec']}: accuracy {100 * row['accuracy']:.1f}% < 80%")
+    return failed

@@ -1,0 +1,136 @@
+"""Error feedback on the sender: what a lossy codec did not send this round is sent in a later one.
+
+With e_0 = 0, pseudo-gradient Δ_r and codec (encode C, decode D)::
+
+    a_r     = Δ_r + e_r            what we would like to send
+    p_r     = C(a_r)               the payload (bytes)
+    ŝ_r     = D(p_r)               what every receiver decodes
+    e_{r+1} = a_r − ŝ_r            the residual, carried over
+
+so Σ_{r<R} ŝ_r + e_R = Σ_{r<R} Δ_r (up to float32 rounding of the additions): nothing is lost, only delayed.
+For the lossless ``fp32`` the residual stays 0 and the payload is ``encode_update(Δ_r, "fp32")``.
+
+The residual is part of the peer's state: put :meth:`ErrorFeedback.state_dict` into the checkpoint, and a
+restarted peer resumes with :meth:`ErrorFeedback.load_state_dict`.
+
+References:
+    Seide et al., "1-Bit Stochastic Gradient Descent and its Application to Data-Parallel Distributed Training
+    of Speech DNNs", Interspeech 2014 (error feedback). Karimireddy et al., "Error Feedback Fixes SignSGD
+    and other Gradient Compression Schemes", ICML 2019, arXiv:1901.09847. Sarfi et al., "Communication
+    Efficient LLM Pre-training with SparseLoCo", arXiv:2508.15706, 2025 (error feedback with top-k).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from p2p_guard.protocol.codecs import codec_spec, decode_update, encode_update
+from p2p_guard.protocol.reasons import Rejected
+
+__all__ = ["ErrorFeedback"]
+
+logger = logging.getLogger(__name__)
+
+
+class ErrorFeedback:
+    """A sender's error-feedback buffer for one codec and one model size.
+
+    Args:
+        codec: A codec string (``protocol.parse_codec``), e.g. ``int8`` or ``topk:density=0.02``.
+        numel: d, the number of parameters (≥ 0).
+
+    Attributes:
+        codec: The codec string.
+        numel: d.
+        residual: ``(d,)`` float32 CPU tensor e_r (zeros at the start; always zeros for ``fp32``).
+
+    Raises:
+        ValueError: Unknown codec or a negative ``numel``.
+    """
+
+    def __init__(self, codec: str, numel: int) -> None:
+        """Check the codec and start with a zero residual."""
+        self._spec = codec_spec(codec)
+        if isinstance(numel, bool) or not isinstance(numel, int) or numel < 0:
+            raise ValueError(f"numel must be a non-negative int, got {numel!r}")
+        self.codec = codec
+        self.numel = numel
+        self.residual = torch.zeros(numel, dtype=torch.float32)
+
+    def __repr__(self) -> str:
+        """Codec, size and the residual's norm."""
+        return (
+            f"ErrorFeedback(codec={self.codec!r}, numel={self.numel}, |e|={float(self.residual.norm()):.3g})"
+        )
+
+    def compress(self, delta: torch.Tensor) -> tuple[bytes, torch.Tensor]:
+        """Encode Δ + e, keep e ← (Δ + e) − decoded, and return the payload with what it decodes to.
+
+        Args:
+            delta: ``(d,)`` float tensor Δ_r (any device; used as float32 on the CPU).
+
+        Returns:
+            ``(payload, sent)``: ``expected_payload_bytes(codec, d)`` bytes, and the ``(d,)`` float32 CPU
+            tensor every receiver decodes from them (ŝ_r; Δ_r itself for ``fp32``).
+
+        Raises:
+            ValueError: ``delta`` is not a ``(d,)`` float tensor, or Δ + e holds NaN/±Inf (a local fault,
+                e.g. a diverged inner phase); the residual is then left unchanged.
+        """
+        if (
+            not isinstance(delta, torch.Tensor)
+            or not delta.is_floating_point()
+            or tuple(delta.shape) != (self.numel,)
+        ):
+            raise ValueError(
+                f"delta must be a ({self.numel},) float tensor, got "
+                f"{getattr(delta, 'dtype', type(delta).__name__)} {tuple(getattr(delta, 'shape', ()))}"
+            )
+        flat = delta.detach().to(device="cpu", dtype=torch.float32)
+        if self._spec.lossless:
+            return encode_update(flat, self.codec), flat.clone()
+        target = flat + self.residual
+        if not bool(torch.isfinite(target).all()):
+            raise ValueError(
+                f"the update to send holds {int((~torch.isfinite(target)).sum())} NaN/±Inf values"
+            )
+        payload = encode_update(target, self.codec)
+        sent = decode_update(payload, self.codec, self.numel)
+        if isinstance(sent, Rejected) or not bool(torch.isfinite(sent).all()):  # fp16 beyond ±65504
+            detail = sent.detail if isinstance(sent, Rejected) else "it decodes to NaN/±Inf"
+            raise ValueError(f"{self.codec} cannot carry this update: {detail}")
+        self.residual = target - sent
+        return payload, sent
+
+    def encode(self, delta: torch.Tensor) -> bytes:
+        """:meth:`compress` without the decoded update: the payload to commit and serve."""
+        return self.compress(delta)[0]
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"codec": str, "numel": int, "residual": (d,) float32 tensor (a copy)}``."""
+        return {"codec": self.codec, "numel": self.numel, "residual": self.residual.clone()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from :meth:`state_dict` (e.g. out of a checkpoint).
+
+        Raises:
+            ValueError: The state is for another codec or size, or its residual is not a finite ``(d,)``
+                float32 tensor.
+        """
+        if state.get("codec") != self.codec or state.get("numel") != self.numel:
+            raise ValueError(
+                f"error-feedback state is for codec={state.get('codec')!r}, numel={state.get('numel')!r}; "
+                f"this buffer is codec={self.codec!r}, numel={self.numel}"
+            )
+        residual = state.get("residual")
+        if (
+            not isinstance(residual, torch.Tensor)
+            or residual.dtype != torch.float32
+            or tuple(residual.shape) != (self.numel,)
+            or not bool(torch.isfinite(residual).all())
+        ):
+            raise ValueError(f"error-feedback residual must be a finite ({self.numel},) float32 tensor")
+        self.residual = residual.detach().to("cpu").clone()

@@ -1,0 +1,68 @@
+"""``bench wire`` without a swarm: exact sizes per codec, the in-process DiLoCo check, the CLI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from p2p_guard.bench.wire import WIRE_CODECS, convergence, format_tables, measure_codecs, synthetic_update
+from p2p_guard.cli import bench_wire_cmd
+
+
+def test_synthetic_update_is_seeded() -> None:
+    a, b = synthetic_update(5000, 1), synthetic_update(5000, 1)
+    assert torch.equal(a, b) and a.dtype == torch.float32 and a.shape == (5000,)
+    assert not torch.equal(a, synthetic_update(5000, 2))
+
+
+@pytest.mark.timeout(300)
+def test_measure_codecs_sizes_and_errors() -> None:
+    rows = measure_codecs(WIRE_CODECS, [8192], repeats=1)
+    by_codec = {row["codec"]: row for row in rows}
+    assert [row["codec"] for row in rows] == list(WIRE_CODECS)
+    # 8192 = 2 chunks of 4096: topk keeps 41 / 82 / 205 per chunk; int8 8 scales; int4 128 scales
+    assert {c: r["payload_bytes"] for c, r in by_codec.items()} == {
+        "fp32": 32768, "fp16": 16384, "int8": 4 * 8 + 8192, "int4": 4 * 128 + 4096,
+        "topk:density=0.01": 16 + 2 * 82 + 21, "topk:density=0.02": 16 + 2 * 164 + 41,
+        "topk:density=0.05": 16 + 2 * 410 + 103,
+    }  # fmt: skip
+    assert by_codec["fp32"]["rel_error"] == 0.0
+    errors = [by_codec[c]["rel_error"] for c in ("fp16", "int8", "int4", "topk:density=0.05")]
+    assert errors == sorted(errors) and 0 < errors[0] < 1e-3 < errors[-1] < 1
+    assert all(r["encode_s"] >= 0 and r["decode_s"] >= 0 for r in rows)
+
+
+@pytest.mark.timeout(300)  # a few seconds alone; minutes on a loaded 2-core machine
+def test_convergence_matches_fp32_exactly_for_fp32_twice() -> None:
+    rows = convergence(["fp32", "fp32", "topk:density=0.01"], workers=2, rounds=2, inner_steps=3)
+    assert rows[0]["accuracy"] == rows[1]["accuracy"]  # same seed, same run
+    assert rows[0]["accuracy_vs_fp32"] == 0.0 and rows[0]["residual_norm"] == 0.0
+    assert rows[0]["bytes_per_param"] == 4.0 and rows[2]["bytes_per_param"] < 0.05
+    assert rows[2]["residual_norm"] > 0
+    table = format_tables([], rows)
+    assert "| topk:density=0.01 |" in table and "2 workers, 2 rounds" in table
+
+
+def test_cli_rejects_unknown_codec(capsys: pytest.CaptureFixture[str]) -> None:
+    args = argparse.Namespace(codecs=["int9"], quick=True, workers=None, rounds=None, seed=0, threads=1,
+                              json=None)
+    assert bench_wire_cmd.run_wire(args) == bench_wire_cmd.EXIT_USAGE
+    assert "unknown codec(s) ['int9']" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(300)
+def test_cli_quick_run_writes_json(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(bench_wire_cmd, "QUICK_SIZES", (4096,))
+    out = tmp_path / "wire.json"
+    args = argparse.Namespace(codecs=["fp32", "int8"], quick=True, workers=2, rounds=2, seed=0, threads=1,
+                              json=out)
+    code = bench_wire_cmd.run_wire(args)
+    data = json.loads(out.read_text())
+    assert [row["codec"] for row in data["sizes"]] == ["fp32", "int8"]
+    assert [row["codec"] for row in data["convergence"]] == ["fp32", "int8"]
+    accuracies = [row["accuracy"] for row in data["convergence"]]
+    assert code == (0 if min(accuracies) >= 0.8 and accuracies[0] - accuracies[1] <= 0.01 else 1)
