@@ -61,6 +61,7 @@ from p2p_guard.swarm.standing import VoteBook
 from p2p_guard.swarm.transport import OK, TOO_SLOW, PayloadServer, fetch
 from p2p_guard.swarm.validator import RecordValidator, fetch_validator_report
 from p2p_guard.tasks import load_task
+from p2p_guard.training.error_feedback import ErrorFeedback
 from p2p_guard.training.local import LocalModel, pick_device, round_generator
 
 __all__ = ["Peer", "run_peer"]
@@ -155,6 +156,7 @@ class Peer:
         self.log = _PeerLog(logger, {"peer": self.me[-8:], "round": 0})
         self.inner_steps = config.inner_steps or local.task.default_hparams.inner_steps
         self.wire = wire_behaviour(self.attack)
+        self.error_feedback = ErrorFeedback(config.codec, local.numel)
         self.votes = _vote_book(config, identity, dht, self.wire, allowed) if config.reputation else None
         self.rng = random.SystemRandom()
         self.paused = False
@@ -271,10 +273,22 @@ class Peer:
             swarm += 1
         return swarm
 
-    async def commit(self, round_: int, inner: InnerResult) -> tuple[bytes, bytes]:
-        """Sign and store the envelope of our update of ``round_``; return (sealed envelope, payload to serve)."""
+    async def commit(self, round_: int, inner: InnerResult) -> tuple[bytes, bytes, torch.Tensor]:
+        """Sign and store the envelope of our update of ``round_``.
+
+        The update goes through our codec with error feedback (what a lossy codec did not send carries over to
+        the next round, ``training.error_feedback``).
+
+        Returns:
+            (sealed envelope, payload to serve, ``(d,)`` float32 update as the receivers will decode it, which
+            is our own row in our guard).
+        """
         update = self._attacked(inner.delta, round_)
-        payload = encode_update(update, self.config.codec)
+        try:
+            payload, sent = self.error_feedback.compress(update)
+        except ValueError as e:  # a non-finite Δ (only an attack or a local fault makes one): sent as it is
+            self.log.error("error feedback refused our update (%s); sending it without", e)
+            payload, sent = encode_update(update, self.config.codec), update
         envelope = Envelope(protocol_version=PROTOCOL_VERSION, run_id=self.config.run_id, round=round_,
                             sender=self.identity.peer_id, base_hash=self.local.state_hash(),
                             digest=payload_digest(payload), codec=self.config.codec, shapes=self.local.shapes,
@@ -295,7 +309,7 @@ class Peer:
             await asyncio.sleep(EQUIVOCATION_DELAY_S)
             await self.dht.store(commit_key(self.config.run_id, round_), self.me, seal(second, self.identity),
                                  COMMIT_TTL_S + 1)
-        return sealed, draft.serve_payload
+        return sealed, draft.serve_payload, sent
 
     # -- communicate: close, reveal, sample, fetch, judge, mix ---------------------------------------------------
 
@@ -608,6 +622,13 @@ async def _start_round(peer: Peer, config: PeerConfig, stop: asyncio.Event) -> i
             ckpt = None
         if ckpt is not None:
             peer.local.resume(ckpt.theta, ckpt.momentum)
+            residual = ckpt.extra.get("ef_residual")
+            if residual is not None:
+                try:
+                    peer.error_feedback.load_state_dict({"codec": config.codec, "numel": peer.local.numel,
+                                                         "residual": residual})
+                except ValueError as e:
+                    peer.log.warning("error-feedback buffer of the checkpoint not used: %s", e)
             round_ = ckpt.round
             peer.log.info("resumed from our checkpoint at round %d", round_)
             peer.events.emit("resume_checkpoint", round=round_)
@@ -666,9 +687,9 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
                 continue
             round_ = target
             peer._set_round(round_)
-            sealed, serve = await peer.commit(round_, inner)
+            sealed, serve, sent = await peer.commit(round_, inner)
             mix = config.mix_every > 0 and (round_ % config.mix_every == 0 or target > inner.base_round + 1)
-            pending = asyncio.create_task(peer.communicate(round_, inner.delta, sealed, serve, stop, mix=mix))
+            pending = asyncio.create_task(peer.communicate(round_, sent, sealed, serve, stop, mix=mix))
             pending_inner = inner
             if not config.overlap:
                 completed += await _finish(peer, pending, pending_inner, clock, bar, stop)
@@ -725,7 +746,8 @@ async def _finish(peer: Peer, pending: asyncio.Task[RoundOutcome], inner: InnerR
     config = peer.config
     if config.checkpoint_dir:
         save_checkpoint(config.checkpoint_dir, Checkpoint(config.run_id, outcome.round + 1, peer.local.theta,
-                                                          peer.local.momentum))
+                                                          peer.local.momentum,
+                                                          {"ef_residual": peer.error_feedback.residual}))
     snapshot = _write_snapshot(config.snapshot_dir, outcome.round, peer.local.theta)
     if peer.votes is not None:
         await peer.votes.publish(outcome.round, outcome.verdicts)
