@@ -56,6 +56,7 @@ _FLAGS: dict[str, dict[str, Any]] = {
                    "help": "publish signed verdicts and keep a reputation (default: on)"},
     "reputation_exclusion": {"action": argparse.BooleanOptionalAction,
                              "help": "drop senders the reputation excludes before aggregation (default: off)"},
+    "start_peers": {"type": int, "help": "the first round waits for this many peers (default: min_peers)"},
     "fanout": {"type": int, "metavar": "K", "help": "most payloads fetched per round (default 8)"},
     "max_staleness": {"type": int, "help": "oldest update applied, in rounds (default 4)"},
     "overlap": {"action": argparse.BooleanOptionalAction, "help": "overlap communication with the next inner phase"},

@@ -224,7 +224,7 @@ def peer_command(
         "--partition", config.partition,
         "--rounds", str(config.rounds),
         "--guard", config.guard,
-        "--min-peers", str(config.num_peers),
+        "--start-peers", str(config.num_peers),
         "--identity", str(paths["identity"]),
         "--events", str(paths["events"]),
         "--state-out", str(paths["state"]),

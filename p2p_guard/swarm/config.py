@@ -82,6 +82,8 @@ class PeerConfig:
             rejected them persistently and the votes we weigh agree). Off by default: in small swarms near
             convergence the guard's own false positives can get an honest peer excluded by the others but not by
             itself, which forks the honest models (found in a 3-honest-peer, 100-round run).
+        start_peers: the first round waits until this many peers (self included) are present (None: ``min_peers``);
+            later rounds pause only below ``min_peers``. ``simulate`` starts the swarm together with it.
         fanout: k, the most payloads fetched per round, drawn with private randomness among the round's commits
             (all of them in a swarm of at most k + 1 peers).
         max_staleness: largest round − base_round of an update that is still applied (with weight
@@ -149,6 +151,7 @@ class PeerConfig:
     proof_dir: str | None = None
     reputation: bool = True
     reputation_exclusion: bool = False
+    start_peers: int | None = None
     fanout: int = 8
     max_staleness: int = 4
     overlap: bool = False
@@ -196,6 +199,8 @@ class PeerConfig:
             _check_positive(name, getattr(self, name))
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"device must be auto, cpu or cuda; got device={self.device!r}")
+        if self.start_peers is not None:
+            _check_positive("start_peers", self.start_peers)
         for name in ("fanout", "mix_peers", "catch_up_peers"):
             _check_positive(name, getattr(self, name))
         for name in ("max_staleness", "mix_every"):

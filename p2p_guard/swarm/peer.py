@@ -200,9 +200,12 @@ class Peer:
             TimeoutError: if ``timeout_s`` passes first.
         """
         started = time.monotonic()
+        needed = self.config.min_peers
+        if timeout_s is not None and self.config.start_peers is not None:  # the first join
+            needed = self.config.start_peers
         while True:
             others = await self.others_present()
-            if len(others) + 1 >= self.config.min_peers or stop.is_set():
+            if len(others) + 1 >= needed or stop.is_set():
                 if self.paused:
                     paused_s = time.monotonic() - started
                     if timeout_s is None:
@@ -212,16 +215,15 @@ class Peer:
                     self.paused = False
                 return others
             if timeout_s is not None and time.monotonic() - started > timeout_s:
-                raise TimeoutError(f"only {len(others) + 1} of min_peers={self.config.min_peers} peers joined "
-                                   f"within {timeout_s:.0f} s; check --initial-peers")
+                raise TimeoutError(f"only {len(others) + 1} of {needed} peers joined within {timeout_s:.0f} s; "
+                                   "check --initial-peers")
             if not self.paused:
                 self.paused = True
                 what = "waiting for peers" if timeout_s is not None else "paused"
-                self.log.info("%s: %d of min_peers=%d present (self included); not training alone", what,
-                              len(others) + 1, self.config.min_peers)
+                self.log.info("%s: %d of %d peers present (self included); not training alone", what,
+                              len(others) + 1, needed)
                 if timeout_s is None:  # the first join is not a pause
-                    self.events.emit("pause", round=self.round, present=len(others) + 1,
-                                     needed=self.config.min_peers)
+                    self.events.emit("pause", round=self.round, present=len(others) + 1, needed=needed)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
 
