@@ -219,6 +219,25 @@ def render(cfg: Any, summary: dict[str, Any], meta: dict[str, Any], plots_rel: s
         )
     out += _table(["aggregator", "worst case (%)", "worst attack", "clean (%)", "worst − C (points)"], rows)
 
+    if summary.get("expert"):
+        out += [
+            "## True f given (expert override)",
+            "",
+            f"The tables above tell no rule the number of attackers (f unknown: `semantic` takes f̂ = ⌊(n − 1)/2⌋, "
+            f"rules that need f get the user's default f̂). Here the rules that accept an f are told the true "
+            f"f = {f} (`--assumed-byzantine {f}`), a configuration no user of an open swarm can have.",
+            "",
+        ]
+        arms = list(summary["expert"])
+        rows = [
+            [f"`{a}`", *(_pct(summary["expert"][arm]["headline"][a]) for arm in arms)] for a in summary["columns"]
+        ]
+        rows.append(
+            ["**worst case**", *(f"**{_pct(wc[1])}**" if (wc := summary["expert"][arm]["worst"]) else "–"
+                                 for arm in arms)]
+        )  # fmt: skip
+        out += _table(["attack", *(f"`{arm}`" for arm in arms)], rows)
+
     out += [
         "## Verdicts on honest peers",
         "",
@@ -307,6 +326,27 @@ def render(cfg: Any, summary: dict[str, Any], meta: dict[str, Any], plots_rel: s
         out += _table(
             ["aggregator", *(f"{round(100 * fr)}% (f = {round(fr * n)})" for fr in fractions)], rows
         )
+    if summary.get("fraction_table"):
+        out += [
+            "Per attacker fraction, f unknown to every rule: worst case over the swept attacks, clean accuracy, "
+            "backdoor attack success rate, honest false-positive rate (over the fraction's cells).",
+            "",
+        ]
+        for partition in cfg.sweep_partitions:
+            for fr in fractions:
+                k = round(fr * n)
+                if k == 0:
+                    continue
+                out += [f"`{partition}`, {round(100 * fr)}% attackers (f = {k} of {n}):", ""]
+                rows = []
+                for g in guards:
+                    cell = summary["fraction_table"][g][partition][fr]
+                    wc = cell["worst"]
+                    asr = "; ".join(f"{_pct(v, std=False)}" for v in cell["asr"].values()) or "–"
+                    rows.append([f"`{g}`", _pct(wc[1], std=False) if wc else "–", f"`{wc[0]}`" if wc else "–",
+                                 _pct(cell["clean"], std=False), asr, _rate(cell["fp_rate"], 2)])  # fmt: skip
+                out += _table(["aggregator", "worst case (%)", "worst attack", "clean (%)", "backdoor ASR (%)",
+                               "honest FP"], rows)  # fmt: skip
     out += [
         "Attacks swept per aggregator: "
         + "; ".join(

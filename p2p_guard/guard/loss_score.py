@@ -3,7 +3,8 @@
 ℓ_j = L_i(θ_i − η·Δ_j),   ℓ_0 = L_i(θ_i),   ℓ_own = L_i(θ_i − η·Δ_i)
 gain_own = max(ℓ_0 − ℓ_own, ε)
 s_j = (ℓ_0 − ℓ_j) / gain_own                         (the per-sender loss score; 1 = as good as our own)
-reject_j  ⇔  ℓ_j − ℓ_0 > c_loss · gain_own  (and j is not our own row)
+reject_j  ⇔  ℓ_j > ℓ_0 + c_loss · gain_own   and   ℓ_j > med_k ℓ_k + c_mad · 1.4826 · MAD_k ℓ_k
+             (and j is not our own row)
 
 where
     - L_i is the receiver's loss on a batch of its own held-out data, new each round and never published, so an
@@ -12,9 +13,13 @@ where
     - η is the step the callable takes (``loss_at(delta)`` evaluates θ_i − η·delta; the peer picks η, e.g. the
       outer learning rate over the number of rows, the weight of one row in the aggregate's step);
     - ε = 1e-12 keeps the score finite when our own update does not lower our loss;
-    - c_loss > 0: a row is rejected when it *raises* our loss by more than c_loss times what our own update
-      lowers it. An honest row trained on other labels (non-IID) may raise it a little; sign flips, IPM and
-      scaled updates raise it by many times our own gain.
+    - c_loss > 0: a row is rejected only when it *raises* our loss by more than c_loss times what our own
+      update lowers it, and c_mad > 0: only when its loss is also an outlier among the round's rows (median
+      plus c_mad robust standard deviations, MAD the median absolute deviation). An honest row trained on
+      other labels (non-IID) raises our loss a little and like the other honest rows; sign flips, IPM and
+      scaled updates raise it by many times our own gain and far beyond the others. The second test is what
+      keeps honest false positives down under non-IID data (measured: 14 % with the first test alone on
+      digits, Dirichlet 0.5, 9 peers).
 
 The rows are scored in row order with one call each (k + 2 forward passes for k rows); ``loss_at`` must not
 raise on a finite row; a non-finite loss counts as a rejection.
@@ -87,22 +92,32 @@ def score_rows(updates: torch.Tensor, own_index: int | None, loss_at: LossAt) ->
     return LossScores(base=base, own=own, losses=losses, scores=scores)
 
 
-def loss_rejections(scores: LossScores, own_index: int | None, *, c_loss: float) -> dict[int, str]:
-    """Rows whose step raises our loss by more than ``c_loss`` × our own gain (our own row never).
+def loss_rejections(
+    scores: LossScores, own_index: int | None, *, c_loss: float, c_mad: float = 3.0
+) -> dict[int, str]:
+    """Rows whose step raises our loss by more than ``c_loss`` × our gain and is a loss outlier (own never).
 
     Args:
         scores: the stage's measurements.
         own_index: our row (never rejected), or None.
         c_loss: tolerance, ``> 0``, in units of our own gain.
+        c_mad: outlier tolerance, ``> 0``, in robust standard deviations (1.4826 · MAD) of the finite losses.
 
     Returns:
         Row index → detail (the losses that decided) for each rejected row.
 
     Raises:
-        ValueError: when ``c_loss`` is not a finite number ``> 0``.
+        ValueError: when ``c_loss`` or ``c_mad`` is not a finite number ``> 0``.
     """
     check_real("c_loss", c_loss, minimum=0.0)
-    limit = scores.base + c_loss * scores.gain
+    check_real("c_mad", c_mad, minimum=0.0)
+    finite = scores.losses[torch.isfinite(scores.losses)]
+    if len(finite):
+        median = float(finite.median())  # lower middle for even n: a little stricter, never looser by much
+        spread = 1.4826 * float((finite - median).abs().median())
+    else:
+        median, spread = math.inf, 0.0
+    limit = max(scores.base + c_loss * scores.gain, median + c_mad * spread)
     out: dict[int, str] = {}
     for j, loss in enumerate(scores.losses.tolist()):
         if j == own_index:
@@ -110,6 +125,7 @@ def loss_rejections(scores: LossScores, own_index: int | None, *, c_loss: float)
         if not math.isfinite(loss) or loss > limit:
             out[j] = (
                 f"loss {loss:.4g} after its step > {limit:.4g} (loss {scores.base:.4g} without a step, "
-                f"{scores.own:.4g} after ours; tolerance {c_loss:g} x our gain)"
+                f"{scores.own:.4g} after ours, tolerance {c_loss:g} x our gain; row median {median:.4g} + "
+                f"{c_mad:g} x robust spread {spread:.4g})"
             )
     return out

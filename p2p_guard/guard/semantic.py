@@ -142,6 +142,7 @@ class SemanticGuard:
         c_reject: rejection multiple of the median norm, ``> 0``.
         cos_min: least cosine with the centre, in ``[-1, 1]``.
         c_loss: loss tolerance in units of our own gain, ``> 0``.
+        c_mad: loss-outlier tolerance in robust standard deviations of the rows' losses, ``> 0``.
         c_anchor: anchor radius in units of the own row's norm, ``> 0``.
         checks: extension point, per-row tests run after the verdict stage (empty by default).
         anchor: extension point, applied to the final aggregate (``None`` by default).
@@ -172,6 +173,7 @@ class SemanticGuard:
     c_reject: float = 3.0
     cos_min: float = 0.0
     c_loss: float = 1.0
+    c_mad: float = 3.0
     c_anchor: float = 1.0
     checks: tuple[RowCheck, ...] = ()
     anchor: Anchor | None = None
@@ -188,6 +190,7 @@ class SemanticGuard:
         if check_real("cos_min", self.cos_min, minimum=-1.0, inclusive=True) > 1.0:
             raise ValueError(f"cos_min must be in [-1, 1], got {self.cos_min!r}")
         check_real("c_loss", self.c_loss, minimum=0.0)
+        check_real("c_mad", self.c_mad, minimum=0.0)
         check_real("c_anchor", self.c_anchor, minimum=0.0)
         for check in self.checks:
             if not isinstance(check, RowCheck):
@@ -241,7 +244,7 @@ class SemanticGuard:
         scores = None
         if self.loss_check and ctx.loss_at is not None:
             scores = score_rows(updates, own, ctx.loss_at)
-            for i, detail in loss_rejections(scores, own, c_loss=self.c_loss).items():
+            for i, detail in loss_rejections(scores, own, c_loss=self.c_loss, c_mad=self.c_mad).items():
                 rejected.setdefault(i, (LOSS_WORSE, detail))
         for check in self.checks:
             for i, detail in check(updates, centre, ctx).items():

@@ -76,13 +76,17 @@ class TestLossStage:
         assert s.losses.tolist() == [0.5, 0.75, 1.25, 3.0]
         assert s.scores.tolist() == [1.0, 0.5, -0.5, -4.0]
 
-    def test_rejects_rows_worse_than_one_own_gain(self) -> None:
+    def test_rejects_rows_worse_than_one_own_gain_and_the_other_rows(self) -> None:
         rows = torch.tensor([[0.5, 0.0], [0.25, 9.0], [-0.25, 0.0], [-2.0, 0.0]])
         s = score_rows(rows, 0, _linear_loss)
-        # limit = ℓ_0 + c · gain = 1 + 1 · 0.5 = 1.5: only row 3 (3.0) is over
+        # losses 0.5, 0.75, 1.25, 3.0: lower median 0.75, MAD 0.25, robust spread 0.370 65
+        # limit = max(ℓ_0 + c · gain, 0.75 + c_mad · 0.370 65) = max(1.5, 1.861 95): only row 3 (3.0)
         assert sorted(loss_rejections(s, 0, c_loss=1.0)) == [3]
-        # c = 0.4: limit 1.2, rows 2 (1.25) and 3
-        assert sorted(loss_rejections(s, 0, c_loss=0.4)) == [2, 3]
+        assert sorted(loss_rejections(s, 0, c_loss=0.4)) == [3]
+        # c_loss = 0.4, c_mad = 0.5: limit max(1.2, 0.935) = 1.2: rows 2 (1.25) and 3
+        assert sorted(loss_rejections(s, 0, c_loss=0.4, c_mad=0.5)) == [2, 3]
+        # c_mad = 8: limit 0.75 + 2.965 = 3.715: none
+        assert loss_rejections(s, 0, c_loss=1.0, c_mad=8.0) == {}
 
     def test_own_row_never_rejected_and_non_finite_loss_rejected(self) -> None:
         rows = torch.tensor([[-1.0, 0.0], [0.5, 0.0]])
@@ -95,13 +99,14 @@ class TestLossStage:
 
     def test_guard_rejects_with_the_loss_reason(self) -> None:
         rows = torch.tensor([[0.5, 0.1], [0.6, 0.2], [0.4, 0.0], [0.45, 0.1], [-0.5, 0.1]])
-        # row 4 points against the centre too; the verdict's reason comes first
-        ctx = make_ctx(5, own_index=0, loss_at=lambda d: 1.0 - float(d[0]) + 5 * float(d[1]))
-        result = SemanticGuard().judge(rows, ctx)
-        reasons = [v.reason for v in result.verdicts]
-        # row 1: ℓ = 1 − 0.6 + 1.0 = 1.4; ℓ_0 = 1, own ℓ = 1 − 0.5 + 0.5 = 1.0: gain ε, limit ≈ 1 → rejected
-        assert reasons == [None, LOSS_WORSE, None, LOSS_WORSE, "outlier"]
-        assert result.verdicts[2].loss_score is not None
+
+        def loss_at(d: torch.Tensor) -> float:
+            return 1.0 - float(d[0]) + 50 * max(float(d[1]) - 0.15, 0.0)
+
+        # losses 0.5 (own), 2.9, 0.6, 0.55, 1.5; ℓ_0 = 1, gain 0.5; limit max(1.5, 0.6 + 3 · 0.148) = 1.5
+        result = SemanticGuard().judge(rows, make_ctx(5, own_index=0, loss_at=loss_at))
+        assert [v.reason for v in result.verdicts] == [None, LOSS_WORSE, None, None, "outlier"]
+        assert [v.loss_score for v in result.verdicts] == pytest.approx([1.0, -3.8, 0.8, 0.9, -1.0])
 
     def test_loss_stage_off_or_absent(self) -> None:
         rows = torch.tensor([[0.5, 0.1], [0.6, 0.2], [0.4, 0.0]])
@@ -128,6 +133,8 @@ class TestLossStage:
     def test_rejects_bad_tolerance(self) -> None:
         with pytest.raises(ValueError, match="c_loss"):
             SemanticGuard(c_loss=0.0)
+        with pytest.raises(ValueError, match="c_mad"):
+            SemanticGuard(c_mad=-1.0)
 
 
 class TestNoOracle:
