@@ -15,18 +15,21 @@ with its own shard, and a round is, for every peer index i (honest peers first, 
 3. rows that are not finite or all zero are dropped before the guard by the swarm's own integrity function
    (``guard.integrity.check_values``; recorded as rejections with reason ``non_finite`` or ``zero_update``);
 4. each receiver j runs ``judge_rows(guard, rows, me=sender_j, round_=r, previous_aggregate=…, f=f̂,
-   generator=round_generator(run, seed, j, r, 4))`` and applies the aggregate with ``LocalModel.apply``.
+   generator=round_generator(run, seed, j, r, 4), loss_at=…)`` and applies the aggregate with
+   ``LocalModel.apply``; ``loss_at`` (:func:`holdout_loss_at`) is j's loss at θ_j − η·Δ on a batch of
+   ``loss_batch`` examples drawn fresh each round (salt 5) from j's own shard's private hold-out, η =
+   outer_lr / number of rows.
 
 Wire attacks (forged envelopes, bad signatures, replays, oversized payloads) are out of scope here: they are
 stopped by the integrity stage, which only a networked swarm exercises (``p2p-guard simulate``).
 
-One shared θ. Every built-in guard is deterministic and ignores ``ctx.own_index`` and ``ctx.generator``, so
-every receiver computes the same aggregate bit for bit and all peers keep one θ (which the swarm checks with
-its state hashes). Step 4 is therefore run once per round, for the first honest peer, and its aggregate is
-applied by every peer. This is *checked* every round, not assumed: the guard is also run for the last honest
-peer (another ``me``, another generator), and if the two results differ in a single bit the cell switches,
-from that round on, to running the guard once per receiver (exactly step 4); the result records which
-(``shared_theta``).
+One shared θ when possible. The baselines ignore ``ctx.own_index`` and ``loss_at``, so every receiver computes
+the same aggregate bit for bit and all peers keep one θ. Step 4 is therefore first run for the first honest
+peer only, and its aggregate applied by every peer. This is *checked* every round, not assumed: the guard is
+also run for the last honest peer, and if the two results differ in a single bit (the ``semantic`` guard
+anchors on the receiver's own row and uses its private loss) the cell switches, from that round on, to running
+the guard once per receiver (exactly step 4); the result records which (``shared_theta``) and the seconds spent
+in training, in the guard and in ``loss_at`` (``timing``).
 
 Guard verdicts are counted as in the simulation report: every verdict of an honest receiver about another
 peer, a rejection being a positive and a Byzantine sender a true positive.

@@ -147,8 +147,10 @@ def render(cfg: Any, summary: dict[str, Any], meta: dict[str, Any], plots_rel: s
         f"`{cfg.partition}`; "
         f"every arm runs {cfg.rounds} outer rounds of H = {cfg.inner_steps} inner AdamW steps (the task's "
         f"defaults), outer Nesterov lr 0.7, momentum 0.9; {_seeds(cfg.seeds)}.",
-        f"- Every rule runs with f̂ = f (the clean column `none` and the sweep's 0% keep f̂ = {f}); parameters "
-        "are the registry defaults, the same for every attack.",
+        "- No rule is told f (no oracle): `semantic` takes f̂ = ⌊(n − 1)/2⌋, rules that need an f get the "
+        "default f̂ a user's peer gets (`guard.base.default_f`); the expert-override table, where present, "
+        "gives them the true f. Parameters are the registry defaults, the same for every attack. Each honest "
+        "receiver has a private held-out `loss_at` (the `semantic` guard's loss stage).",
         "- Peers run in one process with the networked peer's own code (`LocalModel.train_round` / `apply`, "
         "`attacks.apply.attacked_update`, `guard.apply.judge_rows`, generators from `round_generator` with "
         "the swarm's salts); see `p2p_guard/bench/cell.py`. "
@@ -357,7 +359,7 @@ def render(cfg: Any, summary: dict[str, Any], meta: dict[str, Any], plots_rel: s
         "",
     ]
 
-    out += [f"## Targets of issue 4, as measured on this run (`{cfg.task}`)", ""]
+    out += [f"## Targets, as measured on this run (`{cfg.task}`)", ""]
     out += [
         f"- {'met' if t.passed else '**not met**'}: {t.name}: {t.detail}" for t in summary["targets"]
     ] or ["- –"]

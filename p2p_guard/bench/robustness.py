@@ -79,6 +79,10 @@ QUICK_ATTACKS = ("sign_flip:scale=10", "ipm:epsilon=0.1", "alie", "label_flip")
 CLEAN = "none"
 """Name of the clean column (no attacker)."""
 
+QUICK_ABLATION = ("anchoring", "clip_remaining")
+"""The stages ``--quick`` switches off (self-anchoring, the new one; the full run ablates every stage on by
+default)."""
+
 SIGN_FLIP_10 = "sign_flip:scale=10"
 GUARD = "semantic"
 
@@ -210,7 +214,7 @@ def quick_config(*, seeds: int = 2) -> BenchConfig:
     return BenchConfig(
         mode="quick", task="digits", task_options=(), n=10, f=3, partition="dirichlet:1", rounds=10,
         inner_steps=20, seeds=seeds, ablation_seeds=1, guards=tuple(GUARD_NAMES), attacks=attacks,
-        skipped_attacks=tuple(s for s in skipped if s[0] in QUICK_ATTACKS), ablation_flags=ablation_flags(),
+        skipped_attacks=tuple(s for s in skipped if s[0] in QUICK_ATTACKS), ablation_flags=QUICK_ABLATION,
         sweep_fractions=(0.0, 0.4), sweep_partitions=("iid", "dirichlet:0.1"), sweep_worst=1, sweep_seeds=1,
     )  # fmt: skip
 

@@ -52,7 +52,7 @@ class TestAnchor:
         own = torch.tensor([1.0, 0.0, 0.0, 0.0])
         rows = torch.cat([own[None], torch.full((6, 4), -50.0), torch.tensor([[0.9, 0.1, 0.0, 0.0]])])
         out = SemanticGuard()(rows, make_ctx(8, own_index=0))
-        assert float((out - own).norm()) <= 1.0 + 1e-6
+        assert float((out - own).norm()) == pytest.approx(2.0)  # c_anchor = 2, ‖own‖ = 1: the clip binds
         assert not torch.equal(out, own)
 
     @pytest.mark.parametrize("c", [0.0, -1.0, float("inf")])
@@ -104,7 +104,7 @@ class TestLossStage:
             return 1.0 - float(d[0]) + 50 * max(float(d[1]) - 0.15, 0.0)
 
         # losses 0.5 (own), 2.9, 0.6, 0.55, 1.5; ℓ_0 = 1, gain 0.5; limit max(1.5, 0.6 + 3 · 0.148) = 1.5
-        result = SemanticGuard().judge(rows, make_ctx(5, own_index=0, loss_at=loss_at))
+        result = SemanticGuard(loss_check=True).judge(rows, make_ctx(5, own_index=0, loss_at=loss_at))
         assert [v.reason for v in result.verdicts] == [None, LOSS_WORSE, None, None, "outlier"]
         assert [v.loss_score for v in result.verdicts] == pytest.approx([1.0, -3.8, 0.8, 0.9, -1.0])
 
@@ -118,14 +118,16 @@ class TestLossStage:
 
         SemanticGuard(loss_check=False).judge(rows, make_ctx(3, own_index=0, loss_at=loss_at))
         assert calls == []
-        verdicts = SemanticGuard().judge(rows, make_ctx(3, own_index=0)).verdicts
+        SemanticGuard().judge(rows, make_ctx(3, own_index=0, loss_at=loss_at))  # off by default
+        assert calls == []
+        verdicts = SemanticGuard(loss_check=True).judge(rows, make_ctx(3, own_index=0)).verdicts
         assert all(v.loss_score is None for v in verdicts)
-        SemanticGuard().judge(rows, make_ctx(3, own_index=0, loss_at=loss_at))
+        SemanticGuard(loss_check=True).judge(rows, make_ctx(3, own_index=0, loss_at=loss_at))
         assert len(calls) == 4  # ℓ_0 and one per row
 
     def test_judge_rows_passes_loss_at(self) -> None:
         rows = {"b": torch.tensor([1.0, 0.0]), "a": torch.tensor([0.9, 0.1]), "c": torch.tensor([-3.0, 0.0])}
-        result = judge_rows(build_guard("semantic"), rows, me="a", round_=0, previous_aggregate=None, f=None,
+        result = judge_rows(build_guard("semantic:loss_check=true"), rows, me="a", round_=0, previous_aggregate=None, f=None,
                             generator=torch.Generator(), loss_at=_linear_loss)
         assert [v.sender for v in result.verdicts] == ["a", "b", "c"]
         assert [v.loss_score for v in result.verdicts] == pytest.approx([1.0, 1.0 / 0.9, -3.0 / 0.9])
