@@ -15,7 +15,6 @@ kind needs (``__call__``, ``transform`` or ``mutate``).
 from __future__ import annotations
 
 import importlib
-import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
@@ -35,10 +34,10 @@ from p2p_guard.attacks.update import (
     SignFlip,
 )
 from p2p_guard.attacks.whitebox import Adaptive
+from p2p_guard.plugin_spec import ParamValue, import_class, parse_spec
 
 __all__ = ["ATTACK_NAMES", "WIRE_ATTACK_NAMES", "load_attack", "parse_attack_spec"]
 
-ParamValue = bool | int | float | str
 
 _BUILTIN: Mapping[str, type] = MappingProxyType(
     {
@@ -85,14 +84,10 @@ ATTACK_NAMES: tuple[str, ...] = (*_BUILTIN, *WIRE_ATTACK_NAMES)
 
 _WIRE_MODULE = "p2p_guard.attacks.wire"
 _METHOD_OF_KIND = MappingProxyType({"update": "__call__", "data": "transform", "wire": "mutate"})
-_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
-_NAME = re.compile(_IDENT)
-_MODULE = re.compile(rf"{_IDENT}(\.{_IDENT})*")
-_INT = re.compile(r"[+-]?\d+")
 
 
 def parse_attack_spec(spec: str) -> tuple[str, dict[str, ParamValue]]:
-    """Split an attack spec into its name and its parameters.
+    """Split an attack spec into its name and its parameters (the grammar of :mod:`p2p_guard.plugin_spec`).
 
     Args:
         spec: ``"name"``, ``"name:key=value,..."``, ``"module:Class"`` or ``"module:Class:key=value,..."``.
@@ -105,44 +100,7 @@ def parse_attack_spec(spec: str) -> tuple[str, dict[str, ParamValue]]:
     Raises:
         ValueError: on bad syntax; the message quotes the spec.
     """
-    if not isinstance(spec, str):
-        raise ValueError(f"attack spec must be a string, got {spec!r}")
-    parts = spec.strip().split(":")
-    if len(parts) == 1 or (len(parts) == 2 and "=" in parts[1]):
-        name, params_text = parts[0], (parts[1] if len(parts) == 2 else None)
-        if not _NAME.fullmatch(name):
-            raise ValueError(f"bad attack spec {spec!r}: {name!r} is not an attack name")
-    elif len(parts) in (2, 3):
-        module, cls = parts[0], parts[1]
-        if module in ATTACK_NAMES:
-            raise ValueError(f"bad attack spec {spec!r}: parameters are key=value, got {cls!r}")
-        if not _MODULE.fullmatch(module) or not _NAME.fullmatch(cls):
-            raise ValueError(f"bad attack spec {spec!r}: expected NAME[:key=value,...] or MODULE:CLASS[:...]")
-        name, params_text = f"{module}:{cls}", (parts[2] if len(parts) == 3 else None)
-    else:
-        raise ValueError(f"bad attack spec {spec!r}: too many ':'")
-    params: dict[str, ParamValue] = {}
-    if params_text is not None:
-        for item in params_text.split(","):
-            key, sep, text = item.partition("=")
-            key = key.strip()
-            if not sep or not _NAME.fullmatch(key):
-                raise ValueError(f"bad attack spec {spec!r}: parameter {item!r} is not key=value")
-            if key in params:
-                raise ValueError(f"bad attack spec {spec!r}: parameter {key!r} given twice")
-            params[key] = _parse_value(text.strip())
-    return name, params
-
-
-def _parse_value(text: str) -> ParamValue:
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    if _INT.fullmatch(text):
-        return int(text)
-    try:
-        return float(text)
-    except ValueError:
-        return text
+    return parse_spec(spec, what="attack", builtin_names=ATTACK_NAMES)
 
 
 def load_attack(spec: str) -> Any:
@@ -198,12 +156,4 @@ def _builtin_class(spec: str, name: str) -> type:
 
 
 def _import_class(spec: str, name: str) -> type:
-    module_name, _, class_name = name.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        raise ValueError(f"attack spec {spec!r}: cannot import module {module_name!r}: {exc}") from exc
-    cls = getattr(module, class_name, None)
-    if not isinstance(cls, type):
-        raise ValueError(f"attack spec {spec!r}: module {module_name!r} has no class {class_name!r}")
-    return cls
+    return import_class(spec, name, what="attack")

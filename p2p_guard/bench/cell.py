@@ -15,18 +15,21 @@ with its own shard, and a round is, for every peer index i (honest peers first, 
 3. rows that are not finite or all zero are dropped before the guard by the swarm's own integrity function
    (``guard.integrity.check_values``; recorded as rejections with reason ``non_finite`` or ``zero_update``);
 4. each receiver j runs ``judge_rows(guard, rows, me=sender_j, round_=r, previous_aggregate=…, f=f̂,
-   generator=round_generator(run, seed, j, r, 4))`` and applies the aggregate with ``LocalModel.apply``.
+   generator=round_generator(run, seed, j, r, 4), loss_at=…)`` and applies the aggregate with
+   ``LocalModel.apply``; ``loss_at`` (:func:`holdout_loss_at`) is j's loss at θ_j − η·Δ on a batch of
+   ``loss_batch`` examples drawn fresh each round (salt 5) from j's own shard's private hold-out, η =
+   outer_lr / number of rows.
 
 Wire attacks (forged envelopes, bad signatures, replays, oversized payloads) are out of scope here: they are
 stopped by the integrity stage, which only a networked swarm exercises (``p2p-guard simulate``).
 
-One shared θ. Every built-in guard is deterministic and ignores ``ctx.own_index`` and ``ctx.generator``, so
-every receiver computes the same aggregate bit for bit and all peers keep one θ (which the swarm checks with
-its state hashes). Step 4 is therefore run once per round, for the first honest peer, and its aggregate is
-applied by every peer. This is *checked* every round, not assumed: the guard is also run for the last honest
-peer (another ``me``, another generator), and if the two results differ in a single bit the cell switches,
-from that round on, to running the guard once per receiver (exactly step 4); the result records which
-(``shared_theta``).
+One shared θ when possible. The baselines ignore ``ctx.own_index`` and ``loss_at``, so every receiver computes
+the same aggregate bit for bit and all peers keep one θ. Step 4 is therefore first run for the first honest
+peer only, and its aggregate applied by every peer. This is *checked* every round, not assumed: the guard is
+also run for the last honest peer, and if the two results differ in a single bit (the ``semantic`` guard
+anchors on the receiver's own row and uses its private loss) the cell switches, from that round on, to running
+the guard once per receiver (exactly step 4); the result records which (``shared_theta``) and the seconds spent
+in training, in the guard and in ``loss_at`` (``timing``).
 
 Guard verdicts are counted as in the simulation report: every verdict of an honest receiver about another
 peer, a rejection being a positive and a Byzantine sender a true positive.
@@ -38,7 +41,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -53,14 +56,17 @@ from p2p_guard.guard.base import GuardResult
 from p2p_guard.guard.integrity import check_values
 from p2p_guard.tasks import Task, load_task
 from p2p_guard.training.local import LocalModel, round_generator
+from p2p_guard.training.params import load_flat
 
 __all__ = [
     "NON_FINITE",
     "SALT_ATTACK",
     "SALT_GUARD",
     "SALT_INNER",
+    "SALT_LOSS",
     "CellSpec",
     "backdoor_success",
+    "holdout_loss_at",
     "params_of",
     "run_cell",
 ]
@@ -73,6 +79,8 @@ SALT_ATTACK = 3
 """``round_generator`` salt of an update attack's randomness (as in ``swarm/peer.py``)."""
 SALT_GUARD = 4
 """``round_generator`` salt of the guard's generator (as in ``swarm/peer.py``)."""
+SALT_LOSS = 5
+"""``round_generator`` salt of the private held-out batch of the guard's loss stage."""
 
 NON_FINITE = "non_finite"
 """Reason recorded for a row with NaN or infinite values (the swarm's integrity stage rejects it)."""
@@ -102,6 +110,9 @@ class CellSpec:
         run_id: the run id the generators are seeded with (None: ``sim-TASK-seedSEED``, the id
             ``p2p-guard simulate`` uses, so the same settings give the same generators there).
         label: the arm's name in tables (None: the guard's name, plus its switched-off stages).
+        loss_batch: held-out examples in each honest receiver's private loss batch (``loss_at``, drawn fresh
+            every round from its own shard's hold-out); 0: no ``loss_at`` (the semantic guard's loss stage is
+            skipped).
     """
 
     task: str
@@ -118,6 +129,7 @@ class CellSpec:
     task_options: Params = ()
     run_id: str | None = None
     label: str | None = None
+    loss_batch: int = 64
 
     def __post_init__(self) -> None:
         """Check the figures (ValueError naming the field)."""
@@ -129,6 +141,8 @@ class CellSpec:
             raise ValueError(f"f={self.f} Byzantine peers need an attack")
         if self.rounds < 1:
             raise ValueError(f"rounds must be >= 1, got {self.rounds}")
+        if self.loss_batch < 0:
+            raise ValueError(f"loss_batch must be >= 0, got {self.loss_batch}")
 
     @property
     def resolved_run_id(self) -> str:
@@ -221,6 +235,48 @@ def backdoor_success(task: Task, model: torch.nn.Module, attack: object) -> floa
     return float((predicted == int(target)).float().mean())
 
 
+class _Timer:
+    """Seconds and calls spent in ``loss_at`` (the loss stage's cost), and in the guard overall."""
+
+    def __init__(self) -> None:
+        self.loss_seconds = 0.0
+        self.loss_calls = 0
+        self.guard_seconds = 0.0
+        self.guard_calls = 0
+
+
+def holdout_loss_at(local: LocalModel, batch_size: int, generator: torch.Generator, eta: float,
+                    timer: _Timer | None = None) -> Callable[[torch.Tensor], float]:
+    """The receiver's private loss ``loss_at(delta) = L(θ_i − η·delta)`` on one fresh held-out batch.
+
+    Args:
+        local: the receiver (its θ_i, model, task and shard).
+        batch_size: examples drawn (with replacement) from the shard's private hold-out, ``>= 1``.
+        generator: the batch's generator (fresh per receiver and round).
+        eta: η, the step a row is scaled by (the cell uses outer_lr / number of rows).
+        timer: where to count the calls and their seconds, or None.
+
+    Returns:
+        ``loss_at``; each call loads θ_i − η·delta into ``local.model`` (the caller reloads θ afterwards:
+        ``LocalModel.apply`` and ``train_round`` do).
+    """
+    x, y = local.task.holdout_batch(local.shard, batch_size, generator)
+    x, y = x.to(local.device), y.to(local.device)
+    theta = local.theta
+
+    def loss_at(delta: torch.Tensor) -> float:
+        started = time.perf_counter()
+        load_flat(local.model, theta - eta * delta)
+        with torch.no_grad():
+            value = float(local.task.loss(local.model, x, y))
+        if timer is not None:
+            timer.loss_seconds += time.perf_counter() - started
+            timer.loss_calls += 1
+        return value
+
+    return loss_at
+
+
 def _judge(
     guard: object,
     rows: dict[str, torch.Tensor],
@@ -229,10 +285,17 @@ def _judge(
     run_id: str,
     names: Sequence[str],
     peers: Sequence[LocalModel],
+    timer: _Timer,
     j: int,
 ) -> GuardResult:
-    """Receiver ``j``'s guard call, exactly as ``Peer._aggregate_and_step`` makes it."""
-    return judge_rows(
+    """Receiver ``j``'s guard call, as ``Peer._aggregate_and_step`` makes it, with its private ``loss_at``."""
+    loss_at = None
+    if spec.loss_batch > 0:
+        eta = peers[j].outer.lr / len(rows)
+        batch_generator = round_generator(run_id, spec.seed, j, round_, SALT_LOSS)
+        loss_at = holdout_loss_at(peers[j], spec.loss_batch, batch_generator, eta, timer)
+    started = time.perf_counter()
+    result = judge_rows(
         guard,
         rows,
         me=names[j],
@@ -240,7 +303,12 @@ def _judge(
         previous_aggregate=peers[j].previous_aggregate,
         f=spec.assumed_byzantine,
         generator=round_generator(run_id, spec.seed, j, round_, SALT_GUARD),
+        loss_at=loss_at,
     )
+    load_flat(peers[j].model, peers[j].theta)
+    timer.guard_seconds += time.perf_counter() - started
+    timer.guard_calls += 1
+    return result
 
 
 def run_cell(
@@ -312,6 +380,8 @@ def run_cell(
     history: list[dict[str, Any]] = []
     totals = _Counts()
     skipped_steps = 0
+    timer = _Timer()
+    train_seconds = 0.0
 
     for r in range(spec.rounds):
         rows: dict[str, torch.Tensor] = {}
@@ -320,9 +390,11 @@ def run_cell(
         for i, local in enumerate(peers):
             attack = attacks.get(i)
             data_attack = attack if kind == "data" else None
+            train_started = time.perf_counter()
             delta, train_loss = local.train_round(
                 steps, round_generator(run_id, spec.seed, i, r, SALT_INNER), data_attack
             )
+            train_seconds += time.perf_counter() - train_started
             if not byzantine[i]:
                 train_losses.append(train_loss)
             if attack is not None:
@@ -342,7 +414,7 @@ def run_cell(
             else:
                 dropped[names[i]] = problem.reason.value
 
-        judge = functools.partial(_judge, guard, rows, r, spec, run_id, names, peers)
+        judge = functools.partial(_judge, guard, rows, r, spec, run_id, names, peers, timer)
         results: dict[int, GuardResult] = {}
         if rows:
             if shared:
@@ -428,6 +500,13 @@ def run_cell(
         "state_hash": peers[honest[0]].state_hash().hex(),
         "seconds": time.monotonic() - started,
         "cpu_seconds": time.process_time() - cpu_started,
+        "timing": {
+            "train_seconds": train_seconds,
+            "guard_seconds": timer.guard_seconds,
+            "guard_calls": timer.guard_calls,
+            "loss_seconds": timer.loss_seconds,
+            "loss_calls": timer.loss_calls,
+        },
     }
 
 

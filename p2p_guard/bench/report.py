@@ -147,8 +147,10 @@ def render(cfg: Any, summary: dict[str, Any], meta: dict[str, Any], plots_rel: s
         f"`{cfg.partition}`; "
         f"every arm runs {cfg.rounds} outer rounds of H = {cfg.inner_steps} inner AdamW steps (the task's "
         f"defaults), outer Nesterov lr 0.7, momentum 0.9; {_seeds(cfg.seeds)}.",
-        f"- Every rule runs with f̂ = f (the clean column `none` and the sweep's 0% keep f̂ = {f}); parameters "
-        "are the registry defaults, the same for every attack.",
+        "- No rule is told f (no oracle): `semantic` takes f̂ = ⌊(n − 1)/2⌋, rules that need an f get the "
+        "default f̂ a user's peer gets (`guard.base.default_f`); the expert-override table, where present, "
+        "gives them the true f. Parameters are the registry defaults, the same for every attack. Each honest "
+        "receiver has a private held-out `loss_at` (the `semantic` guard's loss stage).",
         "- Peers run in one process with the networked peer's own code (`LocalModel.train_round` / `apply`, "
         "`attacks.apply.attacked_update`, `guard.apply.judge_rows`, generators from `round_generator` with "
         "the swarm's salts); see `p2p_guard/bench/cell.py`. "
@@ -218,6 +220,25 @@ def render(cfg: Any, summary: dict[str, Any], meta: dict[str, Any], plots_rel: s
             ]
         )
     out += _table(["aggregator", "worst case (%)", "worst attack", "clean (%)", "worst − C (points)"], rows)
+
+    if summary.get("expert"):
+        out += [
+            "## True f given (expert override)",
+            "",
+            f"The tables above tell no rule the number of attackers (f unknown: `semantic` takes f̂ = ⌊(n − 1)/2⌋, "
+            f"rules that need f get the user's default f̂). Here the rules that accept an f are told the true "
+            f"f = {f} (`--assumed-byzantine {f}`), a configuration no user of an open swarm can have.",
+            "",
+        ]
+        arms = list(summary["expert"])
+        rows = [
+            [f"`{a}`", *(_pct(summary["expert"][arm]["headline"][a]) for arm in arms)] for a in summary["columns"]
+        ]
+        rows.append(
+            ["**worst case**", *(f"**{_pct(wc[1])}**" if (wc := summary["expert"][arm]["worst"]) else "–"
+                                 for arm in arms)]
+        )  # fmt: skip
+        out += _table(["attack", *(f"`{arm}`" for arm in arms)], rows)
 
     out += [
         "## Verdicts on honest peers",
@@ -307,6 +328,27 @@ def render(cfg: Any, summary: dict[str, Any], meta: dict[str, Any], plots_rel: s
         out += _table(
             ["aggregator", *(f"{round(100 * fr)}% (f = {round(fr * n)})" for fr in fractions)], rows
         )
+    if summary.get("fraction_table"):
+        out += [
+            "Per attacker fraction, f unknown to every rule: worst case over the swept attacks, clean accuracy, "
+            "backdoor attack success rate, honest false-positive rate (over the fraction's cells).",
+            "",
+        ]
+        for partition in cfg.sweep_partitions:
+            for fr in fractions:
+                k = round(fr * n)
+                if k == 0:
+                    continue
+                out += [f"`{partition}`, {round(100 * fr)}% attackers (f = {k} of {n}):", ""]
+                rows = []
+                for g in guards:
+                    cell = summary["fraction_table"][g][partition][fr]
+                    wc = cell["worst"]
+                    asr = "; ".join(f"{_pct(v, std=False)}" for v in cell["asr"].values()) or "–"
+                    rows.append([f"`{g}`", _pct(wc[1], std=False) if wc else "–", f"`{wc[0]}`" if wc else "–",
+                                 _pct(cell["clean"], std=False), asr, _rate(cell["fp_rate"], 2)])  # fmt: skip
+                out += _table(["aggregator", "worst case (%)", "worst attack", "clean (%)", "backdoor ASR (%)",
+                               "honest FP"], rows)  # fmt: skip
     out += [
         "Attacks swept per aggregator: "
         + "; ".join(
@@ -317,7 +359,7 @@ def render(cfg: Any, summary: dict[str, Any], meta: dict[str, Any], plots_rel: s
         "",
     ]
 
-    out += [f"## Targets of issue 4, as measured on this run (`{cfg.task}`)", ""]
+    out += [f"## Targets, as measured on this run (`{cfg.task}`)", ""]
     out += [
         f"- {'met' if t.passed else '**not met**'}: {t.name}: {t.detail}" for t in summary["targets"]
     ] or ["- –"]

@@ -11,10 +11,13 @@ Three grids, all at the same outer-round budget (``rounds`` × H inner steps) fo
 - **sweep**: each rule's three worst headline attacks across Byzantine fractions 0, 0.2, 0.3, 0.4 and
   partitions ``iid``, ``dirichlet:1``, ``dirichlet:0.1``.
 
-Every rule is configured with f̂ = f, the number of Byzantine peers, as in the literature; a clean cell (no
-attacker, also the sweep's fraction 0) keeps the headline's f̂ = 3, so it shows what robustness costs when
-nobody attacks (a rule told to tolerate nobody would just be the mean). The rules' parameters are otherwise
-the registry's defaults, fixed before the grid runs and the same for every attack.
+No oracle: no rule is told the number of Byzantine peers f. A rule that can run without it runs without it
+(the ``semantic`` guard takes f̂ = ⌊(n − 1)/2⌋); a rule that needs f (trimmed mean, Multi-Krum, NNM) gets
+f̂ = ``default_f(n)``, the default a user's peer gets. A second grid, **true f given (expert override)**,
+runs the rules that accept an f with the true f (the ``--assumed-byzantine`` a user could set if they knew
+it); its arms are labelled ``RULE (true f)``. The rules' parameters are otherwise the registry's defaults,
+fixed before the grid runs and the same for every attack. Every honest receiver has a private ``loss_at`` on
+its own shard's held-out data (the ``semantic`` guard's loss stage).
 
 Each cell runs in-process (:mod:`p2p_guard.bench.cell`, the networked peer's own training, attack and guard
 code); cells run in parallel in ``jobs`` worker processes (spawned, one torch thread each). Finished cells are
@@ -50,6 +53,8 @@ __all__ = [
     "bench_attacks",
     "code_fingerprint",
     "full_config",
+    "expert_arm",
+    "expert_cells",
     "headline_cells",
     "quick_checks",
     "quick_config",
@@ -74,8 +79,23 @@ QUICK_ATTACKS = ("sign_flip:scale=10", "ipm:epsilon=0.1", "alie", "label_flip")
 CLEAN = "none"
 """Name of the clean column (no attacker)."""
 
+QUICK_ABLATION = ("anchoring", "clip_remaining")
+"""The stages ``--quick`` switches off (self-anchoring, the new one; the full run ablates every stage on by
+default)."""
+
 SIGN_FLIP_10 = "sign_flip:scale=10"
 GUARD = "semantic"
+
+EXPERT_GUARDS = ("trimmed_mean", "multi_krum", "nnm_trimmed_mean", "semantic")
+"""Rules that accept an f, run a second time with the true f in the expert-override grid."""
+
+EXPERT_SUFFIX = " (true f)"
+"""Suffix of an expert-override arm's label."""
+
+
+def expert_arm(guard: str) -> str:
+    """The label of ``guard``'s expert-override arm (told the true f)."""
+    return guard + EXPERT_SUFFIX
 
 
 @dataclass(frozen=True)
@@ -94,6 +114,7 @@ class BenchConfig:
         ablation_flags: the ``semantic`` stages switched off one at a time.
         sweep_fractions, sweep_partitions: the sweep's axes; sweep_worst: attacks per rule; sweep_seeds: its
             seeds.
+        expert_guards: the rules also run with the true f (the second table); empty: no such grid.
     """
 
     mode: str
@@ -114,6 +135,7 @@ class BenchConfig:
     sweep_partitions: tuple[str, ...]
     sweep_worst: int
     sweep_seeds: int
+    expert_guards: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict."""
@@ -178,8 +200,8 @@ def full_config(*, data_dir: str | None = None, seeds: int = 3, sweep_seeds: int
         partition="dirichlet:1", rounds=20, inner_steps=20, seeds=seeds, ablation_seeds=seeds,
         guards=tuple(GUARD_NAMES),
         attacks=attacks, skipped_attacks=skipped, ablation_flags=ablation_flags(),
-        sweep_fractions=(0.0, 0.2, 0.3, 0.4), sweep_partitions=("iid", "dirichlet:1", "dirichlet:0.1"),
-        sweep_worst=3, sweep_seeds=sweep_seeds,
+        sweep_fractions=(0.0, 0.1, 0.2, 0.3, 0.4), sweep_partitions=("iid", "dirichlet:1", "dirichlet:0.1"),
+        sweep_worst=3, sweep_seeds=sweep_seeds, expert_guards=EXPERT_GUARDS,
     )  # fmt: skip
 
 
@@ -192,7 +214,7 @@ def quick_config(*, seeds: int = 2) -> BenchConfig:
     return BenchConfig(
         mode="quick", task="digits", task_options=(), n=10, f=3, partition="dirichlet:1", rounds=10,
         inner_steps=20, seeds=seeds, ablation_seeds=1, guards=tuple(GUARD_NAMES), attacks=attacks,
-        skipped_attacks=tuple(s for s in skipped if s[0] in QUICK_ATTACKS), ablation_flags=ablation_flags(),
+        skipped_attacks=tuple(s for s in skipped if s[0] in QUICK_ATTACKS), ablation_flags=QUICK_ABLATION,
         sweep_fractions=(0.0, 0.4), sweep_partitions=("iid", "dirichlet:0.1"), sweep_worst=1, sweep_seeds=1,
     )  # fmt: skip
 
@@ -206,12 +228,15 @@ def _cell(
     partition: str,
     seed: int,
     guard_params: Params = (),
+    true_f: bool = False,
 ) -> CellSpec:
+    """One cell; no oracle (``assumed_byzantine=None``) unless ``true_f`` (the expert-override grid)."""
+    told = (f if attack else cfg.f) if true_f else None
     return CellSpec(
         task=cfg.task, guard=guard, attack=attack, n=cfg.n, f=f if attack else 0, partition=partition,
         seed=seed, rounds=cfg.rounds, inner_steps=cfg.inner_steps,
-        assumed_byzantine=f if attack else cfg.f, guard_params=guard_params,
-        task_options=cfg.task_options,
+        assumed_byzantine=told, guard_params=guard_params,
+        task_options=cfg.task_options, label=expert_arm(guard) if true_f else None,
     )  # fmt: skip
 
 
@@ -220,6 +245,16 @@ def headline_cells(cfg: BenchConfig) -> list[CellSpec]:
     return [
         _cell(cfg, guard, attack, f=cfg.f, partition=cfg.partition, seed=seed)
         for guard in cfg.guards
+        for attack in (None, *cfg.attacks)
+        for seed in range(cfg.seeds)
+    ]
+
+
+def expert_cells(cfg: BenchConfig) -> list[CellSpec]:
+    """The expert-override grid: each rule of ``cfg.expert_guards`` told the true f, headline setting."""
+    return [
+        _cell(cfg, guard, attack, f=cfg.f, partition=cfg.partition, seed=seed, true_f=True)
+        for guard in cfg.expert_guards
         for attack in (None, *cfg.attacks)
         for seed in range(cfg.seeds)
     ]
@@ -235,8 +270,16 @@ def ablation_cells(cfg: BenchConfig) -> list[CellSpec]:
     ]
 
 
+def sweep_attacks(cfg: BenchConfig, worst: Sequence[str]) -> list[str]:
+    """A guard's ``cfg.sweep_worst`` worst attacks, plus each backdoor attack of ``cfg.attacks`` (for ASR)."""
+    chosen = list(worst[: cfg.sweep_worst])
+    return chosen + [a for a in cfg.attacks if a.partition(":")[0] == "backdoor" and a not in chosen]
+
+
 def sweep_cells(cfg: BenchConfig, worst: dict[str, list[str]]) -> list[CellSpec]:
-    """Each guard's worst attacks across Byzantine fractions and partitions (f = 0: one clean cell).
+    """Each guard's worst attacks (and the backdoor, for its ASR) across Byzantine fractions and partitions.
+
+    f = 0 is one clean cell per guard and partition.
 
     Args:
         cfg: the run.
@@ -247,7 +290,7 @@ def sweep_cells(cfg: BenchConfig, worst: dict[str, list[str]]) -> list[CellSpec]
         for partition in cfg.sweep_partitions:
             for fraction in cfg.sweep_fractions:
                 f = round(fraction * cfg.n)
-                attacks: Sequence[str | None] = worst.get(guard, [])[: cfg.sweep_worst] if f else [None]
+                attacks: Sequence[str | None] = sweep_attacks(cfg, worst.get(guard, [])) if f else [None]
                 for attack in attacks:
                     for seed in range(cfg.sweep_seeds):
                         cells.append(_cell(cfg, guard, attack, f=f, partition=partition, seed=seed))
@@ -556,16 +599,26 @@ def summarise(cfg: BenchConfig, results: Iterable[dict[str, Any]]) -> dict[str, 
         }
 
     sweep: dict[str, dict[str, dict[float, Any]]] = {}
+    fraction_table: dict[str, dict[str, dict[float, dict[str, Any]]]] = {}
     fractions = {fr: round(fr * cfg.n) for fr in cfg.sweep_fractions}
     for g in cfg.guards:
-        chosen = [a for a, _ in worst[g][: cfg.sweep_worst]]
+        chosen = sweep_attacks(cfg, [a for a, _ in worst[g]])
         sweep[g] = {}
+        fraction_table[g] = {}
         for p in cfg.sweep_partitions:
             sweep[g][p] = {}
+            fraction_table[g][p] = {}
             for fr, k in fractions.items():
                 cands = [CLEAN] if k == 0 else chosen
                 rows = worst_attacks(grid, g, cands, k, p)
                 sweep[g][p][fr] = rows[0] if rows else None
+                counts = grid.verdicts(g, [*cands, CLEAN], k, p)
+                fraction_table[g][p][fr] = {
+                    "worst": rows[0] if rows else None,
+                    "clean": grid.final(g, CLEAN, 0, p),
+                    "asr": {a: grid.final(g, a, k, p, key="asr") for a in backdoor} if k else {},
+                    "fp_rate": _rate(counts["fp"], counts["fp"] + counts["tn"]),
+                }
 
     curves = {g: (grid.curve(g, wc[0], f, part) if wc else []) for g, wc in worst_case.items()}
     per_attack_curves = {a: {g: grid.curve(g, a, f, part) for g in cfg.guards} for a in columns}
@@ -579,7 +632,15 @@ def summarise(cfg: BenchConfig, results: Iterable[dict[str, Any]]) -> dict[str, 
         "asr": asr,
         "ablation": ablation,
         "sweep": sweep,
-        "sweep_attacks": {g: [a for a, _ in worst[g][: cfg.sweep_worst]] for g in cfg.guards},
+        "sweep_attacks": {g: sweep_attacks(cfg, [a for a, _ in worst[g]]) for g in cfg.guards},
+        "fraction_table": fraction_table,
+        "expert": {
+            arm: {
+                "headline": {a: grid.final(arm, a, f, part) for a in columns},
+                "worst": (rows[0] if (rows := worst_attacks(grid, arm, cfg.attacks, f, part)) else None),
+            }
+            for arm in (expert_arm(g) for g in cfg.expert_guards)
+        },
         "curves": curves,
         "per_attack_curves": per_attack_curves,
         "clean_mean": clean_mean,
@@ -609,8 +670,11 @@ def quick_checks(
 ) -> list[Check]:
     """The assertions of ``--quick``.
 
+    Every rule runs with f unknown (no ``assumed_byzantine``):
+
     1. Under ``sign_flip:scale=10`` the semantic guard's mean final accuracy beats ``mean``'s by ≥ 30 points.
-    2. The semantic guard's worst case over the attacks is ≥ that of ``median`` and of ``trimmed_mean``.
+    2. The semantic guard's worst case over the attacks is ≥ that of ``median``, of ``trimmed_mean`` (which
+       gets the user's default f̂) and of ``own_update`` (the peer ignoring the swarm), where they ran.
     """
     checks = []
     ours = headline.get(GUARD, {}).get(SIGN_FLIP_10)
@@ -633,7 +697,9 @@ def quick_checks(
             )
         )
     mine = worst_case.get(GUARD)
-    for other in ("median", "trimmed_mean"):
+    for other in ("median", "trimmed_mean", "own_update"):
+        if other not in worst_case:
+            continue
         theirs_wc = worst_case.get(other)
         name = f"semantic worst case >= {other} worst case"
         if mine is None or theirs_wc is None:
@@ -709,6 +775,7 @@ def targets(
 def iter_specs(cfg: BenchConfig) -> Iterator[CellSpec]:
     """The cells of the first phase (headline and ablation); the sweep needs the headline's results."""
     yield from headline_cells(cfg)
+    yield from expert_cells(cfg)
     yield from ablation_cells(cfg)
 
 

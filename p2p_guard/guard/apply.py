@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from p2p_guard.guard.base import AggregationContext, GuardResult
@@ -11,17 +13,23 @@ __all__ = ["judge_rows"]
 
 def judge_rows(guard: object, rows: dict[str, torch.Tensor], *, me: str | None, round_: int,
                previous_aggregate: torch.Tensor | None, f: int | None,
-               generator: torch.Generator) -> GuardResult:
-    """Aggregate ``rows`` with ``guard`` in sender order, so every peer with the same rows gets the same bits.
+               generator: torch.Generator,
+               loss_at: Callable[[torch.Tensor], float] | None = None) -> GuardResult:
+    """Aggregate ``rows`` with ``guard`` in sender order.
 
     Args:
         guard: a ``Guard`` from ``build_guard``.
-        rows: ``{sender PeerID (base58): (d,) float32}``, non-empty.
-        me: our PeerID, marking our own row (``ctx.own_index``), or None.
+        rows: ``{sender PeerID (base58): (d,) float32}``, non-empty; our own row under ``me``.
+        me: our PeerID, marking our own row (``ctx.own_index``; the ``semantic`` guard trusts it and anchors
+            on it), or None.
         round_: the outer round.
         previous_aggregate: ``(d,)`` aggregate applied last round, or None.
-        f: configured f̂ (None: the guard's default).
+        f: f̂, the expert override ``--assumed-byzantine`` (None: no oracle; the guard's own default).
         generator: the round's generator.
+        loss_at: our private loss, ``loss_at(delta: (d,) float32) -> float``: the loss of θ_i − η·delta on a
+            batch of our own held-out data drawn fresh for this round (the same batch for every call of the
+            round; η e.g. outer_lr / len(rows)); the model must be restored to θ_i afterwards by the caller.
+            None: the ``semantic`` guard skips its loss stage.
 
     Returns:
         The guard's aggregate and one verdict per sender (in sorted sender order).
@@ -34,5 +42,5 @@ def judge_rows(guard: object, rows: dict[str, torch.Tensor], *, me: str | None, 
     senders = tuple(sorted(rows))
     ctx = AggregationContext(senders=senders, round=round_, generator=generator,
                              own_index=senders.index(me) if me in rows else None,
-                             previous_aggregate=previous_aggregate, f=f)
+                             previous_aggregate=previous_aggregate, f=f, loss_at=loss_at)
     return guard(torch.stack([rows[s] for s in senders]), ctx)  # type: ignore[operator,no-any-return]

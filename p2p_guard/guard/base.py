@@ -14,6 +14,7 @@ A rule that needs more rows than it was given raises :class:`NotEnoughUpdates`, 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -26,6 +27,7 @@ __all__ = [
     "JudgingAggregator",
     "NotEnoughUpdates",
     "Verdict",
+    "breakdown_f",
     "check_int",
     "check_real",
     "check_stack",
@@ -59,12 +61,16 @@ class AggregationContext:
         senders: PeerIDs (base58 text) of the rows, in row order; unique.
         round: the outer round number, ``>= 0``.
         generator: the only source of randomness a rule may use (seeded from run, round and peer).
-        own_index: index of this peer's own row in ``senders``, or ``None`` when it has none. The default
-            ``semantic`` guard and the baselines never read it (so that every honest peer computes the same
-            aggregate); it is there for the self-anchoring extension.
+        own_index: index of this peer's own row in ``senders``, or ``None`` when it has none. The ``semantic``
+            guard trusts that row (it is never rejected, and the self-anchoring stage clips the aggregate
+            around it); the baselines never read it, except ``own_update``.
         previous_aggregate: ``(d,)`` aggregate this peer applied in the previous round, or ``None``.
-        f: configured number of Byzantine rows to tolerate (f̂). Rules constructed without an explicit
-            ``f`` use it; when both are ``None``, :func:`default_f` applies.
+        f: configured number of Byzantine rows to tolerate (f̂), an expert override (``--assumed-byzantine``).
+            Rules constructed without an explicit ``f`` use it; when both are ``None``, the ``semantic``
+            guard takes :func:`breakdown_f` and every rule that needs f takes :func:`default_f`.
+        loss_at: the receiver's private loss, ``loss_at(delta: (d,) float32) -> float``: its loss on a fresh
+            batch of its own held-out data at θ_i − η·delta (η chosen by the caller). ``None``: the
+            ``semantic`` guard skips its loss stage (:mod:`p2p_guard.guard.loss_score`).
 
     Raises:
         ValueError: on an out-of-range ``own_index``, ``round`` or ``f``, or on duplicate senders.
@@ -76,9 +82,12 @@ class AggregationContext:
     own_index: int | None = None
     previous_aggregate: torch.Tensor | None = None
     f: int | None = None
+    loss_at: Callable[[torch.Tensor], float] | None = None
 
     def __post_init__(self) -> None:
         """Check the fields (ValueError naming the field and its value)."""
+        if self.loss_at is not None and not callable(self.loss_at):
+            raise ValueError(f"loss_at must be callable, got {self.loss_at!r}")
         if len(set(self.senders)) != len(self.senders):
             raise ValueError(f"senders must be unique, got {self.senders!r}")
         if self.own_index is not None and not 0 <= self.own_index < len(self.senders):
@@ -102,6 +111,8 @@ class Verdict:
         cosine: cosine between the raw row and the reference the rule judged against: the robust centre
             for ``semantic``, the returned aggregate for the baselines (``nan`` for a non-finite row, 0 for
             a zero row).
+        loss_score: the semantic stage's score of the row, (ℓ_0 − ℓ_j) / our own gain (1: lowers our private
+            loss as much as our own update; below 0: raises it); ``None`` when the stage did not run.
     """
 
     sender: str
@@ -110,6 +121,7 @@ class Verdict:
     detail: str
     norm: float
     cosine: float
+    loss_score: float | None = None
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: it holds a tensor, whose == is elementwise
@@ -174,6 +186,21 @@ def default_f(n: int) -> int:
         f̂, with ``0 <= 2 f̂ < max(n, 1)``.
     """
     return max(0, min((n - 1) // 2, max(1, n // 4)))
+
+
+def breakdown_f(n: int) -> int:
+    """The largest f̂ with 2f̂ < n: what a rule tolerates when it is not told f (no oracle).
+
+    f̂(n) = ⌊(n − 1) / 2⌋  (0 for n ≤ 2)
+
+    With f unknown, the only safe assumption for a robust centre is the breakdown point itself: a smaller
+    f̂ (the former default ⌊n/4⌋) lets nearest-neighbour mixing blend attacker rows into every honest row as
+    soon as f > f̂ (measured: chance accuracy at 3 of 9), while f̂ = ⌊(n − 1)/2⌋ is correct for every f < n/2.
+
+    Args:
+        n: number of rows, ``>= 0``.
+    """
+    return max(0, (n - 1) // 2)
 
 
 def resolve_f(f: int | None, ctx: AggregationContext, n: int) -> int:

@@ -1,4 +1,16 @@
-"""Guards by name: ``build_guard("trimmed_mean", f=2)`` returns a ready :class:`~p2p_guard.guard.Guard`."""
+"""Guards by spec: ``build_guard("trimmed_mean:f=2")``, ``build_guard("my_pkg.rules:Rule:tau=0.5")``.
+
+The spec grammar is the attacks' (:mod:`p2p_guard.plugin_spec`)::
+
+    spec   := NAME [":" params] | MODULE ":" CLASS [":" params]
+    params := key "=" value ("," key "=" value)*
+
+A built-in NAME is looked up in :data:`GUARD_NAMES`; ``MODULE:CLASS`` is imported with importlib and must
+satisfy the :class:`~p2p_guard.guard.base.Aggregator` Protocol (``__call__(updates, ctx) -> Tensor``; a
+``judge(updates, ctx) -> GuardResult`` method, if it has one, makes it a
+:class:`~p2p_guard.guard.base.JudgingAggregator` with verdicts of its own). The parameters are the class's
+keyword-only constructor arguments; keyword arguments given to :func:`build_guard` are added to them.
+"""
 
 from __future__ import annotations
 
@@ -14,12 +26,14 @@ from p2p_guard.guard.baselines import (
     Mean,
     MultiKrum,
     NNMTrimmedMean,
+    OwnUpdate,
     TrimmedMean,
 )
 from p2p_guard.guard.guard import Guard
 from p2p_guard.guard.semantic import SemanticGuard
+from p2p_guard.plugin_spec import import_class, parse_spec
 
-__all__ = ["DEFAULT_GUARD", "GUARD_NAMES", "build_guard"]
+__all__ = ["DEFAULT_GUARD", "GUARD_NAMES", "build_guard", "check_guard_spec", "parse_guard_spec"]
 
 _RULES: Mapping[str, Callable[..., Aggregator]] = MappingProxyType(
     {
@@ -30,36 +44,87 @@ _RULES: Mapping[str, Callable[..., Aggregator]] = MappingProxyType(
         "geometric_median": GeometricMedian,
         "centered_clipping": CenteredClipping,
         "nnm_trimmed_mean": NNMTrimmedMean,
+        "own_update": OwnUpdate,
         "semantic": SemanticGuard,
     }
 )
 
 GUARD_NAMES: tuple[str, ...] = tuple(_RULES)
-"""Every name :func:`build_guard` accepts."""
+"""Every built-in name :func:`build_guard` accepts."""
 
 DEFAULT_GUARD = "semantic"
 """The guard a peer runs unless told otherwise."""
 
+_METHODS = (("__call__", "__call__(updates, ctx) -> Tensor"),)
 
-def build_guard(name: str = DEFAULT_GUARD, **params: Any) -> Guard:
-    """Build the guard registered under ``name`` with the given hyper-parameters.
 
-    Args:
-        name: one of :data:`GUARD_NAMES`.
-        **params: keyword arguments of the rule's constructor (for example ``f=2`` for ``trimmed_mean``).
-
-    Returns:
-        A :class:`~p2p_guard.guard.guard.Guard` wrapping the rule, falling back to the coordinate-wise median.
+def parse_guard_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """Split a guard spec into its name (built-in or ``"module:Class"``) and its parameters.
 
     Raises:
-        ValueError: on an unknown name, an unknown parameter or a parameter out of range.
+        ValueError: on bad syntax; the message quotes the spec.
     """
+    return parse_spec(spec, what="guard", builtin_names=GUARD_NAMES)
+
+
+def _rule_class(spec: str, name: str) -> Callable[..., Aggregator]:
+    if ":" not in name:
+        try:
+            return _RULES[name]
+        except KeyError:
+            raise ValueError(
+                f"guard spec {spec!r}: unknown guard {name!r}; expected one of {', '.join(GUARD_NAMES)} "
+                f"or MODULE:CLASS"
+            ) from None
+    cls = import_class(spec, name, what="guard")
+    for method, signature in _METHODS:
+        if not any(method in vars(klass) for klass in cls.__mro__ if klass is not object):
+            raise ValueError(
+                f"guard spec {spec!r}: {name} has no method {signature}, which the aggregator Protocol "
+                f"(p2p_guard.guard.base.Aggregator) requires"
+            )
+    judge = getattr(cls, "judge", None)
+    if judge is not None and not callable(judge):
+        raise ValueError(f"guard spec {spec!r}: {name}.judge must be a method (updates, ctx) -> GuardResult")
+    return cls  # type: ignore[no-any-return]
+
+
+def build_guard(spec: str = DEFAULT_GUARD, **params: Any) -> Guard:
+    """Build the guard a spec names, with the spec's parameters plus ``params``.
+
+    Args:
+        spec: a built-in name of :data:`GUARD_NAMES` (``"semantic"``), with parameters
+            (``"trimmed_mean:f=2"``), or a user's rule ``"module:Class[:key=value,...]"``.
+        **params: further keyword arguments of the rule's constructor (a key may not be given twice).
+
+    Returns:
+        A :class:`~p2p_guard.guard.guard.Guard` wrapping the rule (named by ``spec``), falling back to the
+        coordinate-wise median.
+
+    Raises:
+        ValueError: on bad syntax, an unknown name, a module or class that cannot be imported, a class that
+            misses a method of the Protocol (the message names it), a parameter given twice, or parameters
+            the constructor rejects.
+    """
+    name, spec_params = parse_guard_spec(spec)
+    both = sorted(set(spec_params) & set(params))
+    if both:
+        raise ValueError(f"guard spec {spec!r}: parameter(s) {both} given both in the spec and as arguments")
+    rule = _rule_class(spec, name)
+    merged = {**spec_params, **params}
     try:
-        rule = _RULES[name]
-    except KeyError:
-        raise ValueError(f"unknown guard {name!r}; expected one of {', '.join(GUARD_NAMES)}") from None
-    try:
-        aggregator = rule(**params)
+        aggregator = rule(**merged)
     except TypeError as exc:
-        raise ValueError(f"guard {name!r}: bad parameters {sorted(params)}: {exc}") from exc
-    return Guard(name=name, aggregator=aggregator)
+        raise ValueError(f"guard {spec!r}: bad parameters {sorted(merged)}: {exc}") from exc
+    except ValueError as exc:
+        raise ValueError(f"guard {spec!r}: {exc}") from exc
+    return Guard(name=spec, aggregator=aggregator)
+
+
+def check_guard_spec(spec: str) -> None:
+    """Build the guard once and drop it: fail at CLI start, not in round 1.
+
+    Raises:
+        ValueError: as :func:`build_guard`.
+    """
+    build_guard(spec)

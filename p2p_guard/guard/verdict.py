@@ -68,6 +68,7 @@ def make_verdicts(
     cosines: torch.Tensor,
     rejected: Mapping[int, tuple[str, str]],
     accepted_detail: str,
+    loss_scores: torch.Tensor | None = None,
 ) -> tuple[Verdict, ...]:
     """Build one :class:`Verdict` per row.
 
@@ -77,6 +78,7 @@ def make_verdicts(
         cosines: ``(n,)`` cosines with the rule's reference.
         rejected: row index → ``(reason, detail)`` for each rejected row.
         accepted_detail: detail recorded for every accepted row.
+        loss_scores: ``(n,)`` semantic-stage scores in row order, or None (each verdict's ``loss_score``).
 
     Returns:
         Verdicts in row order.
@@ -92,6 +94,7 @@ def make_verdicts(
                 detail=detail,
                 norm=float(norms[i]),
                 cosine=float(cosines[i]),
+                loss_score=None if loss_scores is None else float(loss_scores[i]),
             )
         )
     return tuple(out)

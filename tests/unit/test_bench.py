@@ -22,6 +22,7 @@ from p2p_guard.bench.robustness import (
     bench_attacks,
     cell_key,
     code_fingerprint,
+    expert_cells,
     headline_cells,
     load_cells,
     quick_checks,
@@ -176,8 +177,17 @@ def test_grid_builders_cover_every_arm() -> None:
     cells = headline_cells(cfg)
     assert len(cells) == 2 * 2 * 2  # guards x (clean + 1 attack) x seeds
     clean = [c for c in cells if c.attack is None]
-    assert all(c.f == 0 and c.assumed_byzantine == cfg.f for c in clean)
+    assert all(c.f == 0 for c in clean)
+    assert {c.assumed_byzantine for c in cells} == {None}  # no oracle
     assert {c.rounds for c in cells} == {cfg.rounds}
+    assert expert_cells(cfg) == []
+    expert = expert_cells(dataclasses.replace(cfg, expert_guards=("semantic",)))
+    assert [(c.arm, c.attack, c.assumed_byzantine) for c in expert] == [
+        ("semantic (true f)", None, cfg.f),
+        ("semantic (true f)", None, cfg.f),
+        ("semantic (true f)", "sign_flip:scale=10", cfg.f),
+        ("semantic (true f)", "sign_flip:scale=10", cfg.f),
+    ]
     sweep = sweep_cells(cfg, {"mean": ["sign_flip:scale=10"], "semantic": ["sign_flip:scale=10"]})
     assert sorted({(c.f, c.attack) for c in sweep}) == [(0, None), (1, "sign_flip:scale=10")]
     assert "verdict" in ablation_flags()
@@ -250,6 +260,8 @@ def test_tiny_benchmark_summary_and_report(tmp_path: Path) -> None:
     assert set(summary["headline"]["mean"]) == {CLEAN, "sign_flip:scale=10"}
     assert set(summary["ablation"]) == {"semantic", "semantic -verdict"}
     assert set(summary["sweep"]["semantic"]["iid"]) == {0.0, 0.25}
+    assert set(summary["fraction_table"]["semantic"]["iid"][0.25]) == {"worst", "clean", "asr", "fp_rate"}
+    assert summary["expert"] == {}
     assert len(summary["curves"]["semantic"]) == cfg.rounds
     meta = {
         "command": "p2p-guard bench robustness --quick",
@@ -271,6 +283,7 @@ def test_tiny_benchmark_summary_and_report(tmp_path: Path) -> None:
         "## Backdoor attack success rate",
         "## Ablation",
         "## Sweep",
+        "25% attackers (f = 1 of 4)",
         "## Plots",
         "`sign_flip:scale=10`",
         "p2p-guard bench robustness --quick",
@@ -295,6 +308,8 @@ def test_quick_checks() -> None:
     worst = {"semantic": ("alie", s(0.8)), "median": ("alie", s(0.7)), "trimmed_mean": ("alie", s(0.85))}
     checks = quick_checks(headline, worst)  # type: ignore[arg-type]
     assert [c.passed for c in checks] == [True, True, False]
+    worst["own_update"] = ("alie", s(0.81))
+    assert [c.passed for c in quick_checks(headline, worst)] == [True, True, False, False]  # type: ignore[arg-type]
     headline["mean"]["sign_flip:scale=10"] = s(0.65)
     assert not quick_checks(headline, worst)[0].passed  # type: ignore[arg-type]
 
@@ -307,3 +322,33 @@ def test_cli_rejects_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture
         == 2
     )
     assert "apt-get install dataset-fashion-mnist" in capsys.readouterr().err
+
+
+def test_loss_at_is_the_private_holdout_loss() -> None:
+    from p2p_guard.tasks import load_task
+    from p2p_guard.training.local import LocalModel
+
+    task = load_task("digits")
+    local = LocalModel(task, seed=0, num_shards=3, shard_index=1, partition="iid")
+    loss_at = cell_module.holdout_loss_at(local, 16, torch.Generator().manual_seed(0), 0.5)
+    x, y = task.holdout_batch(local.shard, 16, torch.Generator().manual_seed(0))
+    theta = local.theta.clone()
+    delta = torch.randn(local.numel, generator=torch.Generator().manual_seed(1)) * 0.01
+    with torch.no_grad():
+        assert loss_at(torch.zeros_like(delta)) == pytest.approx(float(task.loss(local.model, x, y)))
+        cell_module.load_flat(local.model, theta - 0.5 * delta)
+        expected = float(task.loss(local.model, x, y))
+    assert loss_at(delta) == pytest.approx(expected)
+    assert torch.equal(local.theta, theta)
+
+
+def test_semantic_cell_times_its_loss_stage() -> None:
+    with_loss = (("loss_check", True),)
+    result = run_cell(_spec(n=3, f=1, attack="sign_flip:scale=10", guard="semantic", rounds=1, inner_steps=2,
+                            guard_params=with_loss))
+    timing = result["timing"]
+    assert timing["guard_calls"] >= 2  # first honest receiver and the probe, then one per receiver if they differ
+    assert timing["loss_calls"] == 4 * timing["guard_calls"]  # ℓ_0 + one per row, 3 rows
+    without = run_cell(_spec(n=3, f=1, attack="sign_flip:scale=10", guard="semantic", rounds=1, inner_steps=2,
+                             guard_params=with_loss, loss_batch=0))
+    assert without["timing"]["loss_calls"] == 0

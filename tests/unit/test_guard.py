@@ -137,10 +137,13 @@ class TestSemanticGuard:
         with pytest.raises(NotEnoughUpdates, match="n=4, f=2"):
             SemanticGuard()(torch.zeros(4, 3), make_ctx(4, f=2))
 
-    def test_ignores_own_index(self) -> None:
+    def test_own_index_anchors_only_when_anchoring(self) -> None:
         x = honest_rows(8, 40, 0.5, seed=2)
-        outs = [SemanticGuard()(x, make_ctx(8, own_index=i)) for i in (None, 0, 5)]
+        plain = SemanticGuard(anchoring=False)
+        outs = [plain(x, make_ctx(8, own_index=i)) for i in (None, 0, 5)]
         assert all(torch.equal(outs[0], o) for o in outs[1:])
+        anchored = SemanticGuard(c_anchor=0.1)(x, make_ctx(8, own_index=5))
+        assert float((anchored - x[5]).norm()) == pytest.approx(0.1 * float(x[5].norm()), rel=1e-5)
 
     @pytest.mark.parametrize(
         ("kwargs", "name"),
@@ -245,6 +248,7 @@ class TestRegistry:
             "geometric_median",
             "centered_clipping",
             "nnm_trimmed_mean",
+            "own_update",
             "semantic",
         )
         assert isinstance(build_guard().aggregator, SemanticGuard)

@@ -7,6 +7,7 @@
 - ``geometric_median.py``: :class:`GeometricMedian`, smoothed Weiszfeld (Pillutla et al. 2022).
 - ``centered_clipping.py``: :class:`CenteredClipping` around the previous aggregate and :func:`centered_clip`
   (Karimireddy et al. 2021).
+- ``own.py``: :class:`OwnUpdate`, the receiver's own row only (the bar at any Byzantine fraction).
 - ``nnm.py``: :class:`NNMTrimmedMean` and :func:`nearest_neighbour_mixing` (Allouah et al. 2023).
 """
 
@@ -16,6 +17,7 @@ from p2p_guard.guard.baselines.krum import MultiKrum, krum_scores
 from p2p_guard.guard.baselines.mean import Mean
 from p2p_guard.guard.baselines.median import CoordinateMedian, coordinate_median
 from p2p_guard.guard.baselines.nnm import NNMTrimmedMean, nearest_neighbour_mixing
+from p2p_guard.guard.baselines.own import OwnUpdate
 from p2p_guard.guard.baselines.trimmed_mean import TrimmedMean, coordinate_trimmed_mean
 
 __all__ = [
@@ -25,6 +27,7 @@ __all__ = [
     "Mean",
     "MultiKrum",
     "NNMTrimmedMean",
+    "OwnUpdate",
     "TrimmedMean",
     "centered_clip",
     "coordinate_median",

@@ -1,0 +1,100 @@
+"""The plugin spec grammar shared by attacks (``--attack``) and guards (``--guard``).
+
+Spec grammar::
+
+    spec   := NAME [":" params] | MODULE ":" CLASS [":" params]
+    params := key "=" value ("," key "=" value)*
+
+A value is read as a bool (``true`` / ``false``, any case), an int, a float, or else kept as a string.
+``parse_spec("trimmed_mean:f=2", what="guard", builtin_names=...)`` gives ``("trimmed_mean", {"f": 2})``;
+``MODULE:CLASS`` is returned as the name ``"MODULE:CLASS"`` and imported with :func:`import_class`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Collection
+
+__all__ = ["ParamValue", "import_class", "parse_spec", "parse_value"]
+
+ParamValue = bool | int | float | str
+
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+_NAME = re.compile(_IDENT)
+_MODULE = re.compile(rf"{_IDENT}(\.{_IDENT})*")
+_INT = re.compile(r"[+-]?\d+")
+
+
+def parse_spec(spec: str, *, what: str, builtin_names: Collection[str]) -> tuple[str, dict[str, ParamValue]]:
+    """Split a plugin spec into its name and its parameters.
+
+    Args:
+        spec: ``"name"``, ``"name:key=value,..."``, ``"module:Class"`` or ``"module:Class:key=value,..."``.
+        what: the plugin kind for messages (``"attack"``, ``"guard"``).
+        builtin_names: the built-in names (a built-in followed by a non-``key=value`` part is an error).
+
+    Returns:
+        ``(name, params)``: the built-in name or ``"module:Class"``, and each key's value read as bool, int,
+        float or str.
+
+    Raises:
+        ValueError: on bad syntax; the message quotes the spec.
+    """
+    article = "an" if what[:1] in "aeiou" else "a"
+    if not isinstance(spec, str):
+        raise ValueError(f"{what} spec must be a string, got {spec!r}")
+    parts = spec.strip().split(":")
+    if len(parts) == 1 or (len(parts) == 2 and "=" in parts[1]):
+        name, params_text = parts[0], (parts[1] if len(parts) == 2 else None)
+        if not _NAME.fullmatch(name):
+            raise ValueError(f"bad {what} spec {spec!r}: {name!r} is not {article} {what} name")
+    elif len(parts) in (2, 3):
+        module, cls = parts[0], parts[1]
+        if module in builtin_names:
+            raise ValueError(f"bad {what} spec {spec!r}: parameters are key=value, got {cls!r}")
+        if not _MODULE.fullmatch(module) or not _NAME.fullmatch(cls):
+            raise ValueError(f"bad {what} spec {spec!r}: expected NAME[:key=value,...] or MODULE:CLASS[:...]")
+        name, params_text = f"{module}:{cls}", (parts[2] if len(parts) == 3 else None)
+    else:
+        raise ValueError(f"bad {what} spec {spec!r}: too many ':'")
+    params: dict[str, ParamValue] = {}
+    if params_text is not None:
+        for item in params_text.split(","):
+            key, sep, text = item.partition("=")
+            key = key.strip()
+            if not sep or not _NAME.fullmatch(key):
+                raise ValueError(f"bad {what} spec {spec!r}: parameter {item!r} is not key=value")
+            if key in params:
+                raise ValueError(f"bad {what} spec {spec!r}: parameter {key!r} given twice")
+            params[key] = parse_value(text.strip())
+    return name, params
+
+
+def parse_value(text: str) -> ParamValue:
+    """Read a parameter value: bool (any case), int, float, else the text itself."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if _INT.fullmatch(text):
+        return int(text)
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def import_class(spec: str, name: str, *, what: str) -> type:
+    """Import ``MODULE:CLASS`` (``name``) for the plugin spec ``spec``.
+
+    Raises:
+        ValueError: when the module cannot be imported or holds no class of that name.
+    """
+    module_name, _, class_name = name.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise ValueError(f"{what} spec {spec!r}: cannot import module {module_name!r}: {exc}") from exc
+    cls = getattr(module, class_name, None)
+    if not isinstance(cls, type):
+        raise ValueError(f"{what} spec {spec!r}: module {module_name!r} has no class {class_name!r}")
+    return cls
