@@ -15,8 +15,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from p2p_guard.protocol.proof import max_proof_bytes, verify_proof
-from p2p_guard.protocol.reasons import Rejected
 
 __all__ = ["EXIT_INVALID", "EXIT_UNREADABLE", "EXIT_VALID", "add_parser", "run"]
 
@@ -56,6 +54,9 @@ def run(args: argparse.Namespace) -> int:
     Returns:
         :data:`EXIT_VALID`, :data:`EXIT_INVALID` or :data:`EXIT_UNREADABLE`.
     """
+    from p2p_guard.protocol.proof import max_proof_bytes, verify_proof  # torch: imported only when run
+    from p2p_guard.protocol.reasons import Rejected
+
     path = Path(args.file)
     limit = max_proof_bytes()
     try:
