@@ -75,8 +75,9 @@ def resolve_config(args: argparse.Namespace) -> PeerConfig:
 
 
 def check_names(config: PeerConfig) -> None:
-    """Fail before any process starts on a bad identity file, taken port, task or its data, guard, attack or
-    bootstrap address (in that order: the cheap checks first; the names import torch, the addresses hivemind).
+    """Fail before any process starts on a bad identity file, port, task or data, guard, attack or address.
+
+    In that order: the cheap checks first; the names import torch, the bootstrap addresses hivemind.
 
     Raises:
         ValueError: naming the bad setting and the valid choices.

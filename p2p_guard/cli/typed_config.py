@@ -145,7 +145,7 @@ def _json_value(text: str) -> Any:
 
 
 def _scalar_options(hint: Any) -> dict[str, Any] | None:
-    """argparse options for one value of type ``hint``; None if it has no plain flag form."""
+    """The ``argparse`` options for one value of type ``hint``; None if it has no plain flag form."""
     if hint is int:
         return {"type": int, "metavar": "N"}
     if hint is float:
@@ -163,7 +163,7 @@ def _scalar_options(hint: Any) -> dict[str, Any] | None:
 
 
 def _flag_options(name: str, hint: Any) -> dict[str, Any]:
-    """argparse ``add_argument`` options for a field of type ``hint``."""
+    """The ``argparse.add_argument`` options for a field of type ``hint``."""
     hint, _ = _strip_optional(hint)
     if hint is bool:
         return {"action": argparse.BooleanOptionalAction}
@@ -289,7 +289,7 @@ def _coerce(value: Any, hint: Any) -> Any:
         if origin is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
             if len(args) != len(value):
                 raise _Mismatch
-            return tuple(_coerce(v, a) for v, a in zip(value, args))
+            return tuple(_coerce(v, a) for v, a in zip(value, args, strict=True))
         item = args[0] if args else Any
         return origin(_coerce(v, item) for v in value)
     if origin in (dict, Mapping) or hint is dict:

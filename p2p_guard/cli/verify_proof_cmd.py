@@ -15,6 +15,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from p2p_guard.cli.errors import print_error
 
 __all__ = ["EXIT_INVALID", "EXIT_UNREADABLE", "EXIT_VALID", "add_parser", "run"]
 
@@ -63,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         with path.open("rb") as handle:
             data = handle.read(limit + 1)  # one byte past the limit is enough to say OVERSIZE
     except OSError as error:
-        print(f"cannot read {path}: {error.strerror or error}")  # noqa: T201 - CLI output
+        print_error("verify-proof", f"cannot read {path}: {error.strerror or error}")
         return EXIT_UNREADABLE
     result = verify_proof(data)
     if isinstance(result, Rejected):
