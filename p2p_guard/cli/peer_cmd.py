@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import logging
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from p2p_guard.cli.errors import EXIT_USAGE, print_error
@@ -60,11 +61,8 @@ def resolve_config(args: argparse.Namespace) -> PeerConfig:
         ValueError: on a bad file or value (the message names the setting), a bad partition, no
             ``--initial-peers``, or a bad ``--allow-peers`` file (the message names the file and the line).
     """
-    from p2p_guard.simulation.config import check_partition
-
-    # The partition is checked before PeerConfig is built: its codec check imports torch.
     config = load_config(PeerConfig, args=args, table="peer", config_path=getattr(args, "config", None),
-                         checks={"partition": check_partition})
+                         precheck=_precheck)
     if not config.initial_peers:
         raise ValueError("no --initial-peers given (the multiaddr printed by `p2p-guard bootstrap`)")
     if config.allow_peers is not None:
@@ -74,16 +72,30 @@ def resolve_config(args: argparse.Namespace) -> PeerConfig:
     return config
 
 
-def check_names(config: PeerConfig) -> None:
-    """Fail before any process starts on a bad identity file, port, task or data, guard, attack or address.
+def _precheck(values: Mapping[str, Any]) -> None:
+    """Checks on the merged settings before PeerConfig is built (its codec check imports torch).
 
-    In that order: the cheap checks first; the names import torch, the bootstrap addresses hivemind.
+    Raises:
+        ValueError: on a bad partition spec, identity file or a taken port.
+    """
+    from p2p_guard.simulation.config import check_partition
+
+    check_partition(values["partition"])
+    if isinstance(values["identity"], str):
+        check_identity_file(values["identity"])
+    host, port = values["host"], values["port"]
+    if isinstance(host, str) and type(port) is int and 0 < port <= 65535:
+        check_port_free(host, port)
+
+
+def check_names(config: PeerConfig) -> None:
+    """Fail before any process starts on a bad task or data, guard, attack or bootstrap address.
+
+    The names import torch, the bootstrap addresses hivemind.
 
     Raises:
         ValueError: naming the bad setting and the valid choices.
     """
-    check_identity_file(config.identity)
-    check_port_free(config.host, config.port)
     check_task_and_guard(config.task, config.guard)
     check_task_data(config.task)
     if config.attack:

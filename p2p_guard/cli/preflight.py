@@ -15,7 +15,9 @@ __all__ = ["check_identity_file", "check_port_free", "check_task_data"]
 
 
 def check_identity_file(path: str | Path, *, flag: str = "--identity") -> None:
-    """An existing identity file must be a readable regular file; a missing one must be creatable.
+    """An existing identity file must be a readable Ed25519 key file; a missing one must be creatable.
+
+    Imports ``cryptography`` (a fraction of a second), not torch.
 
     Raises:
         ValueError: naming the path and what is wrong with it.
@@ -24,8 +26,14 @@ def check_identity_file(path: str | Path, *, flag: str = "--identity") -> None:
     if path.exists():
         if not path.is_file():
             raise ValueError(f"{flag} {path}: not a regular file")
-        if not os.access(path, os.R_OK):
-            raise ValueError(f"{flag} {path}: not readable (permission denied)")
+        from p2p_guard.identity import Identity
+
+        try:
+            Identity.load(path)
+        except PermissionError:
+            raise ValueError(f"{flag} {path}: not readable (permission denied)") from None
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{flag} {e}") from None
         return
     parent = path.parent
     while not parent.exists() and parent != parent.parent:

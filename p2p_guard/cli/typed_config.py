@@ -359,7 +359,7 @@ def load_config(
     table: str,
     config_path: str | Path | None = None,
     extra: Mapping[str, Any] | None = None,
-    checks: Mapping[str, Callable[[Any], object]] | None = None,
+    precheck: Callable[[Mapping[str, Any]], object] | None = None,
 ) -> T:
     """Build a ``cls`` from its defaults, the ``[table]`` of ``config_path`` and the flags given, in that order.
 
@@ -369,8 +369,9 @@ def load_config(
         table: the TOML table name (``peer``, ``bootstrap``, ``simulate``).
         config_path: the ``--config`` file, or None.
         extra: values set by the command itself, applied last.
-        checks: extra checks per field, run on the merged value before the dataclass is built (each raises
-            ``ValueError``); for checks the dataclass does not make itself, or makes only after a heavy import.
+        precheck: called with every field's merged value (defaults included) before the dataclass is built;
+            raises ``ValueError``. For checks the dataclass does not make itself, or that should come before
+            one of its checks that needs a heavy import.
 
     Returns:
         The validated settings.
@@ -397,9 +398,8 @@ def load_config(
     except ValueError as e:
         raise ValueError(f"command line: {e}") from None
     values.update(extra or {})
-    for name, check in (checks or {}).items():
-        if name in values:
-            check(values[name])
+    if precheck is not None:
+        precheck({f.name: values.get(f.name, _default_of(f)) for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
     try:
         return cls(**values)
     except (TypeError, ValueError) as e:

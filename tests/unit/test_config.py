@@ -525,15 +525,36 @@ def _cli(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     (["simulate", "--rounds", "0"], None,
      "p2p-guard simulate: error: command line: rounds must be an integer >= 1, got 0"),
     (["peer", "--rounds", "x"], None, "p2p-guard peer: error: argument --rounds: invalid int value: 'x'"),
+    (["peer", "--initial-peers", MADDR, "--identity", "."], None,
+     "p2p-guard peer: error: --identity .: not a regular file"),
+    (["peer", "--initial-peers", MADDR, "--identity", "c.toml"], "not a key",
+     "p2p-guard peer: error: --identity c.toml: not a libp2p PrivateKey protobuf: unexpected field 13 with wire type 6"),
+    (["bootstrap", "--port", "70000"], None,
+     "p2p-guard bootstrap: error: command line: port must be in [0, 65535]; got port=70000"),
 ])
 def test_bad_input_is_one_line_before_torch_or_hivemind(tmp_path: Path, argv: list[str], toml: str | None,
                                                          message: str) -> None:
     if toml is not None:
         (tmp_path / "c.toml").write_text(toml, encoding="utf-8")
+        (tmp_path / "c.toml").chmod(0o600)  # as a key file should be (else a warning line comes first)
     done = _cli(tmp_path, *argv)
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines()[-1] == message
     assert "usage:" in done.stderr or len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stdout.strip() == "heavy: []"
+
+
+def test_taken_port_is_one_line_before_torch_or_hivemind(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        done = _cli(tmp_path, "peer", "--initial-peers", MADDR, "--host", "127.0.0.1", "--port", str(port))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (f"p2p-guard peer: error: --port {port}: already in use on 127.0.0.1 (pick another, "
+                           "or 0 for any)\n")
     assert done.stdout.strip() == "heavy: []"
 
 
