@@ -1,21 +1,30 @@
-"""Unit tests of the peer settings (``swarm/config.py``) and of every shipped TOML file, read by the real CLI.
+"""Unit tests of the settings (``swarm/config.py``, ``simulation/config.py``), of the typed config -> CLI
+generator (``cli/typed_config.py``), of the up-front checks, and of every shipped TOML file, read by the real CLI.
 
-No network: the CLI resolvers only parse files and flags; nothing here starts a node.
+No network: the CLI resolvers only parse files and flags; nothing here starts a node. A few tests run the CLI
+in a fresh interpreter to see that a bad input is one line, exit 2, before torch or hivemind is imported.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import enum
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
-from p2p_guard.cli import bootstrap_cmd, peer_cmd
+from p2p_guard.cli import bootstrap_cmd, peer_cmd, simulate_cmd
 from p2p_guard.cli.main import build_parser
+from p2p_guard.cli.typed_config import add_config_flags, field_docs, flag_name, load_config, type_check
 from p2p_guard.protocol import CODECS
+from p2p_guard.simulation.config import SimulationConfig
 from p2p_guard.swarm.config import PeerConfig, config_from_mapping
 
 REPO = Path(__file__).resolve().parents[2]
@@ -269,23 +278,6 @@ def test_shipped_toml_validates(path: Path) -> None:
 
 # --- the typed config -> CLI generator (cli/typed_config.py) -------------------------------------------------------
 
-import dataclasses  # noqa: E402 - this part of the file tests the generator
-import enum  # noqa: E402
-import os  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-from typing import Literal  # noqa: E402
-
-from p2p_guard.cli import simulate_cmd  # noqa: E402
-from p2p_guard.cli.typed_config import (  # noqa: E402
-    add_config_flags,
-    field_docs,
-    flag_name,
-    load_config,
-    type_check,
-)
-from p2p_guard.simulation.config import SimulationConfig  # noqa: E402
-
 CONFIG_CLASSES = {"peer": PeerConfig, "simulate": SimulationConfig, "bootstrap": bootstrap_cmd.BootstrapConfig}
 
 
@@ -528,7 +520,8 @@ def _cli(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     (["peer", "--initial-peers", MADDR, "--identity", "."], None,
      "p2p-guard peer: error: --identity .: not a regular file"),
     (["peer", "--initial-peers", MADDR, "--identity", "c.toml"], "not a key",
-     "p2p-guard peer: error: --identity c.toml: not a libp2p PrivateKey protobuf: unexpected field 13 with wire type 6"),
+     "p2p-guard peer: error: --identity c.toml: not a libp2p PrivateKey protobuf: unexpected field 13 with "
+     "wire type 6"),
     (["bootstrap", "--port", "70000"], None,
      "p2p-guard bootstrap: error: command line: port must be in [0, 65535]; got port=70000"),
 ])
