@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-long test-quick bench-quick clean
+.PHONY: setup demo test test-long test-quick lint bench-quick clean
 
 setup: $(STAMP)
 
@@ -32,6 +32,11 @@ test-long: setup
 
 test-quick: setup
 	$(BIN)/python -m pytest tests -q -m "not slow"
+
+# ruff and mypy (pinned in pyproject's [test] extra; rules and per-file exceptions there), on p2p_guard/.
+lint: setup
+	$(BIN)/ruff check --no-cache p2p_guard
+	$(BIN)/mypy
 
 bench-quick: setup
 	$(BIN)/p2p-guard bench robustness --quick $(BENCH_FLAGS)

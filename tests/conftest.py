@@ -4,9 +4,13 @@ At session start every process this pytest run will create is marked: ``P2P_GUAR
 in ``os.environ``, and children inherit it, down to hivemind's forked DHT process and its ``p2pd`` (hivemind
 copies ``os.environ`` for the daemon), even those that started their own session or lost their parent.
 
-- After each test, a process that appeared during the test and is still alive ``LINGER_S`` later (a descendant
-  of pytest, or any process carrying the marker) is reported with a warning, then terminated and killed.
-- At the end of the session, every such process is terminated and killed.
+- Around each test that starts processes, a process that appeared during the test and is still alive
+  ``LINGER_S`` later (a descendant of pytest, or any process carrying the marker) is reported with a warning,
+  then terminated and killed. Tests that start processes are those marked ``integration``, every test under
+  ``tests/integration/`` (its ``conftest.py``), and any other test that requests the ``process_reaper``
+  fixture (``@pytest.mark.usefixtures("process_reaper")``). Pure tests pay nothing: the scan reads every
+  process's environment, twice per test.
+- At the end of the session, every such process is terminated and killed (all tests, pure ones included).
 
 Long-lived helpers of the pytest process itself (multiprocessing's resource tracker and forkserver, torch's
 shared-memory manager) are left to the session sweep.
@@ -89,8 +93,15 @@ def session_process_reaper() -> Iterator[str]:
 
 
 @pytest.fixture(autouse=True)
-def test_process_reaper(session_process_reaper: str) -> Iterator[None]:
-    """Kill (and warn about) any process that a test started and left running."""
+def _reaper_for_integration_tests(request: pytest.FixtureRequest) -> None:
+    """Put :func:`process_reaper` around every test marked ``integration`` (a marker lookup for the others)."""
+    if request.node.get_closest_marker("integration") is not None:
+        request.getfixturevalue("process_reaper")
+
+
+@pytest.fixture
+def process_reaper(session_process_reaper: str) -> Iterator[None]:
+    """Kill (and warn about) any process that the test started and left running."""
     before = set(_our_processes(session_process_reaper))
     yield
     leaked = [

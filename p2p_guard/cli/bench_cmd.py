@@ -19,6 +19,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from p2p_guard.cli.errors import print_error
+
 __all__ = ["add_parser", "run_robustness"]
 
 EXIT_CHECK_FAILED = 1
@@ -115,7 +117,7 @@ def _sigterm_raises() -> Iterator[None]:
 
 
 def _error(message: str) -> None:
-    print(f"p2p-guard bench robustness: error: {message}", file=sys.stderr)
+    print_error("bench robustness", message)
 
 
 def _describe_model(model: Any) -> str:
@@ -177,7 +179,9 @@ def run_robustness(args: argparse.Namespace) -> int:
     worker_level = level if level <= logging.DEBUG else logging.ERROR
 
     def bar(total: int, phase: str) -> Any:
-        return tqdm(total=total, desc=phase, unit="cell", dynamic_ncols=True, disable=args.no_progress)
+        # disable=None: tqdm shows no bar when stderr is not a terminal (no frames in a log file)
+        return tqdm(total=total, desc=phase, unit="cell", dynamic_ncols=True,
+                    disable=True if args.no_progress else None)
 
     print(
         f"{mode} benchmark: {cfg.task}, {len(cfg.guards)} aggregators x {len(cfg.attacks) + 1} attack "

@@ -1,50 +1,87 @@
-"""``p2p-guard bootstrap``: run the entry point of a swarm (a DHT node with a persistent identity)."""
+"""``p2p-guard bootstrap``: run the entry point of a swarm (a DHT node with a persistent identity).
+
+Every :class:`BootstrapConfig` field is a flag and a key of the ``[bootstrap]`` table of ``--config``.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+from dataclasses import dataclass
 from typing import Any
 
-from p2p_guard.cli.config_files import read_table
+from p2p_guard.cli.errors import EXIT_FAILED, EXIT_USAGE, print_error
+from p2p_guard.cli.preflight import check_identity_file, check_port_free
+from p2p_guard.cli.typed_config import add_config_flags, load_config
 
-__all__ = ["add_parser", "run"]
+__all__ = ["BootstrapConfig", "add_parser", "resolve", "run"]
 
 logger = logging.getLogger(__name__)
 
-DEFAULTS: dict[str, Any] = {"identity": "bootstrap/identity.key", "host": "0.0.0.0", "port": 31337,
-                            "announce_host": None, "address_file": None}
+COMMAND = "bootstrap"
 
 
-def add_parser(subparsers: Any) -> None:
-    """Register ``bootstrap`` on the CLI's subparsers."""
-    parser = subparsers.add_parser("bootstrap", help="run a bootstrap node (the swarm's entry point)",
-                                   description="Run a bootstrap DHT node until Ctrl+C / SIGTERM. "
-                                               "Flags override the --config file.")
+@dataclass(frozen=True)
+class BootstrapConfig:
+    """Settings of a bootstrap node.
+
+    Attributes:
+        identity: identity file, created on first start (mode 0600); its PeerID is part of the multiaddr
+            peers join with, so keep it.
+        host: listen address (0.0.0.0: every interface).
+        port: TCP port to open (0 = any free port).
+        announce_host: public IP peers should dial, when it differs from the listen address (a cloud VM
+            behind 1:1 NAT).
+        address_file: also write the multiaddrs to this file, one a line, once the node is up.
+    """
+
+    identity: str = "bootstrap/identity.key"
+    host: str = "0.0.0.0"
+    port: int = 31337
+    announce_host: str | None = None
+    address_file: str | None = None
+
+    def __post_init__(self) -> None:
+        """Check the values.
+
+        Raises:
+            ValueError: naming the bad setting and its value.
+        """
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in [0, 65535]; got port={self.port}")
+        for name in ("identity", "host"):
+            if not getattr(self, name):
+                raise ValueError(f"{name} must not be empty")
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``bootstrap`` on the CLI's subparsers.
+
+    Args:
+        subparsers: what ``ArgumentParser.add_subparsers()`` returned.
+
+    Returns:
+        The sub-command's parser.
+    """
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        COMMAND, help="run a bootstrap node (the swarm's entry point)",
+        description="Run a bootstrap DHT node until Ctrl+C / SIGTERM. Every setting is a flag and a key of the "
+                    "[bootstrap] table of --config; flags override the file.")
     parser.add_argument("--config", metavar="TOML", help="config file with a [bootstrap] table")
-    parser.add_argument("--identity", help=f"identity file, created on first start (default {DEFAULTS['identity']})")
-    parser.add_argument("--host", help=f"listen address (default {DEFAULTS['host']})")
-    parser.add_argument("--port", type=int, help=f"TCP port to open (default {DEFAULTS['port']}; 0 = any)")
-    parser.add_argument("--announce-host", dest="announce_host", help="public IP peers should dial")
-    parser.add_argument("--address-file", dest="address_file", help="also write the multiaddrs to this file")
+    add_config_flags(parser.add_argument_group("settings"), BootstrapConfig,
+                     metavars={"identity": "FILE", "host": "ADDR", "announce_host": "ADDR",
+                               "address_file": "FILE"})
     parser.set_defaults(func=run)
+    return parser
 
 
-def resolve(args: argparse.Namespace) -> dict[str, Any]:
+def resolve(args: argparse.Namespace) -> BootstrapConfig:
     """Merge defaults, the ``--config`` file and flags.
 
     Raises:
-        ValueError: on an unknown key or a bad file.
+        ValueError: on an unknown key, a bad value or a bad file.
     """
-    values = dict(DEFAULTS)
-    if args.config:
-        table = read_table(args.config, "bootstrap")
-        unknown = sorted(set(table) - set(DEFAULTS))
-        if unknown:
-            raise ValueError(f"{args.config}: unknown setting(s) {unknown}; known: {sorted(DEFAULTS)}")
-        values.update(table)
-    values.update({k: getattr(args, k) for k in DEFAULTS if getattr(args, k, None) is not None})
-    return values
+    return load_config(BootstrapConfig, args=args, table="bootstrap", config_path=getattr(args, "config", None))
 
 
 def _print_maddrs(maddrs: list[str]) -> None:
@@ -54,20 +91,22 @@ def _print_maddrs(maddrs: list[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the bootstrap node; return the exit code."""
+    """Check the settings, then run the bootstrap node; return the exit code."""
+    try:
+        config = resolve(args)
+        check_identity_file(config.identity)
+        check_port_free(config.host, config.port)
+    except ValueError as e:
+        print_error(COMMAND, str(e))
+        return EXIT_USAGE
     from hivemind.p2p import P2PDaemonError  # hivemind is heavy: imported only when needed
 
     from p2p_guard.swarm.bootstrap import run_bootstrap
 
     try:
-        values = resolve(args)
-    except ValueError as e:
-        logger.error("%s", e)
-        return 2
-    try:
-        return run_bootstrap(identity_path=values["identity"], host=values["host"], port=int(values["port"]),
-                             announce_host=values["announce_host"], address_file=values["address_file"],
+        return run_bootstrap(identity_path=config.identity, host=config.host, port=config.port,
+                             announce_host=config.announce_host, address_file=config.address_file,
                              on_ready=_print_maddrs)
     except (ValueError, OSError, TimeoutError, P2PDaemonError) as e:
-        logger.error("bootstrap node stopped: %s", e)
-        return 1
+        print_error(COMMAND, f"bootstrap node stopped: {e}")
+        return EXIT_FAILED

@@ -18,7 +18,8 @@ def read_table(path: str | Path, table: str) -> dict[str, Any]:
     """Return the ``[table]`` section of the TOML file at ``path``.
 
     Raises:
-        ValueError: if the file is missing, is not valid TOML, or has no such table (message names the file).
+        ValueError: if the file is missing or unreadable, is not valid UTF-8 TOML, or has no such table (the
+            message names the file).
     """
     path = Path(path)
     try:
@@ -26,8 +27,14 @@ def read_table(path: str | Path, table: str) -> dict[str, Any]:
             data = tomllib.load(f)
     except FileNotFoundError as e:
         raise ValueError(f"config file {path} does not exist") from e
+    except IsADirectoryError as e:
+        raise ValueError(f"config file {path} is a directory") from e
+    except OSError as e:
+        raise ValueError(f"config file {path} cannot be read: {e.strerror or e}") from e
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"config file {path} is not valid TOML: {e}") from e
+    except UnicodeDecodeError as e:
+        raise ValueError(f"config file {path} is not UTF-8 text: {e.reason}") from e
     section = data.get(table)
     if not isinstance(section, dict):
         raise ValueError(f"config file {path} has no [{table}] table")

@@ -15,40 +15,25 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tqdm import tqdm
-from tqdm.contrib.logging import logging_redirect_tqdm
-
-from p2p_guard.simulation.config import DEFAULT_TIMEOUT_S, SimulationConfig, check_partition
+from p2p_guard.cli.errors import EXIT_FAILED, EXIT_USAGE, print_error, print_warning
+from p2p_guard.cli.typed_config import add_config_flags, load_config
+from p2p_guard.simulation.config import SimulationConfig
 from p2p_guard.simulation.faults import FaultPlan, check_plan_tools, load_plan
-from p2p_guard.simulation.orchestrator import (
-    Progress,
-    SimulationError,
-    make_workdir,
-    run_simulation,
-    write_report,
-)
-from p2p_guard.simulation.table import format_table
+
+if TYPE_CHECKING:
+    from p2p_guard.simulation.orchestrator import Progress
 
 __all__ = ["add_parser", "run"]
 
-EXIT_FAILED = 1
-EXIT_USAGE = 2
+COMMAND = "simulate"
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 128 + signal.SIGTERM
 
 
 class _Terminated(BaseException):
     """SIGTERM arrived; raised like KeyboardInterrupt so every ``finally`` and ``with`` block runs."""
-
-
-def _partition(text: str) -> str:
-    """Check ``--partition`` for argparse."""
-    try:
-        return check_partition(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from e
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -66,39 +51,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Start a bootstrap node and every peer as its own process on 127.0.0.1, run the "
         "rounds, then print a table and write a JSON report. Logs, keys, events and states stay in the work "
         "directory.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    defaults = SimulationConfig()
-    parser.add_argument("--task", default=defaults.task, help="task: digits, fashion-mnist or shakespeare")
-    parser.add_argument("--honest", type=int, default=defaults.honest, help="number of honest peers")
-    parser.add_argument("--byzantine", type=int, default=defaults.byzantine, help="number of attacking peers")
-    parser.add_argument(
-        "--attack",
-        default=defaults.attack,
-        help="attack of the Byzantine peers: NAME:key=value,... or module:Class",
-    )
-    parser.add_argument("--rounds", type=int, default=defaults.rounds, help="outer rounds")
-    parser.add_argument(
-        "--seed", type=int, default=defaults.seed, help="run seed (same initial model for all)"
-    )
-    parser.add_argument(
-        "--guard", default=defaults.guard, help="aggregation rule of every peer (mean: undefended)"
-    )
-    parser.add_argument(
-        "--inner-steps", type=int, default=None, help="inner steps H per round (None: the task's default)"
-    )
-    parser.add_argument(
-        "--partition", type=_partition, default=defaults.partition, help="iid or dirichlet:ALPHA"
-    )
-    parser.add_argument(
-        "--reputation", action=argparse.BooleanOptionalAction, default=defaults.reputation,
-        help="peers publish signed verdicts and keep a reputation",
-    )
-    parser.add_argument(
-        "--reputation-exclusion", action=argparse.BooleanOptionalAction, default=defaults.reputation_exclusion,
-        help="peers drop senders their reputation excludes (off by default: it can fork small honest swarms)",
-    )
-    parser.add_argument("--run-id", default=None, help="run id shared by the peers (None: sim-TASK-seedSEED)")
+    parser.add_argument("--config", metavar="TOML", help="config file with a [simulate] table")
     parser.add_argument("--report", type=Path, default=None, help="also write the JSON report here")
     parser.add_argument(
         "--workdir",
@@ -106,60 +60,20 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=None,
         help="directory for logs, keys, events and states (None: a fresh runs/<timestamp>)",
     )
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bar (there is none anyway when stderr is not a terminal)")
+    add_config_flags(parser.add_argument_group("settings"), SimulationConfig,
+                     metavars={"inner_steps": "H", "attack": "SPEC", "partition": "SPEC"})
     parser.add_argument(
-        "--timeout-s",
-        type=float,
-        default=DEFAULT_TIMEOUT_S,
-        help="the whole run must end within this many seconds",
-    )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    _add_fault_and_scale_options(parser, defaults)
-    parser.set_defaults(func=run)
-    return parser
-
-
-# -- fault injection and scale (issue 8): new options, kept apart from the flags generated from the config ----
-def _add_fault_and_scale_options(parser: argparse.ArgumentParser, defaults: SimulationConfig) -> None:
-    """``--faults`` and the start-up / measurement options of large swarms."""
-    group = parser.add_argument_group("faults and scale")
-    group.add_argument(
         "--faults", type=Path, default=None, metavar="PLAN.toml",
         help="fault plan: [[fault]] tables (round, peer, kind = slow|stop|kill_restart|clock_shift|kill_bootstrap, "
         "and the kind's fields); see docs/faults.md",
     )  # fmt: skip
-    group.add_argument(
-        "--start-concurrency", type=int, default=defaults.start_concurrency,
-        help="at most this many peers starting at once (launched, not ready yet); 0: all at once",
-    )  # fmt: skip
-    group.add_argument(
-        "--start-retries", type=int, default=defaults.start_retries,
-        help="launch a peer again this many times if it exits before it is ready",
-    )  # fmt: skip
-    group.add_argument(
-        "--join-timeout-s", type=float, default=None,
-        help="each peer's join timeout, seconds (None: max(300, 20 x peers))",
-    )  # fmt: skip
-    group.add_argument(
-        "--memory-sample-s", type=float, default=defaults.memory_sample_s,
-        help="seconds between samples of every peer's PSS (0: none)",
-    )  # fmt: skip
-    group.add_argument(
-        "--keep-snapshots", action="store_true",
-        help="keep the per-round model snapshots (default: deleted once the consensus distance is computed)",
-    )  # fmt: skip
+    parser.set_defaults(func=run)
+    return parser
 
 
-def _scale_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The SimulationConfig fields of the options above."""
-    return {
-        "start_concurrency": args.start_concurrency,
-        "start_retries": args.start_retries,
-        "join_timeout_s": args.join_timeout_s,
-        "memory_sample_s": args.memory_sample_s,
-        "keep_snapshots": args.keep_snapshots,
-    }
-
-
+# -- fault injection (issue 8): --faults is not a SimulationConfig field, so it is added by hand ------------
 def _fault_plan(args: argparse.Namespace, config: SimulationConfig) -> FaultPlan | None:
     """Read and check ``--faults`` (and the programs it needs) before any process starts.
 
@@ -174,23 +88,19 @@ def _fault_plan(args: argparse.Namespace, config: SimulationConfig) -> FaultPlan
 
 
 def _config(args: argparse.Namespace) -> SimulationConfig:
-    """Resolved settings from the parsed arguments (raises ``ValueError`` on a bad one)."""
-    return SimulationConfig(
-        task=args.task,
-        honest=args.honest,
-        byzantine=args.byzantine,
-        attack=args.attack,
-        rounds=args.rounds,
-        reputation=args.reputation,
-        reputation_exclusion=args.reputation_exclusion,
-        seed=args.seed,
-        guard=args.guard,
-        inner_steps=args.inner_steps,
-        partition=args.partition,
-        run_id=args.run_id,
-        timeout_s=args.timeout_s,
-        **_scale_settings(args),
-    )
+    """Resolved settings: defaults, then the ``[simulate]`` table of ``--config``, then the flags given.
+
+    Raises:
+        ValueError: on a bad file, key or value (the message names it).
+    """
+    return load_config(SimulationConfig, args=args, table="simulate", config_path=getattr(args, "config", None))
+
+
+def _warn_if_byzantine_majority(config: SimulationConfig) -> None:
+    """Warn (not fail: a run may study it on purpose) when the Byzantine peers are not a minority."""
+    if config.byzantine > 0 and config.attack and 2 * config.byzantine >= config.num_peers:
+        print_warning(COMMAND, f"{config.byzantine} Byzantine of {config.num_peers} peers are not a minority "
+                               f"(robust aggregation assumes fewer than half); the guard is not expected to hold")
 
 
 def _check_report_path(path: Path | None) -> None:
@@ -215,8 +125,10 @@ def _check_names(config: SimulationConfig) -> None:
         ValueError: on an unknown task or guard (naming the valid ones), or an attack spec that does not load.
     """
     from p2p_guard.cli.peer_cmd import check_task_and_guard
+    from p2p_guard.cli.preflight import check_task_data
 
     check_task_and_guard(config.task, config.guard)
+    check_task_data(config.task)
     if config.byzantine == 0 or not config.attack:
         return
     from p2p_guard.attacks import load_attack  # torch-heavy: only when there is an attack to check
@@ -224,7 +136,7 @@ def _check_names(config: SimulationConfig) -> None:
     try:
         load_attack(config.attack)
     except Exception as e:  # noqa: BLE001 - whatever the user's spec raises is a usage error
-        raise ValueError(f"--attack {config.attack!r} does not load: {e}") from e
+        raise ValueError(f"--attack {config.attack!r} does not load: {e}") from None
 
 
 @contextlib.contextmanager
@@ -233,6 +145,9 @@ def _progress_bar(total: int, enabled: bool) -> Iterator[Callable[[Progress], No
     if not enabled:
         yield None
         return
+    from tqdm import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
     bar = tqdm(total=total, desc="rounds", unit="round", dynamic_ncols=True)
 
     def update(progress: Progress) -> None:
@@ -265,45 +180,57 @@ def _sigterm_raises() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _error(message: str) -> None:
-    """Print an error message to stderr."""
-    print(f"p2p-guard simulate: error: {message}", file=sys.stderr)
-
-
 def run(args: argparse.Namespace) -> int:
     """Run ``p2p-guard simulate`` with parsed arguments and return the exit code."""
     try:
         config = _config(args)
-        _check_names(config)
+    except ValueError as e:
+        print_error(COMMAND, str(e))
+        return EXIT_USAGE
+    _warn_if_byzantine_majority(config)
+    try:
         plan = _fault_plan(args, config)
     except ValueError as e:
-        _error(str(e))
+        print_error(COMMAND, str(e))
         return EXIT_USAGE
     try:
         _check_report_path(args.report)
+    except OSError as e:
+        print_error(COMMAND, f"cannot write there: {e}")
+        return EXIT_USAGE
+    try:
+        _check_names(config)
+    except ValueError as e:
+        print_error(COMMAND, str(e))
+        return EXIT_USAGE
+    from p2p_guard.simulation.orchestrator import SimulationError, make_workdir, run_simulation, write_report
+    from p2p_guard.simulation.table import format_table
+
+    try:
         workdir = make_workdir(args.workdir)
     except OSError as e:
-        _error(f"cannot write there: {e}")
+        print_error(COMMAND, f"cannot write there: {e}")
         return EXIT_USAGE
     print(f"work directory (logs, events, states): {workdir}", file=sys.stderr)
+    bar = not args.no_progress and sys.stderr.isatty()  # no bar frames in a log file
     try:
-        with _sigterm_raises(), _progress_bar(config.rounds, enabled=not args.no_progress) as on_progress:
+        with _sigterm_raises(), _progress_bar(config.rounds, enabled=bar) as on_progress:
             report = run_simulation(config, workdir, on_progress=on_progress, faults=plan)
     except KeyboardInterrupt:
-        _error(f"interrupted; every process was stopped; logs in {workdir}")
+        print_error(COMMAND, f"interrupted; every process was stopped; logs in {workdir}")
         return EXIT_INTERRUPTED
     except _Terminated:
-        _error(f"terminated; every process was stopped; logs in {workdir}")
+        print_error(COMMAND, f"terminated; every process was stopped; logs in {workdir}")
         return EXIT_TERMINATED
     except SimulationError as e:
-        _error(str(e))
+        print_error(COMMAND, str(e))
         return EXIT_FAILED
     print(format_table(report))
     if args.report is not None:
         try:
             write_report(report, args.report)
         except OSError as e:
-            _error(f"cannot write the report: {e}; it is also in {workdir / 'report.json'}")
+            print_error(COMMAND, f"cannot write the report: {e}; it is also in {workdir / 'report.json'}")
             return EXIT_FAILED
     print(f"report: {args.report or workdir / 'report.json'}")
     return 0

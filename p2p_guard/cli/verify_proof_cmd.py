@@ -15,8 +15,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from p2p_guard.protocol.proof import max_proof_bytes, verify_proof
-from p2p_guard.protocol.reasons import Rejected
+from p2p_guard.cli.errors import print_error
 
 __all__ = ["EXIT_INVALID", "EXIT_UNREADABLE", "EXIT_VALID", "add_parser", "run"]
 
@@ -56,13 +55,16 @@ def run(args: argparse.Namespace) -> int:
     Returns:
         :data:`EXIT_VALID`, :data:`EXIT_INVALID` or :data:`EXIT_UNREADABLE`.
     """
+    from p2p_guard.protocol.proof import max_proof_bytes, verify_proof  # torch: imported only when run
+    from p2p_guard.protocol.reasons import Rejected
+
     path = Path(args.file)
     limit = max_proof_bytes()
     try:
         with path.open("rb") as handle:
             data = handle.read(limit + 1)  # one byte past the limit is enough to say OVERSIZE
     except OSError as error:
-        print(f"cannot read {path}: {error.strerror or error}")  # noqa: T201 - CLI output
+        print_error("verify-proof", f"cannot read {path}: {error.strerror or error}")
         return EXIT_UNREADABLE
     result = verify_proof(data)
     if isinstance(result, Rejected):

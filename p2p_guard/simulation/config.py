@@ -20,9 +20,11 @@ def check_partition(spec: str) -> str:
     Raises:
         ValueError: naming the bad value.
     """
-    if spec == "iid":
+    if not isinstance(spec, str):
+        raise ValueError(f"partition must be 'iid' or 'dirichlet:ALPHA' with ALPHA > 0, got {spec!r}")
+    if spec.strip().lower() == "iid":
         return spec
-    name, _, alpha_text = spec.partition(":")
+    name, _, alpha_text = spec.strip().lower().partition(":")
     if name == "dirichlet":
         try:
             alpha = float(alpha_text)
@@ -38,7 +40,7 @@ class SimulationConfig:
     """A local swarm: ``honest`` peers (indices ``0..honest-1``) then ``byzantine`` attackers.
 
     Attributes:
-        task: task name passed to every peer (``digits``, ``shakespeare``).
+        task: task name passed to every peer (``digits``, ``fashion-mnist``, ``shakespeare``).
         honest: number of honest peers (at least 1).
         byzantine: number of simulated Byzantine peers.
         attack: attack spec of the Byzantine peers (``NAME:key=value,...`` or ``module:Class``).
@@ -52,9 +54,9 @@ class SimulationConfig:
         startup_timeout_s: how long the bootstrap node may take to publish its addresses, in seconds; also the
             least time the starting peers get for one of them to become ready (at least 30 s × start_concurrency).
         stop_grace_s: seconds a process group has after SIGTERM before SIGKILL.
-        reputation: peers publish votes and keep a reputation (``--no-reputation``: off).
-        reputation_exclusion: peers drop senders their reputation excludes (off by default, as for a peer; see
-            ``PeerConfig.reputation_exclusion``).
+        reputation: peers publish signed verdicts and keep a reputation.
+        reputation_exclusion: peers drop senders their reputation excludes (off by default, as for a peer: it can
+            fork small honest swarms; see ``PeerConfig.reputation_exclusion``).
         start_concurrency: at most this many peers are starting at once (launched, not yet ``ready``); the next
             one is launched when one gets ready. 0: all at once. Bounds the CPU stampede of n imports on a small
             machine.

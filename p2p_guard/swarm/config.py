@@ -15,9 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from p2p_guard.protocol.codecs import CODECS, parse_codec
-from p2p_guard.protocol.reasons import Rejected
-
 __all__ = ["PeerConfig", "config_from_mapping"]
 
 
@@ -28,7 +25,7 @@ class PeerConfig:
     Attributes:
         initial_peers: multiaddrs of one or more bootstrap peers (``/ip4/HOST/tcp/PORT/p2p/PEERID``).
         run_id: name of the training run; peers of different runs ignore each other's updates.
-        task: task name (``digits``, ``shakespeare``).
+        task: task name (``digits``, ``fashion-mnist``, ``shakespeare``).
         seed: run seed; the initial model θ_0 is built from it, so every peer starts identical.
         peer_index: this peer's data shard index in ``[0, num_peers)``.
         num_peers: number of data shards (the intended swarm size).
@@ -69,7 +66,8 @@ class PeerConfig:
         allow_peers: allow-list file, one base58 PeerID per line (None: open swarm). Peers outside it are
             ignored (commits, presence, votes) and their streams refused.
         identity: path of the Ed25519 identity file (created on first start, mode 0600).
-        host: address to listen on; port: TCP port (0 = any free port).
+        host: address to listen on.
+        port: TCP port (0 = any free port).
         announce_host: public address to announce to other peers (None: the listen address).
         device: ``auto`` (CUDA if available, else CPU), ``cpu`` or ``cuda``.
         events: path of the JSON-lines event file (None: no events).
@@ -167,9 +165,6 @@ class PeerConfig:
         _check_types(self)
         if not _RUN_ID.fullmatch(self.run_id):
             raise ValueError(f"run_id must be 1-64 characters of [A-Za-z0-9._-]; got run_id={self.run_id!r}")
-        if isinstance(parse_codec(self.codec), Rejected):
-            raise ValueError(f"codec must be one of {CODECS} (topk:density=RHO sets topk's density); "
-                             f"got codec={self.codec!r}")
         for name in ("byzantine_count", "assumed_byzantine"):
             value = getattr(self, name)
             if value is not None and value < 0:
@@ -210,6 +205,7 @@ class PeerConfig:
             raise ValueError(f"mix_radius must be finite and > 0; got mix_radius={self.mix_radius}")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in [0, 65535]; got port={self.port}")
+        _check_codec(self.codec)  # last: it imports torch (through the codecs), the checks above do not
 
     def resolved_proof_dir(self) -> Path:
         """The folder equivocation proofs go to (see ``proof_dir``)."""
@@ -259,6 +255,16 @@ def _allowed_types(hint: Any) -> tuple[type, ...]:
 
 def _type_names(allowed: tuple[type, ...]) -> str:
     return " or ".join(t.__name__ for t in allowed)
+
+
+def _check_codec(codec: str) -> None:
+    # torch: imported only once every cheap check has passed
+    from p2p_guard.protocol.codecs import CODECS, parse_codec
+    from p2p_guard.protocol.reasons import Rejected
+
+    if isinstance(parse_codec(codec), Rejected):
+        raise ValueError(f"codec must be one of {CODECS} (topk:density=RHO sets topk's density); "
+                         f"got codec={codec!r}")
 
 
 def _check_positive(name: str, value: int) -> None:

@@ -1,5 +1,7 @@
 """The ``swarm`` fixture: a bootstrap node and peers, each a real ``p2p-guard`` process on 127.0.0.1.
 
+Every test in this directory also gets ``process_reaper`` (``tests/conftest.py``) around it.
+
 It starts them exactly as ``p2p-guard simulate`` does (:class:`p2p_guard.simulation.orchestrator.LocalSwarm`):
 same command lines, each process in its own session, real addresses read back from the bootstrap node's
 address file, readiness awaited with a timeout. Its ``finally`` stops every process group it started (SIGTERM,
@@ -32,6 +34,11 @@ from p2p_guard.simulation.orchestrator import LocalSwarm
 READY_TIMEOUT_S = 180.0
 
 SwarmFactory = Callable[..., LocalSwarm]
+
+
+@pytest.fixture(autouse=True)
+def _integration_process_reaper(process_reaper: None) -> None:
+    """Every test in this directory starts processes: each gets the per-test reaper of ``tests/conftest.py``."""
 
 
 @pytest.fixture

@@ -228,6 +228,7 @@ def test_a_failing_cell_is_reported_not_raised() -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
+@pytest.mark.usefixtures("process_reaper")  # worker processes
 def test_worker_processes_give_the_same_results() -> None:
     """Workers run one torch thread; with one thread here too, the bits agree (they depend on the count)."""
     specs = [_spec(), _spec(seed=1)]

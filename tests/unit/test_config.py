@@ -1,21 +1,30 @@
-"""Unit tests of the peer settings (``swarm/config.py``) and of every shipped TOML file, read by the real CLI.
+"""Unit tests of the settings (``swarm/config.py``, ``simulation/config.py``), of the typed config -> CLI
+generator (``cli/typed_config.py``), of the up-front checks, and of every shipped TOML file, read by the real CLI.
 
-No network: the CLI resolvers only parse files and flags; nothing here starts a node.
+No network: the CLI resolvers only parse files and flags; nothing here starts a node. A few tests run the CLI
+in a fresh interpreter to see that a bad input is one line, exit 2, before torch or hivemind is imported.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import enum
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
-from p2p_guard.cli import bootstrap_cmd, peer_cmd
+from p2p_guard.cli import bootstrap_cmd, peer_cmd, simulate_cmd
 from p2p_guard.cli.main import build_parser
+from p2p_guard.cli.typed_config import add_config_flags, field_docs, flag_name, load_config, type_check
 from p2p_guard.protocol import CODECS
+from p2p_guard.simulation.config import SimulationConfig
 from p2p_guard.swarm.config import PeerConfig, config_from_mapping
 
 REPO = Path(__file__).resolve().parents[2]
@@ -199,14 +208,15 @@ class TestPeerResolver:
 
 class TestBootstrapResolver:
     def test_defaults(self) -> None:
-        assert bootstrap_cmd.resolve(bootstrap_args()) == bootstrap_cmd.DEFAULTS
+        assert bootstrap_cmd.resolve(bootstrap_args()) == bootstrap_cmd.BootstrapConfig()
+        assert bootstrap_cmd.BootstrapConfig().port == 31337
 
     def test_flags_override_the_file(self, tmp_path: Path) -> None:
         path = tmp_path / "b.toml"
         path.write_text("[bootstrap]\nport = 4000\nhost = \"127.0.0.1\"\n", encoding="utf-8")
         values = bootstrap_cmd.resolve(bootstrap_args("--config", str(path), "--port", "5000"))
-        assert values["port"] == 5000
-        assert values["host"] == "127.0.0.1"
+        assert values.port == 5000
+        assert values.host == "127.0.0.1"
 
     def test_unknown_key(self, tmp_path: Path) -> None:
         path = tmp_path / "b.toml"
@@ -233,12 +243,15 @@ def test_shipped_toml_validates(path: Path) -> None:
     """Every shipped config goes through the very resolver the CLI uses, and its names resolve."""
     if _table_of(path) == "bootstrap":
         values = bootstrap_cmd.resolve(bootstrap_args("--config", str(path)))
-        assert set(values) == set(bootstrap_cmd.DEFAULTS)
-        assert isinstance(values["identity"], str) and values["identity"]
-        assert isinstance(values["host"], str) and values["host"]
-        assert type(values["port"]) is int and 0 <= values["port"] <= 65535
+        assert isinstance(values.identity, str) and values.identity
+        assert isinstance(values.host, str) and values.host
+        assert type(values.port) is int and 0 <= values.port <= 65535
         for name in ("announce_host", "address_file"):
-            assert values[name] is None or isinstance(values[name], str)
+            assert getattr(values, name) is None or isinstance(getattr(values, name), str)
+        from p2p_guard.cli.config_files import read_table
+
+        for key, value in read_table(path, "bootstrap").items():
+            assert getattr(values, key) == value, key
         return
 
     from p2p_guard.attacks import load_attack
@@ -261,3 +274,329 @@ def test_shipped_toml_validates(path: Path) -> None:
 
     for key, value in read_table(path, "peer").items():
         assert getattr(config, key) == (tuple(value) if key == "initial_peers" else value), key
+
+
+# --- the typed config -> CLI generator (cli/typed_config.py) -------------------------------------------------------
+
+CONFIG_CLASSES = {"peer": PeerConfig, "simulate": SimulationConfig, "bootstrap": bootstrap_cmd.BootstrapConfig}
+
+
+class Colour(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """A settings class as a new field would be added to one.
+
+    Attributes:
+        flag: a switch.
+        count: how many,
+            over two lines.
+        ratio: a number.
+        name: a name (100% free text).
+        where: a path.
+        mode: one of two.
+        colour: an enum.
+        peers: some strings.
+        limit: optional int (None: no limit).
+        table: a mapping.
+
+    Raises:
+        ValueError: never, this entry is outside the Attributes section.
+    """
+
+    flag: bool = False
+    count: int = 3
+    ratio: float = 0.5
+    name: str = "x"
+    where: Path = Path("a/b")
+    mode: Literal["fast", "slow"] = "fast"
+    colour: Colour = Colour.RED
+    peers: tuple[str, ...] = ()
+    limit: int | None = None
+    table: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+def sample_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="p2p-guard sample")
+    add_config_flags(parser, Sample)
+    return parser
+
+
+class TestGenerator:
+    def test_field_docs_reads_the_attributes_section_only(self) -> None:
+        docs = field_docs(Sample)
+        assert list(docs) == [f.name for f in dataclasses.fields(Sample)]
+        assert docs["count"] == "how many, over two lines."
+        assert "ValueError" not in docs
+
+    def test_every_field_of_every_command_is_a_flag_with_its_doc_and_one_default(self) -> None:
+        commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+        for command, cls in CONFIG_CLASSES.items():
+            docs = field_docs(cls)
+            actions = {a.dest: a for a in commands[command]._actions}
+            for field in dataclasses.fields(cls):
+                assert field.name in docs, f"{cls.__name__}.{field.name} has no entry in Attributes:"
+                action = actions[field.name]
+                assert flag_name(field.name) in action.option_strings
+                assert action.default is argparse.SUPPRESS
+                assert action.help is not None
+                assert action.help.count("default") <= 1 + docs[field.name].count("default"), action.help
+                if field.default is None:
+                    continue
+                assert action.help.count("(default: ") == 1, action.help
+
+    def test_help_shows_real_defaults(self) -> None:
+        commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+        helps = {a.dest: a.help or "" for a in commands["peer"]._actions}
+        assert helps["outer_lr"].endswith("(default: 0.7)")
+        assert helps["quorum_fraction"].endswith("(default: 0.666667)")
+        assert helps["max_payload_bytes"].endswith("(default: 268435456 = 256 MiB)")
+        assert helps["reputation"].endswith("(default: on)")
+        assert helps["reputation_exclusion"].endswith("(default: off)")
+        assert helps["task"].endswith("(default: digits)")
+        assert helps["inner_steps"].endswith("(None: the task's default)")
+        assert "%%" in helps["run_id"] or "%" not in helps["run_id"]
+        text = " ".join(commands["simulate"].format_help().split())
+        assert text.count("(default: 1200)") == 1
+        assert text.count("sign_flip:scale=10") == 1
+
+    def test_flags_of_each_type(self) -> None:
+        args = sample_parser().parse_args([
+            "--flag", "--count", "7", "--ratio", "2", "--name", "y", "--where", "c/d", "--mode", "slow",
+            "--colour", "blue", "--peers", "p", "q", "--limit", "4", "--table", '{"a": 1}'])
+        config = load_config(Sample, args=args, table="sample")
+        assert config == Sample(flag=True, count=7, ratio=2.0, name="y", where=Path("c/d"), mode="slow",
+                                colour=Colour.BLUE, peers=("p", "q"), limit=4, table={"a": 1})
+        assert type(config.ratio) is float
+        assert load_config(Sample, args=sample_parser().parse_args(["--no-flag"]), table="sample") == Sample()
+
+    @pytest.mark.parametrize("argv", [["--count", "x"], ["--mode", "medium"], ["--colour", "green"], ["--peers"],
+                                      ["--table", "{"], ["--limit"]])
+    def test_bad_flag_is_a_usage_error(self, argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+        with pytest.raises(SystemExit) as exit_:
+            sample_parser().parse_args(argv)
+        assert exit_.value.code == 2
+        assert capsys.readouterr().err.splitlines()[-1].startswith("p2p-guard sample: error: ")
+
+    def test_toml_of_each_type_and_precedence(self, tmp_path: Path) -> None:
+        path = tmp_path / "s.toml"
+        path.write_text('[sample]\nflag = true\ncount = 5\nratio = 1\nwhere = "z"\nmode = "slow"\ncolour = "blue"\n'
+                        'peers = ["a"]\ntable = {b = 2}\n', encoding="utf-8")
+        config = load_config(Sample, args=sample_parser().parse_args(["--count", "9"]), table="sample",
+                             config_path=path)
+        assert config == Sample(flag=True, count=9, ratio=1.0, where=Path("z"), mode="slow", colour=Colour.BLUE,
+                                peers=("a",), table={"b": 2})
+
+    @pytest.mark.parametrize(("values", "match"), [
+        ({"count": "ten"}, "count must be an integer; got 'ten'"),
+        ({"count": True}, "count must be an integer; got True"),
+        ({"count": 1.5}, "count must be an integer"),
+        ({"flag": 1}, "flag must be true or false; got 1"),
+        ({"ratio": "0.5"}, "ratio must be a number"),
+        ({"ratio": float("nan")}, "ratio must be a number; got nan"),
+        ({"mode": "medium"}, "mode must be one of 'fast', 'slow'"),
+        ({"colour": "green"}, "colour must be one of 'red', 'blue'"),
+        ({"peers": [1]}, "peers must be a list of a string"),
+        ({"limit": "4"}, r"limit must be an integer \(or unset\)"),
+        ({"table": {"a": "1"}}, "table must be dict"),
+    ])
+    def test_type_check_rejects(self, values: dict[str, Any], match: str) -> None:
+        with pytest.raises(ValueError, match=match):
+            type_check(Sample, values)
+
+    def test_type_check_converts_toml_forms_without_mutating(self) -> None:
+        values = {"peers": ["a", "b"], "ratio": 2, "where": "p"}
+        assert type_check(Sample, values) == {"peers": ("a", "b"), "ratio": 2.0, "where": Path("p")}
+        assert values == {"peers": ["a", "b"], "ratio": 2, "where": "p"}
+        assert type_check(Sample, {"peers": "one"}) == {"peers": ("one",)}
+
+
+class TestEveryPeerSettingIsAFlagAndATomlKey:
+    """The six fields that used to be TOML-only, and precedence default < TOML < flag, on the real command."""
+
+    @pytest.mark.parametrize(("name", "flag_value", "toml_value"), [
+        ("grace_s", "3.5", "1.5"), ("quorum_fraction", "0.5", "0.75"), ("outer_lr", "0.5", "0.25"),
+        ("outer_momentum", "0.5", "0.25"), ("max_payload_bytes", "1000", "2000"),
+        ("max_envelope_bytes", "5000", "6000"),
+    ])
+    def test_flag_overrides_toml_overrides_default(self, tmp_path: Path, name: str, flag_value: str,
+                                                   toml_value: str) -> None:
+        path = tmp_path / "p.toml"
+        path.write_text(f"[peer]\n{name} = {toml_value}\n", encoding="utf-8")
+        kind = type(getattr(PeerConfig(), name))
+        default = peer_cmd.resolve_config(peer_args("--initial-peers", MADDR))
+        from_file = peer_cmd.resolve_config(peer_args("--config", str(path), "--initial-peers", MADDR))
+        from_flag = peer_cmd.resolve_config(peer_args("--config", str(path), "--initial-peers", MADDR,
+                                                      flag_name(name), flag_value))
+        assert getattr(default, name) == getattr(PeerConfig(), name)
+        assert getattr(from_file, name) == kind(toml_value)
+        assert getattr(from_flag, name) == kind(flag_value)
+
+    def test_bool_flags_both_ways(self) -> None:
+        assert peer_cmd.resolve_config(peer_args("--initial-peers", MADDR, "--no-reputation")).reputation is False
+        on = peer_cmd.resolve_config(peer_args("--initial-peers", MADDR, "--reputation-exclusion"))
+        assert on.reputation_exclusion is True
+
+    def test_bad_toml_type_names_file_and_key(self, tmp_path: Path) -> None:
+        path = tmp_path / "p.toml"
+        path.write_text('[peer]\ngrace_s = "2"\n', encoding="utf-8")
+        with pytest.raises(ValueError, match=r"config file .*p\.toml: grace_s must be a number; got '2'"):
+            peer_cmd.resolve_config(peer_args("--config", str(path), "--initial-peers", MADDR))
+
+    def test_bad_flag_range_names_the_command_line(self) -> None:
+        with pytest.raises(ValueError, match=r"command line: .*quorum_fraction"):
+            peer_cmd.resolve_config(peer_args("--initial-peers", MADDR, "--quorum-fraction", "1.5"))
+
+    @pytest.mark.parametrize("spec", ["dirichlet:-1", "dirichlet:0", "dirichlet:x", "zipf"])
+    def test_bad_partition(self, spec: str) -> None:
+        with pytest.raises(ValueError, match="partition"):
+            peer_cmd.resolve_config(peer_args("--initial-peers", MADDR, "--partition", spec))
+
+
+class TestSimulateSettings:
+    def test_todays_flags_keep_their_names(self) -> None:
+        argv = ["simulate", "--task", "digits", "--honest", "3", "--byzantine", "1", "--attack", "alie",
+                "--rounds", "4", "--seed", "2", "--guard", "median", "--inner-steps", "5", "--partition",
+                "dirichlet:0.5", "--no-reputation", "--reputation-exclusion", "--run-id", "r", "--timeout-s", "60",
+                "--startup-timeout-s", "30", "--stop-grace-s", "2"]
+        config = simulate_cmd._config(build_parser().parse_args(argv))
+        assert config == SimulationConfig(task="digits", honest=3, byzantine=1, attack="alie", rounds=4, seed=2,
+                                          guard="median", inner_steps=5, partition="dirichlet:0.5",
+                                          reputation=False, reputation_exclusion=True, run_id="r",
+                                          timeout_s=60.0, startup_timeout_s=30.0, stop_grace_s=2.0)
+
+    def test_toml_table_and_unknown_key(self, tmp_path: Path) -> None:
+        path = tmp_path / "s.toml"
+        path.write_text('[simulate]\nhonest = 4\nrounds = 3\n', encoding="utf-8")
+        config = simulate_cmd._config(build_parser().parse_args(["simulate", "--config", str(path), "--rounds", "5"]))
+        assert (config.honest, config.rounds, config.byzantine) == (4, 5, 2)
+        path.write_text('[simulate]\nhonst = 4\n', encoding="utf-8")
+        with pytest.raises(ValueError, match=r"unknown setting\(s\) \['honst'\]"):
+            simulate_cmd._config(build_parser().parse_args(["simulate", "--config", str(path)]))
+
+    @pytest.mark.parametrize(("honest", "byzantine", "warned"), [(1, 3, True), (2, 2, True), (3, 2, False),
+                                                                 (1, 0, False)])
+    def test_byzantine_majority_is_a_warning(self, honest: int, byzantine: int, warned: bool,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+        simulate_cmd._warn_if_byzantine_majority(SimulationConfig(honest=honest, byzantine=byzantine))
+        err = capsys.readouterr().err
+        if warned:
+            assert err.startswith(f"p2p-guard simulate: warning: {byzantine} Byzantine of {honest + byzantine} "
+                                  "peers are not a minority")
+            assert err.count("\n") == 1
+        else:
+            assert err == ""
+
+
+def _cli(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """Run the CLI in a fresh interpreter; it prints whether torch or hivemind were imported by the end."""
+    code = ("import sys\nfrom p2p_guard.cli.main import main\ntry:\n    rc = main(sys.argv[1:])\n"
+            "except SystemExit as e:\n    rc = e.code\n"
+            "print('heavy:', sorted(m for m in ('torch', 'hivemind') if m in sys.modules))\nsys.exit(rc)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path, env=env, check=False)
+
+
+@pytest.mark.parametrize(("argv", "toml", "message"), [
+    (["peer", "--config", "missing.toml"], None, "p2p-guard peer: error: config file missing.toml does not exist"),
+    (["simulate", "--config", "missing.toml"], None,
+     "p2p-guard simulate: error: config file missing.toml does not exist"),
+    (["bootstrap", "--config", "missing.toml"], None,
+     "p2p-guard bootstrap: error: config file missing.toml does not exist"),
+    (["peer", "--config", "c.toml"], '[peer]\ninitial_peers = ["x"]\nrounds = "ten"\n',
+     "p2p-guard peer: error: config file c.toml: rounds must be an integer; got 'ten'"),
+    (["peer", "--initial-peers", MADDR, "--partition", "dirichlet:-1"], None,
+     "p2p-guard peer: error: partition must be 'iid' or 'dirichlet:ALPHA' with ALPHA > 0, got 'dirichlet:-1'"),
+    (["simulate", "--partition", "dirichlet:-1"], None,
+     "p2p-guard simulate: error: command line: partition must be 'iid' or 'dirichlet:ALPHA' with ALPHA > 0, "
+     "got 'dirichlet:-1'"),
+    (["simulate", "--rounds", "0"], None,
+     "p2p-guard simulate: error: command line: rounds must be an integer >= 1, got 0"),
+    (["peer", "--rounds", "x"], None, "p2p-guard peer: error: argument --rounds: invalid int value: 'x'"),
+    (["peer", "--initial-peers", MADDR, "--identity", "."], None,
+     "p2p-guard peer: error: --identity .: not a regular file"),
+    (["peer", "--initial-peers", MADDR, "--identity", "c.toml"], "not a key",
+     "p2p-guard peer: error: --identity c.toml: not a libp2p PrivateKey protobuf: unexpected field 13 with "
+     "wire type 6"),
+    (["bootstrap", "--port", "70000"], None,
+     "p2p-guard bootstrap: error: command line: port must be in [0, 65535]; got port=70000"),
+])
+def test_bad_input_is_one_line_before_torch_or_hivemind(tmp_path: Path, argv: list[str], toml: str | None,
+                                                         message: str) -> None:
+    if toml is not None:
+        (tmp_path / "c.toml").write_text(toml, encoding="utf-8")
+        (tmp_path / "c.toml").chmod(0o600)  # as a key file should be (else a warning line comes first)
+    done = _cli(tmp_path, *argv)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines()[-1] == message
+    assert "usage:" in done.stderr or len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stdout.strip() == "heavy: []"
+
+
+def test_taken_port_is_one_line_before_torch_or_hivemind(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        done = _cli(tmp_path, "peer", "--initial-peers", MADDR, "--host", "127.0.0.1", "--port", str(port))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (f"p2p-guard peer: error: --port {port}: already in use on 127.0.0.1 (pick another, "
+                           "or 0 for any)\n")
+    assert done.stdout.strip() == "heavy: []"
+
+
+class TestPreflight:
+    def test_taken_port(self) -> None:
+        import socket
+
+        from p2p_guard.cli.preflight import check_port_free
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            sock.listen()
+            port = sock.getsockname()[1]
+            with pytest.raises(ValueError, match=f"--port {port}: already in use on 127.0.0.1"):
+                check_port_free("127.0.0.1", port)
+        check_port_free("127.0.0.1", 0)
+
+    def test_identity_file(self, tmp_path: Path) -> None:
+        from p2p_guard.cli.preflight import check_identity_file
+
+        check_identity_file(tmp_path / "new.key")
+        with pytest.raises(ValueError, match="not a regular file"):
+            check_identity_file(tmp_path)
+        (tmp_path / "file").write_text("x", encoding="utf-8")
+        with pytest.raises(ValueError, match="cannot be created"):
+            check_identity_file(tmp_path / "file" / "id.key")
+
+    def test_missing_fashion_mnist_directory(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        from p2p_guard.cli.preflight import check_task_data
+        from p2p_guard.tasks import fashion_mnist
+
+        monkeypatch.setattr(fashion_mnist, "DEFAULT_DATA_DIR", tmp_path / "nothing")
+        with pytest.raises(ValueError, match="fashion-mnist: directory .*nothing does not exist"):
+            check_task_data("fashion-mnist")
+        with pytest.raises(ValueError, match="unknown task 'fmnist'"):
+            check_task_data("fmnist")
+
+
+class TestPeerOutput:
+    def test_no_bar_off_a_terminal_and_settings_at_debug(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+        import p2p_guard.swarm.peer as peer_module
+
+        calls: list[bool] = []
+        monkeypatch.setattr(peer_module, "run_peer", lambda config, progress: calls.append(progress) or 0)
+        monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+        args = peer_args("--initial-peers", MADDR, "--identity", str(tmp_path / "id.key"))
+        with caplog.at_level("DEBUG", logger="p2p_guard"):
+            assert peer_cmd.run(args) == 0
+        assert calls == [False]
+        dumps = [r for r in caplog.records if r.getMessage().startswith("peer config:")]
+        assert [r.levelname for r in dumps] == ["DEBUG"]

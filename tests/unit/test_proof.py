@@ -307,4 +307,4 @@ class TestVerifyProofCommand:
 
     def test_missing_file(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         assert main(["verify-proof", str(tmp_path / "absent.proof")]) == 2
-        assert "cannot read" in capsys.readouterr().out
+        assert capsys.readouterr().err.startswith("p2p-guard verify-proof: error: cannot read ")
