@@ -168,8 +168,11 @@ class _MutateOnly(WireBehaviour):
 
 
 def wire_behaviour(attack: object | None) -> WireBehaviour:
-    """The commit-path hooks of ``attack``: itself for a built-in wire attack, no-ops for an honest peer or an
-    update/data attack, and a ``mutate``-only wrapper for a user's wire class."""
+    """The commit-path hooks of ``attack`` (a :class:`WireBehaviour`).
+
+    Itself for a built-in wire attack, no-ops for an honest peer or an update/data attack, and a ``mutate``-only
+    wrapper for a user's wire class.
+    """
     if isinstance(attack, WireBehaviour):
         return attack
     if attack is not None and getattr(attack, "kind", None) == "wire":
@@ -255,8 +258,11 @@ class WrongRound(WireBehaviour):
 
 
 class StaleBase(WireBehaviour):
-    """Claim an update computed on round 0's state, with a random base hash. Receiver: ``STALE_BASE`` once the
-    round is past the receiver's staleness window (version 2: the base hash is a claim, never a gate)."""
+    """Claim an update computed on round 0's state, with a random base hash.
+
+    Receiver: ``STALE_BASE`` once the round is past the receiver's staleness window (version 2: the base hash is
+    a claim, never a gate).
+    """
 
     kind: ClassVar[str] = "wire"
 

@@ -94,8 +94,11 @@ def run_wire(args: argparse.Namespace) -> int:
 
 
 def _quick_checks(sizes: list[dict[str, Any]], quality: list[dict[str, Any]]) -> list[str]:
-    """What --quick asserts: fp32 is exact and the others smaller; fp16/int8 within 1 point of fp32's
-    accuracy; every codec learns (accuracy ≥ 0.8; chance is 0.1)."""
+    """What --quick asserts (the failed checks, empty when all hold).
+
+    fp32 is exact and the others smaller; fp16/int8 within 1 point of fp32's accuracy; every codec learns
+    (accuracy ≥ 0.8; chance is 0.1).
+    """
     failed = []
     for row in sizes:
         if row["codec"] == "fp32" and (row["rel_error"] != 0.0 or row["bytes_per_param"] != 4.0):

@@ -240,7 +240,7 @@ class SemanticGuard:
             NotEnoughUpdates: unless ``n > 2f̂``.
         """
         f = self.resolved_f(ctx, len(updates))
-        n = check_stack(updates, f, needed_rows=2 * f + 1, needed="n > 2f")
+        check_stack(updates, f, needed_rows=2 * f + 1, needed="n > 2f")
         own = ctx.own_index
         norms = row_norms(updates)
         median_norm = scalar_median(norms)

@@ -62,7 +62,7 @@ TOPK_DEFAULT_DENSITY = 0.02
 
 
 def topk_per_chunk(density: float) -> int:
-    """k = ⌈ρ·C⌉ for a full chunk, in [1, C].
+    """K = ⌈ρ·C⌉ for a full chunk, in [1, C].
 
     Raises:
         ValueError: ``density`` is not a finite number in (0, 1].

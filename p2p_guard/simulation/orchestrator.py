@@ -183,7 +183,7 @@ def bootstrap_command(workdir: Path, *, entry: Sequence[str] = DEFAULT_ENTRY) ->
 
 
 def peer_paths(workdir: Path, index: int) -> dict[str, Path]:
-    """Files of peer ``index``: ``identity``, ``events``, ``state``, ``log``, ``snapshots``, ``control``, ``checkpoint``."""
+    """Files of peer ``index``: identity, events, state, log, snapshots, control, checkpoint."""
     return {
         "identity": workdir / f"peer{index}.key",
         "events": workdir / f"peer{index}.events.jsonl",

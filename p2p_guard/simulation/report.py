@@ -238,8 +238,11 @@ def _consensus(
 def _fault_recovery(
     faults: Sequence[Mapping[str, Any]], rounds: Sequence[Mapping[str, Any]], bound: float = CONSENSUS_BOUND
 ) -> list[dict[str, Any]]:
-    """Each fault record plus ``recovered_round`` (first round ≥ its firing round with distance ≤ ``bound``) and
-    ``recovery_rounds`` (how many rounds after it fired that was); both None if it never did or never fired."""
+    """Each fault record plus its recovery.
+
+    ``recovered_round`` is the first round ≥ its firing round with distance ≤ ``bound``, ``recovery_rounds`` how
+    many rounds after it fired that was; both None if it never did or never fired.
+    """
     measured = [
         (r["round"], r["consensus_distance"]) for r in rounds if r.get("consensus_distance") is not None
     ]

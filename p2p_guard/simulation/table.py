@@ -101,7 +101,8 @@ def _health_lines(report: Mapping[str, Any]) -> list[str]:
     )
     fan = report.get("fan_out") or {}
     lines.append(
-        f"per peer per round: fetched {_stat(fan.get('fetched'), '{:.1f}')}; served {_stat(fan.get('served'), '{:.1f}')}"
+        f"per peer per round: fetched {_stat(fan.get('fetched'), '{:.1f}')}; "
+        f"served {_stat(fan.get('served'), '{:.1f}')}"
     )
     lines.append(
         f"bytes per peer per round: sent {_stat(fan.get('bytes_sent'), '{:,.0f}')}; "
@@ -114,7 +115,8 @@ def _health_lines(report: Mapping[str, Any]) -> list[str]:
     )
     memory = report.get("memory") or {}
     lines.append(
-        f"PSS per peer: mean {_cell(memory.get('mean_mib'), '{:.0f}')} MiB, max {_cell(memory.get('max_mib'), '{:.0f}')} MiB"
+        f"PSS per peer: mean {_cell(memory.get('mean_mib'), '{:.0f}')} MiB, "
+        f"max {_cell(memory.get('max_mib'), '{:.0f}')} MiB"
     )
     retries = report.get("start_retries") or {}
     if retries:

@@ -74,7 +74,7 @@ def clipped_gossip(own: torch.Tensor, neighbours: Sequence[torch.Tensor], *, max
     tau = float(min(norms.median().item(), max_radius * float(own.to(torch.float64).norm())))
     total = torch.zeros_like(diffs[0])
     clipped = 0
-    for d, n in zip(diffs, norms.tolist()):
+    for d, n in zip(diffs, norms.tolist(), strict=False):
         if n > tau:
             clipped += 1
             total += d * (tau / n) if n > 0 else d

@@ -322,7 +322,8 @@ class Peer:
         Args:
             round_: the round we committed into.
             own_update: ``(d,)`` float32, our Δ (the trusted root of our guard).
-            sealed: our signed envelope; serve: the payload we reveal after the close gate.
+            sealed: our signed envelope.
+            serve: the payload we reveal after the close gate.
             stop: set on shutdown (a partial round is never applied).
             mix: run a mixing step this round.
         """
@@ -420,7 +421,7 @@ class Peer:
         size = 4 * self.local.numel
         results = await asyncio.gather(*(self._fetch_theta(p, round_, wait_s, stop) for p in peers))
         states: dict[str, torch.Tensor] = {}
-        for p, data in zip(peers, results):
+        for p, data in zip(peers, results, strict=False):
             if stop.is_set() or data is None or len(data) != size:
                 self.log.debug("state of %s at round %d not used", p[-8:], round_)
                 continue
@@ -644,8 +645,11 @@ async def _start_round(peer: Peer, config: PeerConfig, stop: asyncio.Event) -> i
 
 
 async def _maybe_catch_up(peer: Peer, round_: int, others: dict[str, int], stop: asyncio.Event) -> int:
-    """Catch up (robust centre of sampled states) when the swarm's median round is ahead of ours by more than
-    ``max_staleness`` rounds, or when we join a swarm already past round 0 with a fresh model."""
+    """Catch up (robust centre of sampled states) if we are far behind; return the round to continue from.
+
+    Far behind: the swarm's median round is ahead of ours by more than ``max_staleness`` rounds, or we join a
+    swarm already past round 0 with a fresh model.
+    """
     if not others:
         return round_
     rounds = sorted(others.values())
