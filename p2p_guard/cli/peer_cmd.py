@@ -116,13 +116,12 @@ def check_task_and_guard(task: str, guard: str) -> None:
     Raises:
         ValueError: naming the bad value and the valid choices.
     """
-    from p2p_guard.guard import GUARD_NAMES
+    from p2p_guard.guard.registry import check_guard_spec
     from p2p_guard.tasks import TASK_NAMES
 
     if task not in TASK_NAMES:
         raise ValueError(f"unknown task {task!r}; known tasks: {', '.join(TASK_NAMES)}")
-    if guard not in GUARD_NAMES:
-        raise ValueError(f"unknown guard {guard!r}; known guards: {', '.join(GUARD_NAMES)}")
+    check_guard_spec(guard)  # a name, NAME:key=value,... or module:Class (the message names the problem)
 
 
 def run(args: argparse.Namespace) -> int:
