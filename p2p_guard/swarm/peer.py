@@ -49,7 +49,7 @@ from p2p_guard.swarm.rounds import IntegrityVerdict, await_commits, check_rows, 
 from p2p_guard.swarm.slowloris import server_for, start_slow_client
 from p2p_guard.swarm.standing import VoteBook
 from p2p_guard.swarm.transport import PayloadServer
-from p2p_guard.swarm.validator import RecordValidator, fetch_validator_report
+from p2p_guard.swarm.validator import RecordValidator
 from p2p_guard.tasks import load_task
 from p2p_guard.training.local import LocalModel, pick_device, round_generator
 
@@ -263,7 +263,7 @@ class Peer:
 
     async def _collect_proofs(self, round_: int) -> None:
         """Ban senders proven to equivocate: by our DHT node's validator or by proofs other peers published."""
-        report = await fetch_validator_report(self.dht.dht)
+        report = self.dht.validator_report()
         for raw in report.proofs:
             proof = verify_proof(raw)
             if not isinstance(proof, Rejected) and proof.run_id == self.config.run_id:
@@ -379,21 +379,19 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
                        partition=config.partition, outer_lr=config.outer_lr, outer_momentum=config.outer_momentum,
                        device=pick_device(config.device))
     events = EventLog(config.events)
-    dht_node = await asyncio.to_thread(start_dht, identity_path=str(config.identity),
-                                       initial_peers=config.initial_peers, host=config.host, port=config.port,
-                                       announce_host=config.announce_host,
-                                       record_validators=[RecordValidator([config.run_id])])
+    dht = await start_dht(identity_path=str(config.identity), initial_peers=config.initial_peers,
+                          host=config.host, port=config.port, announce_host=config.announce_host,
+                          record_validators=[RecordValidator([config.run_id])])
     announcer: asyncio.Task[None] | None = None
     slow_client: asyncio.Task[Any] | None = None
-    p2p: P2P | None = None
     try:
-        p2p = await dht_node.replicate_p2p()
+        p2p = dht.p2p
         allowed = None if config.allow_peers is None else load_allowlist(config.allow_peers) | {identity.peer_id_b58}
         attack = load_attack(config.attack) if config.attack else None
         server = server_for(config, allowed, attack)  # a slowloris attacker's server trickles its answers
         await server.attach(p2p)
-        peer = Peer(config, identity, local, SwarmDHT(dht_node), p2p, server, events, allowed)
-        maddrs = [str(m) for m in dht_node.get_visible_maddrs()]
+        peer = Peer(config, identity, local, dht, p2p, server, events, allowed)
+        maddrs = await dht.visible_maddrs()
         logger.info("peer %s up on %s (device %s, %d parameters)", identity.peer_id_b58, ", ".join(maddrs),
                     local.device, local.numel)
         events.emit("ready", peer_id=identity.peer_id_b58, byzantine=config.attack is not None,
@@ -408,10 +406,7 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
             if background is not None:
                 with contextlib.suppress(BaseException):
                     await asyncio.wait_for(background, 5.0)
-        if p2p is not None:
-            with contextlib.suppress(BaseException):
-                await p2p.shutdown()
-        await asyncio.to_thread(dht_node.shutdown)
+        await dht.shutdown()
         events.close()
 
 
