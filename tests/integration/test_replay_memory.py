@@ -2,7 +2,7 @@
 
 1. ``test_dht_node_memory_under_100k_replayed_stores``: a live DHT node started with
    ``p2p_guard.swarm.dht.start_dht`` and our :class:`RecordValidator` (the target), and a hostile DHT node
-   without a validator bootstrapped from it, both in this test's event loop (each with its own ``p2pd``). The
+   without a validator bootstrapped from it, in a spawned process of its own (each with its own ``p2pd``). The
    hostile node sends 100,000 stores of replayed, duplicate and stale-round commit envelopes straight to the
    target's ``rpc_store`` (``DHTProtocol.call_store``, 500 records per RPC), from a pool of 160 valid
    envelopes (8 senders × 20 rounds). Mix, by store index modulo 6:
@@ -15,8 +15,8 @@
    5. a commit replayed under another run's key (``wrong_key``).
 
    The target's validator counts every record it judged (``SwarmDHT.validator_report``), which checks that the
-   flood arrived; the resident memory (psutil RSS) of this process (target and hostile node together, so an
-   upper bound for the target) is read after a 1,000-store warm-up and after the flood. The target's ``p2pd``
+   flood arrived; the resident memory (psutil RSS) of this process (the target's: its DHT node runs in this
+   process's event loop) is read after a 1,000-store warm-up and after the flood. The target's ``p2pd``
    RSS is printed too (it is not ours to bound).
 2. ``test_detector_and_reader_memory_under_100k_replays``: the peer-side defences in this process:
    ``open_envelope`` and :class:`EquivocationDetector` observe 100,000 replays (exact duplicates, stale rounds,
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import multiprocessing
 import time
 from pathlib import Path
 from typing import Any
@@ -47,11 +48,11 @@ from p2p_guard.identity import Identity  # noqa: E402
 from p2p_guard.protocol import PROTOCOL_VERSION, Envelope, Rejected, open_envelope, payload_digest, \
     sign_envelope  # noqa: E402
 from p2p_guard.protocol.proof import EquivocationDetector  # noqa: E402
-from p2p_guard.swarm.dht import SwarmDHT, start_dht  # noqa: E402
+from p2p_guard.swarm.dht import start_dht  # noqa: E402
 from p2p_guard.swarm.records import commit_key  # noqa: E402
 from p2p_guard.swarm.validator import RecordValidator  # noqa: E402
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300), pytest.mark.long]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.long]
 
 RUN = "replay-memory"
 SENDERS = 8
@@ -63,6 +64,7 @@ BATCH = 500
 MAX_GROWTH_MB = 50.0
 START_TIMEOUT_S = 60.0
 MB = 1024 * 1024
+FLOOD_TIMEOUT_S = 500.0
 
 
 def envelope(identity: Identity, round_: int, payload: bytes = b"\x00\x00\x80\x3f") -> Envelope:
@@ -141,32 +143,46 @@ def p2pd_of(process: psutil.Process) -> psutil.Process | None:
     return None
 
 
+def _hostile_main(identity_path: str, maddrs: list[str], target: bytes, results: Any) -> None:
+    """The hostile node, in its own process (spawned): warm-up, then the flood; puts both results on the queue."""
+
+    async def run() -> None:
+        hostile = await start_dht(identity_path=identity_path, initial_peers=maddrs, host="127.0.0.1", port=0,
+                                  startup_timeout_s=START_TIMEOUT_S, record_validators=[])
+        try:
+            results.put(("warm-up", await _flood(hostile.node, target, 0, WARMUP_STORES)))
+            results.put(("flood", await _flood(hostile.node, target, WARMUP_STORES, TOTAL_STORES)))
+        finally:
+            await hostile.shutdown()
+
+    asyncio.run(run())
+
+
 def test_dht_node_memory_under_100k_replayed_stores(tmp_path: Path) -> None:
     asyncio.run(_replay_flood(tmp_path))
 
 
 async def _replay_flood(tmp_path: Path) -> None:
-    started: list[SwarmDHT] = []
+    for name in ("target", "hostile"):  # Ed25519 identity files, as a peer has
+        Identity.load_or_create(tmp_path / f"{name}.key")
+    target = await start_dht(identity_path=str(tmp_path / "target.key"), host="127.0.0.1", port=0,
+                             startup_timeout_s=START_TIMEOUT_S, record_validators=[RecordValidator([RUN])])
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    hostile = context.Process(target=_hostile_main, daemon=True,
+                              args=(str(tmp_path / "hostile.key"), await target.visible_maddrs(),
+                                    target.peer_id.to_bytes(), results))
     try:
-        for name in ("target", "hostile"):  # Ed25519 identity files, as a peer has
-            Identity.load_or_create(tmp_path / f"{name}.key")
-        target = await start_dht(identity_path=str(tmp_path / "target.key"), host="127.0.0.1", port=0,
-                                 startup_timeout_s=START_TIMEOUT_S, record_validators=[RecordValidator([RUN])])
-        started.append(target)
-        maddrs = await target.visible_maddrs()
-        hostile = await start_dht(identity_path=str(tmp_path / "hostile.key"), initial_peers=maddrs,
-                                  host="127.0.0.1", port=0, startup_timeout_s=START_TIMEOUT_S, record_validators=[])
-        started.append(hostile)
-        target_id = target.peer_id.to_bytes()
         process = psutil.Process()
         daemon = p2pd_of(process)
-
-        await _flood(hostile.node, target_id, 0, WARMUP_STORES)
+        hostile.start()
+        step, _ = await asyncio.to_thread(results.get, True, FLOOD_TIMEOUT_S)
+        assert step == "warm-up"
         gc.collect()
         before = rss_mb(process)
         daemon_before = rss_mb(daemon) if daemon is not None else float("nan")
         began = time.monotonic()
-        sent, stored, unanswered = await _flood(hostile.node, target_id, WARMUP_STORES, TOTAL_STORES)
+        step, (sent, stored, unanswered) = await asyncio.to_thread(results.get, True, FLOOD_TIMEOUT_S)
         seconds = time.monotonic() - began
         gc.collect()
         after = rss_mb(process)
@@ -175,9 +191,8 @@ async def _replay_flood(tmp_path: Path) -> None:
         judged = sum(report.counts.values())
         summary = (f"{sent} replayed stores in {seconds:.1f} s ({sent / seconds:.0f}/s); target stored {stored}, "
                    f"unanswered {unanswered}; validator judged {judged} records (warm-up included): "
-                   f"{dict(sorted(report.counts.items()))}; test process (both nodes) RSS {before:.1f} → "
-                   f"{after:.1f} MB (growth {after - before:+.1f} MB); a p2pd RSS {daemon_before:.1f} → "
-                   f"{daemon_after:.1f} MB")
+                   f"{dict(sorted(report.counts.items()))}; target process RSS {before:.1f} → {after:.1f} MB "
+                   f"(growth {after - before:+.1f} MB); its p2pd RSS {daemon_before:.1f} → {daemon_after:.1f} MB")
         print(f"[replay-memory] DHT node: {summary}")
         assert sent == TOTAL_STORES, summary
         assert unanswered <= TOTAL_STORES // 20, summary
@@ -186,8 +201,10 @@ async def _replay_flood(tmp_path: Path) -> None:
         for reason in ("accepted", "wrong_round", "impersonation", "bad_expiration", "wrong_key"):
             assert report.counts.get(reason, 0) > 0, f"no {reason} among the judged records: {summary}"
     finally:
-        for dht in reversed(started):
-            await dht.shutdown()
+        await asyncio.to_thread(hostile.join, 30)
+        if hostile.is_alive():
+            hostile.kill()
+        await target.shutdown()
 
 
 def test_detector_and_reader_memory_under_100k_replays() -> None:
