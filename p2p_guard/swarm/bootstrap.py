@@ -6,11 +6,11 @@ bootstrap node can go away without stopping training.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
 import tempfile
-import threading
 from pathlib import Path
 
 from p2p_guard.identity import Identity
@@ -36,6 +36,8 @@ def run_bootstrap(*, identity_path: str, host: str, port: int, announce_host: st
                   address_file: str | None = None, on_ready: object = None) -> int:
     """Run a bootstrap DHT node until SIGINT or SIGTERM; return the exit code.
 
+    The node (``p2pd`` and hivemind's ``DHTNode``) runs in this process's event loop (``swarm.dht``).
+
     Args:
         identity_path: Ed25519 identity file (created on first start, mode 0600), so the node keeps its
             PeerID, and therefore its multiaddr, across restarts.
@@ -46,31 +48,43 @@ def run_bootstrap(*, identity_path: str, host: str, port: int, announce_host: st
 
     Returns:
         0 on a requested stop.
+
+    Raises:
+        ValueError, OSError, TimeoutError, hivemind.p2p.P2PDaemonError: the node could not start
+            (see :func:`p2p_guard.swarm.dht.start_dht`).
     """
     identity = Identity.load_or_create(identity_path)
     reaper = start_reaper()
-    stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        dht = start_dht(identity_path=identity_path, host=host, port=port, announce_host=announce_host)
+        asyncio.run(_serve(identity, identity_path, host=host, port=port, announce_host=announce_host,
+                           address_file=address_file, on_ready=on_ready))
     except BaseException:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         stop_reaper_if_clean(reaper)
         raise
-    try:
-        maddrs = [str(m) for m in dht.get_visible_maddrs()]
-        logger.info("bootstrap node %s listening", identity.peer_id_b58)
-        if address_file:
-            write_address_file(address_file, maddrs)
-        if callable(on_ready):
-            on_ready(maddrs)
-        while not stop.wait(1.0):
-            pass
-        logger.info("stopping the bootstrap node")
-    finally:
-        dht.shutdown()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     stop_reaper_if_clean(reaper)
     return 0
+
+
+async def _serve(identity: Identity, identity_path: str, *, host: str, port: int, announce_host: str | None,
+                 address_file: str | None, on_ready: object) -> None:
+    """Start the node, report its addresses, serve until SIGINT/SIGTERM, shut it down."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        dht = await start_dht(identity_path=identity_path, host=host, port=port, announce_host=announce_host)
+        try:
+            maddrs = await dht.visible_maddrs()
+            logger.info("bootstrap node %s listening", identity.peer_id_b58)
+            if address_file:
+                write_address_file(address_file, maddrs)
+            if callable(on_ready):
+                on_ready(maddrs)
+            await stop.wait()
+            logger.info("stopping the bootstrap node")
+        finally:
+            await dht.shutdown()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)

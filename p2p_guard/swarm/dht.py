@@ -1,25 +1,47 @@
-"""Starting a hivemind DHT node and reading or writing our records in it.
+"""Our hivemind DHT node, run inside the calling process's event loop, and our records in it.
 
-hivemind runs the DHT in a forked child process that owns the ``p2pd`` daemon; the peer process talks to it
-through a pipe (``hivemind.DHT``) and opens payload streams through a replica of the same daemon
-(``DHT.replicate_p2p``). Keys and subkeys are strings; values are the signed bytes built in ``protocol``.
-Everything read back is hostile: only ``bytes`` values under ``str`` subkeys are passed on, still unverified.
+One peer process owns one ``hivemind.p2p.P2P`` (one ``p2pd`` daemon, a direct child) and one hivemind
+``DHTNode`` on it, both in the peer's own asyncio loop: no forked DHT process, no command pipe (hivemind's
+``hivemind.DHT`` forks one and dies on any value over ~16 KB through its pipe), and payload streams use the same
+P2P. The node's record validators are ordinary objects of this process, so what they caught (equivocation
+proofs, counts) is read directly (:meth:`SwarmDHT.validator_report`).
+
+A joining node first measures its clock against its initial peers and corrects DHT time for it
+(``swarm.clock``), so a volunteer whose clock is off joins instead of failing hivemind's 3 s check.
+
+Keys and subkeys are strings; values are the signed bytes built in ``protocol``. Everything read back is
+hostile: only ``bytes`` values under ``str`` subkeys are passed on, still unverified.
+
+References:
+    [1] hivemind ``dht/dht.py`` (``DHT.run``: how the forked process builds the node), ``dht/node.py``
+        (``DHTNode.create``), ``p2p/p2p_daemon.py`` (``P2P.create``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-import signal
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-import hivemind
-from hivemind.dht.validation import RecordValidatorBase
-from hivemind.p2p import PeerID
-from hivemind.utils import get_dht_time
+import hivemind.utils
+from hivemind.dht.node import DHTNode
+from hivemind.dht.validation import CompositeValidator, RecordValidatorBase
+from hivemind.p2p import P2P, PeerID
 from hivemind.utils.multiaddr import Multiaddr
 
-__all__ = ["SwarmDHT", "listen_maddr", "start_dht"]
+from p2p_guard.swarm.clock import (
+    CLOCK_TOLERANCE_S,
+    MAX_CLOCK_CORRECTION_S,
+    ClockSkewError,
+    install_offset,
+    measure_offset,
+    skew_message,
+)
+
+__all__ = ["ClockSkewError", "SwarmDHT", "check_initial_peers", "listen_maddr", "start_dht"]
 
 logger = logging.getLogger(__name__)
 
@@ -27,21 +49,8 @@ MAX_SUBKEYS_READ = 4096
 #: Nodes asked to store each record (hivemind's default is 5). More copies mean a Byzantine storage node can
 #: hide a commit from fewer readers, and in a small swarm every node holds, validates and logs every record.
 NUM_REPLICAS = 16
-
-
-class _DHTProcess(hivemind.DHT):
-    """hivemind's DHT process, with default signal dispositions restored right after the fork.
-
-    The fork copies the parent's Python signal handlers (the peer's asyncio SIGTERM/SIGINT handlers, the
-    bootstrap's stop flag), so ``DHT.terminate()``'s SIGTERM would be swallowed in the child and the parent
-    would wait for it forever. hivemind itself then ignores SIGINT in the child.
-    """
-
-    def run(self) -> None:
-        """Reset SIGTERM to its default action, then serve the DHT (hivemind's ``DHT.run``)."""
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        super().run()
+#: How long ``SwarmDHT.shutdown`` waits for the DHT node and for ``p2pd`` (seconds each).
+SHUTDOWN_TIMEOUT_S = 10.0
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -85,7 +94,9 @@ def listen_maddr(host: str, port: int) -> str:
     return f"/{proto}/{host}/tcp/{port}"
 
 
-def start_dht(
+
+
+async def start_dht(
     *,
     identity_path: str,
     initial_peers: Sequence[str] = (),
@@ -94,40 +105,42 @@ def start_dht(
     announce_host: str | None = None,
     startup_timeout_s: float = 60.0,
     record_validators: Sequence[RecordValidatorBase] | None = None,
-) -> hivemind.DHT:
-    """Start a DHT node whose libp2p identity is our Ed25519 key file.
+    correct_clock: bool = True,
+) -> SwarmDHT:
+    """Start ``p2pd`` and a hivemind DHT node in the running event loop, with our Ed25519 key as identity.
+
+    Steps: ``P2P.create`` (listen, dial the initial peers); measure the clock offset against the initial peers
+    and, past ``CLOCK_TOLERANCE_S``, correct DHT time in this process (``swarm.clock.install_offset``); then
+    ``DHTNode.create`` on that P2P (ping the initial peers, fill the routing table).
 
     Args:
         identity_path: libp2p ``PrivateKey`` protobuf file (Ed25519); see ``p2p_guard.identity``.
         initial_peers: bootstrap multiaddrs; empty for the first (bootstrap) node.
         host: listen address; port: TCP port (0 = any free port).
         announce_host: address other peers should dial (public IP of a server); None keeps the listen one.
-        startup_timeout_s: how long to wait for the DHT process, in seconds.
+        startup_timeout_s: limit for the whole start, in seconds.
         record_validators: hivemind record validators the node applies to every record it stores or reads.
             None (the default) means ``[RecordValidator()]`` (``swarm.validator``), which protects our
             records by their content; a peer passes ``[RecordValidator([run_id])]`` so that garbage under its
             run's keys is refused too. An empty sequence disables validation (tests of reader-side checks).
+        correct_clock: measure and correct the clock offset against the initial peers (see above).
 
     Returns:
-        A started ``hivemind.DHT``; call ``shutdown()`` when done.
+        A started :class:`SwarmDHT`; ``await shutdown()`` when done (it also stops ``p2pd``).
 
     Raises:
-        ValueError: a malformed initial peer address.
+        ValueError: a malformed initial peer address, or ``announce_host`` with port 0.
         OSError: the port is taken.
+        ClockSkewError: the clock is more than ``MAX_CLOCK_CORRECTION_S`` off the initial peers' (one line).
         hivemind.p2p.P2PDaemonError: if ``p2pd`` cannot start (bad identity file, unreachable bootstrap peers).
-        TimeoutError: if the node is not ready in time, or cannot reach any initial peer.
+        TimeoutError: if the node is not up in time, or no initial peer answers.
     """
-    kwargs: dict[str, object] = {
-        "host_maddrs": [listen_maddr(host, port)],
-        "identity_path": identity_path,
-        "check_if_identity_free": False,
-        "nat_port_map": False,
-        "num_replicas": NUM_REPLICAS,
-    }
+    host_maddrs = [listen_maddr(host, port)]
+    announce_maddrs = None
     if announce_host:
         if port == 0:
             raise ValueError("announce_host needs a fixed port (port=0 picks a random one)")
-        kwargs["announce_maddrs"] = [listen_maddr(announce_host, port)]
+        announce_maddrs = [listen_maddr(announce_host, port)]
     if record_validators is None:
         from p2p_guard.swarm.validator import RecordValidator  # here: swarm.validator imports swarm.records
 
@@ -135,33 +148,99 @@ def start_dht(
     check_initial_peers(initial_peers)
     if port != 0:
         check_port_free(host, port)
-    dht = _DHTProcess(initial_peers=list(initial_peers) or None, start=False,
-                       record_validators=list(record_validators), **kwargs)
-    dht.run_in_background(await_ready=False)
+    p2p = await asyncio.wait_for(
+        P2P.create(initial_peers=list(initial_peers) or None, host_maddrs=host_maddrs,
+                   announce_maddrs=announce_maddrs, identity_path=identity_path, check_if_identity_free=False,
+                   nat_port_map=False, startup_timeout=startup_timeout_s),
+        startup_timeout_s)
+    undo_clock: Callable[[], None] | None = None
     try:
-        dht.wait_until_ready(timeout=startup_timeout_s)
+        if correct_clock and initial_peers:
+            undo_clock = await _correct_clock(p2p, initial_peers)
+        node = await asyncio.wait_for(_create_node(p2p, initial_peers, list(record_validators)), startup_timeout_s)
     except BaseException:
-        dht.shutdown()
+        if undo_clock is not None:
+            undo_clock()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(p2p.shutdown(), SHUTDOWN_TIMEOUT_S)
         raise
-    return dht
+    return SwarmDHT(node, p2p, record_validators, undo_clock=undo_clock)
+
+
+async def _create_node(p2p: P2P, initial_peers: Sequence[str],
+                       record_validators: list[RecordValidatorBase]) -> DHTNode:
+    """``DHTNode.create`` on our P2P, as hivemind's ``DHT.run`` does in its forked process."""
+    try:
+        return await DHTNode.create(p2p=p2p, initial_peers=list(initial_peers) or None,
+                                    num_replicas=NUM_REPLICAS, record_validator=CompositeValidator(record_validators))
+    except RuntimeError as e:  # hivemind: "DHTNode bootstrap failed: none of the initial_peers responded"
+        raise TimeoutError(f"none of the initial peers answered the DHT ({e}); check --initial-peers") from None
+
+
+async def _correct_clock(p2p: P2P, initial_peers: Sequence[str]) -> Callable[[], None] | None:
+    """Measure our clock against the initial peers; correct DHT time past the tolerance (see ``swarm.clock``).
+
+    Raises:
+        ClockSkewError: the offset is beyond ``MAX_CLOCK_CORRECTION_S``.
+    """
+    peers = list(dict.fromkeys(PeerID.from_base58(Multiaddr(m).value_for_protocol("p2p")) for m in initial_peers))
+    offset, answered = await measure_offset(p2p, peers)
+    if offset is None:
+        logger.debug("no initial peer answered a clock ping; DHT time left uncorrected")
+        return None
+    if abs(offset) <= CLOCK_TOLERANCE_S:
+        logger.debug("clock within %.3f s of %d initial peer(s)", offset, answered)
+        return None
+    if abs(offset) > MAX_CLOCK_CORRECTION_S:
+        raise ClockSkewError(skew_message(offset, answered))
+    logger.warning("this machine's clock is %.1f s %s the swarm's (%d initial peer(s)): correcting DHT time by "
+                   "%+.1f s; enable NTP to fix it", abs(offset), "behind" if offset > 0 else "ahead of", answered,
+                   offset)
+    return install_offset(offset)
 
 
 class SwarmDHT:
-    """Async access to our records in a running ``hivemind.DHT`` (from the peer's event loop)."""
+    """Our DHT node and its P2P, in the caller's event loop: async store/read of our records, and shutdown."""
 
-    def __init__(self, dht: hivemind.DHT) -> None:
-        """Wrap a started DHT.
+    def __init__(self, node: DHTNode, p2p: P2P, record_validators: Sequence[RecordValidatorBase] = (), *,
+                 undo_clock: Callable[[], None] | None = None) -> None:
+        """Wrap a started node (use :func:`start_dht`).
 
         Args:
-            dht: a started ``hivemind.DHT`` (owned by the caller, who shuts it down).
+            node: a started ``DHTNode`` on ``p2p``.
+            p2p: the node's P2P (owned: :meth:`shutdown` stops it); payload streams use it too.
+            record_validators: the validators the node applies (read by :meth:`validator_report`).
+            undo_clock: restores DHT time at shutdown, if :func:`start_dht` corrected it.
         """
-        self.dht = dht
+        self.node = node
+        self.p2p = p2p
+        self.record_validators = tuple(record_validators)
+        self._undo_clock = undo_clock
+
+    @property
+    def peer_id(self) -> PeerID:
+        """This node's libp2p PeerID."""
+        return self.p2p.peer_id
+
+    async def visible_maddrs(self) -> list[str]:
+        """The multiaddrs other peers can dial, each ending in ``/p2p/<PeerID>``."""
+        return [str(m) for m in await self.p2p.get_visible_maddrs()]
+
+    def validator_report(self) -> Any:
+        """What our :class:`~p2p_guard.swarm.validator.RecordValidator` instances saw (counts, proofs, refusals).
+
+        Returns:
+            A ``swarm.validator.ValidatorReport``, merged over our validators (empty if none).
+        """
+        from p2p_guard.swarm.validator import merged_report  # here: swarm.validator imports swarm.records
+
+        return merged_report(self.record_validators)
 
     async def store(self, key: str, subkey: str, value: bytes, ttl_s: float) -> bool:
         """Store ``value`` under ``key``/``subkey`` for ``ttl_s`` seconds; False if no node accepted it."""
-        expiration = get_dht_time() + ttl_s
+        expiration = hivemind.utils.get_dht_time() + ttl_s
         try:
-            return bool(await self.dht.store(key, value, expiration, subkey=subkey, return_future=True))
+            return bool(await self.node.store(key, value, expiration, subkey=subkey))
         except Exception as e:  # noqa: BLE001 - a failed store is reported, the round goes on
             logger.warning("DHT store of %s failed: %s", key, e)
             return False
@@ -172,7 +251,7 @@ class SwarmDHT:
         Values that are not bytes, and subkeys that are not strings, are dropped here.
         """
         try:
-            found = await self.dht.get(key, latest=True, return_future=True)
+            found = await self.node.get(key, latest=True)
         except Exception as e:  # noqa: BLE001 - a failed read is an empty read
             logger.warning("DHT read of %s failed: %s", key, e)
             return {}
@@ -185,3 +264,12 @@ class SwarmDHT:
                 out[subkey] = value
         return out
 
+    async def shutdown(self) -> None:
+        """Stop the DHT node, then ``p2pd`` (bounded waits); restore DHT time. Safe to call twice."""
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.node.shutdown(), SHUTDOWN_TIMEOUT_S)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.p2p.shutdown(), SHUTDOWN_TIMEOUT_S)
+        if self._undo_clock is not None:
+            self._undo_clock()
+            self._undo_clock = None

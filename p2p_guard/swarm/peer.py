@@ -2,11 +2,13 @@
 
 ``run_peer`` is what ``p2p-guard peer`` calls. The peer:
 
-1. starts a watchdog (``swarm.reaper``) so its DHT process and ``p2pd`` die with it even on SIGKILL;
-2. starts a hivemind DHT node with its Ed25519 identity and serves payloads over P2P streams;
-3. announces itself (signed presence record) and waits for ``min_peers``;
-4. joins the swarm's current round (a late joiner listens for one round and adopts the majority state);
-5. runs outer rounds (``Peer.run_round``) until ``rounds`` are done or it is stopped (SIGINT/SIGTERM);
+1. starts a watchdog (``swarm.reaper``) so its ``p2pd`` dies with it even on SIGKILL;
+2. starts a hivemind DHT node in its own event loop with its Ed25519 identity (its clock offset against the
+   initial peers corrected) and serves payloads and its θ over P2P streams;
+3. announces itself (signed presence record) and waits for ``start_peers`` (default ``min_peers``);
+4. resumes from its own checkpoint, and catches up (robust centre of sampled states) if the swarm is far ahead;
+5. runs outer rounds (version 2: :class:`Peer`, ``docs/protocol.md`` §7) until ``rounds`` are done or it is
+   stopped (SIGINT/SIGTERM), pausing whenever fewer than ``min_peers`` are present;
 6. keeps serving its last payload until the other peers have moved on, writes its state, and exits.
 """
 
@@ -59,7 +61,7 @@ from p2p_guard.swarm.sampling import sample_senders, staleness_weight
 from p2p_guard.swarm.slowloris import server_for, start_slow_client
 from p2p_guard.swarm.standing import VoteBook
 from p2p_guard.swarm.transport import OK, TOO_SLOW, PayloadServer, fetch
-from p2p_guard.swarm.validator import RecordValidator, fetch_validator_report
+from p2p_guard.swarm.validator import RecordValidator
 from p2p_guard.tasks import load_task
 from p2p_guard.training.error_feedback import ErrorFeedback
 from p2p_guard.training.local import LocalModel, pick_device, round_generator
@@ -505,7 +507,7 @@ class Peer:
 
     async def _collect_proofs(self, round_: int) -> None:
         """Ban senders proven to equivocate: by our DHT node's validator or by proofs other peers published."""
-        report = await fetch_validator_report(self.dht.dht)
+        report = self.dht.validator_report()
         for raw in report.proofs:
             proof = verify_proof(raw)
             if not isinstance(proof, Rejected) and proof.run_id == self.config.run_id:
@@ -578,21 +580,20 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
                        partition=config.partition, outer_lr=config.outer_lr, outer_momentum=config.outer_momentum,
                        device=pick_device(config.device))
     events = EventLog(config.events)
-    dht_node = await asyncio.to_thread(start_dht, identity_path=str(config.identity),
-                                       initial_peers=config.initial_peers, host=config.host, port=config.port,
-                                       announce_host=config.announce_host,
-                                       record_validators=[RecordValidator([config.run_id])])
+    initial_peers = (*config.initial_peers, *_known_peers(config.checkpoint_dir, config.initial_peers))
+    dht = await start_dht(identity_path=str(config.identity), initial_peers=initial_peers,
+                          host=config.host, port=config.port, announce_host=config.announce_host,
+                          record_validators=[RecordValidator([config.run_id])])
     announcer: asyncio.Task[None] | None = None
     slow_client: asyncio.Task[Any] | None = None
-    p2p: P2P | None = None
     try:
-        p2p = await dht_node.replicate_p2p()
+        p2p = dht.p2p
         allowed = None if config.allow_peers is None else load_allowlist(config.allow_peers) | {identity.peer_id_b58}
         attack = load_attack(config.attack) if config.attack else None
         server = server_for(config, allowed, attack)  # a slowloris attacker's server trickles its answers
         await server.attach(p2p)
-        peer = Peer(config, identity, local, SwarmDHT(dht_node), p2p, server, events, allowed)
-        maddrs = [str(m) for m in dht_node.get_visible_maddrs()]
+        peer = Peer(config, identity, local, dht, p2p, server, events, allowed)
+        maddrs = await dht.visible_maddrs()
         logger.info("peer %s up on %s (device %s, %d parameters)", identity.peer_id_b58, ", ".join(maddrs),
                     local.device, local.numel)
         events.emit("ready", peer_id=identity.peer_id_b58, byzantine=config.attack is not None,
@@ -607,10 +608,7 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
             if background is not None:
                 with contextlib.suppress(BaseException):
                     await asyncio.wait_for(background, 5.0)
-        if p2p is not None:
-            with contextlib.suppress(BaseException):
-                await p2p.shutdown()
-        await asyncio.to_thread(dht_node.shutdown)
+        await dht.shutdown()
         events.close()
 
 
@@ -755,6 +753,8 @@ async def _finish(peer: Peer, pending: asyncio.Task[RoundOutcome], inner: InnerR
                                                           peer.local.momentum,
                                                           {"ef_residual": peer.error_feedback.residual}))
     snapshot = _write_snapshot(config.snapshot_dir, outcome.round, peer.local.theta)
+    if config.checkpoint_dir:
+        await _remember_peers(peer, config.checkpoint_dir)
     if peer.votes is not None:
         await peer.votes.publish(outcome.round, outcome.verdicts)
     metrics = await asyncio.to_thread(peer.local.evaluate)
@@ -765,6 +765,46 @@ async def _finish(peer: Peer, pending: asyncio.Task[RoundOutcome], inner: InnerR
     bar.update(1)
     bar.set_postfix_str(_metric_text(metrics))
     return 1
+
+
+KNOWN_PEERS_FILE = "known_peers.txt"
+MAX_KNOWN_PEERS = 16
+
+
+async def _remember_peers(peer: Peer, folder: str) -> None:
+    """Write up to 16 multiaddrs of peers we are connected to (a restart can rejoin without the bootstrap)."""
+    try:
+        infos = await peer.p2p.list_peers()
+    except Exception as e:  # noqa: BLE001 - the daemon's client raises many types; best effort only
+        peer.log.debug("could not list connected peers: %s", e)
+        return
+    lines = [f"{info.addrs[0]}/p2p/{info.peer_id.to_base58()}" for info in infos if info.addrs][:MAX_KNOWN_PEERS]
+    path = Path(folder)
+    path.mkdir(parents=True, exist_ok=True)
+    tmp = path / f".{KNOWN_PEERS_FILE}.tmp"
+    tmp.write_text("".join(f"{line}\n" for line in lines))
+    os.replace(tmp, path / KNOWN_PEERS_FILE)
+
+
+def _known_peers(folder: str | None, given: tuple[str, ...]) -> list[str]:
+    """Multiaddrs remembered in our checkpoint folder (checked like --initial-peers), minus those given."""
+    if not folder:
+        return []
+    try:
+        lines = (Path(folder) / KNOWN_PEERS_FILE).read_text().split()
+    except OSError:
+        return []
+    from p2p_guard.swarm.dht import check_initial_peers
+
+    known = []
+    for line in lines[:MAX_KNOWN_PEERS]:
+        try:
+            check_initial_peers([line])
+        except ValueError:
+            continue
+        if line not in given:
+            known.append(line)
+    return known
 
 
 def _write_snapshot(folder: str | None, round_: int, theta: torch.Tensor) -> str | None:

@@ -1,8 +1,8 @@
 """A watchdog process that kills our leftover descendants when the process that started it dies.
 
-hivemind runs the DHT in a forked child process, and that child runs ``p2pd``. When the process that owns
-the ``hivemind.DHT`` is killed with SIGKILL, neither of them notices: both run forever. A peer (or bootstrap)
-process therefore calls :func:`start_reaper` first thing, before it creates the DHT. It launches this module
+A peer (or bootstrap) process runs ``p2pd`` as a child (``swarm.dht``). When the peer is killed with
+SIGKILL, ``p2pd`` does not notice and runs forever. A peer (or bootstrap) process therefore calls
+:func:`start_reaper` first thing, before it starts its DHT node. It launches this module
 as a tiny separate program (standard library and psutil only; no torch, no hivemind, not even the
 ``p2p_guard`` package) that polls every ``poll_interval_s``:
 
@@ -14,7 +14,7 @@ as a tiny separate program (standard library and psutil only; no torch, no hivem
 The watchdog ignores SIGINT, SIGTERM and SIGHUP, so a signal sent to the whole process group (Ctrl+C in a
 terminal, ``killpg`` by the simulator) cannot remove it before it has done its job; it never outlives its
 parent by more than about ``poll_interval_s + grace_s``. :func:`stop_reaper` (SIGUSR1) ends it without a
-sweep, for a parent that has shut its DHT down itself.
+sweep, for a parent that has shut its DHT node and ``p2pd`` down itself.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ _IGNORED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 def start_reaper(
     *, poll_interval_s: float = POLL_INTERVAL_S, grace_s: float = GRACE_S, log_level: int | None = None
 ) -> subprocess.Popen[bytes] | None:
-    """Launch the watchdog for the current process; call it before creating a ``hivemind.DHT``.
+    """Launch the watchdog for the current process; call it before starting ``p2pd`` (``swarm.dht.start_dht``).
 
     The watchdog stays in our process group and shares our stderr (its few log lines land in our log).
 
@@ -83,7 +83,7 @@ def start_reaper(
 def stop_reaper_if_clean(proc: subprocess.Popen[bytes] | None) -> None:
     """Stop the watchdog if we have no other descendant left; otherwise leave it to sweep them after we exit.
 
-    Call it as the last step of a clean shutdown: if the DHT process or ``p2pd`` somehow survived, the
+    Call it as the last step of a clean shutdown: if ``p2pd`` (or another child) somehow survived, the
     watchdog (which outlives us by at most about two seconds) kills them.
     """
     if proc is None:
@@ -190,8 +190,8 @@ def _signal_all(procs: Iterable[psutil.Process], sig: int) -> None:
 def sweep(seen: dict[int, float], *, grace_s: float, own_pid: int) -> list[int]:
     """SIGTERM, then after ``grace_s`` SIGKILL, every recorded process still alive (and its descendants).
 
-    Descendants of recorded processes are added before signalling: a ``p2pd`` started by the DHT process
-    between two polls is still found through it.
+    Descendants of recorded processes are added before signalling: a grandchild started between two polls
+    is still found through its parent.
 
     Args:
         seen: ``{pid: create_time}`` recorded earlier; a pid whose create time differs is left alone.

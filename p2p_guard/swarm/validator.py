@@ -41,8 +41,9 @@ only if, first failure wins:
 kept in a bounded log by (kind, subkey, reason) (:meth:`RecordValidator.refusals`; the subkey is only what
 the writer claimed) and logged at DEBUG. Every accepted commit also goes through an
 :class:`~p2p_guard.protocol.proof.EquivocationDetector`: a DHT node that stores or reads two envelopes of one
-sender for one round with different digests keeps the proof, and the peer process collects it with
-:func:`fetch_validator_report`. A second envelope is still accepted: hivemind rejects a whole dictionary read
+sender for one round with different digests keeps the proof, and the peer reads it with :func:`merged_report`
+(the DHT node runs in the peer's own process, so the validator is the peer's own object). A second envelope is
+still accepted: hivemind rejects a whole dictionary read
 from a node when one of its entries fails, so refusing it would let the equivocator hide its honest
 neighbours' commits too. The proof gets it banned instead.
 
@@ -50,8 +51,7 @@ Limits: garbage under the key of a round ≥ ``max_rounds``, or under any key of
 given, is not recognisable and passes (readers still open every value and reject it). A validly signed,
 replayed record of the owner itself (an old presence record, say) is accepted within its TTL cap.
 
-The validator is handed to hivemind's DHT process, so it pickles (its key table is rebuilt there on first
-use).
+The validator pickles (its key table is rebuilt on first use after unpickling).
 
 References:
     [1] hivemind ``dht/validation.py`` (``RecordValidatorBase``, ``DHTRecord``), ``dht/crypto.py``
@@ -69,7 +69,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import hivemind
 import msgpack
 from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.utils import get_dht_time
@@ -101,7 +100,7 @@ __all__ = [
     "Refusal",
     "ValidatorReport",
     "dht_key_id",
-    "fetch_validator_report",
+    "merged_report",
 ]
 
 logger = logging.getLogger(__name__)
@@ -135,7 +134,7 @@ DEFAULT_MAX_TTL_BY_KIND: Mapping[str, float] = {"presence": 60.0}
 DEFAULT_MAX_VOTES_BYTES = 64 * 1024
 #: The largest value of ours: a proof (two envelopes), plus the msgpack ``bin`` header hivemind adds.
 DEFAULT_MAX_VALUE_BYTES = max_proof_bytes(MAX_ENVELOPE_BYTES) + 16
-#: Rounds whose keys are precomputed per known run (three SHA-1 per round, once per DHT process).
+#: Rounds whose keys are precomputed per known run (three SHA-1 per round, once per validator).
 DEFAULT_MAX_ROUNDS = 10_000
 _DETAIL_CHARS = 200
 _MAX_SUBKEY_BYTES = 256
@@ -215,7 +214,7 @@ class Refusal:
 
 @dataclass(frozen=True)
 class ValidatorReport:
-    """What the validators inside one DHT process saw: counts by reason and the equivocation proofs caught.
+    """What the validators of one DHT node saw: counts by reason and the equivocation proofs caught.
 
     Attributes:
         counts: ``{reason: number of records}`` since the process started.
@@ -244,7 +243,7 @@ class RecordValidator(RecordValidatorBase):  # type: ignore[misc]  # hivemind sh
         max_votes_bytes: Largest ``votes`` record (bytes); other records are at most ``MAX_RECORD_BYTES``.
         max_rounds: Rounds ``0 … max_rounds − 1`` of each known run have their keys precomputed.
         max_tracked_commits: Envelopes the equivocation detector remembers (oldest forgotten first).
-        max_proofs: Proofs kept for :func:`fetch_validator_report` (one per accused, first ones kept).
+        max_proofs: Proofs kept for :meth:`report` (one per accused, first ones kept).
         max_refusals: Distinct (kind, subkey, reason) refusals kept for the report (least recent forgotten).
 
     Raises:
@@ -544,30 +543,23 @@ class RecordValidator(RecordValidatorBase):  # type: ignore[misc]  # hivemind sh
         )
 
 
-async def fetch_validator_report(dht: hivemind.DHT) -> ValidatorReport:
-    """Collect counts and proofs from the :class:`RecordValidator` instances inside a DHT's child process.
+def merged_report(validators: Iterable[object]) -> ValidatorReport:
+    """Merge the reports of every :class:`RecordValidator` among ``validators`` (hivemind composites unwrapped).
 
-    The validator that judges records lives in hivemind's DHT process (a copy of the one passed to
-    ``start_dht``), so its counters and proofs are read there with ``DHT.run_coroutine``.
+    The validators run in this process (``swarm.dht`` runs the DHT node in the peer's own event loop), so
+    their counters and proofs are read directly.
 
     Args:
-        dht: A started ``hivemind.DHT``.
+        validators: What the DHT node was given (``SwarmDHT.record_validators``); other kinds are skipped.
 
     Returns:
-        The merged report (empty if the DHT runs no :class:`RecordValidator`).
+        Counts summed by reason, at most one proof per accused (first kept), refusals concatenated; empty if
+        there is no :class:`RecordValidator`.
     """
-    result = await dht.run_coroutine(_report_in_dht_process, return_future=True)
-    if not isinstance(result, ValidatorReport):
-        return ValidatorReport({}, (), ())
-    return result
-
-
-async def _report_in_dht_process(_dht: hivemind.DHT, node: Any) -> ValidatorReport:
-    """Runs inside the DHT process: merge the reports of every RecordValidator the node uses."""
     counts: Counter[str] = Counter()
     proofs: dict[str, bytes] = {}
     refusals: list[Refusal] = []
-    for validator in _our_validators(getattr(node.protocol, "record_validator", None)):
+    for validator in (v for item in validators for v in _our_validators(item)):
         counts.update(validator.stats())
         for accused, proof in validator._proofs.items():
             proofs.setdefault(accused, proof)

@@ -1,7 +1,7 @@
 """Integration: the record validator on a live DHT of three nodes on 127.0.0.1, with a hostile writer.
 
 Nodes ``a`` (first node) and ``b`` (Alice's) run :class:`RecordValidator` for the run, started with
-``p2p_guard.swarm.dht.start_dht``. Mallory's node runs *no* validator, so it keeps whatever it writes and
+``p2p_guard.swarm.dht.start_dht`` (all three in this test's event loop). Mallory's node runs *no* validator, so it keeps whatever it writes and
 forwards it to the others unchanged, as a modified client would. Alice commits; Mallory then tries to
 overwrite her subkey with her own signed envelope, to store a forged envelope in her name, to pin her subkey
 with a far-future expiration, to replay her earlier-round commit, and to replace the whole key with a value
@@ -38,7 +38,7 @@ from p2p_guard.protocol import (  # noqa: E402
 from p2p_guard.protocol.proof import EquivocationProof, make_proof, verify_proof  # noqa: E402
 from p2p_guard.swarm.dht import SwarmDHT, start_dht  # noqa: E402
 from p2p_guard.swarm.records import commit_key, proofs_key, publish_proof, read_proofs  # noqa: E402
-from p2p_guard.swarm.validator import RecordValidator, fetch_validator_report  # noqa: E402
+from p2p_guard.swarm.validator import RecordValidator  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -64,11 +64,11 @@ def envelope(identity: Identity, *, round_: int = ROUND, payload: bytes = b"\x00
     )
 
 
-def start(
+async def start(
     tmp_path: Path, name: str, initial_peers: list[str], validators: list[Any] | None
-) -> tuple[Any, Identity]:
+) -> tuple[SwarmDHT, Identity]:
     identity = Identity.load_or_create(tmp_path / f"{name}.key")
-    dht = start_dht(
+    dht = await start_dht(
         identity_path=str(identity.path),
         initial_peers=initial_peers,
         host="127.0.0.1",
@@ -79,9 +79,9 @@ def start(
     return dht, identity
 
 
-def read_commits(dht: Any, round_: int = ROUND) -> dict[str, tuple[bytes, float]]:
+async def read_commits(dht: SwarmDHT, round_: int = ROUND) -> dict[str, tuple[bytes, float]]:
     """``{subkey: (value, expiration)}`` under the round's commit key, as hivemind returns it."""
-    found = dht.get(commit_key(RUN, round_), latest=True)
+    found = await dht.node.get(commit_key(RUN, round_), latest=True)
     if found is None or not isinstance(found.value, dict):
         return {}
     return {subkey: (item.value, item.expiration_time) for subkey, item in found.value.items()}
@@ -96,23 +96,27 @@ def assert_only_valid(commits: dict[str, tuple[bytes, float]]) -> None:
 
 
 def test_hostile_writer_cannot_overwrite_forge_or_pin(tmp_path: Path) -> None:
-    started: list[Any] = []
+    asyncio.run(_hostile_writer(tmp_path))
+
+
+async def _hostile_writer(tmp_path: Path) -> None:
+    started: list[SwarmDHT] = []
     try:
-        node_a, _ = start(tmp_path, "a", [], [RecordValidator([RUN], max_rounds=100)])
+        node_a, _ = await start(tmp_path, "a", [], [RecordValidator([RUN], max_rounds=100)])
         started.append(node_a)
-        maddrs = [str(m) for m in node_a.get_visible_maddrs()]
-        node_b, alice = start(tmp_path, "alice", maddrs, [RecordValidator([RUN], max_rounds=100)])
+        maddrs = await node_a.visible_maddrs()
+        node_b, alice = await start(tmp_path, "alice", maddrs, [RecordValidator([RUN], max_rounds=100)])
         started.append(node_b)
-        node_m, mallory = start(tmp_path, "mallory", maddrs, [])
+        node_m, mallory = await start(tmp_path, "mallory", maddrs, [])
         started.append(node_m)
         alice_id, mallory_id = alice.peer_id_b58, mallory.peer_id_b58
         key = commit_key(RUN, ROUND)
 
         honest = sign_envelope(envelope(alice), alice)
         honest_expiration = get_dht_time() + HONEST_TTL_S
-        assert node_b.store(key, honest, honest_expiration, subkey=alice_id)
+        assert await node_b.node.store(key, honest, honest_expiration, subkey=alice_id)
         for node in (node_a, node_b):
-            assert read_commits(node).get(alice_id) == (honest, honest_expiration)
+            assert (await read_commits(node)).get(alice_id) == (honest, honest_expiration)
 
         later = get_dht_time() + LATER_TTL_S
         forged_env = envelope(alice, payload=b"\x00\x00\x00\xc0")
@@ -138,10 +142,10 @@ def test_hostile_writer_cannot_overwrite_forge_or_pin(tmp_path: Path) -> None:
             "garbage without a subkey over the whole key": (b"garbage", later, None),
         }
         for value, expiration, subkey in attempts.values():
-            node_m.store(key, value, expiration, subkey=subkey)  # Mallory's own node keeps it; others refuse
+            await node_m.node.store(key, value, expiration, subkey=subkey)  # Mallory's node keeps it; others refuse
 
         for node in (node_a, node_b):
-            commits = read_commits(node)
+            commits = await read_commits(node)
             assert commits.get(alice_id) == (honest, honest_expiration), (
                 f"Alice's commit did not survive: {commits}"
             )
@@ -149,12 +153,12 @@ def test_hostile_writer_cannot_overwrite_forge_or_pin(tmp_path: Path) -> None:
 
         # Mallory's own valid commit under her own subkey is accepted like anyone's.
         own = sign_envelope(envelope(mallory), mallory)
-        assert node_m.store(key, own, get_dht_time() + HONEST_TTL_S, subkey=mallory_id)
-        commits = read_commits(node_a)
+        assert await node_m.node.store(key, own, get_dht_time() + HONEST_TTL_S, subkey=mallory_id)
+        commits = await read_commits(node_a)
         assert commits[alice_id][0] == honest
         assert_only_valid(commits)
 
-        report = asyncio.run(fetch_validator_report(node_a))
+        report = node_a.validator_report()
         for reason in ("impersonation", "bad_signature", "bad_expiration", "wrong_round", "no_subkey"):
             assert report.counts.get(reason, 0) >= 1, f"no {reason} refusal on node a: {report.counts}"
         assert report.counts.get("accepted", 0) >= 2
@@ -169,29 +173,33 @@ def test_hostile_writer_cannot_overwrite_forge_or_pin(tmp_path: Path) -> None:
     finally:
         for dht in reversed(started):
             with contextlib.suppress(Exception):
-                dht.shutdown()
+                await dht.shutdown()
 
 
 def test_equivocation_is_caught_published_and_read(tmp_path: Path) -> None:
-    started: list[Any] = []
+    asyncio.run(_equivocation(tmp_path))
+
+
+async def _equivocation(tmp_path: Path) -> None:
+    started: list[SwarmDHT] = []
     try:
-        node_a, _ = start(tmp_path, "a", [], None)  # the default validator: by content only
+        node_a, _ = await start(tmp_path, "a", [], None)  # the default validator: by content only
         started.append(node_a)
-        maddrs = [str(m) for m in node_a.get_visible_maddrs()]
-        node_b, alice = start(tmp_path, "alice", maddrs, [RecordValidator([RUN], max_rounds=100)])
+        maddrs = await node_a.visible_maddrs()
+        node_b, alice = await start(tmp_path, "alice", maddrs, [RecordValidator([RUN], max_rounds=100)])
         started.append(node_b)
-        node_m, mallory = start(tmp_path, "mallory", maddrs, [])
+        node_m, mallory = await start(tmp_path, "mallory", maddrs, [])
         started.append(node_m)
         key = commit_key(RUN, ROUND)
 
         first = sign_envelope(envelope(mallory), mallory)
         second = sign_envelope(envelope(mallory, payload=b"\x00\x00\x00\x40"), mallory)
-        assert node_m.store(key, first, get_dht_time() + HONEST_TTL_S, subkey=mallory.peer_id_b58)
-        assert node_m.store(key, second, get_dht_time() + HONEST_TTL_S + 5, subkey=mallory.peer_id_b58)
+        assert await node_m.node.store(key, first, get_dht_time() + HONEST_TTL_S, subkey=mallory.peer_id_b58)
+        assert await node_m.node.store(key, second, get_dht_time() + HONEST_TTL_S + 5, subkey=mallory.peer_id_b58)
 
         caught: list[EquivocationProof] = []
         for node in (node_a, node_b):
-            report = asyncio.run(fetch_validator_report(node))
+            report = node.validator_report()
             proofs = [verify_proof(raw) for raw in report.proofs]
             assert len(proofs) == 1, f"no proof caught by a node that stored both envelopes: {report}"
             assert isinstance(proofs[0], EquivocationProof)
@@ -203,22 +211,19 @@ def test_equivocation_is_caught_published_and_read(tmp_path: Path) -> None:
             caught.append(proofs[0])
         assert caught[0].to_bytes() == make_proof(first, second)
 
-        async def publish_and_read() -> dict[str, EquivocationProof]:
-            assert await publish_proof(SwarmDHT(node_b), RUN, caught[1])
-            # Mallory answers with a "proof" against Alice made of two of Alice's identical commits.
-            fake = sign_envelope(envelope(alice), alice)
-            node_m.store(
-                proofs_key(RUN), make_fake_proof(fake), get_dht_time() + 600, subkey=alice.peer_id_b58
-            )
-            return await read_proofs(SwarmDHT(node_a), RUN)
-
-        proofs = asyncio.run(publish_and_read())
+        assert await publish_proof(node_b, RUN, caught[1])
+        # Mallory answers with a "proof" against Alice made of two of Alice's identical commits.
+        fake = sign_envelope(envelope(alice), alice)
+        await node_m.node.store(
+            proofs_key(RUN), make_fake_proof(fake), get_dht_time() + 600, subkey=alice.peer_id_b58
+        )
+        proofs = await read_proofs(node_a, RUN)
         assert set(proofs) == {mallory.peer_id_b58}
         assert proofs[mallory.peer_id_b58].to_bytes() == caught[1].to_bytes()
     finally:
         for dht in reversed(started):
             with contextlib.suppress(Exception):
-                dht.shutdown()
+                await dht.shutdown()
 
 
 def make_fake_proof(envelope_bytes: bytes) -> bytes:

@@ -1,6 +1,6 @@
 """No orphans: whatever way a peer or a simulation ends, none of our processes remains.
 
-"Our processes" include hivemind's forked DHT process and its ``p2pd``. A run's processes are found by the
+"Our processes" include each peer's ``p2pd`` and its watchdog. A run's processes are found by the
 ``P2P_GUARD_RUN_DIR`` marker in their environment (inherited by everything below the processes the simulator
 starts), so a process that lost its parent or started its own session is still found.
 """

@@ -2,10 +2,10 @@
 
 1. ``test_dht_node_memory_under_100k_replayed_stores``: a live DHT node started with
    ``p2p_guard.swarm.dht.start_dht`` and our :class:`RecordValidator` (the target), and a hostile DHT node
-   without a validator bootstrapped from it. The hostile node sends 100,000 stores of replayed, duplicate and
-   stale-round commit envelopes straight to the target's ``rpc_store`` (``DHTProtocol.call_store`` run inside
-   the hostile DHT process with ``run_coroutine``, 500 records per RPC), built there from a pool of 160 valid
-   envelopes (8 senders × 20 rounds), so the test process never holds them. Mix, by store index modulo 6:
+   without a validator bootstrapped from it, in a spawned process of its own (each with its own ``p2pd``). The
+   hostile node sends 100,000 stores of replayed, duplicate and stale-round commit envelopes straight to the
+   target's ``rpc_store`` (``DHTProtocol.call_store``, 500 records per RPC), from a pool of 160 valid
+   envelopes (8 senders × 20 rounds). Mix, by store index modulo 6:
 
    0. the current round's commit, re-stored under its own key and subkey (a duplicate);
    1. an older round's commit replayed under the current round's key (``wrong_round``);
@@ -14,9 +14,10 @@
    4. a commit pinned far in the future (``bad_expiration``);
    5. a commit replayed under another run's key (``wrong_key``).
 
-   The target's validator counts every record it judged (:func:`fetch_validator_report`), which checks that the
-   flood arrived; the resident memory (psutil RSS) of the target's DHT process is read after a 1,000-store
-   warm-up and after the flood. The target's ``p2pd`` RSS is printed too (it is not ours to bound).
+   The target's validator counts every record it judged (``SwarmDHT.validator_report``), which checks that the
+   flood arrived; the resident memory (psutil RSS) of this process (the target's: its DHT node runs in this
+   process's event loop) is read after a 1,000-store warm-up and after the flood. The target's ``p2pd``
+   RSS is printed too (it is not ours to bound).
 2. ``test_detector_and_reader_memory_under_100k_replays``: the peer-side defences in this process:
    ``open_envelope`` and :class:`EquivocationDetector` observe 100,000 replays (exact duplicates, stale rounds,
    conflicting envelopes that make proofs, and 8,000 distinct (sender, round) keys, twice the detector's
@@ -27,7 +28,9 @@ Both print their figures (counts, seconds, RSS before/after in MB) and put them 
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import multiprocessing
 import time
 from pathlib import Path
 from typing import Any
@@ -47,9 +50,9 @@ from p2p_guard.protocol import PROTOCOL_VERSION, Envelope, Rejected, open_envelo
 from p2p_guard.protocol.proof import EquivocationDetector  # noqa: E402
 from p2p_guard.swarm.dht import start_dht  # noqa: E402
 from p2p_guard.swarm.records import commit_key  # noqa: E402
-from p2p_guard.swarm.validator import RecordValidator, fetch_validator_report  # noqa: E402
+from p2p_guard.swarm.validator import RecordValidator  # noqa: E402
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300), pytest.mark.long]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.long]
 
 RUN = "replay-memory"
 SENDERS = 8
@@ -61,6 +64,7 @@ BATCH = 500
 MAX_GROWTH_MB = 50.0
 START_TIMEOUT_S = 60.0
 MB = 1024 * 1024
+FLOOD_TIMEOUT_S = 500.0
 
 
 def envelope(identity: Identity, round_: int, payload: bytes = b"\x00\x00\x80\x3f") -> Envelope:
@@ -78,11 +82,8 @@ def pool() -> list[list[bytes]]:
     return [[sign_envelope(envelope(identity, r), identity) for r in range(ROUNDS)] for identity in identities()]
 
 
-async def _flood(_dht: Any, node: Any, target: bytes, start: int, count: int) -> tuple[int, int, int]:
-    """Runs inside the hostile DHT process: ``count`` replayed stores to ``target``, ``BATCH`` per RPC.
-
-    The signed commits are made here, not sent through hivemind's command pipe: a pickled pool of ~50 kB made
-    that pipe's non-blocking read fail with EAGAIN under load, killing the hostile DHT process.
+async def _flood(node: Any, target: bytes, start: int, count: int) -> tuple[int, int, int]:
+    """The hostile node (a hivemind ``DHTNode``) sends ``count`` replayed stores to ``target``, ``BATCH`` per RPC.
 
     Returns ``(sent, stored, unanswered)``: records sent, records the target reported as stored, and records in
     RPCs that got no answer.
@@ -142,39 +143,55 @@ def p2pd_of(process: psutil.Process) -> psutil.Process | None:
     return None
 
 
+def _hostile_main(identity_path: str, maddrs: list[str], target: bytes, results: Any) -> None:
+    """The hostile node, in its own process (spawned): warm-up, then the flood; puts both results on the queue."""
+
+    async def run() -> None:
+        hostile = await start_dht(identity_path=identity_path, initial_peers=maddrs, host="127.0.0.1", port=0,
+                                  startup_timeout_s=START_TIMEOUT_S, record_validators=[])
+        try:
+            results.put(("warm-up", await _flood(hostile.node, target, 0, WARMUP_STORES)))
+            results.put(("flood", await _flood(hostile.node, target, WARMUP_STORES, TOTAL_STORES)))
+        finally:
+            await hostile.shutdown()
+
+    asyncio.run(run())
+
+
 def test_dht_node_memory_under_100k_replayed_stores(tmp_path: Path) -> None:
-    started: list[Any] = []
+    asyncio.run(_replay_flood(tmp_path))
+
+
+async def _replay_flood(tmp_path: Path) -> None:
+    for name in ("target", "hostile"):  # Ed25519 identity files, as a peer has
+        Identity.load_or_create(tmp_path / f"{name}.key")
+    target = await start_dht(identity_path=str(tmp_path / "target.key"), host="127.0.0.1", port=0,
+                             startup_timeout_s=START_TIMEOUT_S, record_validators=[RecordValidator([RUN])])
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    hostile = context.Process(target=_hostile_main, daemon=True,
+                              args=(str(tmp_path / "hostile.key"), await target.visible_maddrs(),
+                                    target.peer_id.to_bytes(), results))
     try:
-        for name in ("target", "hostile"):  # Ed25519 identity files, as a peer has
-            Identity.load_or_create(tmp_path / f"{name}.key")
-        target = start_dht(identity_path=str(tmp_path / "target.key"), host="127.0.0.1", port=0,
-                           startup_timeout_s=START_TIMEOUT_S, record_validators=[RecordValidator([RUN])])
-        started.append(target)
-        maddrs = [str(m) for m in target.get_visible_maddrs()]
-        hostile = start_dht(identity_path=str(tmp_path / "hostile.key"), initial_peers=maddrs, host="127.0.0.1",
-                            port=0, startup_timeout_s=START_TIMEOUT_S, record_validators=[])
-        started.append(hostile)
-        target_id = target.peer_id.to_bytes()
-        process = psutil.Process(target.pid)
+        process = psutil.Process()
         daemon = p2pd_of(process)
-
-        def flood(start: int, count: int) -> tuple[int, int, int]:
-            return hostile.run_coroutine(
-                _partial(_flood, target_id, start, count))  # type: ignore[no-any-return]
-
-        flood(0, WARMUP_STORES)
+        hostile.start()
+        step, _ = await asyncio.to_thread(results.get, True, FLOOD_TIMEOUT_S)
+        assert step == "warm-up"
+        gc.collect()
         before = rss_mb(process)
         daemon_before = rss_mb(daemon) if daemon is not None else float("nan")
         began = time.monotonic()
-        sent, stored, unanswered = flood(WARMUP_STORES, TOTAL_STORES)
+        step, (sent, stored, unanswered) = await asyncio.to_thread(results.get, True, FLOOD_TIMEOUT_S)
         seconds = time.monotonic() - began
+        gc.collect()
         after = rss_mb(process)
         daemon_after = rss_mb(daemon) if daemon is not None else float("nan")
-        report = target.run_coroutine(_report)
+        report = target.validator_report()
         judged = sum(report.counts.values())
         summary = (f"{sent} replayed stores in {seconds:.1f} s ({sent / seconds:.0f}/s); target stored {stored}, "
                    f"unanswered {unanswered}; validator judged {judged} records (warm-up included): "
-                   f"{dict(sorted(report.counts.items()))}; target DHT process RSS {before:.1f} → {after:.1f} MB "
+                   f"{dict(sorted(report.counts.items()))}; target process RSS {before:.1f} → {after:.1f} MB "
                    f"(growth {after - before:+.1f} MB); its p2pd RSS {daemon_before:.1f} → {daemon_after:.1f} MB")
         print(f"[replay-memory] DHT node: {summary}")
         assert sent == TOTAL_STORES, summary
@@ -184,25 +201,10 @@ def test_dht_node_memory_under_100k_replayed_stores(tmp_path: Path) -> None:
         for reason in ("accepted", "wrong_round", "impersonation", "bad_expiration", "wrong_key"):
             assert report.counts.get(reason, 0) > 0, f"no {reason} among the judged records: {summary}"
     finally:
-        for dht in reversed(started):
-            dht.shutdown()
-
-
-class _partial:
-    """A picklable ``functools.partial`` for ``DHT.run_coroutine`` (which calls ``coro(dht, node)``)."""
-
-    def __init__(self, function: Any, *args: Any) -> None:
-        self.function = function
-        self.args = args
-
-    def __call__(self, dht: Any, node: Any) -> Any:
-        return self.function(dht, node, *self.args)
-
-
-async def _report(dht: Any, node: Any) -> Any:
-    from p2p_guard.swarm.validator import _report_in_dht_process
-
-    return await _report_in_dht_process(dht, node)
+        await asyncio.to_thread(hostile.join, 30)
+        if hostile.is_alive():
+            hostile.kill()
+        await target.shutdown()
 
 
 def test_detector_and_reader_memory_under_100k_replays() -> None:
