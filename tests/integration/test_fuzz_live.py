@@ -356,7 +356,7 @@ RESIGNED: dict[str, tuple[bytes, RejectReason]] = {
     "forged in Alice's name": (pack_envelope(envelope(), MALLORY.sign(ENVELOPE_SIGNING_CONTEXT + b"x")),
                                RejectReason.BAD_SIGNATURE),
     "unsigned": (pack_envelope(envelope(), b""), RejectReason.UNSIGNED),
-    "future version": (pack([pack([2, RUN, ROUND]), b"\x00" * 64]), RejectReason.UNSUPPORTED_VERSION),
+    "future version": (pack([pack([3, RUN, ROUND]), b"\x00" * 64]), RejectReason.UNSUPPORTED_VERSION),
     "NaN payload committed": (sign_envelope(envelope(payload=NAN_PAYLOAD), ALICE), RejectReason.NON_FINITE),
     "oversized envelope": (HONEST + b"\x00" * 5000, RejectReason.OVERSIZE),
 }
