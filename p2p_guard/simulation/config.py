@@ -66,7 +66,7 @@ class SimulationConfig:
             starts the first peer waits for the last).
         memory_sample_s: seconds between two samples of every peer's PSS (0: no samples).
         keep_snapshots: keep the peers' per-round θ snapshots after their consensus distance is computed
-            (default: delete them, they take d × 4 bytes per peer and round).
+            (they take d × 4 bytes per peer and round, so they are deleted unless this is on).
     """
 
     task: str = "digits"
