@@ -290,7 +290,7 @@ def test_peer_commands_put_honest_peers_first_and_give_attackers_the_attack(tmp_
     assert honest[honest.index("--initial-peers") + 1 : honest.index("--initial-peers") + 3] == maddrs
     assert honest[honest.index("--peer-index") + 1] == "1"
     assert honest[honest.index("--num-peers") + 1] == "3"
-    assert honest[honest.index("--min-peers") + 1] == "3"
+    assert honest[honest.index("--start-peers") + 1] == "3"
     assert honest[honest.index("--inner-steps") + 1] == "5"
     assert honest[honest.index("--events") + 1] == str(tmp_path / "peer1.events.jsonl")
     assert "--attack" not in honest
