@@ -4,7 +4,7 @@ The state machine of round r for peer i (see ``docs/protocol.md``)::
 
     INNER    --commit-->  COMMITTED  --quorum+grace | all present | deadline-->  CLOSED (publish a close record)
     CLOSED   --close records of every other sender of our closed set | reveal_wait_s-->  REVEALED (serve it)
-    REVEALED --open envelopes, agree on the base, fetch payloads (bounded reads)-->  CHECKED
+    REVEALED --open envelopes, sample k senders (``swarm.sampling``), fetch payloads (bounded reads)-->  CHECKED
     CHECKED  --re-read commits once, report late ones (grace_s after the reveal if a present peer had
                withheld its commit); guard, outer step-->  round r+1
 
@@ -23,7 +23,6 @@ import contextlib
 import logging
 import math
 import time
-from collections import Counter
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -40,8 +39,6 @@ from p2p_guard.swarm.dht import SwarmDHT
 from p2p_guard.swarm.records import commit_key, publish_close, read_closes, read_presence
 from p2p_guard.swarm.transport import (
     BUSY,
-    DEFAULT_FETCH_IDLE_TIMEOUT_S,
-    DEFAULT_MIN_FETCH_BYTES_PER_S,
     NOT_READY,
     OK,
     TOO_SLOW,
@@ -50,7 +47,7 @@ from p2p_guard.swarm.transport import (
 )
 
 __all__ = ["ClosedCommits", "IntegrityVerdict", "await_closes", "await_commits", "check_rows", "late_commits",
-           "majority_base", "open_commits", "reveal_after_close", "revealed_payloads"]
+           "open_commits", "reveal_after_close", "revealed_payloads"]
 
 logger = logging.getLogger(__name__)
 
@@ -291,20 +288,6 @@ async def revealed_payloads(p2p: P2P, dht: SwarmDHT, config: PeerConfig, round_:
             and payload_digest(result.data) == env.digest]
 
 
-def majority_base(envelopes: dict[str, Envelope], run_id: str, round_: int) -> bytes | None:
-    """The base hash that strictly more than half of this round's valid signers committed on, if any.
-
-    Only envelopes of this run and round count, one per signer; at least two signers must agree, so one
-    peer's word never moves anyone's model.
-    """
-    votes = Counter(env.base_hash for env in envelopes.values() if env.run_id == run_id and env.round == round_)
-    if not votes:
-        return None
-    base, count = votes.most_common(1)[0]
-    total = sum(votes.values())
-    return base if count >= 2 and 2 * count > total else None
-
-
 async def check_rows(p2p: P2P, envelopes: dict[str, Envelope], expect: RoundExpectation, config: PeerConfig,
                      local_payloads: dict[str, bytes], stop: asyncio.Event
                      ) -> tuple[dict[str, torch.Tensor], list[IntegrityVerdict]]:
@@ -365,33 +348,3 @@ async def _payload(p2p: P2P, sender: str, env: Envelope, config: PeerConfig, dea
             return Rejected(RejectReason.UNAVAILABLE, f"sender refused to serve its committed payload ({detail})")
         await asyncio.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
     return Rejected(RejectReason.TIMEOUT, f"payload not received before the fetch deadline ({detail})")
-
-
-async def fetch_state(p2p: P2P, senders: list[bytes], run_id: str, state_hash: bytes, numel: int,
-                      timeout_s: float, hash_fn: Callable[[bytes], bytes], *,
-                      idle_timeout_s: float = DEFAULT_FETCH_IDLE_TIMEOUT_S,
-                      min_bytes_per_s: int = DEFAULT_MIN_FETCH_BYTES_PER_S) -> bytes | None:
-    """Download the model state with ``state_hash`` from the first of ``senders`` that serves it intact.
-
-    Args:
-        senders: PeerIDs (bytes) of peers that committed on this base.
-        state_hash: the agreed 32-byte hash.
-        numel: d; the state is 12·d bytes (θ, momentum, previous aggregate in fp32).
-        timeout_s: limit per sender, in seconds.
-        hash_fn: maps raw state bytes to their hash.
-        idle_timeout_s, min_bytes_per_s: read limits of each download (see :func:`transport.fetch`); a
-            sender that stalls or trickles is left for the next one.
-
-    Returns:
-        The state bytes whose hash matches, or None if no sender served them.
-    """
-    size = 12 * numel
-    for sender in senders:
-        result = await fetch(p2p, PeerID(sender), run_id, ["state", state_hash], max_bytes=size,
-                             timeout_s=timeout_s, idle_timeout_s=idle_timeout_s, min_bytes_per_s=min_bytes_per_s)
-        if result.status == OK and result.data is not None and len(result.data) == size \
-                and hash_fn(result.data) == state_hash:
-            return result.data
-        logger.warning("state download from %s failed (status %d, %s)", peer_id_to_b58(sender)[:16],
-                       result.status, result.detail or "hash or size mismatch")
-    return None

@@ -96,9 +96,8 @@ class LocalModel:
             raise ValueError(f"state must be {12 * self.numel} bytes; got {len(data)}")
         flat = torch.frombuffer(bytearray(data), dtype=torch.float32)
         theta, momentum, previous = flat.split(self.numel)
-        self.theta, self.momentum, self.previous_aggregate = theta.clone(), momentum.clone(), previous.clone()
-        self.outer.load_state_dict({"lr": self.outer.lr, "momentum": self.outer.momentum,
-                                    "momentum_buffer": self.momentum.clone()})
+        self.theta, self.previous_aggregate = theta.clone(), previous.clone()
+        self._set_momentum(momentum.clone())
         load_flat(self.model, self.theta)
 
     def train_round(self, steps: int, generator: torch.Generator, data_attack: object | None = None
@@ -139,18 +138,21 @@ class LocalModel:
         if theta.shape != self.theta.shape or not bool(torch.isfinite(theta).all()):
             raise ValueError("theta must be a finite (d,) tensor")
         self.theta = theta.to(torch.float32).clone()
-        self.momentum = torch.zeros_like(self.theta)
         self.previous_aggregate = torch.zeros_like(self.theta)
-        self.outer.load_state_dict({"lr": self.outer.lr, "momentum": self.outer.momentum, "momentum_buffer": None})
+        self._set_momentum(None)
         load_flat(self.model, self.theta)
 
     def resume(self, theta: torch.Tensor, momentum: torch.Tensor) -> None:
         """Restore θ and the outer momentum from our own checkpoint (already verified by the caller)."""
         self.theta = theta.to(torch.float32).clone()
-        self.momentum = momentum.to(torch.float32).clone()
-        self.outer.load_state_dict({"lr": self.outer.lr, "momentum": self.outer.momentum,
-                                    "momentum_buffer": self.momentum.clone()})
+        self._set_momentum(momentum.to(torch.float32).clone())
         load_flat(self.model, self.theta)
+
+    def _set_momentum(self, buffer: torch.Tensor | None) -> None:
+        """Set the outer momentum (our copy and the optimizer's buffer); None restarts it at 0."""
+        self.momentum = buffer if buffer is not None else torch.zeros_like(self.theta)
+        self.outer.load_state_dict({"lr": self.outer.lr, "momentum": self.outer.momentum,
+                                    "momentum_buffer": None if buffer is None else buffer.clone()})
 
     def theta_bytes(self) -> bytes:
         """Raw little-endian fp32 bytes of θ, 4·d bytes (what ``["theta", 0]`` serves)."""
