@@ -1,13 +1,14 @@
 """Consensus distance of sampled fan-out plus clipped-gossip mixing on digits, in one process.
 
 The figures of the stop-12 note (issue 8, rule 1). Ten peers on IID shards of digits, each aggregating its own
-update and k sampled others with the given guard, then mixing every MIX_EVERY rounds toward M sampled peers'
-states (0: no mixing):
+update and k sampled others with the given guard and taking the outer step, then, every MIX_EVERY rounds,
+mixing its post-step state toward M sampled peers' post-step states of the same round (0: no mixing), as
+``Peer.mix`` does:
 
     python docs/scripts/consensus_sampling.py K MIX_EVERY M ROUNDS GUARD
-    python docs/scripts/consensus_sampling.py 8 2 3 12 semantic   # the defaults: about 0.035
-    python docs/scripts/consensus_sampling.py 8 1 4 12 semantic   # mixing every round: about 0.017
-    python docs/scripts/consensus_sampling.py 9 0 3 12 semantic   # everyone fetched, no mixing: about 0.013
+    python docs/scripts/consensus_sampling.py 8 1 4 12 semantic   # the defaults
+    python docs/scripts/consensus_sampling.py 8 2 3 12 semantic   # mixing every other round, 3 peers
+    python docs/scripts/consensus_sampling.py 9 0 3 12 semantic   # everyone fetched, no mixing
 
 It prints round, max ‖θ_i − θ_j‖/‖θ_i‖ over all pairs, and peer 0's accuracy.
 """
@@ -37,23 +38,18 @@ def main(k: int, mix_every: int, m: int, rounds: int, guard_name: str, n: int = 
     names = [f"p{i}" for i in range(n)]
     for r in range(rounds):
         deltas = {names[i]: p.train_round(steps, round_generator("x", 0, i, r, 1))[0] for i, p in enumerate(peers)}
-        thetas = [p.theta.clone() for p in peers]
-        corrections: list[torch.Tensor | None] = [None] * n
-        if mix_every and r % mix_every == 0:
-            for i in range(n):
-                chosen = sample_senders([j for j in range(n) if j != i], m, rng)  # type: ignore[misc]
-                corrections[i] = clipped_gossip(thetas[i], [thetas[int(j)] for j in chosen],
-                                                max_radius=0.05).correction
         for i, p in enumerate(peers):
             sample = sample_senders([x for x in names if x != names[i]], k, rng)
             rows = {x: deltas[x] for x in sample} | {names[i]: deltas[names[i]]}
             result = judge_rows(guard, rows, me=names[i], round_=r, previous_aggregate=p.previous_aggregate,
                                 f=None, generator=torch.Generator().manual_seed(r))
             p.apply(result.aggregate)
-            correction = corrections[i]
-            if correction is not None:
-                p.shift(correction)
-        if r in (0, 1, 4, 9, rounds - 1):
+        if mix_every and r % mix_every == 0:
+            thetas = [p.theta.clone() for p in peers]  # every peer's post-step state, before anyone mixes
+            for i, p in enumerate(peers):
+                chosen = sample_senders([j for j in range(n) if j != i], m, rng)  # type: ignore[misc]
+                p.shift(clipped_gossip(thetas[i], [thetas[int(j)] for j in chosen], max_radius=0.05).correction)
+        if r in (0, 1, 2, 3, 4, 9, rounds - 1):
             accuracy = float(peers[0].evaluate().accuracy)  # type: ignore[attr-defined]
             print(r, round(consensus_distance([p.theta for p in peers]), 4), round(accuracy, 4))  # noqa: T201
 

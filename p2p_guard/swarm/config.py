@@ -90,8 +90,8 @@ class PeerConfig:
             r + 1 computes, and apply round r's aggregate one inner phase late with the eager correction (Streaming
             DiLoCo; arXiv:2502.12996). Off by default: on digits it cost accuracy (docs/protocol.md §4.6); turn it
             on when the inner phase dominates the round (large models).
-        mix_every: every this many rounds, move toward the states of ``mix_peers`` sampled peers by clipped
-            differences (ClippedGossip); 0 turns mixing off.
+        mix_every: every this many rounds, after the outer step, move toward the post-step states of
+            ``mix_peers`` sampled peers by clipped differences (ClippedGossip); 0 turns mixing off.
         mix_peers: how many peers' states one mixing step fetches.
         mix_radius: cap on the clipping radius of a mixing step, relative to the norm of our θ.
         catch_up_peers: how many sampled peers' states a late joiner (or a peer more than ``max_staleness``
@@ -153,8 +153,8 @@ class PeerConfig:
     fanout: int = 8
     max_staleness: int = 4
     overlap: bool = False
-    mix_every: int = 2
-    mix_peers: int = 3
+    mix_every: int = 1
+    mix_peers: int = 4
     mix_radius: float = 0.05
     catch_up_peers: int = 5
     checkpoint_dir: str | None = None

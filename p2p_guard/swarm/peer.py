@@ -91,7 +91,7 @@ class RoundOutcome:
         verdicts: one dict per judged or rejected sender (``sender``, ``accepted``, ``reason``, ...).
         aggregate: ``(d,)`` float32 to apply with the outer step, or None (no other peer's update arrived:
             the model is left as it is, never trained alone).
-        correction: ``(d,)`` float32 mixing correction to add after the step, or None.
+        mix: run a mixing step after the outer step (``Peer.mix``).
         train_loss: mean inner-phase loss.
         compute_s: inner-phase wall time, seconds.
         fetched: payloads fetched (sampled senders that answered); bytes_received: their bytes.
@@ -101,7 +101,7 @@ class RoundOutcome:
     round: int
     verdicts: list[dict[str, Any]] = field(default_factory=list)
     aggregate: torch.Tensor | None = None
-    correction: torch.Tensor | None = None
+    mix: bool = False
     train_loss: float | None = None
     compute_s: float = 0.0
     fetched: int = 0
@@ -246,13 +246,31 @@ class Peer:
     # -- step ----------------------------------------------------------------------------------------------------
 
     def step(self, outcome: RoundOutcome) -> None:
-        """Outer Nesterov step on the round's aggregate, then the mixing correction; serve the new θ."""
+        """Outer Nesterov step on the round's aggregate; serve the new θ as ``["theta", r + 1]`` (before mixing)."""
         if outcome.aggregate is not None:
             self.local.apply(outcome.aggregate)
             self.known_previous = [row for s, row in sorted(outcome.rows.items()) if s != self.me]
-        if outcome.correction is not None:
-            self.local.shift(outcome.correction)
         self.server.publish_theta(outcome.round + 1, self.local.theta_bytes())
+
+    async def mix(self, outcome: RoundOutcome, stop: asyncio.Event) -> None:
+        """ClippedGossip toward a few sampled peers' states after the step (``swarm.mixing``); shifts our θ.
+
+        Every peer mixes its post-step θ of round r toward the others' post-step θ of the same round (what each
+        served as ``["theta", r + 1]`` before mixing), so the step's disagreement is contracted in the same round
+        (measured in one process: ``docs/scripts/consensus_sampling.py``). A neighbour not there yet is asked again
+        for up to 2·``grace_s``; the mixing uses those that answered.
+        """
+        others = await self.others_present()
+        chosen = sample_senders(others, self.config.mix_peers, self.rng) if others else []
+        states = await self.fetch_thetas(chosen, stop, round_=outcome.round + 1, wait_s=self.config.grace_s * 2)
+        if not states or stop.is_set():
+            return
+        own = self.local.theta
+        result = clipped_gossip(own, list(states.values()), max_radius=self.config.mix_radius)
+        self.local.shift(result.correction)
+        outcome.mixed_from = len(states)
+        self.events.emit("mix", round=outcome.round, sources=len(states), tau=result.tau, clipped=result.clipped,
+                         moved=float(result.correction.norm()) / max(float(own.norm()), 1e-12))
 
     # -- commit --------------------------------------------------------------------------------------------------
 
@@ -369,8 +387,7 @@ class Peer:
             await asyncio.to_thread(self._judge, rows, weights, envelopes, outcome)
         else:
             self.log.warning("no other peer's update arrived this round; the model is left unchanged")
-        if mix and not stop.is_set():
-            await self._mix(outcome, stop)
+        outcome.mix = mix
         return outcome
 
     def _record_rejections(self, rejected: list[IntegrityVerdict], round_: int, outcome: RoundOutcome) -> None:
@@ -398,20 +415,6 @@ class Peer:
                 self.log.warning("rejected %s: %s (%s)", verdict.sender[-8:], verdict.reason, verdict.detail)
         outcome.rows = rows
         outcome.aggregate = result.aggregate
-
-    async def _mix(self, outcome: RoundOutcome, stop: asyncio.Event) -> None:
-        """ClippedGossip toward a few sampled peers' states (``swarm.mixing``); sets ``outcome.correction``."""
-        others = await self.others_present()
-        chosen = sample_senders(others, self.config.mix_peers, self.rng) if others else []
-        own = self.local.theta  # our θ at the start of this round: compared with theirs at the same round
-        states = await self.fetch_thetas(chosen, stop, round_=outcome.round, wait_s=self.config.grace_s * 2)
-        if not states:
-            return
-        result = clipped_gossip(own, list(states.values()), max_radius=self.config.mix_radius)
-        outcome.correction = result.correction
-        outcome.mixed_from = len(states)
-        self.events.emit("mix", round=outcome.round, sources=len(states), tau=result.tau, clipped=result.clipped,
-                         moved=float(result.correction.norm()) / max(float(own.norm()), 1e-12))
 
     async def fetch_thetas(self, peers: list[str], stop: asyncio.Event, *, round_: int = -1,
                            wait_s: float = 0.0) -> dict[str, torch.Tensor]:
@@ -747,6 +750,10 @@ async def _finish(peer: Peer, pending: asyncio.Task[RoundOutcome], inner: InnerR
     if fresh is not None and inner is not None and outcome.aggregate is not None and outcome.rows:
         outcome.aggregate = outcome.aggregate + (fresh.delta - inner.delta) / len(outcome.rows)
     peer.step(outcome)
+    if outcome.mix:
+        await peer.mix(outcome, stop)
+        if stop.is_set():
+            return 0
     config = peer.config
     if config.checkpoint_dir:
         save_checkpoint(config.checkpoint_dir, Checkpoint(config.run_id, outcome.round + 1, peer.local.theta,
