@@ -162,6 +162,7 @@ class Peer:
         self.votes = _vote_book(config, identity, dht, self.wire, allowed) if config.reputation else None
         self.rng = random.SystemRandom()
         self.paused = False
+        self.resumed = False  # set when a pause (not the first join) ended; _maybe_catch_up clears it
 
     @property
     def attack_kind(self) -> str | None:
@@ -214,6 +215,7 @@ class Peer:
                         self.log.info("resuming: %d other peer(s) present again (paused %.0f s)", len(others),
                                       paused_s)
                         self.events.emit("resume", round=self.round, paused_s=paused_s)
+                        self.resumed = True
                     self.paused = False
                 return others
             if timeout_s is not None and time.monotonic() - started > timeout_s:
@@ -457,22 +459,60 @@ class Peer:
 
         Never one peer's word: at least two other states are needed, and our own θ is a third vote.
 
+        The round to continue from is the swarm's open round r (:meth:`open_round`'s rule on the sampled sources:
+        the median of their presence rounds, plus one if some peer already published its close record for it), and
+        the states adopted are theirs at the start of exactly that round (``["theta", r]``, asked again for up to
+        ``reveal_wait_s`` + 2·``grace_s`` while a source is still finishing round r − 1), so that θ and the round
+        it is labelled with agree even when a presence record lags its peer by a round, and our first update is
+        computed on the state the swarm is committing on; only if fewer than two sources have it are their latest
+        states (``["theta", -1]``) used, labelled with the median of their presence rounds.
+
+        The outer momentum is not restarted at 0 but estimated from the same sources: in DiLoCo's outer Nesterov
+        step most of a round's displacement is momentum (θ_r − θ_{r−1} ≈ −η·b), so a peer rejoining with b = 0
+        takes much shorter steps than the swarm and drifts away from it for rounds (measured in
+        ``tests/integration/test_partition_netns.py``: the distance grew from 0.009 to 0.075 in two rounds). The
+        estimate is the coordinate-wise median of (θ_j,r−1 − θ_j,r)/η over the sources that still serve round
+        r − 1, and our own momentum; with fewer than two such sources the momentum restarts at 0.
+
         Returns:
-            The round to continue from (the median of the sources' self-reported rounds), or None if fewer than
-            two states could be fetched (we keep our model).
+            The round to continue from, or None if fewer than two states could be fetched (we keep our model).
         """
         chosen = sample_senders(others, self.config.catch_up_peers, self.rng)
-        states = await self.fetch_thetas(chosen, stop)
+        target = sorted(others[p] for p in chosen)[(len(chosen) - 1) // 2] if chosen else 0
+        if await read_closes(self.dht, self.config.run_id, target) - {self.me} - set(self.banned):
+            target += 1  # that round is closing: its peers are about to serve their state of the next one
+        # Only a source already in round target - 1 or later is waited for; one further behind (another peer that
+        # was paused with us) cannot serve that state in time and is asked once.
+        near = [p for p in chosen if others[p] >= target - 1]
+        far = [p for p in chosen if others[p] < target - 1]
+        wait_s = self.config.reveal_wait_s + 2 * self.config.grace_s
+        fetched = await asyncio.gather(self.fetch_thetas(near, stop, round_=target, wait_s=wait_s),
+                                       self.fetch_thetas(far, stop, round_=target))
+        states = {**fetched[0], **fetched[1]}
+        exact = len(states) >= 2
+        if not exact:
+            states = await self.fetch_thetas(chosen, stop)
         if len(states) < 2:
             self.log.warning("catch-up: only %d peer state(s) could be fetched; keeping our model", len(states))
             return None
+        if not exact:
+            rounds = sorted(others[p] for p in states)
+            target = rounds[(len(rounds) - 1) // 2]
         centre = robust_centre([*states.values(), self.local.theta])
-        self.local.adopt(centre)
-        rounds = sorted(others[p] for p in states)
-        target = rounds[(len(rounds) - 1) // 2]
+        momentum = None
+        if exact and target > 0:
+            previous = await self.fetch_thetas(list(states), stop, round_=target - 1)
+            lr = self.local.outer.lr
+            estimates = [(previous[p] - states[p]) / lr for p in previous]
+            if len(estimates) >= 2:
+                momentum = robust_centre([*estimates, self.local.momentum])
+        self.local.adopt(centre, momentum)
         self.server.publish_theta(target, self.local.theta_bytes())
-        self.log.info("caught up: median of %d peers' states and ours; continuing at round %d", len(states), target)
-        self.events.emit("catch_up", round=target, from_round=self.round, sources=len(states))
+        self.log.info("caught up: median of %d peers' states and ours at round %d; momentum %s; continuing at "
+                      "round %d", len(states), target, "restarted at 0" if momentum is None else "estimated",
+                      target)
+        self.events.emit("catch_up", round=target, from_round=self.round, sources=len(states),
+                         exact_round=exact, momentum_estimated=momentum is not None)
         return target
 
     async def _fold_votes(self, round_: int) -> frozenset[str]:
@@ -649,14 +689,19 @@ async def _maybe_catch_up(peer: Peer, round_: int, others: dict[str, int], stop:
     """Catch up (robust centre of sampled states) if we are far behind; return the round to continue from.
 
     Far behind: the swarm's median round is ahead of ours by more than ``max_staleness`` rounds, or we join a
-    swarm already past round 0 with a fresh model.
+    swarm already past round 0 with a fresh model, or we resume from a pause (§7.1) and the swarm went on
+    without us. A paused peer applied none of the rounds it missed, so its θ lags by as many outer steps; the
+    staleness rule is for a slow peer whose θ is current but whose update is late, and mixing alone, capped at
+    ``mix_radius`` per round, took dozens of rounds to close such a gap (a pair cut off for 4 rounds rejoined
+    at a consensus distance of 1.67, ``tests/integration/test_partition_netns.py``).
     """
+    resumed, peer.resumed = peer.resumed, False
     if not others:
         return round_
     rounds = sorted(others.values())
     swarm = rounds[(len(rounds) - 1) // 2]
     behind = swarm - round_
-    if behind > peer.config.max_staleness or (round_ == 0 and behind > 0):
+    if behind > peer.config.max_staleness or (round_ == 0 and behind > 0) or (resumed and behind > 0):
         peer.log.info("the swarm is at round %d, %d rounds ahead of us: catching up", swarm, behind)
         target = await peer.catch_up(others, stop)
         if target is not None:

@@ -129,17 +129,24 @@ class LocalModel:
         self.theta = self.theta + correction.to(self.theta.dtype)
         load_flat(self.model, self.theta)
 
-    def adopt(self, theta: torch.Tensor) -> None:
-        """Take ``theta`` as our model (catch-up to a robust centre of peers' states); the momentum restarts at 0.
+    def adopt(self, theta: torch.Tensor, momentum: torch.Tensor | None = None) -> None:
+        """Take ``theta`` as our model (catch-up to a robust centre of peers' states).
+
+        Args:
+            theta: the new θ, ``(d,)``.
+            momentum: the outer momentum to continue with (an estimate of the swarm's, see ``Peer.catch_up``);
+                None restarts it at 0.
 
         Raises:
-            ValueError: on a shape mismatch or a non-finite ``theta``.
+            ValueError: on a shape mismatch or a non-finite ``theta`` or ``momentum``.
         """
         if theta.shape != self.theta.shape or not bool(torch.isfinite(theta).all()):
             raise ValueError("theta must be a finite (d,) tensor")
+        if momentum is not None and (momentum.shape != self.theta.shape or not bool(torch.isfinite(momentum).all())):
+            raise ValueError("momentum must be a finite (d,) tensor")
         self.theta = theta.to(torch.float32).clone()
         self.previous_aggregate = torch.zeros_like(self.theta)
-        self._set_momentum(None)
+        self._set_momentum(None if momentum is None else momentum.to(torch.float32).clone())
         load_flat(self.model, self.theta)
 
     def resume(self, theta: torch.Tensor, momentum: torch.Tensor) -> None:
