@@ -99,9 +99,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print_error(COMMAND, str(e))
         return EXIT_USAGE
-    from hivemind.p2p import P2PDaemonError  # hivemind is heavy: imported only when needed
+    from p2p_guard.swarm.bootstrap import run_bootstrap  # first: p2p_guard.swarm defers scipy.optimize
 
-    from p2p_guard.swarm.bootstrap import run_bootstrap
+    # isort: split
+    from hivemind.p2p import P2PDaemonError  # hivemind is heavy: imported only when needed
 
     try:
         return run_bootstrap(identity_path=config.identity, host=config.host, port=config.port,

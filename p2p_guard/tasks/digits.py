@@ -12,14 +12,23 @@ Defaults (``HParams``): AdamW lr 3e-3, betas (0.9, 0.95), weight decay 0.1, batc
 DiLoCo's outer Nesterov (lr 0.7, momentum 0.9), 8 peers and 10 rounds reach about 0.95 test accuracy
 (measured here over seeds 0-4: iid 0.942-0.956, mean 0.948; dirichlet:1.0 0.931-0.942, mean 0.935); with 2
 of 8 peers sending −10 × their own update and a plain mean, accuracy collapses to about 0.10.
+
+scikit-learn runs in a short-lived child process (:func:`_load_digits`): importing ``sklearn`` (and with it
+scipy) costs a process about 40 MiB that it never gives back, and a peer needs nothing of it but these arrays.
+The child returns the same arrays ``load_digits`` and ``train_test_split`` give in-process.
 """
 
 from __future__ import annotations
 
+import functools
+import io
 import logging
+import subprocess
+import sys
 from dataclasses import dataclass
 from functools import cached_property
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -34,6 +43,52 @@ logger = logging.getLogger(__name__)
 
 _NUM_PIXELS = 64
 _PIXEL_MAX = 16.0
+_LOAD_TIMEOUT_S = 600.0
+
+# Run by _load_digits in a child process: argv[1] test_fraction, argv[2] split_seed; writes an .npz to stdout.
+_CHILD = """
+import io, sys
+import numpy as np
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+
+bunch = load_digits()
+train, test = train_test_split(list(range(len(bunch.target))), test_size=float(sys.argv[1]),
+                               random_state=int(sys.argv[2]), stratify=bunch.target)
+out = io.BytesIO()
+np.savez(out, data=bunch.data, target=bunch.target, train=np.array(sorted(train), dtype=np.int64),
+         test=np.array(sorted(test), dtype=np.int64))
+sys.stdout.buffer.write(out.getvalue())
+"""
+
+
+@functools.lru_cache(maxsize=4)
+def _load_digits(test_fraction: float, split_seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """scikit-learn's digits and their stratified split, computed by scikit-learn in a child process.
+
+    Args:
+        test_fraction: ``test_size`` of ``train_test_split``, in (0, 1).
+        split_seed: its ``random_state``.
+
+    Returns:
+        ``(data, target, train, test)``: ``load_digits().data`` ``(1797, 64)`` float64 (pixels 0..16),
+        ``.target`` ``(1797,)`` int64, and the sorted train and test row indices (int64). Cached per process;
+        treat the arrays as read-only.
+
+    Raises:
+        RuntimeError: if the child fails (e.g. scikit-learn is not installed); the message carries its stderr.
+    """
+    command = [sys.executable, "-P", "-c", _CHILD, repr(float(test_fraction)), str(int(split_seed))]
+    try:
+        # our own interpreter, a fixed program, arguments as a list, no shell
+        done = subprocess.run(command, capture_output=True, check=False, timeout=_LOAD_TIMEOUT_S)  # noqa: S603
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise RuntimeError(f"digits: could not run scikit-learn to load the data: {e}") from e
+    if done.returncode != 0:
+        tail = done.stderr.decode(errors="replace").strip().splitlines()[-5:]
+        raise RuntimeError("digits: loading scikit-learn's digits failed: " + " | ".join(tail))
+    with np.load(io.BytesIO(done.stdout), allow_pickle=False) as arrays:
+        return arrays["data"], arrays["target"], arrays["train"], arrays["test"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,20 +135,11 @@ class DigitsTask(ImageClassificationTask):
 
     @cached_property
     def _data(self) -> _DigitsData:
-        from sklearn.datasets import load_digits
-        from sklearn.model_selection import train_test_split
-
-        bunch = load_digits()
-        x = torch.as_tensor(bunch.data, dtype=torch.float32) / _PIXEL_MAX
-        y = torch.as_tensor(bunch.target, dtype=torch.int64)
-        train_idx, test_idx = train_test_split(
-            list(range(len(y))),
-            test_size=self.test_fraction,
-            random_state=self.split_seed,
-            stratify=bunch.target,
-        )
-        train = torch.as_tensor(sorted(train_idx), dtype=torch.int64)
-        test = torch.as_tensor(sorted(test_idx), dtype=torch.int64)
+        data, target, train_idx, test_idx = _load_digits(self.test_fraction, self.split_seed)
+        x = torch.as_tensor(data, dtype=torch.float32) / _PIXEL_MAX
+        y = torch.as_tensor(target, dtype=torch.int64)
+        train = torch.as_tensor(train_idx, dtype=torch.int64)
+        test = torch.as_tensor(test_idx, dtype=torch.int64)
         logger.debug("digits: %d train, %d test images", len(train), len(test))
         return _DigitsData(x[train], y[train], x[test], y[test])
 

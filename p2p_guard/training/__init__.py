@@ -5,6 +5,7 @@ Modules:
         float32 vector).
     inner: :func:`run_inner_steps` (H steps on the peer's shard, optional data attack) and
         :func:`make_inner_optimizer` (AdamW with the task's defaults).
+    adamw: :class:`InnerAdamW` (``torch.optim.AdamW``'s update bit for bit, without importing ``torch._dynamo``).
     outer: :class:`OuterNesterov` (Nesterov SGD on the aggregated pseudo-gradient, bit-identical to
         ``torch.optim.SGD(nesterov=True)``).
 
@@ -13,6 +14,7 @@ References:
     2023.
 """
 
+from p2p_guard.training.adamw import InnerAdamW
 from p2p_guard.training.inner import DataTransform, make_inner_optimizer, run_inner_steps
 from p2p_guard.training.outer import DILOCO_OUTER_LR, DILOCO_OUTER_MOMENTUM, OuterNesterov
 from p2p_guard.training.params import flatten, load_flat, num_params, param_shapes
@@ -21,6 +23,7 @@ __all__ = [
     "DILOCO_OUTER_LR",
     "DILOCO_OUTER_MOMENTUM",
     "DataTransform",
+    "InnerAdamW",
     "OuterNesterov",
     "flatten",
     "load_flat",

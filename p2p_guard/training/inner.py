@@ -8,7 +8,8 @@ decay 0.1 as in DiLoCo; learning rate 3e-3 rather than DiLoCo's 4e-4, because th
 a round has only H = 20 (digits) or 50 (shakespeare) steps; optional global gradient-norm clipping and a
 linear learning-rate warm-up counted over the optimiser's whole life (DiLoCo warms its inner optimiser up too).
 The warm-up position is kept in the optimiser's param groups (``"inner_step"``, ``"initial_lr"``), so it
-survives across rounds and in ``optimizer.state_dict()``.
+survives across rounds. The optimiser is :class:`~p2p_guard.training.adamw.InnerAdamW`, ``torch.optim.AdamW``'s
+update bit for bit without ``torch.optim.Optimizer`` (which imports ``torch._dynamo``, about 70 MiB per peer).
 
 References:
     Douillard et al., "DiLoCo: Distributed Low-Communication Training of Language Models", arXiv:2311.08105,
@@ -20,14 +21,15 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor, nn
 
 from p2p_guard.tasks.base import Shard, Task
+from p2p_guard.training.adamw import InnerAdamW
 
-__all__ = ["DataTransform", "make_inner_optimizer", "run_inner_steps"]
+__all__ = ["DataTransform", "InnerOptimizer", "make_inner_optimizer", "run_inner_steps"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +52,25 @@ class DataTransform(Protocol):
         ...
 
 
-def make_inner_optimizer(model: nn.Module, task: Task, *, lr: float | None = None) -> torch.optim.AdamW:
+@runtime_checkable
+class InnerOptimizer(Protocol):
+    """What :func:`run_inner_steps` needs of an optimiser: ``torch.optim.Optimizer``'s param groups, zero_grad, step.
+
+    :class:`~p2p_guard.training.adamw.InnerAdamW` and any ``torch.optim.Optimizer`` qualify.
+    """
+
+    param_groups: list[dict[str, Any]]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Drop (or zero) the parameters' gradients."""
+        ...
+
+    def step(self) -> Any:
+        """One update of the parameters from their gradients."""
+        ...
+
+
+def make_inner_optimizer(model: nn.Module, task: Task, *, lr: float | None = None) -> InnerAdamW:
     """The inner AdamW for ``model`` with the task's default hyper-parameters.
 
     Args:
@@ -59,7 +79,8 @@ def make_inner_optimizer(model: nn.Module, task: Task, *, lr: float | None = Non
         lr: Overrides the task's inner learning rate.
 
     Returns:
-        A fresh ``torch.optim.AdamW``.
+        A fresh :class:`~p2p_guard.training.adamw.InnerAdamW` (bit-identical to ``torch.optim.AdamW`` with
+        the same settings).
 
     Raises:
         ValueError: If ``lr`` is not finite and positive.
@@ -68,7 +89,7 @@ def make_inner_optimizer(model: nn.Module, task: Task, *, lr: float | None = Non
     inner_lr = hparams.inner_lr if lr is None else lr
     if not math.isfinite(inner_lr) or inner_lr <= 0.0:
         raise ValueError(f"lr={inner_lr} must be finite and > 0")
-    return torch.optim.AdamW(
+    return InnerAdamW(
         model.parameters(),
         lr=inner_lr,
         betas=hparams.betas,
@@ -81,7 +102,7 @@ def run_inner_steps(
     task: Task,
     shard: Shard,
     steps: int,
-    optimizer: torch.optim.Optimizer,
+    optimizer: InnerOptimizer,
     generator: torch.Generator,
     device: torch.device | str = "cpu",
     data_attack: DataTransform | None = None,

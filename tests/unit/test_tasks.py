@@ -77,6 +77,32 @@ def test_registry_import_is_lazy() -> None:
     assert out.stdout.strip() == "False"
 
 
+def test_digits_data_is_sklearns_split_without_importing_sklearn() -> None:
+    """The child process returns exactly what load_digits + train_test_split give in-process; sklearn stays out."""
+    code = (
+        "import sys; from p2p_guard.tasks import load_task; t = load_task('digits'); d = t._data; "
+        "print(sorted(m for m in ('sklearn', 'scipy') if m in sys.modules), d.x_train.shape[0], d.x_test.shape[0])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.strip() == "[] 1437 360"
+
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    for test_fraction, split_seed in ((0.2, 0), (0.3, 5)):
+        bunch = load_digits()
+        x = torch.as_tensor(bunch.data, dtype=torch.float32) / 16.0
+        y = torch.as_tensor(bunch.target, dtype=torch.int64)
+        train_idx, test_idx = train_test_split(list(range(len(y))), test_size=test_fraction,
+                                               random_state=split_seed, stratify=bunch.target)
+        train, test = torch.as_tensor(sorted(train_idx)), torch.as_tensor(sorted(test_idx))
+        data = load_task("digits", test_fraction=test_fraction, split_seed=split_seed)._data  # type: ignore[attr-defined]
+        for got, want in ((data.x_train, x[train]), (data.y_train, y[train]), (data.x_test, x[test]),
+                          (data.y_test, y[test])):
+            assert got.dtype == want.dtype
+            assert torch.equal(got, want)
+
+
 # ------------------------------------------------------------------ models
 
 

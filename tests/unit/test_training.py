@@ -10,6 +10,7 @@ from torch import Tensor
 
 from p2p_guard.tasks import Task, load_task
 from p2p_guard.training import (
+    InnerAdamW,
     OuterNesterov,
     flatten,
     load_flat,
@@ -143,11 +144,72 @@ def test_make_inner_optimizer_uses_task_defaults(digits: Task) -> None:
     opt = make_inner_optimizer(model, digits)
     group = opt.param_groups[0]
     hp = digits.default_hparams
-    assert isinstance(opt, torch.optim.AdamW)
+    assert isinstance(opt, InnerAdamW)
     assert (group["lr"], group["betas"], group["weight_decay"]) == (hp.inner_lr, hp.betas, hp.weight_decay)
     assert make_inner_optimizer(model, digits, lr=1e-4).param_groups[0]["lr"] == 1e-4
     with pytest.raises(ValueError, match="lr"):
         make_inner_optimizer(model, digits, lr=0.0)
+
+
+def _two_models(digits: Task) -> tuple[torch.nn.Module, torch.nn.Module]:
+    first, second = digits.build_model(0), digits.build_model(0)
+    assert torch.equal(flatten(first), flatten(second))
+    return first, second
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_inner_adamw_matches_torch_adamw_bit_for_bit(digits: Task, weight_decay: float) -> None:
+    """Same parameters, gradients and learning rates: θ and both moments equal torch.optim.AdamW's exactly."""
+    ours_model, torch_model = _two_models(digits)
+    hp = digits.default_hparams
+    ours = InnerAdamW(ours_model.parameters(), lr=hp.inner_lr, betas=hp.betas, weight_decay=weight_decay)
+    reference = torch.optim.AdamW(torch_model.parameters(), lr=hp.inner_lr, betas=hp.betas,
+                                  weight_decay=weight_decay)
+    shard = digits.shard(1, 0, "iid", seed=0)
+    gen = torch.Generator().manual_seed(5)
+    for step in range(60):
+        x, y = digits.sample_batch(shard, 32, gen)
+        lr = hp.inner_lr * (step + 1) / 10 if step < 10 else hp.inner_lr / (1 + step // 20)  # warm-up, then decay
+        for model, opt in ((ours_model, ours), (torch_model, reference)):
+            opt.param_groups[0]["lr"] = lr
+            opt.zero_grad(set_to_none=True)
+            digits.loss(model, x, y).backward()
+            if step % 7 == 3:  # a parameter without gradient this step: skipped, its state untouched
+                list(model.parameters())[-1].grad = None
+            opt.step()
+        assert torch.equal(flatten(ours_model), flatten(torch_model)), f"θ differs after step {step}"
+    for p_ours, p_torch in zip(ours_model.parameters(), torch_model.parameters(), strict=True):
+        mine, theirs = ours.state[p_ours], reference.state[p_torch]
+        assert torch.equal(mine["step"], theirs["step"]) and mine["step"].dtype == theirs["step"].dtype
+        assert torch.equal(mine["exp_avg"], theirs["exp_avg"])
+        assert torch.equal(mine["exp_avg_sq"], theirs["exp_avg_sq"])
+
+
+def test_inner_adamw_rejects_bad_settings(digits: Task) -> None:
+    params = list(digits.build_model(0).parameters())
+    for kwargs in ({"lr": -1.0}, {"lr": float("nan")}, {"eps": -1e-8}, {"betas": (1.0, 0.9)},
+                   {"betas": (0.9, -0.1)}, {"weight_decay": -0.1}):
+        with pytest.raises(ValueError):
+            InnerAdamW(params, **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="empty"):
+        InnerAdamW([])
+
+
+def test_inner_optimizer_does_not_import_dynamo() -> None:
+    """The peer's inner phase must not pull in torch._dynamo (about 70 MiB per peer): checked in a fresh process."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from p2p_guard.tasks import load_task\n"
+        "from p2p_guard.training import make_inner_optimizer, run_inner_steps\n"
+        "task = load_task('digits'); model = task.build_model(0); opt = make_inner_optimizer(model, task)\n"
+        "run_inner_steps(model, task, task.shard(1, 0, 'iid', seed=0), 3, opt, torch.Generator())\n"
+        "print(sorted(m for m in ('torch._dynamo', 'sympy') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    assert out.stdout.strip() == "[]"
 
 
 def test_run_inner_steps_learns_and_is_deterministic(digits: Task) -> None:
