@@ -91,7 +91,10 @@ def _print_maddrs(maddrs: list[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Check the settings, then run the bootstrap node; return the exit code."""
+    """Check the settings, then run the bootstrap node; return the exit code (``scipy.optimize`` deferred first)."""
+    from p2p_guard.swarm._deferred import defer_import
+
+    defer_import("scipy.optimize")
     try:
         config = resolve(args)
         check_identity_file(config.identity)
@@ -99,10 +102,9 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print_error(COMMAND, str(e))
         return EXIT_USAGE
-    from p2p_guard.swarm.bootstrap import run_bootstrap  # first: p2p_guard.swarm defers scipy.optimize
-
-    # isort: split
     from hivemind.p2p import P2PDaemonError  # hivemind is heavy: imported only when needed
+
+    from p2p_guard.swarm.bootstrap import run_bootstrap
 
     try:
         return run_bootstrap(identity_path=config.identity, host=config.host, port=config.port,

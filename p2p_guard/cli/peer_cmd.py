@@ -125,7 +125,14 @@ def check_task_and_guard(task: str, guard: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Check everything, then run the peer; return the exit code (2: a usage error, printed on one line)."""
+    """Check everything, then run the peer; return the exit code (2: a usage error, printed on one line).
+
+    Before anything imports hivemind, ``scipy.optimize`` is deferred for this process (``swarm._deferred``: about
+    25 MiB a peer never uses).
+    """
+    from p2p_guard.swarm._deferred import defer_import
+
+    defer_import("scipy.optimize")
     try:
         config = resolve_config(args)
         check_names(config)

@@ -15,9 +15,15 @@ def _run(code: str) -> str:
     return out.stdout.strip()
 
 
-def test_peer_import_leaves_scipy_optimize_unloaded_until_used() -> None:
+def test_importing_the_package_has_no_side_effect() -> None:
+    code = "import sys, p2p_guard.swarm.peer; print(type(sys.modules['scipy.optimize']).__name__)"
+    assert _run(code) == "module"
+
+
+def test_peer_entry_point_leaves_scipy_optimize_unloaded_until_used() -> None:
     code = (
-        "import sys; import p2p_guard.swarm.peer, p2p_guard.swarm.dht\n"
+        "import sys; from p2p_guard.swarm._deferred import defer_import; defer_import('scipy.optimize')\n"
+        "import p2p_guard.swarm.peer, p2p_guard.swarm.dht\n"
         "print(sum(m.startswith('scipy.optimize.') for m in sys.modules), 'torch._dynamo' in sys.modules)\n"
         "from hivemind.averaging.load_balancing import load_balance_peers\n"
         "print(load_balance_peers(100, [1.0, 2.0, 1.0]), type(sys.modules['scipy.optimize']).__name__)\n"
@@ -32,10 +38,11 @@ def test_peer_import_leaves_scipy_optimize_unloaded_until_used() -> None:
 def test_placeholder_imports_the_real_module_on_first_use(use: str) -> None:
     code = (
         "from p2p_guard.swarm._deferred import defer_import\n"
-        "import sys; print(type(sys.modules['scipy.optimize']).__name__, defer_import('scipy.optimize'))\n"
+        "import sys; first = defer_import('scipy.optimize')\n"
+        "print(type(sys.modules['scipy.optimize']).__name__, first, defer_import('scipy.optimize'))\n"
         f"{use}\n"
     )
-    assert _run(code).splitlines() == ["_Deferred False", "True"]
+    assert _run(code).splitlines() == ["_Deferred True False", "True"]
 
 
 def test_defer_import_skips_missing_and_imported_modules() -> None:
