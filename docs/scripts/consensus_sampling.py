@@ -6,9 +6,10 @@ mixing its post-step state toward M sampled peers' post-step states of the same 
 ``Peer.mix`` does:
 
     python docs/scripts/consensus_sampling.py K MIX_EVERY M ROUNDS GUARD
-    python docs/scripts/consensus_sampling.py 8 1 4 12 semantic   # the defaults
-    python docs/scripts/consensus_sampling.py 8 2 3 12 semantic   # mixing every other round, 3 peers
-    python docs/scripts/consensus_sampling.py 9 0 3 12 semantic   # everyone fetched, no mixing
+    python docs/scripts/consensus_sampling.py 8 1 4 12 semantic              # the defaults
+    python docs/scripts/consensus_sampling.py 8 1 4 12 semantic theta-only   # θ mixed, momentum not
+    python docs/scripts/consensus_sampling.py 8 2 3 12 semantic              # every other round, 3 peers
+    python docs/scripts/consensus_sampling.py 9 0 3 12 semantic              # everyone fetched, no mixing
 
 It prints round, max ‖θ_i − θ_j‖/‖θ_i‖ over all pairs, and peer 0's accuracy.
 """
@@ -22,13 +23,13 @@ import torch
 
 from p2p_guard.guard import build_guard
 from p2p_guard.guard.apply import judge_rows
-from p2p_guard.swarm.mixing import clipped_gossip, consensus_distance
+from p2p_guard.swarm.mixing import MOMENTUM_MIX_RADIUS, clipped_gossip, consensus_distance
 from p2p_guard.swarm.sampling import sample_senders
 from p2p_guard.tasks import load_task
 from p2p_guard.training.local import LocalModel, round_generator
 
 
-def main(k: int, mix_every: int, m: int, rounds: int, guard_name: str, n: int = 10) -> None:
+def main(k: int, mix_every: int, m: int, rounds: int, guard_name: str, mix_momentum: bool, n: int = 10) -> None:
     """Run the rounds and print the distance at a few of them."""
     task = load_task("digits")
     peers = [LocalModel(task, seed=0, num_shards=n, shard_index=i, partition="iid") for i in range(n)]
@@ -46,13 +47,18 @@ def main(k: int, mix_every: int, m: int, rounds: int, guard_name: str, n: int = 
             p.apply(result.aggregate)
         if mix_every and r % mix_every == 0:
             thetas = [p.theta.clone() for p in peers]  # every peer's post-step state, before anyone mixes
+            momenta = [p.momentum.clone() for p in peers]
             for i, p in enumerate(peers):
-                chosen = sample_senders([j for j in range(n) if j != i], m, rng)  # type: ignore[misc]
-                p.shift(clipped_gossip(thetas[i], [thetas[int(j)] for j in chosen], max_radius=0.05).correction)
+                chosen = [int(j) for j in sample_senders([j for j in range(n) if j != i], m, rng)]  # type: ignore[misc]
+                p.shift(clipped_gossip(thetas[i], [thetas[j] for j in chosen], max_radius=0.05).correction)
+                if mix_momentum:
+                    p.shift_momentum(clipped_gossip(momenta[i], [momenta[j] for j in chosen],
+                                                    max_radius=MOMENTUM_MIX_RADIUS).correction)
         if r in (0, 1, 2, 3, 4, 9, rounds - 1):
             accuracy = float(peers[0].evaluate().accuracy)  # type: ignore[attr-defined]
             print(r, round(consensus_distance([p.theta for p in peers]), 4), round(accuracy, 4))  # noqa: T201
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5],
+         mix_momentum=len(sys.argv) < 7 or sys.argv[6] != "theta-only")

@@ -52,7 +52,7 @@ from p2p_guard.swarm.events import EventLog
 from p2p_guard.swarm.reaper import start_reaper, stop_reaper_if_clean
 from p2p_guard.swarm.checkpoint import Checkpoint, CheckpointError, last_committed, load_checkpoint, mark_committed, \
     save_checkpoint
-from p2p_guard.swarm.mixing import clipped_gossip, robust_centre
+from p2p_guard.swarm.mixing import MOMENTUM_MIX_RADIUS, clipped_gossip, robust_centre
 from p2p_guard.swarm.records import COMMIT_TTL_S, PRESENCE_TTL_S, commit_key, presence_key, publish_proof, \
     read_closes, read_presence, read_proofs
 from p2p_guard.swarm.rounds import IntegrityVerdict, await_commits, check_rows, late_commits, open_commits, \
@@ -252,26 +252,38 @@ class Peer:
         if outcome.aggregate is not None:
             self.local.apply(outcome.aggregate)
             self.known_previous = [row for s, row in sorted(outcome.rows.items()) if s != self.me]
-        self.server.publish_theta(outcome.round + 1, self.local.theta_bytes())
+        self.serve_state(outcome.round + 1)
+
+    def serve_state(self, round_: int) -> None:
+        """Serve our θ and outer momentum as ``["theta", round_]`` and ``["momentum", round_]``."""
+        self.server.publish_theta(round_, self.local.theta_bytes())
+        self.server.publish_momentum(round_, self.local.momentum_bytes())
 
     async def mix(self, outcome: RoundOutcome, stop: asyncio.Event) -> None:
-        """ClippedGossip toward a few sampled peers' states after the step (``swarm.mixing``); shifts our θ.
+        """ClippedGossip toward a few sampled peers' states after the step (``swarm.mixing``); shifts θ and b.
 
         Every peer mixes its post-step θ of round r toward the others' post-step θ of the same round (what each
-        served as ``["theta", r + 1]`` before mixing), so the step's disagreement is contracted in the same round
-        (measured in one process: ``docs/scripts/consensus_sampling.py``). A neighbour not there yet is asked again
-        for up to 2·``grace_s``; the mixing uses those that answered.
+        served as ``["theta", r + 1]`` before mixing), so the step's disagreement is contracted in the same round,
+        and its outer momentum b toward theirs (``["momentum", r + 1]``, clipped at :data:`MOMENTUM_MIX_RADIUS`
+        times ‖b‖), so that the momentum does not re-inject the disagreement in the next rounds (measured in one
+        process: ``docs/scripts/consensus_sampling.py``). A neighbour not there yet is asked again for up to
+        2·``grace_s``; the mixing uses those that answered.
         """
         others = await self.others_present()
         chosen = sample_senders(others, self.config.mix_peers, self.rng) if others else []
         states = await self.fetch_thetas(chosen, stop, round_=outcome.round + 1, wait_s=self.config.grace_s * 2)
         if not states or stop.is_set():
             return
+        momenta = await self.fetch_thetas(list(states), stop, round_=outcome.round + 1, kind="momentum")
         own = self.local.theta
         result = clipped_gossip(own, list(states.values()), max_radius=self.config.mix_radius)
         self.local.shift(result.correction)
+        if momenta and bool(self.local.momentum.any()):
+            self.local.shift_momentum(clipped_gossip(self.local.momentum, list(momenta.values()),
+                                                     max_radius=MOMENTUM_MIX_RADIUS).correction)
         outcome.mixed_from = len(states)
-        self.events.emit("mix", round=outcome.round, sources=len(states), tau=result.tau, clipped=result.clipped,
+        self.events.emit("mix", round=outcome.round, sources=len(states), momentum_sources=len(momenta),
+                         tau=result.tau, clipped=result.clipped,
                          moved=float(result.correction.norm()) / max(float(own.norm()), 1e-12))
 
     # -- commit --------------------------------------------------------------------------------------------------
@@ -419,14 +431,14 @@ class Peer:
         outcome.aggregate = result.aggregate
 
     async def fetch_thetas(self, peers: list[str], stop: asyncio.Event, *, round_: int = -1,
-                           wait_s: float = 0.0) -> dict[str, torch.Tensor]:
-        """Fetch each of ``peers``' θ at the start of ``round_`` (-1: their latest), bounded reads.
+                           wait_s: float = 0.0, kind: str = "theta") -> dict[str, torch.Tensor]:
+        """Fetch each of ``peers``' θ (``kind="momentum"``: outer momentum) at the start of ``round_``, bounded reads.
 
-        A peer not at ``round_`` yet (``NOT_FOUND``) is asked again every 0.5 s for up to ``wait_s`` seconds.
-        Only finite states of exactly 4·d bytes are returned.
+        ``round_`` -1 asks for their latest. A peer not at ``round_`` yet (``NOT_FOUND``) is asked again every
+        0.5 s for up to ``wait_s`` seconds. Only finite states of exactly 4·d bytes are returned.
         """
         size = 4 * self.local.numel
-        results = await asyncio.gather(*(self._fetch_theta(p, round_, wait_s, stop) for p in peers))
+        results = await asyncio.gather(*(self._fetch_vector(kind, p, round_, wait_s, stop) for p in peers))
         states: dict[str, torch.Tensor] = {}
         for p, data in zip(peers, results, strict=False):
             if stop.is_set() or data is None or len(data) != size:
@@ -439,11 +451,12 @@ class Peer:
                 self.log.warning("state of %s has non-finite values: ignored", p[-8:])
         return states
 
-    async def _fetch_theta(self, peer: str, round_: int, wait_s: float, stop: asyncio.Event) -> bytes | None:
+    async def _fetch_vector(self, kind: str, peer: str, round_: int, wait_s: float, stop: asyncio.Event
+                            ) -> bytes | None:
         size = 4 * self.local.numel
         deadline = time.monotonic() + wait_s
         while not stop.is_set():
-            result = await fetch(self.p2p, PeerID.from_base58(peer), self.config.run_id, ["theta", round_],
+            result = await fetch(self.p2p, PeerID.from_base58(peer), self.config.run_id, [kind, round_],
                                  max_bytes=size, timeout_s=self.config.fetch_timeout_s,
                                  idle_timeout_s=self.config.fetch_idle_timeout_s,
                                  min_bytes_per_s=self.config.min_fetch_bytes_per_s)
@@ -507,7 +520,7 @@ class Peer:
             if len(estimates) >= 2:
                 momentum = robust_centre([*estimates, self.local.momentum])
         self.local.adopt(centre, momentum)
-        self.server.publish_theta(target, self.local.theta_bytes())
+        self.serve_state(target)
         self.log.info("caught up: median of %d peers' states and ours at round %d; momentum %s; continuing at "
                       "round %d", len(states), target, "restarted at 0" if momentum is None else "estimated",
                       target)
@@ -680,7 +693,7 @@ async def _start_round(peer: Peer, config: PeerConfig, stop: asyncio.Event) -> i
         if committed is not None and committed >= round_:  # never sign a second envelope for a round (a ban)
             round_ = committed + 1
     peer._set_round(round_)
-    peer.server.publish_theta(round_, peer.local.theta_bytes())
+    peer.serve_state(round_)
     others = await peer.wait_for_peers(stop, timeout_s=config.join_timeout_s)
     return await _maybe_catch_up(peer, round_, others, stop)
 

@@ -221,6 +221,7 @@ class PayloadServer:
         self._payloads: dict[int, bytes] = {}
         self._states: dict[bytes, bytes] = {}
         self._thetas: dict[int, bytes] = {}
+        self._momenta: dict[int, bytes] = {}
         self._open = 0
         self._refusing = 0
         self._open_by_peer: dict[str, int] = {}
@@ -266,9 +267,15 @@ class PayloadServer:
         round, ``["theta", r]``) or to catch up (``["theta", -1]``: the latest). Only the last
         :data:`MAX_KEPT_ROUNDS` are kept.
         """
-        self._thetas[round_] = theta
-        for old in sorted(self._thetas)[:-MAX_KEPT_ROUNDS]:
-            del self._thetas[old]
+        _keep(self._thetas, round_, theta)
+
+    def publish_momentum(self, round_: int, momentum: bytes) -> None:
+        """Serve ``momentum`` (raw little-endian fp32 bytes of our outer momentum at the start of ``round_``).
+
+        Served as ``["momentum", r]`` (``-1``: the latest), beside ``["theta", r]``: mixing moves the outer
+        momentum toward the sampled peers' too (``Peer.mix``). Only the last :data:`MAX_KEPT_ROUNDS` are kept.
+        """
+        _keep(self._momenta, round_, momentum)
 
     @property
     def open_streams(self) -> int:
@@ -401,9 +408,10 @@ class PayloadServer:
             data = self._payloads.get(key)
         elif kind == "state" and isinstance(key, bytes):
             data = self._states.get(key)
-        elif kind == "theta" and isinstance(key, int) and not isinstance(key, bool):
-            latest = max(self._thetas) if self._thetas else None
-            data = self._thetas.get(latest if key == -1 and latest is not None else key)
+        elif kind in ("theta", "momentum") and isinstance(key, int) and not isinstance(key, bool):
+            table = self._thetas if kind == "theta" else self._momenta
+            latest = max(table) if table else None
+            data = table.get(latest if key == -1 and latest is not None else key)
         else:
             return BAD_REQUEST, None
         if data is None:
@@ -614,3 +622,10 @@ async def _fetch(p2p: P2P, peer: PeerID, run_id: str, request: list[object], max
         return FetchResult(OK, b"".join(chunks))
     finally:
         writer.close()
+
+
+def _keep(table: dict[int, bytes], round_: int, data: bytes) -> None:
+    """Store ``data`` under ``round_`` and drop all but the newest :data:`MAX_KEPT_ROUNDS` rounds."""
+    table[round_] = data
+    for old in sorted(table)[:-MAX_KEPT_ROUNDS]:
+        del table[old]

@@ -129,6 +129,20 @@ class LocalModel:
         self.theta = self.theta + correction.to(self.theta.dtype)
         load_flat(self.model, self.theta)
 
+    def shift_momentum(self, correction: torch.Tensor) -> None:
+        """B ← b + correction (the momentum part of a mixing step); θ is kept.
+
+        Raises:
+            ValueError: on a shape mismatch or a non-finite correction.
+        """
+        if correction.shape != self.theta.shape or not bool(torch.isfinite(correction).all()):
+            raise ValueError("correction must be a finite (d,) tensor")
+        self._set_momentum(self.momentum + correction.to(torch.float32))
+
+    def momentum_bytes(self) -> bytes:
+        """Raw little-endian fp32 bytes of the outer momentum b, 4·d bytes (what ``["momentum", 0]`` serves)."""
+        return self.momentum.numpy().tobytes()
+
     def adopt(self, theta: torch.Tensor, momentum: torch.Tensor | None = None) -> None:
         """Take ``theta`` as our model (catch-up to a robust centre of peers' states).
 

@@ -100,6 +100,28 @@ def test_states_and_unknown_hash() -> None:
     run_with_pair(scenario)
 
 
+@pytest.mark.parametrize("kind", ["theta", "momentum"])
+def test_theta_and_momentum_by_round_and_latest(kind: str) -> None:
+    async def scenario(server: Any, client: Any) -> None:
+        served = PayloadServer(RUN)
+        await served.attach(server)
+        publish = served.publish_theta if kind == "theta" else served.publish_momentum
+        assert await fetch(client, server.peer_id, RUN, [kind, -1], max_bytes=8, timeout_s=10) == \
+            FetchResult(NOT_FOUND)
+        for round_ in range(MAX_KEPT_ROUNDS + 1):
+            publish(round_, bytes([round_ + 1]) * 8)
+        other = served.publish_momentum if kind == "theta" else served.publish_theta
+        other(9, b"\xff" * 8)  # the other kind's rounds are a table of their own
+        latest = await fetch(client, server.peer_id, RUN, [kind, -1], max_bytes=8, timeout_s=10)
+        assert latest == FetchResult(OK, bytes([MAX_KEPT_ROUNDS + 1]) * 8)
+        one = await fetch(client, server.peer_id, RUN, [kind, 1], max_bytes=8, timeout_s=10)
+        assert one == FetchResult(OK, bytes([2]) * 8)
+        evicted = await fetch(client, server.peer_id, RUN, [kind, 0], max_bytes=8, timeout_s=10)
+        assert evicted == FetchResult(NOT_FOUND)
+
+    run_with_pair(scenario)
+
+
 def test_only_recent_rounds_are_kept() -> None:
     async def scenario(server: Any, client: Any) -> None:
         served = PayloadServer(RUN)

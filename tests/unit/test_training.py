@@ -286,3 +286,21 @@ def test_warmup_is_linear_and_spans_rounds(digits: Task) -> None:
     run_inner_steps(model, Warm(), shard, 4, opt, gen)  # type: ignore[arg-type]
     assert opt.param_groups[0]["lr"] == pytest.approx(lr)
     assert opt.param_groups[0]["inner_step"] == 12
+
+
+def test_local_model_shift_momentum_feeds_the_next_outer_step(digits: Task) -> None:
+    from p2p_guard.training.local import LocalModel
+
+    model = LocalModel(digits, seed=0, num_shards=2, shard_index=0, partition="iid", outer_lr=0.5, outer_momentum=0.5)
+    g = torch.full_like(model.theta, 0.25)
+    model.apply(g)  # b = g
+    model.shift_momentum(torch.full_like(model.theta, 0.75))  # b = 1.0
+    assert torch.equal(model.momentum, torch.full_like(model.theta, 1.0))
+    assert model.momentum_bytes() == model.momentum.numpy().tobytes()
+    before = model.theta.clone()
+    model.apply(torch.zeros_like(model.theta))  # b = 0.5·1.0 + 0 = 0.5; θ −= η·(0 + 0.5·0.5)
+    assert torch.allclose(model.theta, before - 0.5 * 0.25)
+    with pytest.raises(ValueError, match="finite"):
+        model.shift_momentum(torch.full_like(model.theta, float("nan")))
+    with pytest.raises(ValueError, match="finite"):
+        model.shift_momentum(torch.zeros(3))
