@@ -24,7 +24,7 @@ demo: setup
 	$(BIN)/p2p-guard simulate --task digits --honest 6 --byzantine 2 --attack sign_flip:scale=10 --rounds 10 --seed 0 --report runs/demo.json
 
 test: setup
-	$(BIN)/python -m pytest tests -q -m "not long"
+	$(BIN)/python -m pytest tests -q -m "not long" --durations=10
 
 # Minutes-long load and benchmark checks (memory under 100,000 replayed envelopes, bench vs live swarm).
 test-long: setup
