@@ -94,7 +94,8 @@ class RoundOutcome:
         mix: run a mixing step after the outer step (``Peer.mix``).
         train_loss: mean inner-phase loss.
         compute_s: inner-phase wall time, seconds.
-        fetched: payloads fetched (sampled senders that answered); bytes_received: their bytes.
+        fetched: payloads fetched (sampled senders that answered); bytes_received: their bytes, plus the
+            states (θ and momentum) the mixing step fetched.
         mixed_from: how many peers' states the mixing step used (0: no mixing this round).
     """
 
@@ -282,6 +283,7 @@ class Peer:
             self.local.shift_momentum(clipped_gossip(self.local.momentum, list(momenta.values()),
                                                      max_radius=MOMENTUM_MIX_RADIUS).correction)
         outcome.mixed_from = len(states)
+        outcome.bytes_received += 4 * self.local.numel * (len(states) + len(momenta))
         self.events.emit("mix", round=outcome.round, sources=len(states), momentum_sources=len(momenta),
                          tau=result.tau, clipped=result.clipped,
                          moved=float(result.correction.norm()) / max(float(own.norm()), 1e-12))
