@@ -94,8 +94,11 @@ class PeerConfig:
             ``mix_peers`` sampled peers by clipped differences (ClippedGossip); 0 turns mixing off.
         mix_peers: how many peers' states one mixing step fetches.
         mix_radius: cap on the clipping radius of a mixing step, relative to the norm of our θ.
-        catch_up_peers: how many sampled peers' states a late joiner (or a peer more than ``max_staleness``
-            rounds behind) takes the coordinate-wise median of, together with its own.
+        catch_up_peers: how many sampled peers' states a late joiner (or a peer ``catch_up_behind`` rounds
+            behind) takes the coordinate-wise median of, together with its own.
+        catch_up_behind: catch up when the swarm's median round is at least this many rounds ahead of ours (a
+            peer that was frozen, cut off or very slow has missed that many outer steps; capped mixing alone
+            closes such a gap slowly). 2 tolerates a presence record that lags its peer by one round.
         checkpoint_dir: folder of this peer's own checkpoint, written atomically every round and resumed from on
             restart (None: no checkpoint).
         snapshot_dir: folder where θ is written after every round as ``rNNNNN.npy`` (simulation reports compute
@@ -157,6 +160,7 @@ class PeerConfig:
     mix_peers: int = 4
     mix_radius: float = 0.05
     catch_up_peers: int = 5
+    catch_up_behind: int = 2
     checkpoint_dir: str | None = None
     snapshot_dir: str | None = None
     control_file: str | None = None
@@ -196,7 +200,7 @@ class PeerConfig:
             raise ValueError(f"device must be auto, cpu or cuda; got device={self.device!r}")
         if self.start_peers is not None:
             _check_positive("start_peers", self.start_peers)
-        for name in ("fanout", "mix_peers", "catch_up_peers"):
+        for name in ("fanout", "mix_peers", "catch_up_peers", "catch_up_behind"):
             _check_positive(name, getattr(self, name))
         for name in ("max_staleness", "mix_every"):
             if getattr(self, name) < 0:
