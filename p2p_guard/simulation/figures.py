@@ -8,7 +8,8 @@ Definitions (issue 8; every figure is over honest peers unless it says otherwise
   ``round``). ``fraction`` = applied / committed. ``fraction_before_last_round`` leaves out the commits of the
   run's last round, which no later round can apply.
 - **Trained alone** (rule 7): an honest peer's ``round`` event whose aggregate used no other peer's update, i.e.
-  the peer has no accepted verdict about another sender with that aggregation ``round``.
+  the peer has no accepted verdict about another sender with that aggregation ``round``; a round that applied
+  nothing (``applied`` false: no other row arrived, the model was left unchanged) is not training alone.
 - **Pauses**: ``pause`` events (too few others present) and ``resume`` events with their ``paused_s``.
 - **Compute utilization** (rule 5) per peer: Σ ``compute_s`` ÷ Σ ``seconds`` over its round events.
 - **Fan-out** (rule 4): ``fetched``, ``served``, ``bytes_sent``, ``bytes_received`` of each round event; mean and
@@ -126,7 +127,9 @@ def trained_alone(peers: Sequence[PeerLog]) -> dict[str, Any]:
             for v in peer.of_kind("verdict")
             if v.get("accepted") and v.get("sender") != me and (r := _int(v.get("round"))) is not None
         }
-        alone = sorted({r for e in peer.of_kind("round") if (r := _int(e.get("round"))) is not None} - used)
+        applied = {r for e in peer.of_kind("round")
+                   if e.get("applied") is not False and (r := _int(e.get("round"))) is not None}
+        alone = sorted(applied - used)
         if alone:
             by_peer[str(peer.index)] = alone
     total = sum(len(v) for v in by_peer.values())

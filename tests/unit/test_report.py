@@ -393,6 +393,9 @@ def test_trained_alone_is_a_round_that_used_no_other_peers_update() -> None:
     assert figures.trained_alone(_v2_swarm()) == {"any": True, "rounds": 1, "by_peer": {"1": [1]}}
     only_self = [PeerLog(0, False, [_ready("A", False), _v2(0, "A", 0, True), _r2(0, 1.0, 1.0, 0, 0)])]
     assert figures.trained_alone(only_self)["by_peer"] == {"0": [0]}
+    unchanged = {**_r2(0, 1.0, 1.0, 0, 0), "applied": False}  # nothing arrived: the model was left as it was
+    left_alone = [PeerLog(0, False, [_ready("A", False), _v2(0, "A", 0, True), unchanged])]
+    assert figures.trained_alone(left_alone) == {"any": False, "rounds": 0, "by_peer": {}}
 
 
 def test_pauses_total_the_pause_and_resume_events() -> None:
