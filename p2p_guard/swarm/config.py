@@ -84,8 +84,9 @@ class PeerConfig:
             On by default, as in hivemind; a router without UPnP just ignores it.
         reachability: ``auto`` (AutoNAT decides from the others' dial-backs), ``public`` (this peer is reachable:
             serve as relay at once) or ``private`` (behind NAT: use a relay at once, without waiting for AutoNAT).
-        relays: multiaddrs (``/ip4/HOST/tcp/PORT/p2p/PEERID``) of relays to try first with ``use_auto_relay``
-            (empty: public peers found through the DHT, the bootstrap node among them).
+        relays: multiaddrs (``/ip4/HOST/tcp/PORT/p2p/PEERID``) of the relays to use with ``use_auto_relay``, and
+            only those: the reservation is made as soon as we are found private. Empty: public peers found through
+            the libp2p DHT, the bootstrap node among them (libp2p then waits for 4 candidates or 3 minutes).
         device: ``auto`` (CUDA if available, else CPU), ``cpu`` or ``cuda``.
         events: path of the JSON-lines event file (None: no events).
         state_out: where to write the final model state (None: not written).

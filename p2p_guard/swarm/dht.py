@@ -117,7 +117,9 @@ class NetworkOptions:
             announce the relayed ``/p2p-circuit`` addresses; relays come from ``relays`` and the libp2p DHT.
         nat_port_map: ask the home router to forward a port (UPnP / NAT-PMP).
         reachability: ``auto`` (AutoNAT decides), ``public`` or ``private`` (forced; see ``REACHABILITY``).
-        relays: multiaddrs (``.../p2p/PEERID``) of relays to try first with ``use_auto_relay``.
+        relays: multiaddrs (``.../p2p/PEERID``) of the relays to use with ``use_auto_relay``, and only those:
+            a reservation is made at once. Empty: relays are discovered through the libp2p DHT (libp2p waits for
+            4 candidates or 3 minutes before it reserves).
     """
 
     use_relay: bool = True
@@ -219,7 +221,7 @@ async def start_dht(
     if port != 0:
         check_port_free(host, port)
     p2p = await asyncio.wait_for(
-        P2P.create(initial_peers=list(initial_peers) or None, host_maddrs=host_maddrs,
+        _p2p_class(network).create(initial_peers=list(initial_peers) or None, host_maddrs=host_maddrs,
                    announce_maddrs=announce_maddrs, identity_path=identity_path, check_if_identity_free=False,
                    startup_timeout=startup_timeout_s, **_p2p_network_kwargs(network)),
         startup_timeout_s)
@@ -235,6 +237,25 @@ async def start_dht(
             await asyncio.wait_for(p2p.shutdown(), SHUTDOWN_TIMEOUT_S)
         raise
     return SwarmDHT(node, p2p, record_validators, undo_clock=undo_clock)
+
+
+class _StaticRelayP2P(P2P):
+    """hivemind's ``P2P`` whose ``p2pd`` uses only the given relays (``-relayDiscovery=0 -trustedRelays=...``).
+
+    With relay discovery on (hivemind's only choice), libp2p's auto-relay waits for 4 candidate relays or 3
+    minutes (``bootDelay``) before it reserves a slot; with static relays it reserves on them at once.
+    """
+
+    @staticmethod
+    def _make_process_args(*args: Any, **kwargs: Any) -> list[str]:
+        if kwargs.get("trustedRelays"):
+            kwargs["relayDiscovery"] = False
+        return P2P._make_process_args(*args, **kwargs)
+
+
+def _p2p_class(network: NetworkOptions) -> type[P2P]:
+    """``P2P`` class to start ``p2pd`` with (static relays need one more daemon flag than hivemind passes)."""
+    return _StaticRelayP2P if network.relays else P2P
 
 
 def _p2p_network_kwargs(network: NetworkOptions) -> dict[str, Any]:
