@@ -13,6 +13,7 @@ from typing import Any
 from p2p_guard.cli.errors import EXIT_FAILED, EXIT_USAGE, print_error
 from p2p_guard.cli.preflight import check_identity_file, check_port_free
 from p2p_guard.cli.typed_config import add_config_flags, load_config
+from p2p_guard.swarm.config import REACHABILITY
 
 __all__ = ["BootstrapConfig", "add_parser", "resolve", "run"]
 
@@ -33,6 +34,11 @@ class BootstrapConfig:
         announce_host: public IP peers should dial, when it differs from the listen address (a cloud VM
             behind 1:1 NAT).
         address_file: also write the multiaddrs to this file, one a line, once the node is up.
+        use_relay: serve as a circuit relay for peers behind NAT once AutoNAT finds this node reachable (the
+            bootstrap node is a natural relay: public, and every peer knows it). Relayed traffic goes through
+            this host (p2pd's limits: 16 circuits per peer, 4 GiB per direction and 30 min per connection).
+        reachability: ``auto`` (AutoNAT decides), ``public`` (reachable: relay at once, no AutoNAT wait; for a
+            host you know is public) or ``private``.
     """
 
     identity: str = "bootstrap/identity.key"
@@ -40,6 +46,8 @@ class BootstrapConfig:
     port: int = 31337
     announce_host: str | None = None
     address_file: str | None = None
+    use_relay: bool = True
+    reachability: str = "auto"
 
     def __post_init__(self) -> None:
         """Check the values.
@@ -52,6 +60,9 @@ class BootstrapConfig:
         for name in ("identity", "host"):
             if not getattr(self, name):
                 raise ValueError(f"{name} must not be empty")
+        if self.reachability not in REACHABILITY:
+            raise ValueError(f"reachability must be one of {', '.join(REACHABILITY)}; "
+                             f"got reachability={self.reachability!r}")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -70,7 +81,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--config", metavar="TOML", help="config file with a [bootstrap] table")
     add_config_flags(parser.add_argument_group("settings"), BootstrapConfig,
                      metavars={"identity": "FILE", "host": "ADDR", "announce_host": "ADDR",
-                               "address_file": "FILE"})
+                               "address_file": "FILE", "reachability": "{auto,public,private}"})
     parser.set_defaults(func=run)
     return parser
 
@@ -109,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         return run_bootstrap(identity_path=config.identity, host=config.host, port=config.port,
                              announce_host=config.announce_host, address_file=config.address_file,
+                             use_relay=config.use_relay, reachability=config.reachability,
                              on_ready=_print_maddrs)
     except (ValueError, OSError, TimeoutError, P2PDaemonError) as e:
         print_error(COMMAND, f"bootstrap node stopped: {e}")

@@ -30,7 +30,7 @@ COMMAND = "peer"
 #: Cosmetic metavars; a field not named here gets one from its type.
 METAVARS = {"initial_peers": "MULTIADDR", "inner_steps": "H", "assumed_byzantine": "F", "allow_peers": "FILE",
             "identity": "FILE", "events": "PATH", "state_out": "PATH", "proof_dir": "DIR", "host": "ADDR",
-            "announce_host": "ADDR"}
+            "announce_host": "ADDR", "relays": "MULTIADDR", "reachability": "{auto,public,private}"}
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -108,6 +108,7 @@ def check_names(config: PeerConfig) -> None:
     from p2p_guard.swarm.dht import check_initial_peers  # hivemind
 
     check_initial_peers(config.initial_peers)
+    check_initial_peers(config.relays, what="--relays")
 
 
 def check_task_and_guard(task: str, guard: str) -> None:

@@ -233,6 +233,7 @@ def peer_command(
         "--checkpoint-dir", str(paths["checkpoint"]),
         "--join-timeout-s", f"{config.resolved_join_timeout_s:g}",
         "--host", "127.0.0.1",
+        "--no-nat-port-map", "--no-use-auto-relay",  # loopback: no router to ask, nobody behind NAT
         "--no-progress",
     ]  # fmt: skip
     if config.inner_steps is not None:

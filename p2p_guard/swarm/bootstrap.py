@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from p2p_guard.identity import Identity
-from p2p_guard.swarm.dht import start_dht
+from p2p_guard.swarm.dht import NetworkOptions, start_dht
 from p2p_guard.swarm.reaper import start_reaper, stop_reaper_if_clean
 
 __all__ = ["run_bootstrap", "write_address_file"]
@@ -33,7 +33,8 @@ def write_address_file(path: str | Path, maddrs: list[str]) -> None:
 
 
 def run_bootstrap(*, identity_path: str, host: str, port: int, announce_host: str | None = None,
-                  address_file: str | None = None, on_ready: object = None) -> int:
+                  address_file: str | None = None, on_ready: object = None, use_relay: bool = True,
+                  reachability: str = "auto") -> int:
     """Run a bootstrap DHT node until SIGINT or SIGTERM; return the exit code.
 
     The node (``p2pd`` and hivemind's ``DHTNode``) runs in this process's event loop (``swarm.dht``).
@@ -45,6 +46,8 @@ def run_bootstrap(*, identity_path: str, host: str, port: int, announce_host: st
         announce_host: the public address peers should dial, if it differs from ``host``.
         address_file: if set, the visible multiaddrs are written there, one per line, once ready.
         on_ready: optional callable receiving the list of multiaddrs (the CLI prints them).
+        use_relay: serve as a circuit relay for peers behind NAT (once reachable, see ``reachability``).
+        reachability: ``auto`` (AutoNAT decides), ``public`` or ``private`` (forced).
 
     Returns:
         0 on a requested stop.
@@ -56,8 +59,9 @@ def run_bootstrap(*, identity_path: str, host: str, port: int, announce_host: st
     identity = Identity.load_or_create(identity_path)
     reaper = start_reaper()
     try:
+        network = NetworkOptions(use_relay=use_relay, reachability=reachability)
         asyncio.run(_serve(identity, identity_path, host=host, port=port, announce_host=announce_host,
-                           address_file=address_file, on_ready=on_ready))
+                           address_file=address_file, on_ready=on_ready, network=network))
     except BaseException:
         stop_reaper_if_clean(reaper)
         raise
@@ -66,14 +70,15 @@ def run_bootstrap(*, identity_path: str, host: str, port: int, announce_host: st
 
 
 async def _serve(identity: Identity, identity_path: str, *, host: str, port: int, announce_host: str | None,
-                 address_file: str | None, on_ready: object) -> None:
+                 address_file: str | None, on_ready: object, network: NetworkOptions | None = None) -> None:
     """Start the node, report its addresses, serve until SIGINT/SIGTERM, shut it down."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        dht = await start_dht(identity_path=identity_path, host=host, port=port, announce_host=announce_host)
+        dht = await start_dht(identity_path=identity_path, host=host, port=port, announce_host=announce_host,
+                              network=network)
         try:
             maddrs = await dht.visible_maddrs()
             logger.info("bootstrap node %s listening", identity.peer_id_b58)

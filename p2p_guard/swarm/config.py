@@ -15,7 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PeerConfig", "config_from_mapping"]
+__all__ = ["REACHABILITY", "PeerConfig", "config_from_mapping"]
+
+#: Values of ``reachability``: ``auto`` lets libp2p's AutoNAT decide; ``public`` / ``private`` force it.
+REACHABILITY = ("auto", "public", "private")
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,21 @@ class PeerConfig:
         host: address to listen on.
         port: TCP port (0 = any free port).
         announce_host: public address to announce to other peers (None: the listen address).
+        use_relay: libp2p circuit relay: reach peers that are only reachable through a relay, and, once AutoNAT
+            finds this peer publicly reachable, relay for others behind NAT (their traffic then costs this
+            peer bandwidth, bounded by p2pd: 16 circuits per peer, 4 GiB per direction and 30 min per relayed
+            connection). On by default, as in hivemind: a swarm with volunteers behind NAT needs public relays.
+        use_auto_relay: when AutoNAT finds this peer unreachable (behind NAT, no port forward), reserve a slot on a
+            public peer acting as relay and announce the relayed ``/p2p-circuit`` address, so others can open
+            streams to it; does nothing on a reachable peer. On by default (hivemind: off), so a volunteer at
+            home joins with no flags; needs ``use_relay``.
+        nat_port_map: ask the home router to forward our port by UPnP / NAT-PMP (direct connections, no relay).
+            On by default, as in hivemind; a router without UPnP just ignores it.
+        reachability: ``auto`` (AutoNAT decides from the others' dial-backs), ``public`` (this peer is reachable:
+            serve as relay at once) or ``private`` (behind NAT: use a relay at once, without waiting for AutoNAT).
+        relays: multiaddrs (``/ip4/HOST/tcp/PORT/p2p/PEERID``) of the relays to use with ``use_auto_relay``, and
+            only those: the reservation is made as soon as we are found private. Empty: public peers found through
+            the libp2p DHT, the bootstrap node among them (libp2p then waits for 4 candidates or 3 minutes).
         device: ``auto`` (CUDA if available, else CPU), ``cpu`` or ``cuda``.
         events: path of the JSON-lines event file (None: no events).
         state_out: where to write the final model state (None: not written).
@@ -146,6 +164,11 @@ class PeerConfig:
     host: str = "0.0.0.0"
     port: int = 0
     announce_host: str | None = None
+    use_relay: bool = True
+    use_auto_relay: bool = True
+    nat_port_map: bool = True
+    reachability: str = "auto"
+    relays: tuple[str, ...] = ()
     device: str = "auto"
     events: str | None = None
     state_out: str | None = None
@@ -209,6 +232,13 @@ class PeerConfig:
             raise ValueError(f"mix_radius must be finite and > 0; got mix_radius={self.mix_radius}")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in [0, 65535]; got port={self.port}")
+        if self.reachability not in REACHABILITY:
+            raise ValueError(f"reachability must be one of {', '.join(REACHABILITY)}; "
+                             f"got reachability={self.reachability!r}")
+        if self.use_auto_relay and not self.use_relay:
+            raise ValueError("use_auto_relay needs use_relay (pass --no-use-auto-relay with --no-use-relay)")
+        if self.relays and not self.use_auto_relay:
+            raise ValueError("relays are only used with use_auto_relay")
         _check_codec(self.codec)  # last: it imports torch (through the codecs), the checks above do not
 
     def resolved_proof_dir(self) -> Path:
@@ -225,6 +255,7 @@ class PeerConfig:
         """Return the settings as plain JSON-serialisable values."""
         data = dataclasses.asdict(self)
         data["initial_peers"] = list(self.initial_peers)
+        data["relays"] = list(self.relays)
         return data
 
 
@@ -241,8 +272,9 @@ def _check_types(config: PeerConfig) -> None:
             raise ValueError(f"{f.name} must be {_type_names(allowed)}; got {value!r}")
         if not isinstance(value, allowed):
             raise ValueError(f"{f.name} must be {_type_names(allowed)}; got {value!r}")
-    if not all(isinstance(p, str) for p in config.initial_peers):
-        raise ValueError(f"initial_peers must be a list of multiaddr strings; got {config.initial_peers!r}")
+    for name in ("initial_peers", "relays"):
+        if not all(isinstance(p, str) for p in getattr(config, name)):
+            raise ValueError(f"{name} must be a list of multiaddr strings; got {getattr(config, name)!r}")
 
 
 def _allowed_types(hint: Any) -> tuple[type, ...]:
@@ -294,9 +326,10 @@ def config_from_mapping(values: dict[str, Any], *, source: str | Path = "<mappin
     if unknown:
         raise ValueError(f"{source}: unknown setting(s) {unknown}; known settings: {sorted(known)}")
     values = dict(values)
-    if "initial_peers" in values:
-        peers = values["initial_peers"]
-        values["initial_peers"] = (peers,) if isinstance(peers, str) else tuple(peers)
+    for name in ("initial_peers", "relays"):
+        if name in values:
+            peers = values[name]
+            values[name] = (peers,) if isinstance(peers, str) else tuple(peers)
     try:
         return PeerConfig(**values)
     except (TypeError, ValueError) as e:

@@ -24,6 +24,7 @@ import contextlib
 import logging
 import socket
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import hivemind.utils
@@ -40,8 +41,19 @@ from p2p_guard.swarm.clock import (
     measure_offset,
     skew_message,
 )
+from p2p_guard.swarm.config import REACHABILITY
 
-__all__ = ["ClockSkewError", "SwarmDHT", "check_initial_peers", "listen_maddr", "start_dht"]
+__all__ = [
+    "REACHABILITY",
+    "ClockSkewError",
+    "NetworkOptions",
+    "SwarmDHT",
+    "check_initial_peers",
+    "is_relayed",
+    "relay_of",
+    "listen_maddr",
+    "start_dht",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -72,8 +84,12 @@ def check_port_free(host: str, port: int) -> None:
             raise OSError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
-def check_initial_peers(maddrs: Sequence[str]) -> None:
-    """Check that every bootstrap address is a multiaddr ending in ``/p2p/<PeerID>``.
+def check_initial_peers(maddrs: Sequence[str], *, what: str = "--initial-peers") -> None:
+    """Check that every bootstrap (or relay) address is a multiaddr ending in ``/p2p/<PeerID>``.
+
+    Args:
+        maddrs: the addresses.
+        what: the setting they come from, for the message.
 
     Raises:
         ValueError: naming the first malformed address.
@@ -84,8 +100,59 @@ def check_initial_peers(maddrs: Sequence[str]) -> None:
             peer = maddr.value_for_protocol("p2p")
             PeerID.from_base58(peer)
         except Exception as e:  # noqa: BLE001 - the multiaddr parser raises many types
-            raise ValueError(f"bad --initial-peers address {text!r}: expected /ip4/HOST/tcp/PORT/p2p/PEERID "
+            raise ValueError(f"bad {what} address {text!r}: expected /ip4/HOST/tcp/PORT/p2p/PEERID "
                              f"as printed by `p2p-guard bootstrap` ({type(e).__name__})") from None
+
+
+@dataclass(frozen=True)
+class NetworkOptions:
+    """How ``p2pd`` gets through NATs: relays, UPnP, reachability (the peer's flags; ``docs/networking.md``).
+
+    Attributes:
+        use_relay: enable libp2p circuit relay v2: dial peers that are only reachable through a relay (their
+            ``/p2p-circuit`` addresses), open streams on relayed connections, and, once AutoNAT finds this node
+            publicly reachable, serve as a relay for others (p2pd's limits: 16 circuits per peer, 128
+            reservations, 4 GiB per direction and 30 min per relayed connection).
+        use_auto_relay: when AutoNAT finds this node unreachable (behind NAT), reserve a slot on a relay and
+            announce the relayed ``/p2p-circuit`` addresses; relays come from ``relays`` and the libp2p DHT.
+        nat_port_map: ask the home router to forward a port (UPnP / NAT-PMP).
+        reachability: ``auto`` (AutoNAT decides), ``public`` or ``private`` (forced; see ``REACHABILITY``).
+        relays: multiaddrs (``.../p2p/PEERID``) of the relays to use with ``use_auto_relay``, and only those:
+            a reservation is made at once. Empty: relays are discovered through the libp2p DHT (libp2p waits for
+            4 candidates or 3 minutes before it reserves).
+    """
+
+    use_relay: bool = True
+    use_auto_relay: bool = False
+    nat_port_map: bool = False
+    reachability: str = "auto"
+    relays: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        """Check the values.
+
+        Raises:
+            ValueError: an unknown reachability, a malformed relay address, or relays without auto-relay.
+        """
+        if self.reachability not in REACHABILITY:
+            raise ValueError(f"reachability must be one of {', '.join(REACHABILITY)}; got {self.reachability!r}")
+        if self.relays and not (self.use_relay and self.use_auto_relay):
+            raise ValueError("relays need use_relay and use_auto_relay (p2pd only uses them for auto-relay)")
+        check_initial_peers(self.relays, what="--relays")
+
+
+def is_relayed(maddr: str) -> bool:
+    """True if ``maddr`` goes through a circuit relay (it has a ``/p2p-circuit`` component)."""
+    return "/p2p-circuit" in maddr
+
+
+def relay_of(maddr: str) -> str | None:
+    """The PeerID of the relay in a ``.../p2p/RELAY/p2p-circuit/...`` multiaddr (None: not a relayed address)."""
+    head, sep, _ = maddr.partition("/p2p-circuit")
+    if not sep:
+        return None
+    _, found, relay = head.rpartition("/p2p/")
+    return relay if found and relay else None
 
 
 def listen_maddr(host: str, port: int) -> str:
@@ -106,6 +173,7 @@ async def start_dht(
     startup_timeout_s: float = 60.0,
     record_validators: Sequence[RecordValidatorBase] | None = None,
     correct_clock: bool = True,
+    network: NetworkOptions | None = None,
 ) -> SwarmDHT:
     """Start ``p2pd`` and a hivemind DHT node in the running event loop, with our Ed25519 key as identity.
 
@@ -124,6 +192,8 @@ async def start_dht(
             records by their content; a peer passes ``[RecordValidator([run_id])]`` so that garbage under its
             run's keys is refused too. An empty sequence disables validation (tests of reader-side checks).
         correct_clock: measure and correct the clock offset against the initial peers (see above).
+        network: relay, UPnP and reachability options of ``p2pd`` (None: ``NetworkOptions()``, relay client
+            only, no auto-relay, no UPnP).
 
     Returns:
         A started :class:`SwarmDHT`; ``await shutdown()`` when done (it also stops ``p2pd``).
@@ -145,13 +215,15 @@ async def start_dht(
         from p2p_guard.swarm.validator import RecordValidator  # here: swarm.validator imports swarm.records
 
         record_validators = [RecordValidator()]
+    if network is None:
+        network = NetworkOptions()
     check_initial_peers(initial_peers)
     if port != 0:
         check_port_free(host, port)
     p2p = await asyncio.wait_for(
-        P2P.create(initial_peers=list(initial_peers) or None, host_maddrs=host_maddrs,
+        _p2p_class(network).create(initial_peers=list(initial_peers) or None, host_maddrs=host_maddrs,
                    announce_maddrs=announce_maddrs, identity_path=identity_path, check_if_identity_free=False,
-                   nat_port_map=False, startup_timeout=startup_timeout_s),
+                   startup_timeout=startup_timeout_s, **_p2p_network_kwargs(network)),
         startup_timeout_s)
     undo_clock: Callable[[], None] | None = None
     try:
@@ -165,6 +237,35 @@ async def start_dht(
             await asyncio.wait_for(p2p.shutdown(), SHUTDOWN_TIMEOUT_S)
         raise
     return SwarmDHT(node, p2p, record_validators, undo_clock=undo_clock)
+
+
+class _StaticRelayP2P(P2P):
+    """hivemind's ``P2P`` whose ``p2pd`` uses only the given relays (``-relayDiscovery=0 -trustedRelays=...``).
+
+    With relay discovery on (hivemind's only choice), libp2p's auto-relay waits for 4 candidate relays or 3
+    minutes (``bootDelay``) before it reserves a slot; with static relays it reserves on them at once.
+    """
+
+    @staticmethod
+    def _make_process_args(*args: Any, **kwargs: Any) -> list[str]:
+        if kwargs.get("trustedRelays"):
+            kwargs["relayDiscovery"] = False
+        return P2P._make_process_args(*args, **kwargs)
+
+
+def _p2p_class(network: NetworkOptions) -> type[P2P]:
+    """``P2P`` class to start ``p2pd`` with (static relays need one more daemon flag than hivemind passes)."""
+    return _StaticRelayP2P if network.relays else P2P
+
+
+def _p2p_network_kwargs(network: NetworkOptions) -> dict[str, Any]:
+    """``P2P.create`` keyword arguments for ``network`` (p2pd refuses trusted relays without auto-relay)."""
+    kwargs: dict[str, Any] = {"use_relay": network.use_relay, "use_auto_relay": network.use_auto_relay,
+                              "nat_port_map": network.nat_port_map,
+                              "force_reachability": None if network.reachability == "auto" else network.reachability}
+    if network.relays:
+        kwargs["trusted_relays"] = list(network.relays)
+    return kwargs
 
 
 async def _create_node(p2p: P2P, initial_peers: Sequence[str],
@@ -222,9 +323,22 @@ class SwarmDHT:
         """This node's libp2p PeerID."""
         return self.p2p.peer_id
 
-    async def visible_maddrs(self) -> list[str]:
-        """The multiaddrs other peers can dial, each ending in ``/p2p/<PeerID>``."""
-        return [str(m) for m in await self.p2p.get_visible_maddrs()]
+    async def visible_maddrs(self, latest: bool = False) -> list[str]:
+        """The multiaddrs other peers can dial, each ending in ``/p2p/<PeerID>``.
+
+        Args:
+            latest: ask ``p2pd`` again (relayed ``/p2p-circuit`` addresses appear once a relay took us);
+                False: the addresses read at start-up.
+        """
+        return [str(m) for m in await self.p2p.get_visible_maddrs(latest=latest)]
+
+    async def connections(self) -> list[tuple[str, str]]:
+        """``(PeerID, remote multiaddr)`` of every open libp2p connection; a relayed one has ``/p2p-circuit``."""
+        out = []
+        for info in await self.p2p.list_peers():
+            for addr in info.addrs:
+                out.append((info.peer_id.to_base58(), str(addr)))
+        return out
 
     def validator_report(self) -> Any:
         """What our :class:`~p2p_guard.swarm.validator.RecordValidator` instances saw (counts, proofs, refusals).

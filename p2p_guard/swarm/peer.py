@@ -47,7 +47,7 @@ from p2p_guard.protocol.proof import EquivocationDetector, EquivocationProof, ve
 from p2p_guard.protocol.records import sign_record
 from p2p_guard.swarm.allowlist import filter_allowed, load_allowlist
 from p2p_guard.swarm.config import PeerConfig
-from p2p_guard.swarm.dht import SwarmDHT, start_dht
+from p2p_guard.swarm.dht import NetworkOptions, SwarmDHT, is_relayed, relay_of, start_dht
 from p2p_guard.swarm.events import EventLog
 from p2p_guard.swarm.reaper import start_reaper, stop_reaper_if_clean
 from p2p_guard.swarm.checkpoint import Checkpoint, CheckpointError, last_committed, load_checkpoint, mark_committed, \
@@ -71,6 +71,8 @@ __all__ = ["Peer", "run_peer"]
 logger = logging.getLogger(__name__)
 
 PRESENCE_REFRESH_S = 3.0
+#: How often the peer asks ``p2pd`` for its addresses and connections (``network`` events), in seconds.
+NETWORK_POLL_S = 5.0
 #: An equivocating attacker stores its second envelope this long after the first (seconds).
 EQUIVOCATION_DELAY_S = 1.0
 
@@ -610,6 +612,41 @@ def _vote_book(config: PeerConfig, identity: Identity, dht: SwarmDHT, wire: Wire
     return VoteBook(dht, config.run_id, identity, allowed=allowed, smear=smear)
 
 
+def network_options(config: PeerConfig) -> NetworkOptions:
+    """The relay, UPnP and reachability options of ``p2pd`` from the peer's settings."""
+    return NetworkOptions(use_relay=config.use_relay, use_auto_relay=config.use_auto_relay,
+                          nat_port_map=config.nat_port_map, reachability=config.reachability, relays=config.relays)
+
+
+async def _watch_network(dht: SwarmDHT, events: EventLog, stop: asyncio.Event) -> None:
+    """Report this peer's announced addresses and its relayed connections whenever they change.
+
+    Every ``NETWORK_POLL_S`` it asks ``p2pd`` for its addresses (relayed ``/p2p-circuit`` ones appear once a
+    relay took a reservation for us) and for its open connections; on a change it logs one INFO line and emits a
+    ``network`` event: ``maddrs``, ``relays`` (PeerIDs of the relays in our addresses), ``connections`` and
+    ``relayed`` (``[PeerID, remote multiaddr]`` of the connections that go through a relay).
+    """
+    last: tuple[tuple[str, ...], tuple[tuple[str, str], ...]] | None = None
+    while not stop.is_set():
+        try:
+            maddrs = tuple(sorted(await dht.visible_maddrs(latest=True)))
+            conns = await dht.connections()
+        except Exception as e:  # noqa: BLE001 - p2pd going away at shutdown; report and stop watching
+            logger.debug("network watch stopped: %s", e)
+            return
+        relayed = tuple(sorted((p, a) for p, a in conns if is_relayed(a)))
+        if (maddrs, relayed) != last:
+            relays = sorted({r for m in maddrs if (r := relay_of(m)) is not None})
+            if relays and (last is None or not any(relay_of(m) for m in last[0])):
+                logger.info("reachable through relay %s: %s", ", ".join(relays),
+                            ", ".join(m for m in maddrs if relay_of(m)))
+            events.emit("network", maddrs=list(maddrs), relays=relays, connections=len(conns),
+                        relayed=[list(c) for c in relayed])
+            last = (maddrs, relayed)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), NETWORK_POLL_S)
+
+
 def _log_task_failure(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
         logger.error("background task failed", exc_info=task.exception())
@@ -641,8 +678,9 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
     initial_peers = (*config.initial_peers, *_known_peers(config.checkpoint_dir, config.initial_peers))
     dht = await start_dht(identity_path=str(config.identity), initial_peers=initial_peers,
                           host=config.host, port=config.port, announce_host=config.announce_host,
-                          record_validators=[RecordValidator([config.run_id])])
+                          record_validators=[RecordValidator([config.run_id])], network=network_options(config))
     announcer: asyncio.Task[None] | None = None
+    watcher: asyncio.Task[None] | None = None
     slow_client: asyncio.Task[Any] | None = None
     try:
         p2p = dht.p2p
@@ -658,11 +696,13 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
                     attack=config.attack, maddrs=maddrs, numel=local.numel)
         announcer = asyncio.create_task(peer.announce(stop))
         announcer.add_done_callback(_log_task_failure)
+        watcher = asyncio.create_task(_watch_network(dht, events, stop))
+        watcher.add_done_callback(_log_task_failure)
         slow_client = start_slow_client(attack, p2p, peer.dht, config, peer.me, stop)  # slowloris attackers only
         return await _round_loop(peer, config, progress, stop, events)
     finally:
         stop.set()
-        for background in (announcer, slow_client):
+        for background in (announcer, watcher, slow_client):
             if background is not None:
                 with contextlib.suppress(BaseException):
                     await asyncio.wait_for(background, 5.0)

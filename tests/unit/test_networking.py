@@ -1,0 +1,58 @@
+"""The NAT-traversal settings: PeerConfig / BootstrapConfig fields, NetworkOptions and the p2pd flags they give."""
+
+from __future__ import annotations
+
+import pytest
+
+from p2p_guard.cli.bootstrap_cmd import BootstrapConfig
+from p2p_guard.swarm.config import PeerConfig, config_from_mapping
+
+dht = pytest.importorskip("p2p_guard.swarm.dht")
+
+RELAY = "/ip4/7.77.0.10/tcp/31337/p2p/12D3KooWCxMrFcRpfcE1M5AikWrqFtzycJDfGTtedpMfv758q1nQ"
+
+
+def test_volunteer_defaults_reach_through_relays() -> None:
+    config = PeerConfig()
+    assert (config.use_relay, config.use_auto_relay, config.nat_port_map, config.reachability) == (
+        True, True, True, "auto")
+    assert config.relays == ()
+    assert BootstrapConfig().use_relay and BootstrapConfig().reachability == "auto"
+
+
+@pytest.mark.parametrize("changes", [{"reachability": "nat"}, {"use_relay": False},
+                                     {"use_auto_relay": False, "relays": (RELAY,)}])
+def test_bad_network_settings_are_refused(changes: dict) -> None:
+    with pytest.raises(ValueError):
+        PeerConfig(**changes)
+    with pytest.raises(ValueError):
+        BootstrapConfig(reachability="nat")
+
+
+def test_relays_from_toml_string_or_list() -> None:
+    assert config_from_mapping({"relays": RELAY}).relays == (RELAY,)
+    assert config_from_mapping({"relays": [RELAY]}).to_dict()["relays"] == [RELAY]
+
+
+def test_relay_of_reads_the_relay_peer_id() -> None:
+    relayed = f"{RELAY}/p2p-circuit/p2p/12D3KooWGJs7jVuKgSvK9Pks8vn1itG2shAGiDSiuWqtRZueLAiN"
+    assert dht.relay_of(relayed) == RELAY.rsplit("/", 1)[1]
+    assert dht.is_relayed(relayed) and not dht.is_relayed(RELAY)
+    assert dht.relay_of(RELAY) is None
+    assert dht.relay_of("/p2p-circuit") is None
+
+
+def test_network_options_become_p2pd_flags() -> None:
+    kwargs = dht._p2p_network_kwargs(dht.NetworkOptions(use_auto_relay=True, reachability="private",
+                                                         relays=(RELAY,)))
+    assert kwargs == {"use_relay": True, "use_auto_relay": True, "nat_port_map": False,
+                      "force_reachability": "private", "trusted_relays": [RELAY]}
+    assert dht._p2p_network_kwargs(dht.NetworkOptions())["force_reachability"] is None
+    assert dht._p2p_class(dht.NetworkOptions()) is dht.P2P
+    static = dht._p2p_class(dht.NetworkOptions(use_auto_relay=True, relays=(RELAY,)))
+    args = static._make_process_args("p2pd", autoRelay=True, trustedRelays=RELAY)
+    assert "-relayDiscovery=0" in args and f"-trustedRelays={RELAY}" in args
+    with pytest.raises(ValueError):
+        dht.NetworkOptions(use_auto_relay=True, relays=("/ip4/1.2.3.4/tcp/1",))  # no /p2p/PEERID
+    with pytest.raises(ValueError):
+        dht.NetworkOptions(reachability="maybe")
