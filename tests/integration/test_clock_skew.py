@@ -63,7 +63,7 @@ class SkewSwarm:
         command = [*CLI, "peer", "--initial-peers", maddr, "--run-id", "clock-skew", "--task", "digits",
                    "--num-peers", "2", "--min-peers", str(min_peers), "--peer-index", str(index), "--rounds",
                    str(ROUNDS), "--inner-steps", "2", "--identity", str(self.workdir / f"{name}.key"), "--host",
-                   "127.0.0.1", "--no-progress"]
+                   "127.0.0.1", "--no-progress", "--no-nat-port-map", "--no-use-auto-relay"]
         if offset is not None:
             command = ["faketime", "-f", offset, *command]
         self.procs[name] = launch(name, command, log_path=self.workdir / f"{name}.log", env=self.env, cwd=REPO)

@@ -51,7 +51,8 @@ class Swarm:
         command = [*_entry(), "peer", "--config", str(REPO / "peers/volunteer.toml"), "--initial-peers", maddr,
                    "--peer-index", str(index), "--identity", str(self.workdir / f"{name}.key"),
                    "--host", "127.0.0.1", "--no-progress", "--events", str(self.events_path(index)),
-                   "--state-out", str(self.workdir / f"{name}.pt"), *extra]
+                   "--state-out", str(self.workdir / f"{name}.pt"),
+                   "--no-nat-port-map", "--no-use-auto-relay", *extra]  # loopback: no router, nobody behind NAT
         self.procs[name] = launch(name, command, log_path=self.workdir / f"{name}.log", env=self.env, cwd=REPO)
 
     def events_path(self, index: int) -> Path:
