@@ -136,7 +136,7 @@ def render_table(status: SwarmStatus) -> str:
         status: a snapshot from :func:`~p2p_guard.swarm.status.collect_status`.
 
     Returns:
-        The text, lines joined by ``\\n``, no trailing newline.
+        The text, one line per line, no trailing newline.
     """
     from p2p_guard.swarm.status import SHORT_HASH_CHARS
 

@@ -257,7 +257,8 @@ def _open_commits(raw: Mapping[str, bytes], run_id: str, round_: int,
                 or not _signer_is(env.sender, subkey)):
             skipped["commit"] += 1
             continue
-        found[subkey] = CommitClaim(round=env.round, base_round=env.round if env.base_round is None else int(env.base_round),
+        base_round = env.round if env.base_round is None else int(env.base_round)
+        found[subkey] = CommitClaim(round=env.round, base_round=base_round,
                                     base_hash=env.base_hash.hex(), codec=env.codec,
                                     payload_bytes=env.payload_bytes, n_samples=env.n_samples)
     return found
