@@ -200,7 +200,13 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print_error(COMMAND, str(e))
         return EXIT_USAGE
-    return asyncio.run(_main(config))
+    from p2p_guard.swarm.reaper import start_reaper, stop_reaper_if_clean
+
+    reaper = start_reaper()  # our p2pd never outlives us, even after SIGKILL (as for peers and bootstrap nodes)
+    try:
+        return asyncio.run(_main(config))
+    finally:
+        stop_reaper_if_clean(reaper)
 
 
 async def _main(config: StatusConfig) -> int:
