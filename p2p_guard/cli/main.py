@@ -1,4 +1,4 @@
-"""The ``p2p-guard`` command: ``bootstrap``, ``peer``, ``simulate``, ``verify-proof``, ``bench``."""
+"""The ``p2p-guard`` command: ``bootstrap``, ``peer``, ``simulate``, ``status``, ``verify-proof``, ``bench``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from p2p_guard.cli import bench_cmd, bootstrap_cmd, peer_cmd, simulate_cmd, verify_proof_cmd
+from p2p_guard.cli import bench_cmd, bootstrap_cmd, peer_cmd, simulate_cmd, status_cmd, verify_proof_cmd
 from p2p_guard.cli.logging_setup import setup_logging
 
 __all__ = ["build_parser", "main"]
@@ -19,7 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="INFO", type=str.upper,
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log verbosity (default INFO)")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (bootstrap_cmd, peer_cmd, simulate_cmd, verify_proof_cmd, bench_cmd):
+    for module in (bootstrap_cmd, peer_cmd, simulate_cmd, status_cmd, verify_proof_cmd, bench_cmd):
         module.add_parser(sub)
     return parser
 

@@ -30,7 +30,8 @@ COMMAND = "peer"
 #: Cosmetic metavars; a field not named here gets one from its type.
 METAVARS = {"initial_peers": "MULTIADDR", "inner_steps": "H", "assumed_byzantine": "F", "allow_peers": "FILE",
             "identity": "FILE", "events": "PATH", "state_out": "PATH", "proof_dir": "DIR", "host": "ADDR",
-            "announce_host": "ADDR", "relays": "MULTIADDR", "reachability": "{auto,public,private}"}
+            "announce_host": "ADDR", "relays": "MULTIADDR", "reachability": "{auto,public,private}",
+            "metrics_port": "PORT"}
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -76,7 +77,7 @@ def _precheck(values: Mapping[str, Any]) -> None:
     """Checks on the merged settings before PeerConfig is built (its codec check imports torch).
 
     Raises:
-        ValueError: on a bad partition spec, identity file or a taken port.
+        ValueError: on a bad partition spec, identity file or a taken port (``port`` or ``metrics_port``).
     """
     from p2p_guard.simulation.config import check_partition
 
@@ -86,6 +87,13 @@ def _precheck(values: Mapping[str, Any]) -> None:
     host, port = values["host"], values["port"]
     if isinstance(host, str) and type(port) is int and 0 < port <= 65535:
         check_port_free(host, port)
+    metrics_port = values.get("metrics_port")
+    if isinstance(host, str) and type(metrics_port) is int and 0 < metrics_port <= 65535:
+        try:
+            check_port_free(host, metrics_port)
+        except ValueError:
+            raise ValueError(f"--metrics-port {metrics_port}: cannot listen on {host} (already in use?); pick "
+                             "another") from None
 
 
 def check_names(config: PeerConfig) -> None:

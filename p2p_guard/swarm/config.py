@@ -123,6 +123,8 @@ class PeerConfig:
             the consensus distance from them; None: not written).
         control_file: JSON file read before every inner phase (fault injection in simulations):
             ``{"slowdown": F}`` makes the inner phase F times longer. None: not read.
+        metrics_port: TCP port of a Prometheus endpoint, ``http://HOST:PORT/metrics`` on the listen address
+            ``host`` (None or 0: off). Metric names: ``docs/metrics.md``.
     """
 
     initial_peers: tuple[str, ...] = ()
@@ -187,6 +189,7 @@ class PeerConfig:
     checkpoint_dir: str | None = None
     snapshot_dir: str | None = None
     control_file: str | None = None
+    metrics_port: int | None = None
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -239,6 +242,8 @@ class PeerConfig:
             raise ValueError("use_auto_relay needs use_relay (pass --no-use-auto-relay with --no-use-relay)")
         if self.relays and not self.use_auto_relay:
             raise ValueError("relays are only used with use_auto_relay")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"metrics_port must be in [0, 65535]; got metrics_port={self.metrics_port}")
         _check_codec(self.codec)  # last: it imports torch (through the codecs), the checks above do not
 
     def resolved_proof_dir(self) -> Path:

@@ -165,7 +165,7 @@ def listen_maddr(host: str, port: int) -> str:
 
 async def start_dht(
     *,
-    identity_path: str,
+    identity_path: str | None,
     initial_peers: Sequence[str] = (),
     host: str = "0.0.0.0",
     port: int = 0,
@@ -174,6 +174,7 @@ async def start_dht(
     record_validators: Sequence[RecordValidatorBase] | None = None,
     correct_clock: bool = True,
     network: NetworkOptions | None = None,
+    client_mode: bool = False,
 ) -> SwarmDHT:
     """Start ``p2pd`` and a hivemind DHT node in the running event loop, with our Ed25519 key as identity.
 
@@ -182,7 +183,8 @@ async def start_dht(
     ``DHTNode.create`` on that P2P (ping the initial peers, fill the routing table).
 
     Args:
-        identity_path: libp2p ``PrivateKey`` protobuf file (Ed25519); see ``p2p_guard.identity``.
+        identity_path: libp2p ``PrivateKey`` protobuf file (Ed25519); see ``p2p_guard.identity``. None: a fresh
+            random identity for this process only (a read-only client such as ``p2p-guard status``).
         initial_peers: bootstrap multiaddrs; empty for the first (bootstrap) node.
         host: listen address; port: TCP port (0 = any free port).
         announce_host: address other peers should dial (public IP of a server); None keeps the listen one.
@@ -194,6 +196,8 @@ async def start_dht(
         correct_clock: measure and correct the clock offset against the initial peers (see above).
         network: relay, UPnP and reachability options of ``p2pd`` (None: ``NetworkOptions()``, relay client
             only, no auto-relay, no UPnP).
+        client_mode: join as a hivemind DHT *client*: the node reads and writes through the others but
+            answers no DHT requests, so it stores nothing and other nodes do not put it in their routing tables.
 
     Returns:
         A started :class:`SwarmDHT`; ``await shutdown()`` when done (it also stops ``p2pd``).
@@ -229,7 +233,8 @@ async def start_dht(
     try:
         if correct_clock and initial_peers:
             undo_clock = await _correct_clock(p2p, initial_peers)
-        node = await asyncio.wait_for(_create_node(p2p, initial_peers, list(record_validators)), startup_timeout_s)
+        node = await asyncio.wait_for(_create_node(p2p, initial_peers, list(record_validators), client_mode),
+                                      startup_timeout_s)
     except BaseException:
         if undo_clock is not None:
             undo_clock()
@@ -268,12 +273,13 @@ def _p2p_network_kwargs(network: NetworkOptions) -> dict[str, Any]:
     return kwargs
 
 
-async def _create_node(p2p: P2P, initial_peers: Sequence[str],
-                       record_validators: list[RecordValidatorBase]) -> DHTNode:
+async def _create_node(p2p: P2P, initial_peers: Sequence[str], record_validators: list[RecordValidatorBase],
+                       client_mode: bool = False) -> DHTNode:
     """``DHTNode.create`` on our P2P, as hivemind's ``DHT.run`` does in its forked process."""
     try:
         return await DHTNode.create(p2p=p2p, initial_peers=list(initial_peers) or None,
-                                    num_replicas=NUM_REPLICAS, record_validator=CompositeValidator(record_validators))
+                                    num_replicas=NUM_REPLICAS, record_validator=CompositeValidator(record_validators),
+                                    client_mode=client_mode)
     except RuntimeError as e:  # hivemind: "DHTNode bootstrap failed: none of the initial_peers responded"
         raise TimeoutError(f"none of the initial peers answered the DHT ({e}); check --initial-peers") from None
 

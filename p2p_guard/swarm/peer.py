@@ -49,6 +49,7 @@ from p2p_guard.swarm.allowlist import filter_allowed, load_allowlist
 from p2p_guard.swarm.config import PeerConfig
 from p2p_guard.swarm.dht import NetworkOptions, SwarmDHT, is_relayed, relay_of, start_dht
 from p2p_guard.swarm.events import EventLog
+from p2p_guard.swarm.metrics import PeerMetrics, start_metrics
 from p2p_guard.swarm.reaper import start_reaper, stop_reaper_if_clean
 from p2p_guard.swarm.checkpoint import Checkpoint, CheckpointError, last_committed, load_checkpoint, mark_committed, \
     save_checkpoint
@@ -99,6 +100,7 @@ class RoundOutcome:
         fetched: payloads fetched (sampled senders that answered); bytes_received: their bytes, plus the
             states (θ and momentum) the mixing step fetched.
         mixed_from: how many peers' states the mixing step used (0: no mixing this round).
+        mix_distance: the mixing step's largest ‖θ_j − θ_i‖ / ‖θ_i‖ over those states, before mixing (None: none).
     """
 
     round: int
@@ -110,6 +112,7 @@ class RoundOutcome:
     fetched: int = 0
     bytes_received: int = 0
     mixed_from: int = 0
+    mix_distance: float | None = None
     rows: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
@@ -166,6 +169,7 @@ class Peer:
         self.rng = random.SystemRandom()
         self.paused = False
         self.resumed = False  # set when a pause (not the first join) ended; _maybe_catch_up clears it
+        self.metrics: PeerMetrics | None = None  # the Prometheus endpoint's (``metrics_port``); None: off
 
     @property
     def attack_kind(self) -> str | None:
@@ -286,6 +290,7 @@ class Peer:
                                                      max_radius=MOMENTUM_MIX_RADIUS).correction)
         outcome.mixed_from = len(states)
         outcome.bytes_received += 4 * self.local.numel * (len(states) + len(momenta))
+        outcome.mix_distance = max(result.distances, default=0.0) / max(float(own.norm()), 1e-12)
         self.events.emit("mix", round=outcome.round, sources=len(states), momentum_sources=len(momenta),
                          tau=result.tau, clipped=result.clipped,
                          moved=float(result.correction.norm()) / max(float(own.norm()), 1e-12))
@@ -682,13 +687,18 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
     announcer: asyncio.Task[None] | None = None
     watcher: asyncio.Task[None] | None = None
     slow_client: asyncio.Task[Any] | None = None
+    metrics: PeerMetrics | None = None
     try:
+        metrics = start_metrics(config.metrics_port, config.host)
         p2p = dht.p2p
         allowed = None if config.allow_peers is None else load_allowlist(config.allow_peers) | {identity.peer_id_b58}
         attack = load_attack(config.attack) if config.attack else None
         server = server_for(config, allowed, attack)  # a slowloris attacker's server trickles its answers
         await server.attach(p2p)
         peer = Peer(config, identity, local, dht, p2p, server, events, allowed)
+        if metrics is not None:
+            peer.metrics = metrics
+            metrics.bind(round_=lambda: peer.round, paused=lambda: float(peer.paused), banned=lambda: len(peer.banned))
         maddrs = await dht.visible_maddrs()
         logger.info("peer %s up on %s (device %s, %d parameters)", identity.peer_id_b58, ", ".join(maddrs),
                     local.device, local.numel)
@@ -707,6 +717,8 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
                 with contextlib.suppress(BaseException):
                     await asyncio.wait_for(background, 5.0)
         await dht.shutdown()
+        if metrics is not None:
+            metrics.close()
         events.close()
 
 
@@ -961,6 +973,12 @@ def _emit_round(peer: Peer, events: EventLog, outcome: RoundOutcome, metrics: An
                 mixed_from=outcome.mixed_from, applied=outcome.aggregate is not None,
                 state_hash=peer.local.state_hash().hex(), peers_seen=len(outcome.verdicts),
                 train_loss=outcome.train_loss, snapshot=snapshot)
+    if peer.metrics is not None:
+        peer.metrics.observe_round(
+            verdicts=outcome.verdicts, me=peer.me, applied=outcome.aggregate is not None, fetched=outcome.fetched,
+            served=served, bytes_sent=bytes_sent, bytes_received=outcome.bytes_received, seconds=seconds,
+            compute_s=outcome.compute_s, mix_distance=outcome.mix_distance, mixed_from=outcome.mixed_from,
+            loss=_finite_or_none(metrics.loss), accuracy=metrics.accuracy)
     peer.log.info("round %d: %s | fetched %d | accepted %d | rejected %d%s | compute %.1f of %.1f s",
                   outcome.round, _metric_text(metrics), outcome.fetched, accepted, len(others) - accepted,
                   f" ({', '.join(reasons)})" if reasons else "", outcome.compute_s, seconds)

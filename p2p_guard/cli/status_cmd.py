@@ -1,0 +1,278 @@
+"""``p2p-guard status``: a read-only look at a running swarm, from its DHT records.
+
+It joins the DHT as a hivemind *client* with a fresh, throw-away identity: it announces no presence, commits
+nothing, publishes no close record or vote, and answers no DHT request. It reads the run's records, opens each
+with the protocol's own checks (``p2p_guard.swarm.status``; invalid ones are skipped and counted) and prints
+one table, or with ``--json`` one JSON object; ``--watch SECONDS`` refreshes until Ctrl+C.
+
+Every :class:`StatusConfig` field is a flag and a key of the ``[status]`` table of ``--config``.
+
+Exit codes: 0 printed (or stopped with Ctrl+C while watching), 1 the DHT could not be joined, 2 a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import re
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from p2p_guard.cli.errors import EXIT_FAILED, EXIT_USAGE, print_error
+from p2p_guard.cli.typed_config import add_config_flags, load_config
+
+if TYPE_CHECKING:
+    from p2p_guard.swarm.status import SwarmStatus
+
+__all__ = ["StatusConfig", "add_parser", "render_json", "render_table", "run"]
+
+logger = logging.getLogger(__name__)
+
+COMMAND = "status"
+#: The codec text of an envelope is the sender's: only these characters are printed to a terminal.
+_PRINTABLE = re.compile(r"[^A-Za-z0-9:._=+-]")
+_MAX_CODEC_CHARS = 16
+
+
+@dataclass(frozen=True)
+class StatusConfig:
+    """Settings of ``p2p-guard status``.
+
+    Attributes:
+        initial_peers: multiaddrs of one or more DHT nodes of the swarm (``/ip4/HOST/tcp/PORT/p2p/PEERID``).
+        run_id: the run whose records are read (the peers' ``run_id``).
+        depth: rounds read below the swarm's round (the lower median of the presence rounds).
+        json: print one JSON object instead of the table (one per line with ``--watch``).
+        watch: refresh every this many seconds until Ctrl+C (None: print once and exit).
+        timeout_s: limit for joining the DHT, in seconds.
+    """
+
+    initial_peers: tuple[str, ...] = ()
+    run_id: str = "p2p-guard"
+    depth: int = 3
+    json: bool = False
+    watch: float | None = None
+    timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        """Check the values.
+
+        Raises:
+            ValueError: naming the bad setting and its value.
+        """
+        if not self.initial_peers:
+            raise ValueError("no --initial-peers given (the multiaddr of the bootstrap node or of any peer)")
+        if not self.run_id:
+            raise ValueError("run_id must not be empty")
+        if not 0 <= self.depth <= 100:
+            raise ValueError(f"depth must be in [0, 100]; got depth={self.depth}")
+        if self.watch is not None and not (math.isfinite(self.watch) and self.watch > 0):
+            raise ValueError(f"watch must be finite and > 0 seconds; got watch={self.watch}")
+        if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
+            raise ValueError(f"timeout_s must be finite and > 0; got timeout_s={self.timeout_s}")
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``status`` on the CLI's subparsers.
+
+    Args:
+        subparsers: what ``ArgumentParser.add_subparsers()`` returned.
+
+    Returns:
+        The sub-command's parser.
+    """
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        COMMAND, help="show a running swarm from its DHT records (read-only)",
+        description="Join the swarm's DHT as a read-only client and print its peers, their latest commit "
+                    "claims, close records, votes and equivocation proofs. Every setting is a flag and a key "
+                    "of the [status] table of --config.")
+    parser.add_argument("--config", metavar="TOML", help="config file with a [status] table")
+    add_config_flags(parser.add_argument_group("settings"), StatusConfig,
+                     metavars={"initial_peers": "MULTIADDR", "watch": "SECONDS", "depth": "ROUNDS"})
+    parser.set_defaults(func=run)
+    return parser
+
+
+# -- rendering (pure) ----------------------------------------------------------------------------------------------
+
+
+def _codec_text(codec: str) -> str:
+    text = _PRINTABLE.sub("?", codec)
+    return text if len(text) <= _MAX_CODEC_CHARS else text[:_MAX_CODEC_CHARS - 1] + "…"
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def _align(headers: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths,
+                                                                                                  strict=True)))
+
+    return [line(headers).rstrip(), *(line(r).rstrip() for r in rows)]
+
+
+def render_table(status: SwarmStatus) -> str:
+    """The human-readable view of a snapshot: a summary line, one row per peer, claims, proofs, skipped records.
+
+    Columns: PEER (last 8 characters of the PeerID), ROUND (its presence round, ``-``: no live presence record),
+    COMMIT / BASE / BASE_HASH / CODEC (its latest commit envelope: the round, the claimed base round and the first
+    8 hex digits of the claimed base hash, the codec), CLOSED (its latest close record: round and, in brackets,
+    the commits in its closed set), VOTED / ACC / REJ (its latest votes record: round, senders accepted and
+    rejected), NOTE (``banned``: a valid equivocation proof accuses it).
+
+    Args:
+        status: a snapshot from :func:`~p2p_guard.swarm.status.collect_status`.
+
+    Returns:
+        The text, one line per line, no trailing newline.
+    """
+    from p2p_guard.swarm.status import SHORT_HASH_CHARS
+
+    span = (f"rounds read {status.rounds_read[0]}-{status.rounds_read[-1]}" if status.rounds_read
+            else "no rounds read")
+    lines = [f"run {status.run_id}: {len(status.present)} peer(s) present, swarm round "
+             f"{_cell(status.swarm_round)}; {span}"]
+    rows = []
+    for p in status.peers:
+        c, k, v = p.commit, p.close, p.votes
+        notes = [n for n, on in (("banned", p.banned), ("not present", p.presence_round is None)) if on]
+        rows.append([
+            p.short_id, _cell(p.presence_round),
+            _cell(c and c.round), _cell(c and c.base_round), "-" if c is None else c.base_hash[:SHORT_HASH_CHARS],
+            "-" if c is None else _codec_text(c.codec),
+            "-" if k is None else f"{k.round} ({k.commits})",
+            _cell(v and v.round), _cell(v and v.accepted), _cell(v and v.rejected), ", ".join(notes)])
+    headers = ["PEER", "ROUND", "COMMIT", "BASE", "BASE_HASH", "CODEC", "CLOSED", "VOTED", "ACC", "REJ", "NOTE"]
+    lines += _align(headers, rows, right={1, 2, 3, 6, 7, 8, 9}) if rows else ["(no valid records)"]
+    if status.base_hash_claims:
+        claims = "; ".join(f"round {r}: {len(c)} distinct in {sum(c.values())} commit(s)"
+                           for r, c in sorted(status.base_hash_claims.items()))
+        lines.append(f"base_hash claims: {claims}")
+    if status.proofs:
+        lines.append(f"equivocation proofs: {len(status.proofs)} (every honest peer bans the accused)")
+        lines += [f"  {p.accused[-8:]}  round {p.round}  digests {p.digest_a[:SHORT_HASH_CHARS]} / "
+                  f"{p.digest_b[:SHORT_HASH_CHARS]}" for p in status.proofs]
+    else:
+        lines.append("equivocation proofs: none")
+    skipped = ", ".join(f"{kind} {n}" for kind, n in sorted(status.skipped.items()))
+    lines.append(f"invalid records skipped: {skipped or 'none'}")
+    return "\n".join(lines)
+
+
+def render_json(status: SwarmStatus) -> str:
+    """The snapshot as one line of JSON (``SwarmStatus.to_json``, keys sorted), no trailing newline."""
+    return json.dumps(status.to_json(), sort_keys=True)
+
+
+# -- the command ---------------------------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check the settings, join the DHT as a client, print the status (repeatedly with ``--watch``).
+
+    Args:
+        args: the parsed command line.
+
+    Returns:
+        0 after printing (or on Ctrl+C / SIGTERM while watching), 1 if the DHT could not be joined, 2 on a
+        usage error (one line on stderr).
+    """
+    from p2p_guard.swarm._deferred import defer_import
+
+    defer_import("scipy.optimize")
+    try:
+        config = load_config(StatusConfig, args=args, table="status", config_path=getattr(args, "config", None))
+        from p2p_guard.swarm.dht import check_initial_peers  # hivemind
+
+        check_initial_peers(config.initial_peers)
+    except ValueError as e:
+        print_error(COMMAND, str(e))
+        return EXIT_USAGE
+    from p2p_guard.swarm.reaper import start_reaper, stop_reaper_if_clean
+
+    reaper = start_reaper()  # our p2pd never outlives us, even after SIGKILL (as for peers and bootstrap nodes)
+    try:
+        return asyncio.run(_main(config))
+    finally:
+        stop_reaper_if_clean(reaper)
+
+
+async def _main(config: StatusConfig) -> int:
+    from hivemind.p2p import P2PDaemonError
+
+    from p2p_guard.swarm.dht import start_dht
+    from p2p_guard.swarm.status import collect_status
+    from p2p_guard.swarm.validator import RecordValidator
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        try:
+            dht = await _until(stop, start_dht(identity_path=None, initial_peers=config.initial_peers,
+                                               host="127.0.0.1", port=0, startup_timeout_s=config.timeout_s,
+                                               record_validators=[RecordValidator([config.run_id])],
+                                               client_mode=True))
+        except (OSError, TimeoutError, ValueError, P2PDaemonError) as e:
+            print_error(COMMAND, f"cannot join the DHT: {e}")
+            return EXIT_FAILED
+        if dht is None:
+            return 0
+        try:
+            while not stop.is_set():
+                status = await _until(stop, collect_status(dht, config.run_id, depth=config.depth))
+                if status is None:
+                    break
+                _print(status, config)
+                if config.watch is None:
+                    break
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), config.watch)
+        finally:
+            await dht.shutdown()
+        return 0
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+async def _until(stop: asyncio.Event, work: Any) -> Any:
+    """``await work``, or None (``work`` cancelled) once ``stop`` is set first."""
+    task = asyncio.ensure_future(work)
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(BaseException):
+        result = await task
+        if result is not None and hasattr(result, "shutdown"):  # a DHT that came up as we stopped
+            await result.shutdown()
+    return None
+
+
+def _print(status: SwarmStatus, config: StatusConfig) -> None:
+    if config.json:
+        print(render_json(status), flush=True)
+        return
+    text = render_table(status)
+    if config.watch is not None:
+        clear = "\x1b[H\x1b[2J" if sys.stdout.isatty() else ""
+        text = f"{clear}{time.strftime('%H:%M:%S')}  (every {config.watch:g} s; Ctrl+C to stop)\n{text}\n"
+    print(text, flush=True)

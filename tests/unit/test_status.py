@@ -1,0 +1,128 @@
+"""``p2p-guard status``: collecting a snapshot from fabricated DHT records (hostile ones included) and its exact
+table and JSON output (``swarm/status.py``, ``cli/status_cmd.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import msgpack
+
+from p2p_guard.cli.status_cmd import render_json, render_table
+from p2p_guard.identity import Identity
+from p2p_guard.protocol.envelope import PROTOCOL_VERSION, Envelope, sign_envelope
+from p2p_guard.protocol.proof import make_proof
+from p2p_guard.protocol.records import sign_record
+from p2p_guard.protocol.votes import VoteVerdict, sign_votes
+from p2p_guard.swarm.records import close_key, commit_key, presence_key, proofs_key, votes_key
+from p2p_guard.swarm.status import collect_status, swarm_round
+
+RUN = "status-test"
+ALICE, BOB, CAROL, MALLORY = (Identity.from_seed(bytes([i]) * 32) for i in (1, 2, 3, 4))
+
+
+class FakeDHT:
+    """``read(key)`` from a dict, as ``SwarmDHT.read`` returns it (unverified bytes per subkey)."""
+
+    def __init__(self, data: dict[str, dict[str, bytes]]) -> None:
+        self.data = data
+        self.reads: list[str] = []
+
+    async def read(self, key: str) -> dict[str, bytes]:
+        self.reads.append(key)
+        return dict(self.data.get(key, {}))
+
+
+def envelope(who: Identity, round_: int, base_round: int, base_hash: bytes, *, codec: str = "fp32",
+             digest: bytes = b"\x11" * 32) -> bytes:
+    return sign_envelope(Envelope(PROTOCOL_VERSION, RUN, round_, who.peer_id, base_hash, digest, codec,
+                                  ((4,),), 10, 16, base_round), who)
+
+
+def fabricated() -> FakeDHT:
+    """Alice, Bob, Carol present (rounds 5, 5, 4), Mallory equivocated in round 4; plus garbage under every key."""
+    h1, h2 = b"\xaa" * 32, b"\xbb" * 32
+    presence = {p.peer_id_b58: sign_record("presence", RUN, r, r, p) for p, r in ((ALICE, 5), (BOB, 5), (CAROL, 4))}
+    presence["garbage"] = b"\x93\x00"
+    presence[BOB.peer_id_b58 + "x"] = sign_record("presence", RUN, 9, 9, MALLORY)  # impersonation: skipped
+    presence[MALLORY.peer_id_b58] = sign_record("presence", "other-run", 99, 99, MALLORY)  # wrong run: skipped
+    e1 = envelope(MALLORY, 4, 4, h1, digest=b"\x01" * 32)
+    e2 = envelope(MALLORY, 4, 4, h1, digest=b"\x02" * 32)
+    verdicts = [VoteVerdict(BOB.peer_id, True, "accepted"), VoteVerdict(CAROL.peer_id, True, "accepted"),
+                VoteVerdict(MALLORY.peer_id, False, "equivocation")]
+    return FakeDHT({
+        presence_key(RUN): presence,
+        commit_key(RUN, 4): {ALICE.peer_id_b58: envelope(ALICE, 4, 4, h1), CAROL.peer_id_b58: envelope(CAROL, 4, 3, h2),
+                             MALLORY.peer_id_b58: e1},
+        commit_key(RUN, 5): {ALICE.peer_id_b58: envelope(ALICE, 5, 5, h2, codec="int8"),
+                             BOB.peer_id_b58: envelope(BOB, 5, 5, h2, codec="fp\x1b[31m16"),  # escape: not printed
+                             CAROL.peer_id_b58: envelope(ALICE, 5, 5, h2)},  # signed by another: skipped
+        close_key(RUN, 4): {ALICE.peer_id_b58: sign_record("close", RUN, 4, 3, ALICE),
+                            BOB.peer_id_b58: sign_record("close", RUN, 3, 3, BOB)},  # a replayed round: skipped
+        votes_key(RUN, 4): {ALICE.peer_id_b58: sign_votes(RUN, 4, verdicts, ALICE),
+                            CAROL.peer_id_b58: msgpack.packb({"not": "votes"})},
+        votes_key(RUN, 3): {CAROL.peer_id_b58: sign_votes(RUN, 3, verdicts[:1], CAROL)},
+        proofs_key(RUN): {MALLORY.peer_id_b58: make_proof(e1, e2), ALICE.peer_id_b58: make_proof(e1, e2)},
+    })
+
+
+#: The PeerIDs come from fixed seeds, so the short ids are fixed: Alice yKSUKPH5, Bob Lr2NASuq, Carol 9r3ANaba,
+#: Mallory qV8L8BQw. Rows are sorted by full PeerID.
+EXPECTED_TABLE = """\
+run status-test: 3 peer(s) present, swarm round 5; rounds read 2-6
+PEER      ROUND  COMMIT  BASE  BASE_HASH  CODEC      CLOSED  VOTED  ACC  REJ  NOTE
+Lr2NASuq      5       5     5  bbbbbbbb   fp??31m16       -      -    -    -
+yKSUKPH5      5       5     5  bbbbbbbb   int8        4 (3)      4    2    1
+qV8L8BQw      -       4     4  aaaaaaaa   fp32            -      -    -    -  banned, not present
+9r3ANaba      4       4     3  bbbbbbbb   fp32            -      3    1    0
+base_hash claims: round 4: 2 distinct in 2 commit(s); round 5: 1 distinct in 2 commit(s)
+equivocation proofs: 1 (every honest peer bans the accused)
+  qV8L8BQw  round 4  digests 01010101 / 02020202
+invalid records skipped: close 1, commit 1, presence 3, proofs 1, votes 1"""
+
+
+def test_swarm_round_is_the_lower_median() -> None:
+    assert swarm_round({}) is None
+    assert swarm_round({"a": 3}) == 3
+    assert swarm_round({"a": 1, "b": 7, "c": 2**63 - 1, "d": 2}) == 2  # a hostile huge round cannot move it
+
+
+def test_table_from_fabricated_records_exact() -> None:
+    dht = fabricated()
+    status = asyncio.run(collect_status(dht, RUN))
+    assert [p.peer_id for p in status.peers] == sorted(p.peer_id_b58 for p in (ALICE, BOB, CAROL, MALLORY))
+    rows = {p.peer_id: p for p in status.peers}
+    assert [ALICE.peer_id_b58[-8:], BOB.peer_id_b58[-8:], CAROL.peer_id_b58[-8:], MALLORY.peer_id_b58[-8:]] == [
+        "yKSUKPH5", "Lr2NASuq", "9r3ANaba", "qV8L8BQw"]
+    assert render_table(status) == EXPECTED_TABLE
+    assert rows[MALLORY.peer_id_b58].banned and not rows[ALICE.peer_id_b58].banned
+    assert set(dht.reads) >= {commit_key(RUN, r) for r in range(2, 7)}
+
+
+def test_json_from_fabricated_records_exact() -> None:
+    status = asyncio.run(collect_status(fabricated(), RUN, depth=1))
+    out = json.loads(render_json(status))
+    assert out["rounds_read"] == [4, 5, 6]
+    assert out["present"] == 3 and out["swarm_round"] == 5
+    peers = {p["peer_id"]: p for p in out["peers"]}
+    assert peers[ALICE.peer_id_b58] == {
+        "peer_id": ALICE.peer_id_b58, "short_id": ALICE.peer_id_b58[-8:], "presence_round": 5,
+        "commit": {"round": 5, "base_round": 5, "base_hash": "bb" * 32, "codec": "int8", "payload_bytes": 16,
+                   "n_samples": 10},
+        "close": {"round": 4, "commits": 3}, "votes": {"round": 4, "accepted": 2, "rejected": 1}, "banned": False}
+    assert peers[BOB.peer_id_b58]["commit"]["codec"] == "fp\x1b[31m16"  # JSON escapes it; the table replaces it
+    assert peers[CAROL.peer_id_b58]["votes"] is None  # round 3 is below the window at depth 1
+    assert out["proofs"] == [{"accused": MALLORY.peer_id_b58, "round": 4, "digest_a": "01" * 32,
+                              "digest_b": "02" * 32}]
+    assert out["base_hash_claims"] == {"4": {"aa" * 32: 1, "bb" * 32: 1}, "5": {"bb" * 32: 2}}
+    assert out["skipped"] == {"close": 1, "commit": 1, "presence": 3, "proofs": 1, "votes": 1}
+
+
+def test_empty_swarm_and_hostile_values_never_crash() -> None:
+    status = asyncio.run(collect_status(FakeDHT({}), RUN))
+    assert render_table(status) == ("run status-test: 0 peer(s) present, swarm round -; no rounds read\n"
+                                    "(no valid records)\nequivocation proofs: none\ninvalid records skipped: none")
+    hostile = FakeDHT({presence_key(RUN): {str(i): bytes([i]) * i for i in range(40)},
+                       proofs_key(RUN): {"x": b"\xc1" * 100}})
+    status = asyncio.run(collect_status(hostile, RUN))
+    assert status.peers == [] and status.skipped == {"presence": 40, "proofs": 1}
