@@ -271,12 +271,13 @@ def test_a_peer_stopped_with_ctrl_c_leaves_and_nobody_waits_for_it(live: Swarm) 
     for i in range(4):
         live.start_peer(i, maddr, common)
     leaver = live.procs["peer3"]
-    _wait(lambda: any(e["round"] >= 1 for e in live.events(3, "commit")), 240, "peer3's commit of round 1", live)
+    _wait(lambda: any(e["round"] >= 2 for e in live.events(3, "commit")), 300, "peer3's commit of round 2", live)
     os.killpg(leaver.pid, signal.SIGINT)
     sent = time.time()
     left_round = max(e["round"] for e in live.events(3, "commit"))
     codes = live.wait_exit(["peer3"], 30)
     exit_s = time.time() - sent
+    print(f"peer3 exited {exit_s:.1f} s after SIGINT")
     assert codes == {"peer3": 0}
     assert exit_s < 10, f"peer3 took {exit_s:.1f} s to exit after SIGINT"
     assert "left the swarm" in live.log(3)
@@ -286,8 +287,8 @@ def test_a_peer_stopped_with_ctrl_c_leaves_and_nobody_waits_for_it(live: Swarm) 
     for i in range(3):
         rounds = {e["round"]: e for e in live.events(i, "round")}
         assert sorted(rounds) == list(range(6))
-        before = sorted(rounds[r]["seconds"] for r in range(1, left_round))
-        typical = before[len(before) // 2] if before else 10.0
+        before = sorted(rounds[r]["seconds"] for r in range(1, left_round))  # round 0 includes the join
+        typical = before[len(before) // 2]
         after = [rounds[r]["seconds"] for r in range(left_round, 6)]
         waited = max(after) - typical
         print(f"peer{i}: typical round {typical:.1f} s, rounds from the leave on {after}")
