@@ -10,13 +10,11 @@ data, the guard and attack names (torch), then the bootstrap addresses (hivemind
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import logging
-import os
 import sys
 from collections.abc import Mapping
-from typing import Any, NoReturn
+from typing import Any
 
 from p2p_guard.cli.errors import EXIT_USAGE, print_error
 from p2p_guard.cli.preflight import check_identity_file, check_port_free, check_task_data
@@ -148,21 +146,6 @@ def run(args: argparse.Namespace) -> int:
 
     progress = not args.no_progress and sys.stderr.isatty()  # no bar frames in a log file
     if not progress:
-        _exit_process(run_peer(config, progress=False))
+        return run_peer(config, progress=False)
     with logging_redirect_tqdm(loggers=[logging.getLogger("p2p_guard")]):
-        code = run_peer(config, progress=True)
-    _exit_process(code)
-
-
-def _exit_process(code: int) -> NoReturn:
-    """End the peer process now that it has shut down cleanly (DHT, ``p2pd``, files closed, watchdog stopped).
-
-    The interpreter's own finalization (garbage-collecting torch's and hivemind's objects) took 10 to 20 s on
-    a loaded machine after the peer had already said it finished, so a Ctrl+C seemed to hang and a supervisor
-    escalated to SIGKILL; nothing is left for it to do, so it is skipped.
-    """
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(code)
+        return run_peer(config, progress=True)
