@@ -32,8 +32,8 @@ EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 128 + signal.SIGTERM
 
 
-class _Terminated(BaseException):
-    """SIGTERM arrived; raised like KeyboardInterrupt so every ``finally`` and ``with`` block runs."""
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM arrived; raised as a KeyboardInterrupt so every ``finally`` block runs and the report is written."""
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -180,6 +180,45 @@ def _sigterm_raises() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _interrupted(e: Any, report_path: Path | None, workdir: Path, *, terminated: bool) -> int:
+    """Ctrl+C or SIGTERM: print the partial report's table, write it to ``--report`` too, say where; 130/143."""
+    from p2p_guard.simulation.orchestrator import write_report
+    from p2p_guard.simulation.table import format_table
+
+    what = "terminated" if terminated else "interrupted"
+    code = EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+    if e.report is None:
+        print_error(COMMAND, f"{what}; every process was stopped; no partial report; logs in {workdir}")
+        return code
+    with _signals_ignored():
+        print(format_table(e.report))
+        where = e.path
+        if report_path is not None:
+            try:
+                write_report(e.report, report_path)
+                where = report_path
+            except OSError as err:
+                print_error(COMMAND, f"cannot write the report to {report_path}: {err}")
+    done = e.report.get("interrupted", {}).get("rounds_completed")
+    print_error(COMMAND, f"{what} after {done} completed round(s); every process was stopped; partial report: "
+                         f"{where}; logs in {workdir}")
+    return code
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """Ignore SIGINT and SIGTERM meanwhile (main thread only): the partial report is being written."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``p2p-guard simulate`` with parsed arguments and return the exit code."""
     try:
@@ -203,7 +242,13 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print_error(COMMAND, str(e))
         return EXIT_USAGE
-    from p2p_guard.simulation.orchestrator import SimulationError, make_workdir, run_simulation, write_report
+    from p2p_guard.simulation.orchestrator import (
+        SimulationError,
+        SimulationInterrupted,
+        make_workdir,
+        run_simulation,
+        write_report,
+    )
     from p2p_guard.simulation.table import format_table
 
     try:
@@ -216,12 +261,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         with _sigterm_raises(), _progress_bar(config.rounds, enabled=bar) as on_progress:
             report = run_simulation(config, workdir, on_progress=on_progress, faults=plan)
-    except KeyboardInterrupt:
-        print_error(COMMAND, f"interrupted; every process was stopped; logs in {workdir}")
-        return EXIT_INTERRUPTED
+    except SimulationInterrupted as e:
+        return _interrupted(e, args.report, workdir, terminated=isinstance(e.__cause__, _Terminated))
     except _Terminated:
         print_error(COMMAND, f"terminated; every process was stopped; logs in {workdir}")
         return EXIT_TERMINATED
+    except KeyboardInterrupt:
+        print_error(COMMAND, f"interrupted; every process was stopped; logs in {workdir}")
+        return EXIT_INTERRUPTED
     except SimulationError as e:
         print_error(COMMAND, str(e))
         return EXIT_FAILED

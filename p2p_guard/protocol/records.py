@@ -11,6 +11,10 @@ Wire form (msgpack): ``[body, signature]`` where ``body`` is the msgpack encodin
 - ``kind == "close"``: the sender's commit phase of round ``round`` has closed; ``value`` is the number of
   commits in its closed set, its own included (informational). Peers reveal their payload only once every
   other sender of their own closed set has published one (or after a bounded wait).
+- ``kind == "leave"``: the sender has left the swarm (a clean stop: Ctrl+C, SIGTERM, or its last round done);
+  stored under the presence key in place of its presence record. ``round`` is the round it was in and
+  ``value`` the DHT time (whole seconds since the epoch) at which it left; readers honour it for
+  ``LEAVE_VALID_S`` only, so an old leave record replayed later says nothing.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from p2p_guard.protocol.reasons import Rejected, RejectReason
 
 __all__ = ["RECORD_KINDS", "SignedRecord", "open_record", "open_signed_record", "sign_record"]
 
-RECORD_KINDS = ("state", "presence", "close")
+RECORD_KINDS = ("state", "presence", "close", "leave")
 #: Domain separation: a record signature can never be replayed as an envelope signature, or vice versa.
 RECORD_SIGNING_CONTEXT = b"p2p_guard.record\x00"
 MAX_RECORD_BYTES = 1024
@@ -42,12 +46,12 @@ class SignedRecord:
     """A verified record: who signed what, for which run and round.
 
     Attributes:
-        kind: ``"state"``, ``"presence"`` or ``"close"``.
+        kind: ``"state"``, ``"presence"``, ``"close"`` or ``"leave"``.
         run_id: the run the record belongs to.
         round: the outer round it refers to.
         sender: the signer's PeerID bytes (its public key is inside).
-        value: ``bytes`` (32-byte state hash) for ``state``; ``int`` for ``presence`` (round) and ``close``
-            (commits in the closed set).
+        value: ``bytes`` (32-byte state hash) for ``state``; ``int`` for ``presence`` (round), ``close``
+            (commits in the closed set) and ``leave`` (DHT time it left, whole seconds).
     """
 
     kind: str
@@ -64,7 +68,7 @@ def sign_record(kind: str, run_id: str, round_: int, value: Any, identity: Ident
         kind: one of :data:`RECORD_KINDS`.
         run_id: run name.
         round_: outer round number (>= 0).
-        value: 32 bytes for ``state``; a non-negative int for ``presence`` and ``close``.
+        value: 32 bytes for ``state``; a non-negative int for ``presence``, ``close`` and ``leave``.
         identity: the signer.
 
     Returns:
@@ -79,12 +83,13 @@ def sign_record(kind: str, run_id: str, round_: int, value: Any, identity: Ident
     return msgpack.packb([body, identity.sign(RECORD_SIGNING_CONTEXT + body)], use_bin_type=True)
 
 
-def open_record(data: object, *, kind: str, run_id: str) -> SignedRecord | Rejected:
+def open_record(data: object, *, kind: str | tuple[str, ...], run_id: str) -> SignedRecord | Rejected:
     """Parse and verify a record read from the DHT. Never raises on hostile bytes.
 
     Args:
         data: whatever the DHT returned (expected ``bytes``).
-        kind: the expected record kind.
+        kind: the expected record kind, or a tuple of accepted kinds (``("presence", "leave")`` under the
+            presence key); the record's own kind is in the result.
         run_id: the expected run.
 
     Returns:
@@ -117,15 +122,15 @@ def _unpack(data: bytes) -> list[Any] | Rejected:
     return value
 
 
-def _check_fields(fields: list[Any], body: Any, signature: Any, *, kind: str, run_id: str
+def _check_fields(fields: list[Any], body: Any, signature: Any, *, kind: str | tuple[str, ...], run_id: str
                   ) -> SignedRecord | Rejected:
     if len(fields) != 6 or not isinstance(body, bytes) or not isinstance(signature, bytes):
         return Rejected(RejectReason.DECODE_ERROR, "record has the wrong structure")
     r_kind, version, r_run, r_round, sender, value = fields
     if type(version) is not int or version != PROTOCOL_VERSION:
         return Rejected(RejectReason.UNSUPPORTED_VERSION, f"protocol version {version!r}")
-    if r_kind != kind:
-        return Rejected(RejectReason.DECODE_ERROR, f"record kind {r_kind!r}, expected {kind!r}")
+    if not isinstance(r_kind, str) or (r_kind not in kind if isinstance(kind, tuple) else r_kind != kind):
+        return Rejected(RejectReason.DECODE_ERROR, f"record kind {str(r_kind)[:64]!r}, expected {kind!r}")
     if not isinstance(sender, bytes):
         return Rejected(RejectReason.DECODE_ERROR, "sender is not bytes")
     if not signature:
@@ -136,11 +141,11 @@ def _check_fields(fields: list[Any], body: Any, signature: Any, *, kind: str, ru
         return Rejected(RejectReason.WRONG_RUN, f"run {r_run!r}")
     if not isinstance(r_round, int) or isinstance(r_round, bool) or not 0 <= r_round <= _MAX_INT64:
         return Rejected(RejectReason.DECODE_ERROR, f"round {r_round!r}")
-    valid_value = (isinstance(value, bytes) and len(value) == 32) if kind == "state" else (
+    valid_value = (isinstance(value, bytes) and len(value) == 32) if r_kind == "state" else (
         isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_INT64)
     if not valid_value:
-        return Rejected(RejectReason.DECODE_ERROR, f"bad {kind} value")
-    return SignedRecord(kind=kind, run_id=r_run, round=r_round, sender=sender, value=value)
+        return Rejected(RejectReason.DECODE_ERROR, f"bad {r_kind} value")
+    return SignedRecord(kind=r_kind, run_id=r_run, round=r_round, sender=sender, value=value)
 
 
 def open_signed_record(data: object, *, max_bytes: int = MAX_RECORD_BYTES) -> SignedRecord | Rejected:

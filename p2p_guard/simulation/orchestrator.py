@@ -57,6 +57,7 @@ __all__ = [
     "ProcessFailed",
     "Progress",
     "SimulationError",
+    "SimulationInterrupted",
     "SimulationTimeout",
     "bootstrap_command",
     "load_theta",
@@ -83,6 +84,24 @@ class SimulationError(RuntimeError):
 
 class SimulationTimeout(SimulationError):
     """A bounded wait of the simulation ran out."""
+
+
+class SimulationInterrupted(KeyboardInterrupt):
+    """The run was interrupted (Ctrl+C, or SIGTERM raised as a ``KeyboardInterrupt``); every process is stopped.
+
+    Raised from the interrupt (``__cause__``) once the partial report is written.
+
+    Attributes:
+        report: the report of the rounds completed so far (same code as a finished run, plus ``interrupted``),
+            or None if it could not be built.
+        path: where it was written (``workdir/report.json``), or None.
+    """
+
+    def __init__(self, report: dict[str, Any] | None, path: Path | None) -> None:
+        """Args: report: the partial report (None: not built); path: its file (None: not written)."""
+        super().__init__("interrupted")
+        self.report = report
+        self.path = path
 
 
 class ProcessFailed(SimulationError):
@@ -825,8 +844,11 @@ def _describe(procs: Sequence[psutil.Process]) -> list[str]:
     return out
 
 
-def _honest_thetas(swarm: LocalSwarm) -> list[torch.Tensor]:
-    """Final models of the honest peers (from the ``final`` event's ``state_path``, else the default path)."""
+def _honest_thetas(swarm: LocalSwarm, *, partial: bool = False) -> list[torch.Tensor]:
+    """Final models of the honest peers (from the ``final`` event's ``state_path``, else the default path).
+
+    With ``partial`` (an interrupted run), a peer whose state cannot be read is left out instead of failing.
+    """
     thetas = []
     for log in swarm.peer_logs():
         if log.byzantine:
@@ -835,7 +857,11 @@ def _honest_thetas(swarm: LocalSwarm) -> list[torch.Tensor]:
         path = Path(finals[-1].get("state_path") or "") if finals else Path()
         if not finals or not path.name:
             path = peer_paths(swarm.workdir, log.index)["state"]
-        thetas.append(load_theta(path))
+        try:
+            thetas.append(load_theta(path))
+        except SimulationError:
+            if not partial:
+                raise
     return thetas
 
 
@@ -897,6 +923,9 @@ def run_simulation(
     """Run a local swarm to its end and return the report (see :func:`.report.build_report`).
 
     Every process is stopped before this returns or raises, whatever happens (KeyboardInterrupt included).
+    Interrupted (KeyboardInterrupt), it still writes the report of the rounds completed so far to
+    ``workdir/report.json`` (built by the same code, with ``interrupted`` added) and raises
+    :class:`SimulationInterrupted` carrying it.
 
     Args:
         config: the swarm's settings.
@@ -913,8 +942,10 @@ def run_simulation(
         ProcessFailed: a peer (or the bootstrap node at start) exited non-zero; the message names its log.
         SimulationTimeout: the run, or the bootstrap node's start, took too long.
         SimulationError: the peers' outputs cannot be read.
+        SimulationInterrupted: KeyboardInterrupt (Ctrl+C) arrived; the partial report is written.
     """
     deadline = time.monotonic() + config.timeout_s
+    interrupted: KeyboardInterrupt | None = None
     with LocalSwarm(config, workdir, entry=entry) as swarm:
         logger.info(
             "simulation in %s: %d honest + %d Byzantine peers", swarm.workdir, config.honest, config.byzantine
@@ -926,11 +957,17 @@ def run_simulation(
         try:
             swarm.start()
             _drive(swarm, deadline, on_progress, poll_interval_s, watchers)
+        except KeyboardInterrupt as e:
+            interrupted = e
         finally:
             fault_records = injector.finish(swarm.positions()) if injector is not None else []
             for record in fault_records:
                 logger.info("fault %s (%s): fired=%s at round %s", record["number"], record["kind"],
                             record["fired"], record["fired_round"])  # fmt: skip
+    if interrupted is not None:
+        with _signals_deferred():  # a second Ctrl+C does not cut the report short
+            report, path = _partial_report(swarm, watchers, faults, fault_records, config)
+        raise SimulationInterrupted(report, path) from interrupted
     swarm.poll_events()
     watchers.tracker.update(swarm.positions(), final=True)
     observations = RunObservations(
@@ -946,3 +983,31 @@ def run_simulation(
     report = build_report(report_config, swarm.peer_logs(), _honest_thetas(swarm), observations)
     write_report(report, swarm.workdir / "report.json")
     return report
+
+
+def _partial_report(swarm: LocalSwarm, watchers: _Watchers, faults: FaultPlan | None,
+                    fault_records: list[dict[str, Any]], config: SimulationConfig
+                    ) -> tuple[dict[str, Any] | None, Path | None]:
+    """The report of an interrupted run (its processes already stopped), written to ``workdir/report.json``."""
+    try:
+        swarm.poll_events()
+        watchers.tracker.update(swarm.positions(), final=True)
+        observations = RunObservations(
+            round_distances=watchers.tracker.distances,
+            run_started=swarm.run_started,
+            launch_times=swarm.launch_times,
+            start_attempts={i: 1 + n for i, n in swarm.start_retries.items()},
+            memory_samples=swarm.memory_samples,
+            fault_plan=faults.to_dict() if faults is not None else None,
+            faults=fault_records,
+        )
+        report_config = {**config.to_dict(), "workdir": str(swarm.workdir)}
+        report = build_report(report_config, swarm.peer_logs(), _honest_thetas(swarm, partial=True), observations)
+        done = min((swarm.rounds_done(i) for i in range(config.honest)), default=0)
+        report["interrupted"] = {"rounds_completed": done, "rounds_planned": config.rounds}
+        path = swarm.workdir / "report.json"
+        write_report(report, path)
+    except (SimulationError, OSError, ValueError, RuntimeError) as e:
+        logger.warning("no partial report: %s", e)
+        return None, None
+    return report, path

@@ -54,10 +54,10 @@ from p2p_guard.swarm.reaper import start_reaper, stop_reaper_if_clean
 from p2p_guard.swarm.checkpoint import Checkpoint, CheckpointError, last_committed, load_checkpoint, mark_committed, \
     save_checkpoint
 from p2p_guard.swarm.mixing import MOMENTUM_MIX_RADIUS, clipped_gossip, robust_centre
-from p2p_guard.swarm.records import COMMIT_TTL_S, PRESENCE_TTL_S, commit_key, presence_key, publish_proof, \
-    read_closes, read_presence, read_proofs
-from p2p_guard.swarm.rounds import IntegrityVerdict, await_commits, check_rows, late_commits, open_commits, \
-    reveal_after_close, revealed_payloads
+from p2p_guard.swarm.records import COMMIT_TTL_S, PRESENCE_TTL_S, commit_key, presence_key, publish_leave, \
+    publish_proof, read_closes, read_presence, read_proofs
+from p2p_guard.swarm.rounds import Departures, IntegrityVerdict, await_commits, check_rows, first_of, late_commits, \
+    open_commits, reveal_after_close, revealed_payloads
 from p2p_guard.swarm.sampling import sample_senders, staleness_weight
 from p2p_guard.swarm.slowloris import server_for, start_slow_client
 from p2p_guard.swarm.standing import VoteBook
@@ -74,6 +74,8 @@ logger = logging.getLogger(__name__)
 PRESENCE_REFRESH_S = 3.0
 #: How often the peer asks ``p2pd`` for its addresses and connections (``network`` events), in seconds.
 NETWORK_POLL_S = 5.0
+#: On the way out, the leave record's store and the announcer's last store are each given this long (seconds).
+LEAVE_TIMEOUT_S = 3.0
 #: An equivocating attacker stores its second envelope this long after the first (seconds).
 EQUIVOCATION_DELAY_S = 1.0
 
@@ -170,6 +172,7 @@ class Peer:
         self.paused = False
         self.resumed = False  # set when a pause (not the first join) ended; _maybe_catch_up clears it
         self.metrics: PeerMetrics | None = None  # the Prometheus endpoint's (``metrics_port``); None: off
+        self.departures = Departures(dht, config.run_id)  # peers that left (signed leave records)
 
     @property
     def attack_kind(self) -> str | None:
@@ -383,7 +386,9 @@ class Peer:
                               "reason": RejectReason.EXCLUDED.value, "detail": "excluded by our reputation"}
                              for s in sorted(commits) if s in excluded]
         commits = {s: raw for s, raw in commits.items() if s not in self.banned and s not in excluded}
-        await reveal_after_close(self.dht, self.server, self.identity, self.config, round_, commits, serve, stop)
+        await reveal_after_close(self.dht, self.server, self.identity, self.config, round_, commits, serve, stop,
+                                 self.departures)
+        self._drop_departed(commits, round_)
         commits[self.me] = sealed
         # A present peer that withheld its commit may commit the moment it fetches a revealed payload (a copycat):
         # give such a commit grace_s to land before the one re-read, so that it is reported.
@@ -394,7 +399,8 @@ class Peer:
                                   max_payload_bytes=self.config.max_payload_bytes,
                                   max_staleness=self.config.max_staleness)
         sampled = sample_senders(envelopes, self.config.fanout, self.rng) if envelopes else []
-        rows, more = await check_rows(self.p2p, {s: envelopes[s] for s in sampled}, expect, self.config, {}, stop)
+        rows, more = await check_rows(self.p2p, {s: envelopes[s] for s in sampled}, expect, self.config, {}, stop,
+                                      self.departures)
         outcome.fetched = len(rows)
         outcome.bytes_received = sum(envelopes[s].payload_bytes for s in rows)
         late = await late_commits(self.dht, self.config, round_, commits, not_before=not_before, stop=stop,
@@ -412,6 +418,16 @@ class Peer:
             self.log.warning("no other peer's update arrived this round; the model is left unchanged")
         outcome.mix = mix
         return outcome
+
+    def _drop_departed(self, commits: dict[str, bytes], round_: int) -> None:
+        """Drop the commits of senders that have left the swarm since (never fetched, no verdict: they are gone)."""
+        gone = sorted(s for s in commits if s in self.departures.left and s != self.me)
+        for sender in gone:
+            del commits[sender]
+        if gone:
+            self.log.info("not fetching %d sender(s) that left the swarm: %s", len(gone),
+                          ", ".join(s[-8:] for s in gone))
+            self.events.emit("departed", round=round_, senders=gone)
 
     def _record_rejections(self, rejected: list[IntegrityVerdict], round_: int, outcome: RoundOutcome) -> None:
         for v in rejected:
@@ -447,7 +463,9 @@ class Peer:
         0.5 s for up to ``wait_s`` seconds. Only finite states of exactly 4·d bytes are returned.
         """
         size = 4 * self.local.numel
-        results = await asyncio.gather(*(self._fetch_vector(kind, p, round_, wait_s, stop) for p in peers))
+        watch = self.departures.watching(stop) if peers else contextlib.nullcontext()
+        async with watch:
+            results = await asyncio.gather(*(self._fetch_vector(kind, p, round_, wait_s, stop) for p in peers))
         states: dict[str, torch.Tensor] = {}
         for p, data in zip(peers, results, strict=False):
             if stop.is_set() or data is None or len(data) != size:
@@ -464,11 +482,14 @@ class Peer:
                             ) -> bytes | None:
         size = 4 * self.local.numel
         deadline = time.monotonic() + wait_s
-        while not stop.is_set():
-            result = await fetch(self.p2p, PeerID.from_base58(peer), self.config.run_id, [kind, round_],
-                                 max_bytes=size, timeout_s=self.config.fetch_timeout_s,
-                                 idle_timeout_s=self.config.fetch_idle_timeout_s,
-                                 min_bytes_per_s=self.config.min_fetch_bytes_per_s)
+        gone = self.departures.event(peer)  # cut at once when it leaves, or when we stop
+        while not stop.is_set() and not gone.is_set():
+            result = await first_of(fetch(self.p2p, PeerID.from_base58(peer), self.config.run_id, [kind, round_],
+                                          max_bytes=size, timeout_s=self.config.fetch_timeout_s,
+                                          idle_timeout_s=self.config.fetch_idle_timeout_s,
+                                          min_bytes_per_s=self.config.min_fetch_bytes_per_s), stop, gone)
+            if result is None:
+                return None
             if result.status == OK:
                 return result.data
             if time.monotonic() + 0.5 > deadline or result.status == TOO_SLOW:
@@ -688,6 +709,7 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
     watcher: asyncio.Task[None] | None = None
     slow_client: asyncio.Task[Any] | None = None
     metrics: PeerMetrics | None = None
+    peer: Peer | None = None
     try:
         metrics = start_metrics(config.metrics_port, config.host)
         p2p = dht.p2p
@@ -715,11 +737,35 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
         for background in (announcer, watcher, slow_client):
             if background is not None:
                 with contextlib.suppress(BaseException):
-                    await asyncio.wait_for(background, 5.0)
+                    await asyncio.wait_for(background, LEAVE_TIMEOUT_S)
+        if peer is not None:
+            await _leave(peer)
         await dht.shutdown()
         if metrics is not None:
             metrics.close()
         events.close()
+
+
+async def _leave(peer: Peer) -> None:
+    """Withdraw from the swarm on the way out: our signed leave record replaces our presence, then we stop serving.
+
+    The leave record comes first, so that a peer fetching from us sees it (and drops us) before our server
+    answers ``NOT_FOUND``; our announcer has stopped, so no presence record follows it. Bounded: a DHT that
+    does not answer costs :data:`LEAVE_TIMEOUT_S`, and the others then drop us when our presence expires.
+    """
+    try:
+        stored = await asyncio.wait_for(publish_leave(peer.dht, peer.identity, peer.config.run_id, peer.round),
+                                        LEAVE_TIMEOUT_S)
+    except (asyncio.TimeoutError, OSError, P2PDaemonError) as e:
+        peer.log.debug("leave record not stored: %s", e)
+        stored = False
+    peer.server.withdraw()
+    peer.events.emit("leave", round=peer.round, stored=stored)
+    if stored:
+        peer.log.info("left the swarm: presence withdrawn (signed leave record), nothing served any more")
+    else:
+        peer.log.warning("left the swarm without a leave record (the DHT did not take it); nothing served any "
+                         "more, and the others drop us when our presence expires (%.0f s)", PRESENCE_TTL_S)
 
 
 async def _start_round(peer: Peer, config: PeerConfig, stop: asyncio.Event) -> int:

@@ -2,7 +2,8 @@
 
 | key                               | subkey            | value                                   | TTL   |
 |-----------------------------------|-------------------|-----------------------------------------|-------|
-| ``p2p_guard/<run>/presence``      | sender PeerID b58 | signed ``presence`` record (its round)  | 12 s  |
+| ``p2p_guard/<run>/presence``      | sender PeerID b58 | signed ``presence`` record (its round), or | 12 s  |
+|                                   |                   | its signed ``leave`` record once it left |       |
 | ``p2p_guard/<run>/<round>/commit``| sender PeerID b58 | signed envelope (``protocol.envelope``) | 10 min|
 | ``p2p_guard/<run>/<round>/close`` | sender PeerID b58 | signed ``close`` record (its commit count) | 10 min|
 | ``p2p_guard/<run>/<round>/votes`` | voter PeerID b58  | signed ``votes`` record (its verdicts)  | 10 min|
@@ -17,6 +18,9 @@ it. DHT nodes enforce the same rules on store (``swarm.validator.RecordValidator
 from __future__ import annotations
 
 import logging
+from typing import NamedTuple
+
+import hivemind.utils
 
 from p2p_guard.identity import Identity, peer_id_to_b58
 from p2p_guard.protocol.proof import EquivocationProof, verify_proof
@@ -24,9 +28,10 @@ from p2p_guard.protocol.reasons import Rejected
 from p2p_guard.protocol.records import SignedRecord, open_record, sign_record
 from p2p_guard.swarm.dht import SwarmDHT
 
-__all__ = ["CLOSE_TTL_S", "COMMIT_TTL_S", "KEY_PREFIX", "PRESENCE_TTL_S", "PROOF_TTL_S", "VOTES_TTL_S",
-           "close_key", "commit_key", "presence_key", "proofs_key", "publish_close", "publish_proof", "read_closes",
-           "read_presence", "read_proofs", "votes_key"]
+__all__ = ["CLOSE_TTL_S", "COMMIT_TTL_S", "KEY_PREFIX", "LEAVE_VALID_S", "PRESENCE_TTL_S", "PROOF_TTL_S",
+           "VOTES_TTL_S", "Roster", "close_key", "commit_key", "presence_key", "proofs_key", "publish_close",
+           "publish_leave", "publish_proof", "read_closes", "read_presence", "read_proofs", "read_roster",
+           "votes_key"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +43,9 @@ CLOSE_TTL_S = 600.0
 VOTES_TTL_S = 600.0
 #: A proof expires like any record; every honest peer that holds one republishes it each round.
 PROOF_TTL_S = 600.0
+#: A leave record counts only while its signed leave time is within this many seconds of our DHT time (the
+#: validators' cap on a presence-key value's lifetime): an old one replayed later is ignored.
+LEAVE_VALID_S = 60.0
 
 
 def commit_key(run_id: str, round_: int) -> str:
@@ -152,8 +160,77 @@ async def read_closes(dht: SwarmDHT, run_id: str, round_: int) -> set[str]:
     return closed
 
 
+class Roster(NamedTuple):
+    """What the presence key says: who is present (with its self-reported round) and who has left.
+
+    Attributes:
+        present: ``{PeerID b58: round}`` of every validly signed presence record.
+        left: PeerIDs whose latest value is their own signed ``leave`` record, left at most
+            :data:`LEAVE_VALID_S` ago.
+    """
+
+    present: dict[str, int]
+    left: frozenset[str]
+
+
+async def publish_leave(dht: SwarmDHT, identity: Identity, run_id: str, round_: int,
+                        ttl_s: float = PRESENCE_TTL_S) -> bool:
+    """Store our signed ``leave`` record under the presence key (subkey = our PeerID): we have left the swarm.
+
+    It replaces our presence record (the DHT keeps the value with the later expiration under a subkey, and
+    this one expires ``ttl_s`` from now, after every presence record we stored before it), so every reader
+    stops counting us at its next read, instead of up to :data:`PRESENCE_TTL_S` later. Only our key can sign
+    it: nobody can make another peer leave.
+
+    Args:
+        dht: the DHT to write.
+        identity: our key.
+        run_id: the run.
+        round_: the round we were in (informational).
+        ttl_s: lifetime in seconds (at most the validators' cap for the presence key, 60 s).
+
+    Returns:
+        True if at least one DHT node accepted it.
+    """
+    record = sign_record("leave", run_id, round_, int(hivemind.utils.get_dht_time()), identity)
+    return await dht.store(presence_key(run_id), identity.peer_id_b58, record, ttl_s)
+
+
+async def read_roster(dht: SwarmDHT, run_id: str) -> Roster:
+    """Read the presence key once: the present peers and those that announced their leave.
+
+    A value counts only if it opens as a ``presence`` or ``leave`` record of ``run_id`` (signature included)
+    signed by the PeerID of its subkey; a leave record only if its signed leave time is within
+    :data:`LEAVE_VALID_S` of our DHT time (older: the peer is neither present nor known to have left).
+
+    Args:
+        dht: the DHT to read.
+        run_id: the run.
+
+    Returns:
+        The :class:`Roster`.
+    """
+    present: dict[str, int] = {}
+    left: set[str] = set()
+    now = hivemind.utils.get_dht_time()
+    for subkey, raw in (await dht.read(presence_key(run_id))).items():
+        record = open_record(raw, kind=("presence", "leave"), run_id=run_id)
+        if isinstance(record, Rejected):
+            logger.debug("presence record under %s rejected: %s", subkey[:16], record.detail)
+            continue
+        if not _owner_matches(record, subkey):
+            continue
+        if record.kind == "presence":
+            present[subkey] = int(record.value)
+        elif abs(now - int(record.value)) <= LEAVE_VALID_S:
+            left.add(subkey)
+    return Roster(present, frozenset(left))
+
+
 async def read_presence(dht: SwarmDHT, run_id: str) -> dict[str, int]:
     """Return ``{PeerID b58: round}`` for every validly signed, unexpired presence record.
+
+    A peer whose value is its ``leave`` record is not present (:func:`read_roster`).
 
     Args:
         dht: the DHT to read.
@@ -162,15 +239,7 @@ async def read_presence(dht: SwarmDHT, run_id: str) -> dict[str, int]:
     Returns:
         The present peers and the round each says it is in (self-reported: a hint, never trusted).
     """
-    present: dict[str, int] = {}
-    for subkey, raw in (await dht.read(presence_key(run_id))).items():
-        record = open_record(raw, kind="presence", run_id=run_id)
-        if isinstance(record, Rejected):
-            logger.debug("presence record under %s rejected: %s", subkey[:16], record.detail)
-            continue
-        if _owner_matches(record, subkey):
-            present[subkey] = int(record.value)
-    return present
+    return (await read_roster(dht, run_id)).present
 
 
 def _owner_matches(record: SignedRecord, subkey: str) -> bool:

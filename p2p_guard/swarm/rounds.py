@@ -23,9 +23,9 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import torch
 from hivemind.p2p import P2P, PeerID
@@ -36,7 +36,7 @@ from p2p_guard.protocol import Envelope, Rejected, RejectReason, open_envelope, 
 from p2p_guard.swarm.allowlist import filter_allowed
 from p2p_guard.swarm.config import PeerConfig
 from p2p_guard.swarm.dht import SwarmDHT
-from p2p_guard.swarm.records import commit_key, publish_close, read_closes, read_presence
+from p2p_guard.swarm.records import commit_key, publish_close, read_closes, read_presence, read_roster
 from p2p_guard.swarm.transport import (
     BUSY,
     NOT_READY,
@@ -46,12 +46,92 @@ from p2p_guard.swarm.transport import (
     fetch,
 )
 
-__all__ = ["ClosedCommits", "IntegrityVerdict", "await_closes", "await_commits", "check_rows", "late_commits",
-           "open_commits", "reveal_after_close", "revealed_payloads"]
+__all__ = ["ClosedCommits", "Departures", "IntegrityVerdict", "await_closes", "await_commits", "check_rows",
+           "first_of", "late_commits", "open_commits", "reveal_after_close", "revealed_payloads"]
 
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.5
+
+_T = TypeVar("_T")
+
+
+async def first_of(awaitable: Awaitable[_T], *events: asyncio.Event) -> _T | None:
+    """Await ``awaitable`` unless one of ``events`` is set first (then it is cancelled and None returned).
+
+    A fetch to a peer that has stopped, or our own shutdown, must not hold us for the fetch's whole timeout.
+    """
+    task = asyncio.ensure_future(awaitable)
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait([task, *waiters], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+    return task.result() if task.done() and not task.cancelled() else None
+
+
+class Departures:
+    """The peers that have left the swarm (their signed ``leave`` record, ``swarm.records.read_roster``).
+
+    One per peer process. :meth:`refresh` reads the presence key; :meth:`watching` refreshes it every
+    :data:`POLL_S` while a phase that waits on other peers runs (fetching payloads or states), and
+    :meth:`event` is set the moment a given peer is seen to have left, so that a fetch to it is cut at once
+    (:func:`first_of`). A peer that comes back (a presence record replaces its leave record) is no longer
+    counted as left.
+    """
+
+    def __init__(self, dht: SwarmDHT, run_id: str) -> None:
+        """Args: dht: the DHT to read; run_id: the run."""
+        self.dht = dht
+        self.run_id = run_id
+        self.left: frozenset[str] = frozenset()
+        self._events: dict[str, asyncio.Event] = {}
+
+    def event(self, peer: str) -> asyncio.Event:
+        """An event set once ``peer`` (PeerID b58) is seen to have left."""
+        event = self._events.get(peer)
+        if event is None:
+            event = self._events[peer] = asyncio.Event()
+            if peer in self.left:
+                event.set()
+        return event
+
+    def note(self, left: frozenset[str]) -> frozenset[str]:
+        """Record the peers now seen as left; return those that were not left before."""
+        new = left - self.left
+        for peer in self.left - left:  # back again
+            self._events.pop(peer, None)
+        self.left = left
+        for peer in new:
+            if peer in self._events:
+                self._events[peer].set()
+        return new
+
+    async def refresh(self) -> frozenset[str]:
+        """Read the presence key once; return the peers newly seen as left."""
+        return self.note((await read_roster(self.dht, self.run_id)).left)
+
+    async def _watch(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self.refresh()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), POLL_S)
+
+    @contextlib.asynccontextmanager
+    async def watching(self, stop: asyncio.Event) -> AsyncIterator[None]:
+        """Refresh every :data:`POLL_S` in the background while the block runs."""
+        task = asyncio.create_task(self._watch(stop))
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
 
 
 @dataclass(frozen=True)
@@ -128,11 +208,12 @@ async def await_commits(dht: SwarmDHT, config: PeerConfig, round_: int, me: str 
 
 
 async def await_closes(dht: SwarmDHT, config: PeerConfig, round_: int, waiting: Collection[str],
-                       stop: asyncio.Event) -> frozenset[str]:
+                       stop: asyncio.Event, departures: Departures | None = None) -> frozenset[str]:
     """Poll the round's close key until every sender in ``waiting`` has published its ``close`` record.
 
     Gives up ``reveal_wait_s`` after it started (or when ``stop`` is set), so a sender that committed but
-    never closes delays us by at most that long.
+    never closes delays us by at most that long. A sender that has left the swarm (its signed ``leave``
+    record, read through ``departures`` whenever someone is still missing) is not waited for.
 
     Args:
         dht: the DHT to read.
@@ -140,6 +221,7 @@ async def await_closes(dht: SwarmDHT, config: PeerConfig, round_: int, waiting: 
         round_: the round.
         waiting: PeerIDs (base58) whose close records we wait for (the other senders of our closed set).
         stop: set on shutdown.
+        departures: the peers that left (None: not checked).
 
     Returns:
         The senders of ``waiting`` whose close record was not seen (empty when all closed in time).
@@ -148,6 +230,9 @@ async def await_closes(dht: SwarmDHT, config: PeerConfig, round_: int, waiting: 
     missing = frozenset(waiting)
     while missing and not stop.is_set():
         missing = missing - await read_closes(dht, config.run_id, round_)
+        if missing and departures is not None:
+            await departures.refresh()
+            missing = missing - departures.left
         remaining = deadline - time.monotonic()
         if not missing or remaining <= 0:
             break
@@ -157,7 +242,7 @@ async def await_closes(dht: SwarmDHT, config: PeerConfig, round_: int, waiting: 
 
 async def reveal_after_close(dht: SwarmDHT, server: PayloadServer, identity: Identity, config: PeerConfig,
                              round_: int, closed: Collection[str], payload: bytes,
-                             stop: asyncio.Event) -> frozenset[str]:
+                             stop: asyncio.Event, departures: Departures | None = None) -> frozenset[str]:
     """Publish our close record, wait for the others' (bounded by ``reveal_wait_s``), then serve ``payload``.
 
     Commit before reveal across the swarm: every other sender of our closed commit set has closed its own
@@ -173,14 +258,15 @@ async def reveal_after_close(dht: SwarmDHT, server: PayloadServer, identity: Ide
         closed: the senders (base58) of our closed commit set, banned ones removed; ours may be in it.
         payload: the bytes to serve as our update of ``round_``.
         stop: set on shutdown.
+        departures: senders that left the swarm are not waited for (None: no such check).
 
     Returns:
-        The senders whose close record we did not see before revealing.
+        The senders whose close record we did not see before revealing (those that left excluded).
     """
     me = identity.peer_id_b58
     others = frozenset(closed) - {me}
     await publish_close(dht, identity, config.run_id, round_, len(others) + 1)
-    missing = await await_closes(dht, config, round_, others, stop)
+    missing = await await_closes(dht, config, round_, others, stop, departures)
     if missing and not stop.is_set():
         logger.warning("round %d: revealing after %.0f s without the close records of %d sender(s): %s",
                        round_, config.reveal_wait_s, len(missing), ", ".join(sorted(s[-8:] for s in missing)))
@@ -289,9 +375,13 @@ async def revealed_payloads(p2p: P2P, dht: SwarmDHT, config: PeerConfig, round_:
 
 
 async def check_rows(p2p: P2P, envelopes: dict[str, Envelope], expect: RoundExpectation, config: PeerConfig,
-                     local_payloads: dict[str, bytes], stop: asyncio.Event
+                     local_payloads: dict[str, bytes], stop: asyncio.Event, departures: Departures | None = None
                      ) -> tuple[dict[str, torch.Tensor], list[IntegrityVerdict]]:
     """Check each envelope against the round, fetch its payload (bounded), and check the payload.
+
+    A fetch in flight ends at once when ``stop`` is set, or when its sender is seen to have left the swarm
+    (``departures``, refreshed every :data:`POLL_S` meanwhile): such a sender gets no verdict (it did nothing
+    wrong, it is gone) and no row.
 
     Args:
         p2p: our P2P replica.
@@ -300,6 +390,7 @@ async def check_rows(p2p: P2P, envelopes: dict[str, Envelope], expect: RoundExpe
         config: peer settings (fetch deadline, idle timeout and rate floor).
         local_payloads: payloads we already hold (our own), by sender; they are not fetched.
         stop: set when the peer is shutting down.
+        departures: the peers that left (None: not watched).
 
     Returns:
         ``{sender: (d,) float32 update}`` for the updates that passed, and one verdict per sender rejected.
@@ -314,9 +405,14 @@ async def check_rows(p2p: P2P, envelopes: dict[str, Envelope], expect: RoundExpe
         else:
             to_fetch[sender] = env
     deadline = time.monotonic() + config.fetch_timeout_s
-    fetched = await asyncio.gather(*(
-        _payload(p2p, sender, env, config, deadline, local_payloads, stop) for sender, env in to_fetch.items()))
+    watch = departures.watching(stop) if departures is not None and to_fetch else contextlib.nullcontext()
+    async with watch:
+        fetched = await asyncio.gather(*(
+            _payload(p2p, sender, env, config, deadline, local_payloads, stop, departures)
+            for sender, env in to_fetch.items()))
     for (sender, env), payload in zip(to_fetch.items(), fetched):
+        if payload is None:  # it left the swarm
+            continue
         checked = payload if isinstance(payload, Rejected) else check_payload(env, payload, expect)
         if isinstance(checked, Rejected):
             verdicts.append(IntegrityVerdict(sender, checked.reason, checked.detail))
@@ -326,25 +422,39 @@ async def check_rows(p2p: P2P, envelopes: dict[str, Envelope], expect: RoundExpe
 
 
 async def _payload(p2p: P2P, sender: str, env: Envelope, config: PeerConfig, deadline: float,
-                   local: dict[str, bytes], stop: asyncio.Event) -> bytes | Rejected:
-    """Fetch one sender's payload, retrying until ``deadline``; a sender cut for slowness is not retried."""
+                   local: dict[str, bytes], stop: asyncio.Event, departures: Departures | None = None
+                   ) -> bytes | Rejected | None:
+    """Fetch one sender's payload, retrying until ``deadline``; a sender cut for slowness is not retried.
+
+    None: we stopped, or the sender left the swarm (the fetch in flight is cut at once).
+    """
     if sender in local:
         return local[sender][:env.payload_bytes + 1]
     peer = PeerID(env.sender)
     detail = "no answer"
-    while not stop.is_set():
+    gone = departures.event(sender) if departures is not None else asyncio.Event()
+    while not stop.is_set() and not gone.is_set():
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
-        result = await fetch(p2p, peer, config.run_id, ["payload", env.round], max_bytes=env.payload_bytes,
-                             timeout_s=remaining, idle_timeout_s=config.fetch_idle_timeout_s,
-                             min_bytes_per_s=config.min_fetch_bytes_per_s)
+        result = await first_of(fetch(p2p, peer, config.run_id, ["payload", env.round],
+                                      max_bytes=env.payload_bytes, timeout_s=remaining,
+                                      idle_timeout_s=config.fetch_idle_timeout_s,
+                                      min_bytes_per_s=config.min_fetch_bytes_per_s), stop, gone)
+        if result is None:
+            return None
         if result.status == OK and result.data is not None:
             return result.data
+        if departures is not None and result.status != NOT_READY:  # a leaving peer withdraws its serve first
+            await departures.refresh()
+            if gone.is_set():
+                return None
         detail = result.detail or f"status {result.status}"
         if result.status == TOO_SLOW:  # it answered OK, then stalled or trickled: a slowloris is not retried
             return Rejected(RejectReason.TIMEOUT, f"sender too slow, stream cut ({detail})")
         if result.status not in (NOT_READY, BUSY, -1):
             return Rejected(RejectReason.UNAVAILABLE, f"sender refused to serve its committed payload ({detail})")
         await asyncio.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
+    if stop.is_set() or gone.is_set():
+        return None
     return Rejected(RejectReason.TIMEOUT, f"payload not received before the fetch deadline ({detail})")

@@ -222,6 +222,7 @@ class PayloadServer:
         self._states: dict[bytes, bytes] = {}
         self._thetas: dict[int, bytes] = {}
         self._momenta: dict[int, bytes] = {}
+        self._withdrawn = False
         self._open = 0
         self._refusing = 0
         self._open_by_peer: dict[str, int] = {}
@@ -248,14 +249,33 @@ class PayloadServer:
         """Register the stream handler on ``p2p`` (a replica of the DHT's daemon)."""
         await p2p.add_binary_stream_handler(handler_name(self.run_id), self._handle)
 
+    def withdraw(self) -> None:
+        """Stop serving anything (the peer is leaving): every later request gets ``NOT_FOUND``.
+
+        A fetcher stops asking at once (``NOT_FOUND`` ends its attempts) instead of retrying a ``NOT_READY``
+        payload that will never come. Later :meth:`reveal` and ``publish_*`` calls are ignored.
+        """
+        self._withdrawn = True
+        for table in (self._payloads, self._states, self._thetas, self._momenta):
+            table.clear()
+
+    @property
+    def withdrawn(self) -> bool:
+        """True once :meth:`withdraw` was called."""
+        return self._withdrawn
+
     def reveal(self, round_: int, payload: bytes) -> None:
         """Start serving ``payload`` as this peer's update of ``round_``."""
+        if self._withdrawn:
+            return
         self._payloads[round_] = payload
         for old in sorted(self._payloads)[:-MAX_KEPT_ROUNDS]:
             del self._payloads[old]
 
     def publish_state(self, state_hash: bytes, state: bytes) -> None:
         """Serve ``state`` (raw fp32 bytes of θ and the outer momentum) under its hash."""
+        if self._withdrawn:
+            return
         self._states[state_hash] = state
         for old in list(self._states)[:-MAX_KEPT_ROUNDS]:
             del self._states[old]
@@ -267,7 +287,8 @@ class PayloadServer:
         round, ``["theta", r]``) or to catch up (``["theta", -1]``: the latest). Only the last
         :data:`MAX_KEPT_ROUNDS` are kept.
         """
-        _keep(self._thetas, round_, theta)
+        if not self._withdrawn:
+            _keep(self._thetas, round_, theta)
 
     def publish_momentum(self, round_: int, momentum: bytes) -> None:
         """Serve ``momentum`` (raw little-endian fp32 bytes of our outer momentum at the start of ``round_``).
@@ -275,7 +296,8 @@ class PayloadServer:
         Served as ``["momentum", r]`` (``-1``: the latest), beside ``["theta", r]``: mixing moves the outer
         momentum toward the sampled peers' too (``Peer.mix``). Only the last :data:`MAX_KEPT_ROUNDS` are kept.
         """
-        _keep(self._momenta, round_, momentum)
+        if not self._withdrawn:
+            _keep(self._momenta, round_, momentum)
 
     @property
     def open_streams(self) -> int:
@@ -404,6 +426,8 @@ class PayloadServer:
         if not (isinstance(request, list) and len(request) == 2):
             return BAD_REQUEST, None
         kind, key = request
+        if self._withdrawn:
+            return NOT_FOUND, None
         if kind == "payload" and isinstance(key, int) and not isinstance(key, bool):
             data = self._payloads.get(key)
         elif kind == "state" and isinstance(key, bytes):

@@ -28,9 +28,10 @@ only if, first failure wins:
    the base58 text of an Ed25519 PeerID (``bad_subkey``);
 2. its value is at most ``max_value_bytes`` (``oversize``) and its expiration is finite and at most
    ``max_ttl_s`` in the future (``bad_expiration``);
-3. its value is a msgpack ``bin`` holding an envelope (``commit``), a signed record (``presence``, ``close``,
-   ``votes``) or an equivocation proof (``proofs``) that opens: structure, version, signature (``decode_error``,
-   ``oversize``, ``unsupported_version``, ``unsigned``, ``bad_signature``; for a proof, also its own checks);
+3. its value is a msgpack ``bin`` holding an envelope (``commit``), a signed record (``presence`` or ``leave``
+   under the presence key, ``close``, ``votes``) or an equivocation proof (``proofs``) that opens: structure,
+   version, signature (``decode_error``, ``oversize``, ``unsupported_version``, ``unsigned``,
+   ``bad_signature``; for a proof, also its own checks);
 4. the content belongs under this key: the right kind (``wrong_kind``), run (``wrong_run``) and round
    (``wrong_round``) for a known key, or the key named by the content (``wrong_key``) otherwise;
 5. its expiration is within the cap of its kind (``max_ttl_by_kind``, e.g. ``presence``; ``bad_expiration``),
@@ -666,7 +667,7 @@ def _claimed_key(content: Envelope | SignedRecord | EquivocationProof) -> KeySpe
         return KeySpec("commit", content.run_id, content.round)
     if isinstance(content, EquivocationProof):
         return KeySpec("proofs", content.run_id, None)
-    if content.kind == "presence":
+    if content.kind in ("presence", "leave"):  # a leave record replaces its sender's presence record
         return KeySpec("presence", content.run_id, None)
     if content.kind == "votes":
         return KeySpec("votes", content.run_id, content.round)

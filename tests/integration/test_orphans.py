@@ -262,6 +262,38 @@ def test_simulate_interrupted_leaves_nothing(tmp_path: Path, sig: signal.Signals
     _assert_nothing_left(workdir)
 
 
+def _rounds_done(workdir: Path, index: int) -> int:
+    path = workdir / f"peer{index}.events.jsonl"
+    return path.read_text().count('"event": "round"') if path.exists() else 0
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_simulate_interrupted_writes_the_partial_report(tmp_path: Path) -> None:
+    """Ctrl+C after a couple of rounds (issue 11): the report of the completed rounds is written, and said where."""
+    workdir, out = tmp_path / "run", tmp_path / "partial.json"
+    proc = _simulate(workdir, *SMALL_RUN, "--rounds", "200", "--report", str(out))
+    try:
+        assert _wait_for(lambda: min(_rounds_done(workdir, i) for i in range(2)) >= 2 or proc.poll() is not None,
+                         timeout_s=300)
+        assert proc.poll() is None, _simulate_output(workdir)
+        proc.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        assert proc.wait(timeout=60) == 130, _simulate_output(workdir)
+        print(f"simulate exited {time.monotonic() - sent:.1f} s after SIGINT")
+    finally:
+        _stop(proc)
+    _assert_nothing_left(workdir)
+    report = json.loads(out.read_text())
+    assert json.loads((workdir / "report.json").read_text()) == report
+    done = report["interrupted"]["rounds_completed"]
+    assert done >= 2 and report["interrupted"]["rounds_planned"] == 200
+    assert [row["round"] for row in report["rounds"][:done]] == list(range(done))
+    assert {"config", "final", "guard", "consensus_distance", "bytes_sent_per_peer_per_round"} <= set(report)
+    assert f"partial report: {out}" in _simulate_output(workdir)
+
+
 @pytest.mark.integration
 @pytest.mark.timeout(120)
 def test_simulate_with_a_bad_attack_fails_fast_and_leaves_nothing(tmp_path: Path) -> None:

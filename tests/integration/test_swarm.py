@@ -257,3 +257,43 @@ def test_cuda_and_cpu_peers_hold_the_same_model(live: Swarm) -> None:
         assert all(e["accepted"] == 2 and e["rejected"] == 0 for e in live.events(i, "round"))
     assert_consensus(live, range(3))
     assert live.events(0, "round")[-1]["accuracy"] > live.events(0, "round")[0]["accuracy"]
+
+
+def _seconds_after(swarm: Swarm, index: int, t: float) -> list[float]:
+    return [e["seconds"] for e in swarm.events(index, "round") if e["time"] > t]
+
+
+@pytest.mark.timeout(420)
+def test_a_peer_stopped_with_ctrl_c_leaves_and_nobody_waits_for_it(live: Swarm) -> None:
+    """Clean leave (issue 11): SIGINT right after a peer's commit; the others drop it at once (its leave record)
+    instead of waiting for its close record (``reveal_wait_s``) and its payload (``fetch_timeout_s``)."""
+    maddr = live.start_bootstrap()
+    common = ["--num-peers", "4", "--min-peers", "3", "--rounds", "6", "--run-id", "leave-test"]
+    for i in range(4):
+        live.start_peer(i, maddr, common)
+    leaver = live.procs["peer3"]
+    _wait(lambda: any(e["round"] >= 2 for e in live.events(3, "commit")), 300, "peer3's commit of round 2", live)
+    os.killpg(leaver.pid, signal.SIGINT)
+    sent = time.time()
+    left_round = max(e["round"] for e in live.events(3, "commit"))
+    codes = live.wait_exit(["peer3"], 30)
+    exit_s = time.time() - sent
+    print(f"peer3 exited {exit_s:.1f} s after SIGINT")
+    assert codes == {"peer3": 0}
+    assert exit_s < 10, f"peer3 took {exit_s:.1f} s to exit after SIGINT"
+    assert "left the swarm" in live.log(3)
+    leaver_id = live.events(3, "ready")[0]["peer_id"]
+    codes = live.wait_exit(["peer0", "peer1", "peer2"], 300)
+    assert codes == {"peer0": 0, "peer1": 0, "peer2": 0}
+    for i in range(3):
+        rounds = {e["round"]: e for e in live.events(i, "round")}
+        assert sorted(rounds) == list(range(6))
+        before = sorted(rounds[r]["seconds"] for r in range(1, left_round))  # round 0 includes the join
+        typical = before[len(before) // 2]
+        after = [rounds[r]["seconds"] for r in range(left_round, 6)]
+        waited = max(after) - typical
+        print(f"peer{i}: typical round {typical:.1f} s, rounds from the leave on {after}")
+        assert waited < 6, f"peer{i} waited {waited:.1f} s longer for the peer that left: rounds {after}"
+        timeouts = [v for v in live.events(i, "verdict") if v["sender"] == leaver_id and v["reason"] == "timeout"]
+        assert not timeouts, f"peer{i} timed out fetching the peer that left: {timeouts}"
+    assert_consensus(live, range(3))

@@ -89,7 +89,23 @@ class TestRoundTrip:
             sign_record("vote", RUN, 0, 0, ALICE)
 
     def test_kinds(self) -> None:
-        assert RECORD_KINDS == ("state", "presence", "close")
+        assert RECORD_KINDS == ("state", "presence", "close", "leave")
+
+    def test_leave_record(self) -> None:
+        data = sign_record("leave", RUN, 4, 1_700_000_000, ALICE)
+        expected = SignedRecord(kind="leave", run_id=RUN, round=4, sender=ALICE.peer_id, value=1_700_000_000)
+        assert open_record(data, kind="leave", run_id=RUN) == expected
+        assert open_record(data, kind=("presence", "leave"), run_id=RUN) == expected
+        assert_rejected(open_record(data, kind="presence", run_id=RUN), RejectReason.DECODE_ERROR)
+
+    def test_tuple_of_kinds_keeps_each_kinds_value_rule(self) -> None:
+        presence = sign_record("presence", RUN, 3, 3, ALICE)
+        assert open_record(presence, kind=("presence", "leave"), run_id=RUN).kind == "presence"  # type: ignore[union-attr]
+        state = sign_record("state", RUN, 3, STATE_HASH, ALICE)
+        assert_rejected(open_record(state, kind=("presence", "leave"), run_id=RUN), RejectReason.DECODE_ERROR)
+        body = msgpack.packb(["leave", PROTOCOL_VERSION, RUN, 3, ALICE.peer_id, -5], use_bin_type=True)
+        signed = msgpack.packb([body, ALICE.sign(RECORD_SIGNING_CONTEXT + body)], use_bin_type=True)
+        assert_rejected(open_record(signed, kind=("presence", "leave"), run_id=RUN), RejectReason.DECODE_ERROR)
 
     def test_close_record(self) -> None:
         data = sign_record("close", RUN, 4, 3, ALICE)

@@ -123,6 +123,21 @@ class TestHonestRecords:
     def test_votes(self) -> None:
         assert_accepted(record(votes_key(RUN, 3), ALICE_ID, votes_record()))
 
+    def test_leave_under_the_presence_key(self) -> None:
+        leave = sign_record("leave", RUN, 7, int(get_dht_time()), ALICE)
+        assert_accepted(record(presence_key(RUN), ALICE_ID, leave, ttl_s=12))
+
+    def test_nobody_can_make_alice_leave(self) -> None:
+        forged = sign_record("leave", RUN, 7, int(get_dht_time()), MALLORY)
+        assert_refused(record(presence_key(RUN), ALICE_ID, forged, ttl_s=12), "impersonation",
+                       blind_reason="impersonation")
+
+    def test_leave_gets_the_presence_cap_and_key(self) -> None:
+        leave = sign_record("leave", RUN, 7, int(get_dht_time()), ALICE)
+        assert_refused(record(presence_key(RUN), ALICE_ID, leave, ttl_s=300), "bad_expiration",
+                       blind_reason="bad_expiration")
+        assert_refused(record(commit_key(RUN, 7), ALICE_ID, leave), "wrong_kind", blind_reason="wrong_key")
+
     def test_proof_under_the_accused(self) -> None:
         """Anyone may publish a proof (Mallory here): what counts is whom it accuses."""
         proof = make_proof(commit(), commit(payload=b"\x00\x00\x00\x40"))
