@@ -182,7 +182,7 @@ def _sigterm_raises() -> Iterator[None]:
 
 def _interrupted(e: Any, report_path: Path | None, workdir: Path, *, terminated: bool) -> int:
     """Ctrl+C or SIGTERM: print the partial report's table, write it to ``--report`` too, say where; 130/143."""
-    from p2p_guard.simulation.orchestrator import write_report
+    from p2p_guard.simulation.orchestrator import signals_deferred, write_report
     from p2p_guard.simulation.table import format_table
 
     what = "terminated" if terminated else "interrupted"
@@ -190,7 +190,7 @@ def _interrupted(e: Any, report_path: Path | None, workdir: Path, *, terminated:
     if e.report is None:
         print_error(COMMAND, f"{what}; every process was stopped; no partial report; logs in {workdir}")
         return code
-    with _signals_ignored():
+    with signals_deferred():
         print(format_table(e.report))
         where = e.path
         if report_path is not None:
@@ -203,20 +203,6 @@ def _interrupted(e: Any, report_path: Path | None, workdir: Path, *, terminated:
     print_error(COMMAND, f"{what} after {done} completed round(s); every process was stopped; partial report: "
                          f"{where}; logs in {workdir}")
     return code
-
-
-@contextlib.contextmanager
-def _signals_ignored() -> Iterator[None]:
-    """Ignore SIGINT and SIGTERM meanwhile (main thread only): the partial report is being written."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def run(args: argparse.Namespace) -> int:

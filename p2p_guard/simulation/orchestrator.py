@@ -302,7 +302,7 @@ def write_report(report: dict[str, Any], path: Path) -> None:
 
 
 @contextlib.contextmanager
-def _signals_deferred() -> Iterator[None]:
+def signals_deferred() -> Iterator[None]:
     """Ignore SIGINT and SIGTERM meanwhile (main thread only), so cleanup is not cut short by a second one."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -808,7 +808,7 @@ class LocalSwarm:
 
         Safe to call more than once. SIGINT and SIGTERM are ignored meanwhile, so it runs to its end.
         """
-        with _signals_deferred():
+        with signals_deferred():
             if self.injector is not None:
                 self.injector.finish(self.positions())  # lift slowdowns, continue stopped peers
             procs = self.processes
@@ -965,12 +965,22 @@ def run_simulation(
                 logger.info("fault %s (%s): fired=%s at round %s", record["number"], record["kind"],
                             record["fired"], record["fired_round"])  # fmt: skip
     if interrupted is not None:
-        with _signals_deferred():  # a second Ctrl+C does not cut the report short
+        with signals_deferred():  # a second Ctrl+C does not cut the report short
             report, path = _partial_report(swarm, watchers, faults, fault_records, config)
         raise SimulationInterrupted(report, path) from interrupted
     swarm.poll_events()
     watchers.tracker.update(swarm.positions(), final=True)
-    observations = RunObservations(
+    observations = _observations(swarm, watchers, faults, fault_records)
+    report_config = {**config.to_dict(), "workdir": str(swarm.workdir)}
+    report = build_report(report_config, swarm.peer_logs(), _honest_thetas(swarm), observations)
+    write_report(report, swarm.workdir / "report.json")
+    return report
+
+
+def _observations(swarm: LocalSwarm, watchers: _Watchers, faults: FaultPlan | None,
+                  fault_records: list[dict[str, Any]]) -> RunObservations:
+    """What the orchestrator saw of the run (distances, launches, retries, memory, faults), for the report."""
+    return RunObservations(
         round_distances=watchers.tracker.distances,
         run_started=swarm.run_started,
         launch_times=swarm.launch_times,
@@ -979,10 +989,6 @@ def run_simulation(
         fault_plan=faults.to_dict() if faults is not None else None,
         faults=fault_records,
     )
-    report_config = {**config.to_dict(), "workdir": str(swarm.workdir)}
-    report = build_report(report_config, swarm.peer_logs(), _honest_thetas(swarm), observations)
-    write_report(report, swarm.workdir / "report.json")
-    return report
 
 
 def _partial_report(swarm: LocalSwarm, watchers: _Watchers, faults: FaultPlan | None,
@@ -992,15 +998,7 @@ def _partial_report(swarm: LocalSwarm, watchers: _Watchers, faults: FaultPlan | 
     try:
         swarm.poll_events()
         watchers.tracker.update(swarm.positions(), final=True)
-        observations = RunObservations(
-            round_distances=watchers.tracker.distances,
-            run_started=swarm.run_started,
-            launch_times=swarm.launch_times,
-            start_attempts={i: 1 + n for i, n in swarm.start_retries.items()},
-            memory_samples=swarm.memory_samples,
-            fault_plan=faults.to_dict() if faults is not None else None,
-            faults=fault_records,
-        )
+        observations = _observations(swarm, watchers, faults, fault_records)
         report_config = {**config.to_dict(), "workdir": str(swarm.workdir)}
         report = build_report(report_config, swarm.peer_logs(), _honest_thetas(swarm, partial=True), observations)
         done = min((swarm.rounds_done(i) for i in range(config.honest)), default=0)
