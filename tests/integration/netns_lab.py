@@ -17,7 +17,6 @@ by trying and say why not, for ``pytest.skip``.
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from p2p_guard.simulation.events import read_events
 from p2p_guard.simulation.orchestrator import run_env
 from p2p_guard.simulation.processes import ManagedProcess, find_marked_processes, launch, stop_processes
 
@@ -248,18 +248,7 @@ class NetnsSwarm:
 
     def events(self, index: int, kind: str) -> list[dict]:
         """Events of one kind written so far by peer ``index`` (a line still being written is skipped)."""
-        path = self.events_path(index)
-        if not path.exists():
-            return []
-        out = []
-        for line in path.read_text().splitlines():
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if event.get("event") == kind:
-                out.append(event)
-        return out
+        return [e for e in read_events(self.events_path(index)) if e.get("event") == kind]
 
     def rounds(self, index: int) -> list[int]:
         """Rounds peer ``index`` has completed, in order."""

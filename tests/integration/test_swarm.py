@@ -3,7 +3,6 @@ and every integrity rejection reason sent by a real adversarial peer process."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -14,8 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from p2p_guard.simulation.processes import ManagedProcess, find_marked_processes, launch, stop_processes
+from p2p_guard.simulation.events import read_events
 from p2p_guard.simulation.orchestrator import run_env
+from p2p_guard.simulation.processes import ManagedProcess, find_marked_processes, launch, stop_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -59,18 +59,7 @@ class Swarm:
         return self.workdir / f"peer{index}.jsonl"
 
     def events(self, index: int, kind: str) -> list[dict]:
-        path = self.events_path(index)
-        if not path.exists():
-            return []
-        out = []
-        for line in path.read_text().splitlines():
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line still being written
-            if event.get("event") == kind:
-                out.append(event)
-        return out
+        return [e for e in read_events(self.events_path(index)) if e.get("event") == kind]
 
     def log(self, index: int) -> str:
         return (self.workdir / f"peer{index}.log").read_text(errors="replace")
