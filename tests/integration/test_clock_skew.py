@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import shutil
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_swarm import Swarm, _wait
 
-from p2p_guard.simulation.orchestrator import run_env
-from p2p_guard.simulation.processes import ManagedProcess, find_marked_processes, launch, stop_processes
+from p2p_guard.simulation.processes import launch
 from p2p_guard.swarm.clock import MAX_CLOCK_CORRECTION_S
 
 pytestmark = [
@@ -41,13 +40,8 @@ ROUNDS = 3
 CLI = [sys.executable, "-m", "p2p_guard.cli.main"]
 
 
-class SkewSwarm:
-    """A bootstrap node and peers on 127.0.0.1, each in its own session; some under ``faketime``."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
-        self.env = run_env(workdir)
-        self.procs: dict[str, ManagedProcess] = {}
+class SkewSwarm(Swarm):
+    """The live-swarm harness (``test_swarm.Swarm``) with its own commands: some peers under ``faketime``."""
 
     def start_bootstrap(self) -> str:
         addr = self.workdir / "bootstrap.addr"
@@ -58,7 +52,8 @@ class SkewSwarm:
         self.wait(lambda: addr.exists() and addr.read_text().strip() != "", START_TIMEOUT_S, "bootstrap address")
         return addr.read_text().split()[0]
 
-    def start_peer(self, index: int, maddr: str, *, offset: str | None = None, min_peers: int = 2) -> None:
+    def start_peer(self, index: int, maddr: str, *, offset: str | None = None,  # type: ignore[override]
+                   min_peers: int = 2) -> None:
         name = f"peer{index}"
         command = [*CLI, "peer", "--initial-peers", maddr, "--run-id", "clock-skew", "--task", "digits",
                    "--num-peers", "2", "--min-peers", str(min_peers), "--peer-index", str(index), "--rounds",
@@ -68,30 +63,13 @@ class SkewSwarm:
             command = ["faketime", "-f", offset, *command]
         self.procs[name] = launch(name, command, log_path=self.workdir / f"{name}.log", env=self.env, cwd=REPO)
 
-    def log(self, name: str) -> str:
+    def log(self, name: str) -> str:  # type: ignore[override]
+        """The log of process ``name`` (``peer0``, ``bootstrap``, ...)."""
         return (self.workdir / f"{name}.log").read_text(errors="replace")
 
-    def wait_exit(self, names: list[str], timeout_s: float) -> dict[str, int]:
-        self.wait(lambda: all(self.procs[n].returncode() is not None for n in names), timeout_s,
-                  f"{names} to exit")
-        return {n: self.procs[n].returncode() for n in names}
-
     def wait(self, predicate: object, timeout_s: float, what: str) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if predicate():  # type: ignore[operator]
-                return
-            time.sleep(0.25)
-        tails = "\n".join(f"--- {p.log_path.name}\n{p.log_path.read_text(errors='replace')[-1500:]}"
-                          for p in self.procs.values())
-        raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}\n{tails}")
-
-    def stop(self) -> None:
-        stop_processes(list(self.procs.values()))
-        leftovers = find_marked_processes(str(self.workdir))
-        for proc in leftovers:
-            proc.kill()
-        assert not leftovers, f"processes left behind: {leftovers}"
+        """Poll ``predicate`` until true; on timeout fail with every log's tail."""
+        _wait(predicate, timeout_s, what, self)
 
 
 @pytest.fixture
