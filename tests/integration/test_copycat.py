@@ -11,7 +11,7 @@ consensus bound (version 2: each peer owns its model).
 from __future__ import annotations
 
 import pytest
-from test_swarm import Swarm, assert_consensus, live  # noqa: F401 - the live-swarm fixture and its helpers
+from test_swarm import FORK_BOUND, Swarm, assert_consensus, live  # noqa: F401 - the live-swarm fixture and its helpers
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -47,4 +47,4 @@ def test_copycat_cannot_copy_or_adapt_to_honest_payloads(live: Swarm, attack: st
         assert all(e["accepted"] == HONEST - 1 for e in rounds), "only the other honest updates may be applied"
         accepted = {v["sender"] for v in live.events(i, "verdict") if v["accepted"]}
         assert accepted <= honest_ids
-    assert_consensus(live, range(HONEST))
+    assert_consensus(live, range(HONEST), bound=FORK_BOUND)

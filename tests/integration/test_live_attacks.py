@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from test_swarm import Swarm, assert_consensus, live  # noqa: F401 - the fixture, shared with test_swarm.py
+from test_swarm import FORK_BOUND, Swarm, assert_consensus, live  # noqa: F401 - the fixture, shared with test_swarm.py
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -63,7 +63,7 @@ def test_replay_forgery_impersonation_and_free_riding_from_live_attackers(live: 
         assert [e["accepted"] for e in summaries] == [2, 1]
         assert [e["rejected"] for e in summaries] == [1, 1]  # the free rider
         assert all(math.isfinite(e["loss"]) for e in summaries)
-    assert_consensus(live, range(2))
+    assert_consensus(live, range(2), bound=FORK_BOUND)
 
 
 # Read limits of the slowloris test (seconds): tight, so that the test is quick, but the same rules as the defaults.
@@ -114,7 +114,7 @@ def test_a_slowloris_sender_and_client_cost_honest_peers_bounded_time(live: Swar
         assert cut in log, f"peer{i}'s server did not cut the slow client"
         assert f"fetch stream from {slow[-12:]}: refused (busy)" in log, f"peer{i} never refused the slow client"
         assert "Traceback" not in log
-    assert_consensus(live, range(2))
+    assert_consensus(live, range(2), bound=FORK_BOUND)
     client = re.search(r"slowloris client: (\d+) streams opened to 2 peers, (\d+) refused, (\d+) cut by the server",
                        live.log(n_honest))
     assert client is not None, "the slowloris client did not run"

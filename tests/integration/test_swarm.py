@@ -104,8 +104,13 @@ def _consensus_distance(paths: Sequence[Path]) -> float:
     return max(float((a - b).norm() / a.norm()) for a in thetas for b in thetas)
 
 
-#: Version 2 of the round: every peer owns its model; honest models stay within this consensus distance.
+#: Version 2 of the round: every peer owns its model; in a clean swarm the honest models stay within this
+#: consensus distance (rule 1 of issue 8, measured per round in the simulation report).
 CONSENSUS_BOUND = 1e-2
+#: With attackers in a small swarm and only 2-3 rounds from θ_0, a live test checks that the honest models did not
+#: fork (the first rounds of even a clean swarm measure 0.02-0.06; CI measured 0.0175 and 0.021 for two honest
+#: peers among four attackers). A fork (peers training alone) grows by the step size every round.
+FORK_BOUND = 5e-2
 
 
 def assert_consensus(swarm: Swarm, indices: Sequence[int], bound: float = CONSENSUS_BOUND) -> None:
@@ -209,7 +214,7 @@ def test_every_integrity_rejection_reason_from_live_attackers(live: Swarm) -> No
     # first rounds (one outer step is large against ‖θ_0‖; protocol.md §7.8 and the stop-13 figures: 0.03 to 0.06
     # in rounds 0-2), and each honest peer mixes toward 4 of 9 sampled peers, mostly attackers that serve no
     # state. Measured on a fresh clone: 0.021. The bound here checks that no fork opens, not rule 1.
-    assert_consensus(live, range(n_honest), bound=0.05)
+    assert_consensus(live, range(n_honest), bound=FORK_BOUND)
 
 
 @pytest.mark.timeout(300)
