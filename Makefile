@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-long test-quick lint bench-quick clean
+.PHONY: setup demo test test-live test-long test-quick lint bench-quick clean
 
 setup: $(STAMP)
 
@@ -23,8 +23,14 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/p2p-guard simulate --task digits --honest 6 --byzantine 2 --attack sign_flip:scale=10 --rounds 10 --seed 0 --report runs/demo.json
 
+# The unit tests on 2 workers (pytest-xdist), then the integration tests one at a time: live swarms are timed.
 test: setup
-	$(BIN)/python -m pytest tests -q -m "not long" --durations=10
+	$(BIN)/python -m pytest tests/unit -q -n 2 --durations=10
+	$(BIN)/python -m pytest tests/integration -q -m "not long and not live" --durations=10
+
+# Multi-peer adversarial swarms (attacks, reputation, equivocation, copycat, faults): a minute or more each. CI runs it.
+test-live: setup
+	$(BIN)/python -m pytest tests/integration -q -m "live and not long" --durations=10
 
 # Minutes-long load and benchmark checks (memory under 100,000 replayed envelopes, bench vs live swarm).
 test-long: setup

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 from test_swarm import FORK_BOUND, Swarm, assert_consensus, live  # noqa: F401 - the live-swarm fixture and its helpers
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.live]
 
 HONEST, ROUNDS = 3, 3
 REJECTED_AS = {"late_commit"}

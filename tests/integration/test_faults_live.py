@@ -21,7 +21,7 @@ PLAN = {
     ]
 }
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.live, pytest.mark.timeout(420)]
 
 
 def test_a_plan_fires_on_a_live_swarm_and_its_rounds_complete(swarm: Any) -> None:

@@ -66,7 +66,7 @@ from p2p_guard.swarm.transport import (  # noqa: E402
     handler_name,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.live, pytest.mark.timeout(300)]
 
 RUN = "fuzz-live"
 LOOPBACK = ["/ip4/127.0.0.1/tcp/0"]

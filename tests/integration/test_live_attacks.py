@@ -15,7 +15,7 @@ import pytest
 
 from test_swarm import FORK_BOUND, Swarm, assert_consensus, live  # noqa: F401 - the fixture, shared with test_swarm.py
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.live]
 
 
 def _ids(swarm: Swarm, first: int, names: list[str]) -> dict[str, str]:

@@ -248,8 +248,9 @@ def test_simulate_that_ends_normally_leaves_nothing(tmp_path: Path) -> None:
 @pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.timeout(420)
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143)])
 def test_simulate_interrupted_leaves_nothing(tmp_path: Path, sig: signal.Signals, code: int) -> None:
+    """Interrupted in its first round. SIGINT after two rounds is the partial-report test below (same checks)."""
     workdir = tmp_path / "run"
     proc = _simulate(workdir, *SMALL_RUN, "--rounds", "200")
     try:

@@ -16,7 +16,7 @@ import pytest
 from p2p_guard.simulation.config import SimulationConfig
 from p2p_guard.simulation.orchestrator import run_simulation
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.live]
 
 
 def _events(path: Path, kind: str) -> list[dict]:

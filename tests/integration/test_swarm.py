@@ -134,6 +134,7 @@ def test_readme_swarm_completes_rounds_in_consensus(live: Swarm) -> None:
     assert accuracy > live.events(0, "round")[0]["accuracy"]
 
 
+@pytest.mark.live
 @pytest.mark.timeout(300)
 def test_rounds_go_on_after_the_bootstrap_node_is_killed(live: Swarm) -> None:
     maddr = live.start_bootstrap()
@@ -171,6 +172,7 @@ DHT_REFUSED = {
 }
 
 
+@pytest.mark.live
 @pytest.mark.timeout(420)
 def test_every_integrity_rejection_reason_from_live_attackers(live: Swarm) -> None:
     n_honest = 2
@@ -261,6 +263,7 @@ def _seconds_after(swarm: Swarm, index: int, t: float) -> list[float]:
     return [e["seconds"] for e in swarm.events(index, "round") if e["time"] > t]
 
 
+@pytest.mark.live
 @pytest.mark.timeout(420)
 def test_a_peer_stopped_with_ctrl_c_leaves_and_nobody_waits_for_it(live: Swarm) -> None:
     """Clean leave (issue 11): SIGINT right after a peer's commit; the others drop it at once (its leave record)
