@@ -35,8 +35,11 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from p2p_guard.swarm.verdicts import SenderVerdict
 
 __all__ = ["PREFIX", "PeerMetrics", "start_metrics"]
 
@@ -104,14 +107,14 @@ class PeerMetrics:
         self.paused.set_function(paused)
         self.banned_peers.set_function(banned)
 
-    def observe_round(self, *, verdicts: Iterable[Mapping[str, Any]], me: str, applied: bool, fetched: int,
+    def observe_round(self, *, verdicts: Iterable[SenderVerdict], me: str, applied: bool, fetched: int,
                       served: int, bytes_sent: int, bytes_received: int, seconds: float, compute_s: float,
                       mix_distance: float | None, mixed_from: int, loss: float | None,
                       accuracy: float | None) -> None:
         """Count one finished round (the values of its ``round`` event).
 
         Args:
-            verdicts: the round's verdict dicts (``sender``, ``accepted``, ``reason``); our own row is skipped.
+            verdicts: the round's verdicts; our own row is skipped.
             me: our PeerID (base58).
             applied: the aggregate was applied.
             fetched: payloads fetched.
@@ -129,12 +132,12 @@ class PeerMetrics:
         if applied:
             self.rounds_applied.inc()
         for verdict in verdicts:
-            if verdict.get("sender") == me:
+            if verdict.sender == me:
                 continue
-            if verdict.get("accepted"):
+            if verdict.accepted:
                 self.updates_accepted.inc()
             else:
-                self.updates_rejected.labels(reason=str(verdict.get("reason", "unknown"))[:64]).inc()
+                self.updates_rejected.labels(reason=str(verdict.reason or "unknown")[:64]).inc()
         self.payloads_fetched.inc(max(0, fetched))
         self.payloads_served.inc(max(0, served))
         self.bytes_sent.inc(max(0, bytes_sent))

@@ -63,6 +63,7 @@ from p2p_guard.swarm.slowloris import server_for, start_slow_client
 from p2p_guard.swarm.standing import VoteBook
 from p2p_guard.swarm.transport import OK, TOO_SLOW, PayloadServer, fetch
 from p2p_guard.swarm.validator import RecordValidator
+from p2p_guard.swarm.verdicts import SenderVerdict
 from p2p_guard.tasks import load_task
 from p2p_guard.training.error_feedback import ErrorFeedback
 from p2p_guard.training.local import LocalModel, pick_device, round_generator
@@ -93,7 +94,7 @@ class RoundOutcome:
 
     Attributes:
         round: the round r our update was committed into.
-        verdicts: one dict per judged or rejected sender (``sender``, ``accepted``, ``reason``, ...).
+        verdicts: one :class:`~p2p_guard.swarm.verdicts.SenderVerdict` per judged or rejected sender.
         aggregate: ``(d,)`` float32 to apply with the outer step, or None (no other peer's update arrived:
             the model is left as it is, never trained alone).
         mix: run a mixing step after the outer step (``Peer.mix``).
@@ -106,7 +107,7 @@ class RoundOutcome:
     """
 
     round: int
-    verdicts: list[dict[str, Any]] = field(default_factory=list)
+    verdicts: list[SenderVerdict] = field(default_factory=list)
     aggregate: torch.Tensor | None = None
     mix: bool = False
     train_loss: float | None = None
@@ -378,12 +379,10 @@ class Peer:
                                                 on_poll=self._watch_commits, exclude=frozenset(self.banned),
                                                 allowed=self.allowed)
         await self._collect_proofs(round_)
-        outcome.verdicts += [{"sender": s, "commit_round": round_, "accepted": False,
-                              "reason": RejectReason.EQUIVOCATION.value, "detail": "banned: equivocation proof"}
+        outcome.verdicts += [SenderVerdict.rejected(s, round_, RejectReason.EQUIVOCATION, "banned: equivocation proof")
                              for s in commits if s in self.banned]
         excluded = await self._fold_votes(round_)
-        outcome.verdicts += [{"sender": s, "commit_round": round_, "accepted": False,
-                              "reason": RejectReason.EXCLUDED.value, "detail": "excluded by our reputation"}
+        outcome.verdicts += [SenderVerdict.rejected(s, round_, RejectReason.EXCLUDED, "excluded by our reputation")
                              for s in sorted(commits) if s in excluded]
         commits = {s: raw for s, raw in commits.items() if s not in self.banned and s not in excluded}
         await reveal_after_close(self.dht, self.server, self.identity, self.config, round_, commits, serve, stop,
@@ -432,8 +431,7 @@ class Peer:
     def _record_rejections(self, rejected: list[IntegrityVerdict], round_: int, outcome: RoundOutcome) -> None:
         for v in rejected:
             if v.reason is not None:
-                outcome.verdicts.append({"sender": v.sender, "commit_round": round_, "accepted": False,
-                                         "reason": v.reason.value, "detail": v.detail})
+                outcome.verdicts.append(SenderVerdict.rejected(v.sender, round_, v.reason, v.detail))
                 if v.sender != self.me:
                     self.log.warning("rejected %s: %s (%s)", v.sender[-8:], v.reason.value, v.detail)
 
@@ -444,12 +442,9 @@ class Peer:
                             generator=self._generator(outcome.round, 4))
         for verdict in result.verdicts:
             env = envelopes.get(verdict.sender)
-            outcome.verdicts.append({"sender": verdict.sender, "accepted": verdict.accepted,
-                                     "commit_round": outcome.round, "reason": verdict.reason,
-                                     "detail": verdict.detail, "norm": _finite_or_none(verdict.norm),
-                                     "cosine": _finite_or_none(verdict.cosine),
-                                     "weight": weights.get(verdict.sender, 1.0),
-                                     "staleness": env.staleness if env is not None else 0})
+            outcome.verdicts.append(SenderVerdict.judged(
+                verdict.sender, outcome.round, verdict.accepted, verdict.reason, verdict.detail, verdict.norm,
+                verdict.cosine, weights.get(verdict.sender, 1.0), env.staleness if env is not None else 0))
             if not verdict.accepted and verdict.sender != self.me:
                 self.log.warning("rejected %s: %s (%s)", verdict.sender[-8:], verdict.reason, verdict.detail)
         outcome.rows = rows
@@ -1008,10 +1003,10 @@ def _metric_text(metrics: Any) -> str:
 def _emit_round(peer: Peer, events: EventLog, outcome: RoundOutcome, metrics: Any, seconds: float,
                 bytes_sent: int, served: int, snapshot: str | None) -> None:
     for verdict in outcome.verdicts:
-        events.emit("verdict", round=outcome.round, **verdict)
-    others = [v for v in outcome.verdicts if v["sender"] != peer.me]
-    accepted = sum(1 for v in others if v["accepted"])
-    reasons = sorted({str(v["reason"]) for v in others if not v["accepted"]})
+        events.emit("verdict", round=outcome.round, **verdict.as_event())
+    others = [v for v in outcome.verdicts if v.sender != peer.me]
+    accepted = sum(1 for v in others if v.accepted)
+    reasons = sorted({str(v.reason) for v in others if not v.accepted})
     events.emit("round", round=outcome.round, loss=metrics.loss, accuracy=metrics.accuracy,
                 perplexity=metrics.perplexity, accepted=accepted, rejected=len(others) - accepted,
                 seconds=seconds, compute_s=outcome.compute_s, bytes_sent=bytes_sent,

@@ -18,7 +18,7 @@ Byzantine majority of voters cannot make an honest peer drop an honest sender.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from p2p_guard.guard.reputation import Reputation, ReputationUpdate
@@ -26,6 +26,7 @@ from p2p_guard.identity import Identity
 from p2p_guard.protocol.votes import VoteVerdict
 from p2p_guard.swarm.allowlist import filter_allowed
 from p2p_guard.swarm.dht import SwarmDHT
+from p2p_guard.swarm.verdicts import SenderVerdict
 from p2p_guard.swarm.votes import publish_votes, read_votes, vote_verdicts
 
 __all__ = ["VoteBook"]
@@ -62,12 +63,12 @@ class VoteBook:
         """Senders dropped before aggregation (base58 PeerIDs)."""
         return self.reputation.excluded
 
-    async def publish(self, round_: int, verdicts: Iterable[Mapping[str, Any]]) -> list[VoteVerdict]:
+    async def publish(self, round_: int, verdicts: Iterable[SenderVerdict]) -> list[VoteVerdict]:
         """Remember our verdicts of ``round_`` and publish them, signed (rewritten first by ``smear``).
 
         Args:
             round_: The round the verdicts were given in.
-            verdicts: The round's verdict dicts (``sender``, ``accepted``, ``reason``), ours included.
+            verdicts: The round's verdicts, ours included.
 
         Returns:
             The votes as published.

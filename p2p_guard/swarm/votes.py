@@ -10,8 +10,7 @@ validator can return anything.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
 from p2p_guard.identity import Identity, peer_id_from_b58, peer_id_to_b58
 from p2p_guard.protocol.reasons import Rejected
@@ -25,22 +24,22 @@ from p2p_guard.protocol.votes import (
 )
 from p2p_guard.swarm.dht import SwarmDHT
 from p2p_guard.swarm.records import VOTES_TTL_S, votes_key
+from p2p_guard.swarm.verdicts import SenderVerdict
 
 __all__ = ["publish_votes", "read_votes", "vote_verdicts"]
 
 logger = logging.getLogger(__name__)
 
 
-def vote_verdicts(verdicts: Iterable[Mapping[str, Any]], *, me: str | None = None) -> list[VoteVerdict]:
-    """Turn a round's verdict dicts (``RoundOutcome.verdicts``) into this peer's votes.
+def vote_verdicts(verdicts: Iterable[SenderVerdict], *, me: str | None = None) -> list[VoteVerdict]:
+    """Turn a round's verdicts (``RoundOutcome.verdicts``) into this peer's votes.
 
-    Each dict has ``sender`` (base58), ``accepted`` and ``reason``. A sender that appears more than once gets
-    one vote, a rejection if any of its verdicts is one (the first rejection's reason). Our own row (``me``)
-    and senders that are not Ed25519 PeerIDs are left out; reasons are cut to :data:`MAX_VOTE_REASON_BYTES`;
-    at most :data:`MAX_VOTES_SENDERS` votes are kept (sorted by PeerID).
+    A sender that appears more than once gets one vote, a rejection if any of its verdicts is one (the first
+    rejection's reason). Our own row (``me``) and senders that are not Ed25519 PeerIDs are left out; reasons are
+    cut to :data:`MAX_VOTE_REASON_BYTES`; at most :data:`MAX_VOTES_SENDERS` votes are kept (sorted by PeerID).
 
     Args:
-        verdicts: The verdict dicts of one round.
+        verdicts: The verdicts of one round.
         me: Our PeerID (base58), left out.
 
     Returns:
@@ -48,14 +47,12 @@ def vote_verdicts(verdicts: Iterable[Mapping[str, Any]], *, me: str | None = Non
     """
     chosen: dict[bytes, VoteVerdict] = {}
     for item in verdicts:
-        sender_b58 = item.get("sender")
-        if not isinstance(sender_b58, str) or sender_b58 == me:
+        if item.sender == me:
             continue
-        sender = peer_id_from_b58(sender_b58)
-        if sender is None or peer_id_to_b58(sender) != sender_b58:
+        sender = peer_id_from_b58(item.sender)
+        if sender is None or peer_id_to_b58(sender) != item.sender:
             continue
-        vote = VoteVerdict(sender=sender, accepted=bool(item.get("accepted")),
-                           reason=_cut(str(item.get("reason", ""))))
+        vote = VoteVerdict(sender=sender, accepted=item.accepted, reason=_cut(str(item.reason or "")))
         previous = chosen.get(sender)
         if previous is None or (previous.accepted and not vote.accepted):
             chosen[sender] = vote

@@ -8,7 +8,9 @@ import subprocess
 import sys
 import urllib.request
 
+from p2p_guard.protocol.reasons import RejectReason
 from p2p_guard.swarm.metrics import PeerMetrics, start_metrics
+from p2p_guard.swarm.verdicts import SenderVerdict
 
 
 def _value(metrics: PeerMetrics, name: str, **labels: str) -> float:
@@ -18,10 +20,9 @@ def _value(metrics: PeerMetrics, name: str, **labels: str) -> float:
 
 
 def _observe(metrics: PeerMetrics, **changes: object) -> None:
-    values: dict = {"verdicts": [{"sender": "me", "accepted": True, "reason": "accepted"},
-                                 {"sender": "a", "accepted": True, "reason": "accepted"},
-                                 {"sender": "b", "accepted": False, "reason": "outlier"},
-                                 {"sender": "c", "accepted": False, "reason": "timeout"}],
+    values: dict = {"verdicts": [SenderVerdict("me", 3, True, "accepted"), SenderVerdict("a", 3, True, "accepted"),
+                                 SenderVerdict("b", 3, False, "outlier"),
+                                 SenderVerdict.rejected("c", 3, RejectReason.TIMEOUT, "no answer in 30 s")],
                     "me": "me", "applied": True, "fetched": 3, "served": 2, "bytes_sent": 1000,
                     "bytes_received": 3000, "seconds": 4.5, "compute_s": 1.5, "mix_distance": 0.01,
                     "mixed_from": 2, "loss": 0.7, "accuracy": None}
@@ -34,7 +35,7 @@ def test_round_values_become_counters_and_gauges() -> None:
     state = {"round": 3, "paused": False}
     metrics.bind(round_=lambda: state["round"], paused=lambda: float(state["paused"]), banned=lambda: 1)
     _observe(metrics)
-    _observe(metrics, verdicts=[{"sender": "b", "accepted": False, "reason": "outlier"}], applied=False,
+    _observe(metrics, verdicts=[SenderVerdict("b", 4, False, "outlier")], applied=False,
              mix_distance=None, seconds=2.0)
     assert _value(metrics, "p2p_guard_rounds_completed_total") == 2
     assert _value(metrics, "p2p_guard_rounds_applied_total") == 1

@@ -10,6 +10,7 @@ from p2p_guard.identity import Identity
 from p2p_guard.protocol.votes import sign_votes
 from p2p_guard.swarm.records import votes_key
 from p2p_guard.swarm.standing import VoteBook
+from p2p_guard.swarm.verdicts import SenderVerdict
 from p2p_guard.swarm.votes import vote_verdicts
 
 RUN = "run-a"
@@ -33,8 +34,8 @@ def _ids(count: int) -> list[Identity]:
     return [Identity.from_seed(bytes([i + 1]) * 32) for i in range(count)]
 
 
-def _verdicts(accepted: dict[str, bool]) -> list[dict]:
-    return [{"sender": s, "accepted": a, "reason": "accepted" if a else "outlier"} for s, a in accepted.items()]
+def _verdicts(accepted: dict[str, bool]) -> list[SenderVerdict]:
+    return [SenderVerdict(s, 0, a, "accepted" if a else "outlier") for s, a in accepted.items()]
 
 
 def test_published_votes_are_signed_ours_and_exclude_our_own_row() -> None:

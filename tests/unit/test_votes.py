@@ -28,6 +28,7 @@ from p2p_guard.protocol.votes import (
     sign_votes,
 )
 from p2p_guard.swarm.records import votes_key
+from p2p_guard.swarm.verdicts import SenderVerdict
 from p2p_guard.swarm.votes import publish_votes, read_votes, vote_verdicts
 
 RUN = "test-run"
@@ -35,6 +36,7 @@ ALICE = Identity.from_seed(b"\x01" * 32)
 BOB = Identity.from_seed(b"\x03" * 32)
 CAROL = Identity.from_seed(b"\x04" * 32)
 MALLORY = Identity.from_seed(b"\x02" * 32)
+DAVE = Identity.from_seed(b"\x05" * 32)
 VERDICTS = [VoteVerdict(BOB.peer_id, True, "accepted"), VoteVerdict(MALLORY.peer_id, False, "outlier")]
 
 
@@ -251,18 +253,20 @@ class TestSwarmHelpers:
 
     def test_vote_verdicts_from_outcome(self) -> None:
         outcome = [
-            {"sender": ALICE.peer_id_b58, "accepted": True, "reason": "accepted"},  # our own row: left out
-            {"sender": BOB.peer_id_b58, "accepted": True, "reason": "accepted"},
-            {"sender": MALLORY.peer_id_b58, "accepted": True, "reason": "accepted"},
-            {"sender": MALLORY.peer_id_b58, "accepted": False, "reason": "digest_mismatch"},
-            {"sender": "not-a-peer-id", "accepted": False, "reason": "bad_signature"},
-            {"sender": CAROL.peer_id_b58, "accepted": False, "reason": "x" * 200},
+            SenderVerdict(ALICE.peer_id_b58, 4, True, "accepted"),  # our own row: left out
+            SenderVerdict(BOB.peer_id_b58, 4, True, "accepted"),
+            SenderVerdict(MALLORY.peer_id_b58, 4, True, "accepted"),
+            SenderVerdict.rejected(MALLORY.peer_id_b58, 4, RejectReason.DIGEST_MISMATCH, "row hash differs"),
+            SenderVerdict("not-a-peer-id", 4, False, "bad_signature"),
+            SenderVerdict(CAROL.peer_id_b58, 4, False, "x" * 200),
+            SenderVerdict(DAVE.peer_id_b58, 4, False, None),  # no reason: an empty one
         ]
         votes = vote_verdicts(outcome, me=ALICE.peer_id_b58)
         assert {v.sender_b58: (v.accepted, v.reason) for v in votes} == {
             BOB.peer_id_b58: (True, "accepted"),
             MALLORY.peer_id_b58: (False, "digest_mismatch"),
             CAROL.peer_id_b58: (False, "x" * MAX_VOTE_REASON_BYTES),
+            DAVE.peer_id_b58: (False, ""),
         }
         sign_votes(RUN, 0, votes, ALICE)  # always signable
 
