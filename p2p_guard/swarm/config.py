@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["REACHABILITY", "PeerConfig", "config_from_mapping"]
+__all__ = ["REACHABILITY", "CommitPhase", "FetchLimits", "PeerConfig", "config_from_mapping"]
 
 #: Values of ``reachability``: ``auto`` lets libp2p's AutoNAT decide; ``public`` / ``private`` force it.
 REACHABILITY = ("auto", "public", "private")
@@ -252,6 +252,20 @@ class PeerConfig:
             return Path(self.proof_dir)
         return Path(self.events if self.events is not None else self.identity).resolve().parent / "proofs"
 
+    @property
+    def commit_phase(self) -> CommitPhase:
+        """The settings the commit and close phases use (``swarm.rounds``)."""
+        return CommitPhase(run_id=self.run_id, quorum_fraction=self.quorum_fraction, grace_s=self.grace_s,
+                           commit_timeout_s=self.commit_timeout_s, reveal_wait_s=self.reveal_wait_s,
+                           max_envelope_bytes=self.max_envelope_bytes)
+
+    @property
+    def fetch_limits(self) -> FetchLimits:
+        """The settings the payload fetches use (``swarm.rounds``)."""
+        return FetchLimits(run_id=self.run_id, max_payload_bytes=self.max_payload_bytes,
+                           fetch_timeout_s=self.fetch_timeout_s, fetch_idle_timeout_s=self.fetch_idle_timeout_s,
+                           min_fetch_bytes_per_s=self.min_fetch_bytes_per_s)
+
     def replace(self, **changes: Any) -> PeerConfig:
         """Return a copy with ``changes`` applied (validated again)."""
         return dataclasses.replace(self, **changes)
@@ -311,6 +325,46 @@ def _check_codec(codec: str) -> None:
 def _check_positive(name: str, value: int) -> None:
     if value <= 0:
         raise ValueError(f"{name} must be > 0; got {name}={value}")
+
+
+@dataclass(frozen=True)
+class CommitPhase:
+    """What the commit and close phases of a round read (``swarm.rounds``): a narrow view of :class:`PeerConfig`.
+
+    Attributes:
+        run_id: the run; commits and close records of other runs are not ours.
+        quorum_fraction: the phase closes ``grace_s`` after this fraction of present peers committed.
+        grace_s: grace window after the quorum, seconds.
+        commit_timeout_s: deadline of the commit phase, seconds.
+        reveal_wait_s: longest wait for the others' close records before we serve, seconds.
+        max_envelope_bytes: largest signed envelope opened, bytes.
+    """
+
+    run_id: str
+    quorum_fraction: float
+    grace_s: float
+    commit_timeout_s: float
+    reveal_wait_s: float
+    max_envelope_bytes: int
+
+
+@dataclass(frozen=True)
+class FetchLimits:
+    """What the payload fetches of a round read (``swarm.rounds``): a narrow view of :class:`PeerConfig`.
+
+    Attributes:
+        run_id: the run (part of every request).
+        max_payload_bytes: largest payload fetched from any sender, bytes.
+        fetch_timeout_s: deadline for all payloads of a round, seconds.
+        fetch_idle_timeout_s: longest wait for the next bytes of an answer, seconds.
+        min_fetch_bytes_per_s: slowest average rate accepted after ``fetch_idle_timeout_s``, bytes per second.
+    """
+
+    run_id: str
+    max_payload_bytes: int
+    fetch_timeout_s: float
+    fetch_idle_timeout_s: float
+    min_fetch_bytes_per_s: int
 
 
 def config_from_mapping(values: dict[str, Any], *, source: str | Path = "<mapping>") -> PeerConfig:

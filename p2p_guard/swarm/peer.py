@@ -345,7 +345,8 @@ class Peer:
                             base_round=min(inner.base_round, round_))
         draft = CommitDraft(envelope=envelope, digest_payload=payload, serve_payload=payload)
         draft = self.wire.mutate(draft, self._generator(round_, 2))
-        poll = partial(revealed_payloads, self.p2p, self.dht, self.config, round_, self.me)
+        poll = partial(revealed_payloads, self.p2p, self.dht, self.config.commit_phase, self.config.fetch_limits,
+                       round_, self.me)
         draft = await self.wire.before_commit(draft, poll, timeout_s=self.config.commit_timeout_s)
         sealed = self.wire.replay(seal(draft, self.identity))
         if self.config.checkpoint_dir:  # before it can reach anyone: a restart never commits this round again
@@ -375,7 +376,7 @@ class Peer:
             mix: run a mixing step this round.
         """
         outcome = RoundOutcome(round_)
-        commits, withheld = await await_commits(self.dht, self.config, round_, self.me, stop,
+        commits, withheld = await await_commits(self.dht, self.config.commit_phase, round_, self.me, stop,
                                                 on_poll=self._watch_commits, exclude=frozenset(self.banned),
                                                 allowed=self.allowed)
         await self._collect_proofs(round_)
@@ -385,25 +386,26 @@ class Peer:
         outcome.verdicts += [SenderVerdict.rejected(s, round_, RejectReason.EXCLUDED, "excluded by our reputation")
                              for s in sorted(commits) if s in excluded]
         commits = {s: raw for s, raw in commits.items() if s not in self.banned and s not in excluded}
-        await reveal_after_close(self.dht, self.server, self.identity, self.config, round_, commits, serve, stop,
-                                 self.departures)
+        await reveal_after_close(self.dht, self.server, self.identity, self.config.commit_phase, round_, commits,
+                                 serve, stop, self.departures)
         self._drop_departed(commits, round_)
         commits[self.me] = sealed
         # A present peer that withheld its commit may commit the moment it fetches a revealed payload (a copycat):
         # give such a commit grace_s to land before the one re-read, so that it is reported.
         watch_s = self.config.grace_s if withheld - {self.me} - set(self.banned) else 0.0
         not_before = time.monotonic() + watch_s
-        envelopes, rejected = open_commits({s: raw for s, raw in commits.items() if s != self.me}, self.config)
+        envelopes, rejected = open_commits({s: raw for s, raw in commits.items() if s != self.me},
+                                           self.config.commit_phase)
         expect = RoundExpectation(run_id=self.config.run_id, round=round_, shapes=self.local.shapes, codecs=CODECS,
                                   max_payload_bytes=self.config.max_payload_bytes,
                                   max_staleness=self.config.max_staleness)
         sampled = sample_senders(envelopes, self.config.fanout, self.rng) if envelopes else []
-        rows, more = await check_rows(self.p2p, {s: envelopes[s] for s in sampled}, expect, self.config, {}, stop,
-                                      self.departures)
+        rows, more = await check_rows(self.p2p, {s: envelopes[s] for s in sampled}, expect,
+                                      self.config.fetch_limits, {}, stop, self.departures)
         outcome.fetched = len(rows)
         outcome.bytes_received = sum(envelopes[s].payload_bytes for s in rows)
-        late = await late_commits(self.dht, self.config, round_, commits, not_before=not_before, stop=stop,
-                                  exclude=frozenset(self.banned) | excluded, allowed=self.allowed)
+        late = await late_commits(self.dht, self.config.commit_phase, round_, commits, not_before=not_before,
+                                  stop=stop, exclude=frozenset(self.banned) | excluded, allowed=self.allowed)
         if stop.is_set():
             return outcome
         weights = {s: staleness_weight(envelopes[s].staleness) for s in rows}

@@ -34,7 +34,7 @@ from p2p_guard.guard.integrity import RoundExpectation, check_envelope, check_pa
 from p2p_guard.identity import Identity, peer_id_to_b58
 from p2p_guard.protocol import Envelope, Rejected, RejectReason, open_envelope, payload_digest
 from p2p_guard.swarm.allowlist import filter_allowed
-from p2p_guard.swarm.config import PeerConfig
+from p2p_guard.swarm.config import CommitPhase, FetchLimits
 from p2p_guard.swarm.dht import SwarmDHT
 from p2p_guard.swarm.records import commit_key, publish_close, read_closes, read_presence, read_roster
 from p2p_guard.swarm.transport import (
@@ -162,7 +162,7 @@ class ClosedCommits(NamedTuple):
     withheld: frozenset[str]
 
 
-async def await_commits(dht: SwarmDHT, config: PeerConfig, round_: int, me: str | None,
+async def await_commits(dht: SwarmDHT, config: CommitPhase, round_: int, me: str | None,
                         stop: asyncio.Event, *, on_poll: Callable[[dict[str, bytes]], None] | None = None,
                         exclude: frozenset[str] = frozenset(),
                         allowed: frozenset[str] | None = None) -> ClosedCommits:
@@ -207,7 +207,7 @@ async def await_commits(dht: SwarmDHT, config: PeerConfig, round_: int, me: str 
     return ClosedCommits(commits, frozenset(present - commits.keys()))
 
 
-async def await_closes(dht: SwarmDHT, config: PeerConfig, round_: int, waiting: Collection[str],
+async def await_closes(dht: SwarmDHT, config: CommitPhase, round_: int, waiting: Collection[str],
                        stop: asyncio.Event, departures: Departures | None = None) -> frozenset[str]:
     """Poll the round's close key until every sender in ``waiting`` has published its ``close`` record.
 
@@ -217,7 +217,7 @@ async def await_closes(dht: SwarmDHT, config: PeerConfig, round_: int, waiting: 
 
     Args:
         dht: the DHT to read.
-        config: peer settings (run, ``reveal_wait_s``).
+        config: the commit and close phases' settings (run, ``reveal_wait_s``).
         round_: the round.
         waiting: PeerIDs (base58) whose close records we wait for (the other senders of our closed set).
         stop: set on shutdown.
@@ -240,7 +240,7 @@ async def await_closes(dht: SwarmDHT, config: PeerConfig, round_: int, waiting: 
     return missing
 
 
-async def reveal_after_close(dht: SwarmDHT, server: PayloadServer, identity: Identity, config: PeerConfig,
+async def reveal_after_close(dht: SwarmDHT, server: PayloadServer, identity: Identity, config: CommitPhase,
                              round_: int, closed: Collection[str], payload: bytes,
                              stop: asyncio.Event, departures: Departures | None = None) -> frozenset[str]:
     """Publish our close record, wait for the others' (bounded by ``reveal_wait_s``), then serve ``payload``.
@@ -253,7 +253,7 @@ async def reveal_after_close(dht: SwarmDHT, server: PayloadServer, identity: Ide
         dht: the DHT to read and write.
         server: our payload server; :meth:`PayloadServer.reveal` is called at the end (not if ``stop`` is set).
         identity: our key (signs the close record).
-        config: peer settings.
+        config: the commit and close phases' settings (run, ``reveal_wait_s``).
         round_: the round.
         closed: the senders (base58) of our closed commit set, banned ones removed; ours may be in it.
         payload: the bytes to serve as our update of ``round_``.
@@ -275,7 +275,7 @@ async def reveal_after_close(dht: SwarmDHT, server: PayloadServer, identity: Ide
     return missing
 
 
-def open_commits(commits: dict[str, bytes], config: PeerConfig
+def open_commits(commits: dict[str, bytes], config: CommitPhase
                  ) -> tuple[dict[str, Envelope], list[IntegrityVerdict]]:
     """Parse and verify every committed envelope; the sender must be the PeerID of its subkey.
 
@@ -297,7 +297,7 @@ def open_commits(commits: dict[str, bytes], config: PeerConfig
     return opened, rejected
 
 
-async def late_commits(dht: SwarmDHT, config: PeerConfig, round_: int, closed: Collection[str], *,
+async def late_commits(dht: SwarmDHT, config: CommitPhase, round_: int, closed: Collection[str], *,
                        not_before: float, stop: asyncio.Event, exclude: frozenset[str] = frozenset(),
                        allowed: frozenset[str] | None = None) -> list[IntegrityVerdict]:
     """Re-read the round's commit key once and report every sender that committed after our phase closed.
@@ -311,7 +311,7 @@ async def late_commits(dht: SwarmDHT, config: PeerConfig, round_: int, closed: C
 
     Args:
         dht: the DHT to read.
-        config: peer settings (run, envelope size limit).
+        config: the commit phase's settings (run, envelope size limit).
         round_: the round.
         closed: the senders (base58) of our closed commit set, ours included.
         not_before: ``time.monotonic()`` value before which the key is not read (the wait ends on ``stop``).
@@ -343,7 +343,7 @@ async def late_commits(dht: SwarmDHT, config: PeerConfig, round_: int, closed: C
     return verdicts
 
 
-async def revealed_payloads(p2p: P2P, dht: SwarmDHT, config: PeerConfig, round_: int, me: str,
+async def revealed_payloads(p2p: P2P, dht: SwarmDHT, config: CommitPhase, limits: FetchLimits, round_: int, me: str,
                             timeout_s: float = 2 * POLL_S) -> list[tuple[Envelope, bytes]]:
     """One pass over the round's committers: the payloads they already serve that match their commits.
 
@@ -354,7 +354,8 @@ async def revealed_payloads(p2p: P2P, dht: SwarmDHT, config: PeerConfig, round_:
     Args:
         p2p: our P2P replica.
         dht: the DHT to read.
-        config: peer settings (run, size limits).
+        config: the commit phase's settings (run, envelope size limit).
+        limits: the fetch limits (payload size limit).
         round_: the round.
         me: our PeerID (base58), skipped.
         timeout_s: limit per fetch, in seconds.
@@ -365,7 +366,7 @@ async def revealed_payloads(p2p: P2P, dht: SwarmDHT, config: PeerConfig, round_:
     envelopes, _ = open_commits(await dht.read(commit_key(config.run_id, round_)), config)
     wanted = {s: env for s, env in sorted(envelopes.items())
               if s != me and env.run_id == config.run_id and env.round == round_
-              and env.payload_bytes <= config.max_payload_bytes}
+              and env.payload_bytes <= limits.max_payload_bytes}
     results = await asyncio.gather(*(
         fetch(p2p, PeerID(env.sender), config.run_id, ["payload", round_], max_bytes=env.payload_bytes,
               timeout_s=timeout_s) for env in wanted.values()))
@@ -374,7 +375,7 @@ async def revealed_payloads(p2p: P2P, dht: SwarmDHT, config: PeerConfig, round_:
             and payload_digest(result.data) == env.digest]
 
 
-async def check_rows(p2p: P2P, envelopes: dict[str, Envelope], expect: RoundExpectation, config: PeerConfig,
+async def check_rows(p2p: P2P, envelopes: dict[str, Envelope], expect: RoundExpectation, config: FetchLimits,
                      local_payloads: dict[str, bytes], stop: asyncio.Event, departures: Departures | None = None
                      ) -> tuple[dict[str, torch.Tensor], list[IntegrityVerdict]]:
     """Check each envelope against the round, fetch its payload (bounded), and check the payload.
@@ -387,7 +388,7 @@ async def check_rows(p2p: P2P, envelopes: dict[str, Envelope], expect: RoundExpe
         p2p: our P2P replica.
         envelopes: verified envelopes by sender (base58).
         expect: what this round's updates must match (run, round, base hash, shapes, codecs, size limit).
-        config: peer settings (fetch deadline, idle timeout and rate floor).
+        config: the fetch limits (deadline, idle timeout and rate floor).
         local_payloads: payloads we already hold (our own), by sender; they are not fetched.
         stop: set when the peer is shutting down.
         departures: the peers that left (None: not watched).
@@ -421,7 +422,7 @@ async def check_rows(p2p: P2P, envelopes: dict[str, Envelope], expect: RoundExpe
     return rows, verdicts
 
 
-async def _payload(p2p: P2P, sender: str, env: Envelope, config: PeerConfig, deadline: float,
+async def _payload(p2p: P2P, sender: str, env: Envelope, config: FetchLimits, deadline: float,
                    local: dict[str, bytes], stop: asyncio.Event, departures: Departures | None = None
                    ) -> bytes | Rejected | None:
     """Fetch one sender's payload, retrying until ``deadline``; a sender cut for slowness is not retried.

@@ -408,8 +408,8 @@ def _fuzz_commits(case: tuple[bytes, bytes, str, RejectReason | None], misfile: 
     subkey = ALICE.peer_id_b58
     if misfile == 0 and raw == HONEST:  # Alice's intact commit filed under Mallory's subkey
         subkey, name, want = MALLORY.peer_id_b58, "misfiled", RejectReason.BAD_SIGNATURE
-    envelopes, rejected = open_commits({subkey: raw}, CONFIG)
-    rows, more = asyncio.run(check_rows(None, envelopes, EXPECT, CONFIG, {subkey: served}, asyncio.Event()))
+    envelopes, rejected = open_commits({subkey: raw}, CONFIG.commit_phase)
+    rows, more = asyncio.run(check_rows(None, envelopes, EXPECT, CONFIG.fetch_limits, {subkey: served}, asyncio.Event()))
     verdicts = rejected + more
     COUNTS["commits"] += 1
     assert len(rows) + len(verdicts) == 1, f"{name}: {len(rows)} rows and {verdicts} for one commit"

@@ -385,7 +385,8 @@ def test_check_rows_gives_a_slowloris_sender_timeout_at_once_without_retrying() 
     numel = 1000
     payload = encode_update(torch.ones(numel), "fp32")
     base = b"\x0b" * 32
-    config = PeerConfig(run_id=RUN, fetch_timeout_s=30.0, fetch_idle_timeout_s=1.0, min_fetch_bytes_per_s=1024)
+    config = PeerConfig(run_id=RUN, fetch_timeout_s=30.0, fetch_idle_timeout_s=1.0,
+                        min_fetch_bytes_per_s=1024).fetch_limits
     expect = RoundExpectation(run_id=RUN, round=0, shapes=((numel,),))
 
     async def scenario(server: Any, client: Any) -> None:

@@ -82,14 +82,14 @@ class TestWithheld:
         return dht
 
     def test_a_present_peer_without_a_commit_is_reported(self) -> None:
-        config = PeerConfig(run_id=RUN, grace_s=0.05)
+        config = PeerConfig(run_id=RUN, grace_s=0.05).commit_phase
         closed = asyncio.run(await_commits(self.swarm(), config, 3, A, asyncio.Event()))
         assert isinstance(closed, ClosedCommits)
         assert sorted(closed.commits) == sorted([A, B, C])
         assert closed.withheld == frozenset({M})
 
     def test_banned_and_disallowed_peers_are_not_withholding(self) -> None:
-        config = PeerConfig(run_id=RUN, grace_s=0.05)
+        config = PeerConfig(run_id=RUN, grace_s=0.05).commit_phase
         closed = asyncio.run(await_commits(self.swarm(), config, 3, A, asyncio.Event(), exclude=frozenset({M})))
         assert closed.withheld == frozenset()
         closed = asyncio.run(await_commits(self.swarm(), config, 3, A, asyncio.Event(),
@@ -102,7 +102,7 @@ class TestRevealGate:
         async def scenario() -> tuple[frozenset[str], list[int]]:
             dht: Any = FakeDHT()
             server, stop = PayloadServer(RUN), asyncio.Event()
-            config = PeerConfig(run_id=RUN, reveal_wait_s=30.0)
+            config = PeerConfig(run_id=RUN, reveal_wait_s=30.0).commit_phase
             gate = asyncio.create_task(reveal_after_close(dht, server, ALICE, config, 3, [A, B, C], PAYLOAD, stop))
             statuses = []
             await asyncio.sleep(0.2)
@@ -122,7 +122,7 @@ class TestRevealGate:
     def test_publishes_its_own_close_record_first(self) -> None:
         dht: Any = FakeDHT()
         server = PayloadServer(RUN)
-        config = PeerConfig(run_id=RUN, reveal_wait_s=0.1)
+        config = PeerConfig(run_id=RUN, reveal_wait_s=0.1).commit_phase
         asyncio.run(reveal_after_close(dht, server, ALICE, config, 3, [A, B], PAYLOAD, asyncio.Event()))
         record = open_record(dht.data[close_key(RUN, 3)][A], kind="close", run_id=RUN)
         assert (record.round, record.sender, record.value) == (3, ALICE.peer_id, 2)
@@ -132,7 +132,7 @@ class TestRevealGate:
         dht: Any = FakeDHT()
         server = PayloadServer(RUN)
         dht.data[close_key(RUN, 3)] = {B: close(BOB)}
-        config = PeerConfig(run_id=RUN, reveal_wait_s=0.3)
+        config = PeerConfig(run_id=RUN, reveal_wait_s=0.3).commit_phase
         started = time.monotonic()
         missing = asyncio.run(reveal_after_close(dht, server, ALICE, config, 3, [A, B, C], PAYLOAD,
                                                  asyncio.Event()))
@@ -149,7 +149,7 @@ class TestRevealGate:
             C: close(CAROL, round_=2),  # Carol's close of the previous round, replayed
             M: b"garbage",
         }
-        config = PeerConfig(run_id=RUN, reveal_wait_s=0.2)
+        config = PeerConfig(run_id=RUN, reveal_wait_s=0.2).commit_phase
         missing = asyncio.run(reveal_after_close(dht, server, ALICE, config, 3, [A, B, C], PAYLOAD,
                                                  asyncio.Event()))
         assert missing == frozenset({B, C})
@@ -157,7 +157,7 @@ class TestRevealGate:
     def test_alone_in_its_closed_set_it_reveals_at_once(self) -> None:
         dht: Any = FakeDHT()
         server = PayloadServer(RUN)
-        config = PeerConfig(run_id=RUN, reveal_wait_s=30.0)
+        config = PeerConfig(run_id=RUN, reveal_wait_s=30.0).commit_phase
         started = time.monotonic()
         missing = asyncio.run(reveal_after_close(dht, server, ALICE, config, 3, [A], PAYLOAD, asyncio.Event()))
         assert missing == frozenset()
@@ -169,7 +169,7 @@ class TestRevealGate:
         async def scenario() -> tuple[frozenset[str], float]:
             dht: Any = FakeDHT()
             server, stop = PayloadServer(RUN), asyncio.Event()
-            config = PeerConfig(run_id=RUN, reveal_wait_s=30.0)
+            config = PeerConfig(run_id=RUN, reveal_wait_s=30.0).commit_phase
             gate = asyncio.create_task(reveal_after_close(dht, server, ALICE, config, 3, [A, B], PAYLOAD, stop))
             await asyncio.sleep(0.1)
             started = time.monotonic()
@@ -192,7 +192,7 @@ class TestLateCommits:
             C: sign_envelope(envelope(CAROL, round_=2), CAROL),  # another round: not a commit of this one
             M: sign_envelope(envelope(MALLORY), MALLORY),  # late
         }
-        config = PeerConfig(run_id=RUN)
+        config = PeerConfig(run_id=RUN).commit_phase
         verdicts = asyncio.run(late_commits(dht, config, 3, [A], not_before=0.0, stop=asyncio.Event(),
                                             exclude=frozenset({B})))
         assert verdicts == [IntegrityVerdict(M, RejectReason.LATE_COMMIT,
@@ -205,7 +205,7 @@ class TestLateCommits:
             C: b"garbage",
             M: sign_envelope(envelope(MALLORY), MALLORY),  # outside the allow-list
         }
-        config = PeerConfig(run_id=RUN)
+        config = PeerConfig(run_id=RUN).commit_phase
         allowed = frozenset({A, B, C})
         verdicts = asyncio.run(late_commits(dht, config, 3, [A], not_before=0.0, stop=asyncio.Event(),
                                             allowed=allowed))
@@ -216,7 +216,7 @@ class TestLateCommits:
         """A commit made the moment a payload was revealed still lands before the one read."""
         async def scenario() -> tuple[list[IntegrityVerdict], float]:
             dht: Any = FakeDHT()
-            config = PeerConfig(run_id=RUN)
+            config = PeerConfig(run_id=RUN).commit_phase
             revealed_at = time.monotonic()
             late = asyncio.create_task(late_commits(dht, config, 3, [A], not_before=revealed_at + 0.4,
                                                     stop=asyncio.Event()))
@@ -234,7 +234,7 @@ class TestLateCommits:
         dht: Any = FakeDHT()
         stop = asyncio.Event()
         stop.set()
-        config = PeerConfig(run_id=RUN)
+        config = PeerConfig(run_id=RUN).commit_phase
         started = time.monotonic()
         assert asyncio.run(late_commits(dht, config, 3, [A], not_before=started + 30.0, stop=stop)) == []
         assert time.monotonic() - started < 1.0
