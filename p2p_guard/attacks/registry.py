@@ -34,6 +34,7 @@ from p2p_guard.attacks.update import (
     SignFlip,
 )
 from p2p_guard.attacks.whitebox import Adaptive
+from p2p_guard.plugin_names import ATTACK_NAMES, WIRE_ATTACK_NAMES, unknown_attack_error
 from p2p_guard.plugin_spec import ParamValue, import_class, parse_spec
 
 __all__ = ["ATTACK_NAMES", "WIRE_ATTACK_NAMES", "load_attack", "parse_attack_spec"]
@@ -59,28 +60,9 @@ _BUILTIN: Mapping[str, type] = MappingProxyType(
     }
 )
 
-WIRE_ATTACK_NAMES: tuple[str, ...] = (
-    "copycat",
-    "equivocate",
-    "forged_signature",
-    "impersonate",
-    "replay",
-    "unsigned",
-    "bad_signature",
-    "wrong_run",
-    "wrong_round",
-    "stale_base",
-    "digest_mismatch",
-    "wrong_shape",
-    "nan",
-    "oversized",
-    "vote_smear",
-    "slowloris",
-)
-"""Wire attacks, defined in ``p2p_guard.attacks.wire`` (its ``WIRE_ATTACKS`` maps these names to classes)."""
-
-ATTACK_NAMES: tuple[str, ...] = (*_BUILTIN, *WIRE_ATTACK_NAMES)
-"""Every built-in attack name :func:`load_attack` accepts."""
+# ATTACK_NAMES (every built-in name load_attack accepts: the keys of _BUILTIN, then WIRE_ATTACK_NAMES, the keys of
+# p2p_guard.attacks.wire.WIRE_ATTACKS) are p2p_guard.plugin_names's, which the CLI checks without importing torch;
+# a unit test asserts that they equal these keys.
 
 _WIRE_MODULE = "p2p_guard.attacks.wire"
 _METHOD_OF_KIND = MappingProxyType({"update": "__call__", "data": "transform", "wire": "mutate"})
@@ -139,9 +121,7 @@ def _builtin_class(spec: str, name: str) -> type:
     if name in _BUILTIN:
         return _BUILTIN[name]
     if name not in WIRE_ATTACK_NAMES:
-        raise ValueError(
-            f"attack spec {spec!r}: unknown attack {name!r}; expected one of {', '.join(ATTACK_NAMES)}"
-        )
+        raise unknown_attack_error(spec, name)
     try:
         wire = importlib.import_module(_WIRE_MODULE)
     except ModuleNotFoundError as exc:

@@ -2,9 +2,10 @@
 
 Every :class:`~p2p_guard.swarm.config.PeerConfig` field is a flag (``--field-name``) and a key of the
 ``[peer]`` table of ``--config``; flags override the file, the file overrides the defaults
-(:mod:`p2p_guard.cli.typed_config`). Everything is checked before the peer starts: the file and every
-value first (no torch, no hivemind), then the partition, identity file and port, then the task and its
-data, the guard and attack names (torch), then the bootstrap addresses (hivemind).
+(:mod:`p2p_guard.cli.typed_config`). Everything is checked before the peer starts, the cheap checks first:
+the file and every value's type, then the partition, identity file and ports, the task, guard and attack names,
+the task's files and the bootstrap and relay addresses (no torch, no hivemind: well under 2 s), then the
+settings' ranges and the codec, the guard and attack with their parameters and the task's data (torch).
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from p2p_guard.cli import preflight
 from p2p_guard.cli.errors import EXIT_USAGE, print_error
-from p2p_guard.cli.preflight import check_identity_file, check_port_free, check_task_data
+from p2p_guard.cli.preflight import check_identity_file, check_port_free
 from p2p_guard.cli.typed_config import add_config_flags, load_config
 from p2p_guard.swarm.config import PeerConfig
 
-__all__ = ["add_parser", "check_names", "check_task_and_guard", "resolve_config", "run"]
+__all__ = ["add_parser", "check_names", "resolve_config", "run"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,8 +66,6 @@ def resolve_config(args: argparse.Namespace) -> PeerConfig:
     """
     config = load_config(PeerConfig, args=args, table="peer", config_path=getattr(args, "config", None),
                          precheck=_precheck)
-    if not config.initial_peers:
-        raise ValueError("no --initial-peers given (the multiaddr printed by `p2p-guard bootstrap`)")
     if config.allow_peers is not None:
         from p2p_guard.swarm.allowlist import load_allowlist  # fail at start on a bad allow-list file
 
@@ -74,10 +74,12 @@ def resolve_config(args: argparse.Namespace) -> PeerConfig:
 
 
 def _precheck(values: Mapping[str, Any]) -> None:
-    """Checks on the merged settings before PeerConfig is built (its codec check imports torch).
+    """Checks on the merged settings before PeerConfig is built (its codec check imports torch); no torch here.
 
     Raises:
-        ValueError: on a bad partition spec, identity file or a taken port (``port`` or ``metrics_port``).
+        ValueError: on a bad partition spec, identity file, a taken port (``port`` or ``metrics_port``), an
+            unknown task, guard or attack name, a task's missing files, no ``--initial-peers``, or a malformed
+            bootstrap or relay address.
     """
     from p2p_guard.simulation.config import check_partition
 
@@ -94,43 +96,32 @@ def _precheck(values: Mapping[str, Any]) -> None:
         except ValueError:
             raise ValueError(f"--metrics-port {metrics_port}: cannot listen on {host} (already in use?); pick "
                              "another") from None
+    task, guard, attack = values["task"], values["guard"], values["attack"]
+    if isinstance(task, str) and isinstance(guard, str) and (attack is None or isinstance(attack, str)):
+        preflight.check_names(task, guard, attack)
+    if not values["initial_peers"]:
+        raise ValueError("no --initial-peers given (the multiaddr printed by `p2p-guard bootstrap`)")
+    from p2p_guard.swarm.addresses import check_initial_peers  # hivemind's parser, without hivemind
+
+    check_initial_peers(values["initial_peers"])
+    check_initial_peers(values["relays"], what="--relays")
 
 
 def check_names(config: PeerConfig) -> None:
-    """Fail before any process starts on a bad task or data, guard, attack or bootstrap address.
+    """Fail before any process starts on a bad task or data, guard, attack or bootstrap or relay address.
 
-    The names import torch, the bootstrap addresses hivemind.
+    The cheap checks again (a no-op after :func:`resolve_config`), then the guard and attack built with their
+    parameters and the task's data read (torch).
 
     Raises:
         ValueError: naming the bad setting and the valid choices.
     """
-    check_task_and_guard(config.task, config.guard)
-    check_task_data(config.task)
-    if config.attack:
-        from p2p_guard.attacks import load_attack
+    from p2p_guard.swarm.addresses import check_initial_peers
 
-        try:
-            load_attack(config.attack)
-        except Exception as e:  # noqa: BLE001 - whatever the user's spec raises is a usage error
-            raise ValueError(f"--attack {config.attack!r} does not load: {e}") from None
-    from p2p_guard.swarm.dht import check_initial_peers  # hivemind
-
+    preflight.check_names(config.task, config.guard, config.attack)
     check_initial_peers(config.initial_peers)
     check_initial_peers(config.relays, what="--relays")
-
-
-def check_task_and_guard(task: str, guard: str) -> None:
-    """Fail on an unknown task or guard name (``peer`` and ``simulate`` both check before starting anything).
-
-    Raises:
-        ValueError: naming the bad value and the valid choices.
-    """
-    from p2p_guard.guard.registry import check_guard_spec
-    from p2p_guard.tasks import TASK_NAMES
-
-    if task not in TASK_NAMES:
-        raise ValueError(f"unknown task {task!r}; known tasks: {', '.join(TASK_NAMES)}")
-    check_guard_spec(guard)  # a name, NAME:key=value,... or module:Class (the message names the problem)
+    preflight.check_plugins(config.task, config.guard, config.attack)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -2,6 +2,10 @@
 
 Each raises ``ValueError`` with a message naming the setting and the bad value; the commands print it in the
 one error format of :mod:`p2p_guard.cli.errors` and exit 2.
+
+Two passes over the names: :func:`check_names` (task, guard and attack names, the task's files present: no torch,
+a fraction of a second) runs first, so a typo or a missing directory is reported at once; then
+:func:`check_plugins` (build the guard and the attack with their parameters, read the task's data: torch).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import os
 import socket
 from pathlib import Path
 
-__all__ = ["check_identity_file", "check_port_free", "check_task_data"]
+__all__ = ["check_identity_file", "check_names", "check_plugins", "check_port_free", "check_task_data"]
 
 
 def check_identity_file(path: str | Path, *, flag: str = "--identity") -> None:
@@ -79,3 +83,52 @@ def check_task_data(task_name: str) -> None:
             check()
         except OSError as e:
             raise ValueError(str(e)) from None
+
+
+def check_names(task: str, guard: str, attack: str | None = None) -> None:
+    """Fail on an unknown task, guard or attack name, a bad spec syntax, or a task's missing files; no torch.
+
+    Args:
+        task: a name of ``p2p_guard.tasks.TASK_NAMES`` (exactly: no case folding).
+        guard: a guard spec (``NAME[:key=value,...]`` or ``MODULE:CLASS[:...]``).
+        attack: an attack spec, or None for no attack.
+
+    Raises:
+        ValueError: naming the bad value and the valid choices, or the missing directory or file.
+    """
+    from p2p_guard.plugin_names import check_attack_name, check_guard_name
+    from p2p_guard.tasks.registry import TASK_NAMES, check_task_files
+
+    if task not in TASK_NAMES:
+        raise ValueError(f"unknown task {task!r}; known tasks: {', '.join(TASK_NAMES)}")
+    check_guard_name(guard)
+    if attack:
+        try:
+            check_attack_name(attack)
+        except ValueError as e:
+            raise ValueError(f"--attack {attack!r} does not load: {e}") from None
+    try:
+        check_task_files(task)
+    except OSError as e:
+        raise ValueError(str(e)) from None
+
+
+def check_plugins(task: str, guard: str, attack: str | None = None) -> None:
+    """Build the guard and the attack once (parameters, ``MODULE:CLASS`` imports) and read the task's data.
+
+    Imports torch: call it after :func:`check_names` and every other cheap check.
+
+    Raises:
+        ValueError: on a guard or attack that does not build, or data that is missing or malformed.
+    """
+    from p2p_guard.guard.registry import check_guard_spec
+
+    check_guard_spec(guard)  # a name, NAME:key=value,... or module:Class (the message names the problem)
+    check_task_data(task)
+    if attack:
+        from p2p_guard.attacks import load_attack
+
+        try:
+            load_attack(attack)
+        except Exception as e:  # noqa: BLE001 - whatever the user's spec raises is a usage error
+            raise ValueError(f"--attack {attack!r} does not load: {e}") from None

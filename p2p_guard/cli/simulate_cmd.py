@@ -119,24 +119,20 @@ def _check_report_path(path: Path | None) -> None:
 
 
 def _check_names(config: SimulationConfig) -> None:
-    """Check the task and guard names and load the attack spec once here, so a typo fails before any process starts.
+    """Check the task, guard and attack (the attack only with Byzantine peers to run it) before any process starts.
+
+    The names and the task's files first (no torch: at once, so a typo fails fast), then the guard and attack
+    built with their parameters and the task's data read (torch).
 
     Raises:
-        ValueError: on an unknown task or guard (naming the valid ones), or an attack spec that does not load.
+        ValueError: on an unknown task or guard (naming the valid ones), missing or malformed task data, or an
+            attack spec that does not load.
     """
-    from p2p_guard.cli.peer_cmd import check_task_and_guard
-    from p2p_guard.cli.preflight import check_task_data
+    from p2p_guard.cli.preflight import check_names, check_plugins
 
-    check_task_and_guard(config.task, config.guard)
-    check_task_data(config.task)
-    if config.byzantine == 0 or not config.attack:
-        return
-    from p2p_guard.attacks import load_attack  # torch-heavy: only when there is an attack to check
-
-    try:
-        load_attack(config.attack)
-    except Exception as e:  # noqa: BLE001 - whatever the user's spec raises is a usage error
-        raise ValueError(f"--attack {config.attack!r} does not load: {e}") from None
+    attack = config.attack if config.byzantine > 0 else None
+    check_names(config.task, config.guard, attack)
+    check_plugins(config.task, config.guard, attack)
 
 
 @contextlib.contextmanager

@@ -194,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
     defer_import("scipy.optimize")
     try:
         config = load_config(StatusConfig, args=args, table="status", config_path=getattr(args, "config", None))
-        from p2p_guard.swarm.dht import check_initial_peers  # hivemind
+        from p2p_guard.swarm.addresses import check_initial_peers  # hivemind's parser, without hivemind
 
         check_initial_peers(config.initial_peers)
     except ValueError as e:

@@ -31,6 +31,7 @@ from p2p_guard.guard.baselines import (
 )
 from p2p_guard.guard.guard import Guard
 from p2p_guard.guard.semantic import SemanticGuard
+from p2p_guard.plugin_names import GUARD_NAMES, unknown_guard_error
 from p2p_guard.plugin_spec import import_class, parse_spec
 
 __all__ = ["DEFAULT_GUARD", "GUARD_NAMES", "build_guard", "check_guard_spec", "parse_guard_spec"]
@@ -49,8 +50,8 @@ _RULES: Mapping[str, Callable[..., Aggregator]] = MappingProxyType(
     }
 )
 
-GUARD_NAMES: tuple[str, ...] = tuple(_RULES)
-"""Every built-in name :func:`build_guard` accepts."""
+# GUARD_NAMES (every built-in name build_guard accepts) is p2p_guard.plugin_names's, which the CLI checks without
+# importing torch; a unit test asserts that it equals tuple(_RULES).
 
 DEFAULT_GUARD = "semantic"
 """The guard a peer runs unless told otherwise."""
@@ -72,10 +73,7 @@ def _rule_class(spec: str, name: str) -> Callable[..., Aggregator]:
         try:
             return _RULES[name]
         except KeyError:
-            raise ValueError(
-                f"guard spec {spec!r}: unknown guard {name!r}; expected one of {', '.join(GUARD_NAMES)} "
-                f"or MODULE:CLASS"
-            ) from None
+            raise unknown_guard_error(spec, name) from None
     cls = import_class(spec, name, what="guard")
     for method, signature in _METHODS:
         if not any(method in vars(klass) for klass in cls.__mro__ if klass is not object):

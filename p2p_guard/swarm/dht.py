@@ -33,6 +33,7 @@ from hivemind.dht.validation import CompositeValidator, RecordValidatorBase
 from hivemind.p2p import P2P, PeerID
 from hivemind.utils.multiaddr import Multiaddr
 
+from p2p_guard.swarm.addresses import check_initial_peers  # re-exported: the check, without hivemind
 from p2p_guard.swarm.clock import (
     CLOCK_TOLERANCE_S,
     MAX_CLOCK_CORRECTION_S,
@@ -82,26 +83,6 @@ def check_port_free(host: str, port: int) -> None:
             sock.bind((host, port))
         except OSError as e:
             raise OSError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
-
-
-def check_initial_peers(maddrs: Sequence[str], *, what: str = "--initial-peers") -> None:
-    """Check that every bootstrap (or relay) address is a multiaddr ending in ``/p2p/<PeerID>``.
-
-    Args:
-        maddrs: the addresses.
-        what: the setting they come from, for the message.
-
-    Raises:
-        ValueError: naming the first malformed address.
-    """
-    for text in maddrs:
-        try:
-            maddr = Multiaddr(text)
-            peer = maddr.value_for_protocol("p2p")
-            PeerID.from_base58(peer)
-        except Exception as e:  # noqa: BLE001 - the multiaddr parser raises many types
-            raise ValueError(f"bad {what} address {text!r}: expected /ip4/HOST/tcp/PORT/p2p/PEERID "
-                             f"as printed by `p2p-guard bootstrap` ({type(e).__name__})") from None
 
 
 @dataclass(frozen=True)

@@ -958,7 +958,7 @@ def _known_peers(folder: str | None, given: tuple[str, ...]) -> list[str]:
         lines = (Path(folder) / KNOWN_PEERS_FILE).read_text().split()
     except OSError:
         return []
-    from p2p_guard.swarm.dht import check_initial_peers
+    from p2p_guard.swarm.addresses import check_initial_peers
 
     known = []
     for line in lines[:MAX_KNOWN_PEERS]:

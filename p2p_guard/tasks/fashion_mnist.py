@@ -38,24 +38,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from p2p_guard.tasks import fashion_mnist_files
 from p2p_guard.tasks._common import evaluating
 from p2p_guard.tasks.base import Metrics
+from p2p_guard.tasks.fashion_mnist_files import DEFAULT_DATA_DIR, FILES, check_data_dir, find_file
 from p2p_guard.tasks.image_classification import ImageClassificationTask
 
 __all__ = ["DEFAULT_DATA_DIR", "FILES", "FashionMnistTask", "read_idx"]
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_DATA_DIR = Path("/usr/share/datasets/fashion-mnist")
-"""Where Debian's ``dataset-fashion-mnist`` installs the IDX files."""
-
-FILES: dict[str, str] = {
-    "train_images": "train-images-idx3-ubyte",
-    "train_labels": "train-labels-idx1-ubyte",
-    "test_images": "t10k-images-idx3-ubyte",
-    "test_labels": "t10k-labels-idx1-ubyte",
-}
-"""Base names of the four IDX files (each may also carry a ``.gz`` suffix)."""
 
 _SIDE = 28
 _NUM_PIXELS = _SIDE * _SIDE
@@ -116,18 +107,6 @@ def read_idx(path: Path, *, ndim: int) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8).reshape(dims)
 
 
-def _find(data_dir: Path, base: str) -> Path:
-    for name in (base, base + ".gz"):
-        candidate = data_dir / name
-        if candidate.is_file():
-            return candidate
-    raise FileNotFoundError(
-        f"fashion-mnist: {base}[.gz] not found in {data_dir}; install the Debian package "
-        f"(apt-get install dataset-fashion-mnist) or pass --data-dir DIR naming a directory that holds the "
-        f"four IDX files ({', '.join(FILES.values())})"
-    )
-
-
 @dataclass(frozen=True, eq=False)
 class _FashionData:
     x_train: Tensor  # (60000, 784) uint8
@@ -152,7 +131,7 @@ def load_fashion_mnist(data_dir: Path) -> _FashionData:
     """
     arrays = {}
     for key, base in FILES.items():
-        arrays[key] = read_idx(_find(data_dir, base), ndim=3 if key.endswith("images") else 1)
+        arrays[key] = read_idx(find_file(data_dir, base), ndim=3 if key.endswith("images") else 1)
     for split in ("train", "test"):
         images, labels = arrays[f"{split}_images"], arrays[f"{split}_labels"]
         if images.shape[1:] != (_SIDE, _SIDE):
@@ -194,7 +173,8 @@ class FashionMnistTask(ImageClassificationTask):
             raise ValueError(f"hidden={hidden!r} must be an integer >= 1")
         if data_dir is not None and not isinstance(data_dir, (str, Path)):
             raise ValueError(f"data_dir={data_dir!r} must be a path")
-        self.data_dir = Path(data_dir) if data_dir is not None else DEFAULT_DATA_DIR
+        # read at call time from fashion_mnist_files, the one place the CLI's early check reads it too
+        self.data_dir = Path(data_dir) if data_dir is not None else fashion_mnist_files.DEFAULT_DATA_DIR
         self.hidden = hidden
 
     def __repr__(self) -> str:
@@ -203,11 +183,7 @@ class FashionMnistTask(ImageClassificationTask):
 
     @cached_property
     def _data(self) -> _FashionData:
-        if not self.data_dir.is_dir():
-            raise FileNotFoundError(
-                f"fashion-mnist: directory {self.data_dir} does not exist; install the Debian package "
-                f"(apt-get install dataset-fashion-mnist) or pass --data-dir DIR"
-            )
+        check_data_dir(self.data_dir)
         return load_fashion_mnist(self.data_dir)
 
     def check_data(self) -> None:

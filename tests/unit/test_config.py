@@ -23,6 +23,7 @@ import pytest
 from p2p_guard.cli import bootstrap_cmd, peer_cmd, simulate_cmd
 from p2p_guard.cli.main import build_parser
 from p2p_guard.cli.typed_config import add_config_flags, field_docs, flag_name, load_config, type_check
+from p2p_guard.plugin_names import ATTACK_NAMES
 from p2p_guard.protocol import CODECS
 from p2p_guard.simulation.config import SimulationConfig
 from p2p_guard.swarm.config import PeerConfig, config_from_mapping
@@ -524,6 +525,34 @@ def _cli(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
      "wire type 6"),
     (["bootstrap", "--port", "70000"], None,
      "p2p-guard bootstrap: error: command line: port must be in [0, 65535]; got port=70000"),
+    # issue 11: names, addresses and a task's files are checked before torch and hivemind are imported
+    (["peer", "--initial-peers", MADDR, "--task", "nosuch"], None,
+     "p2p-guard peer: error: unknown task 'nosuch'; known tasks: digits, fashion-mnist, shakespeare"),
+    (["simulate", "--task", "nosuch"], None,
+     "p2p-guard simulate: error: unknown task 'nosuch'; known tasks: digits, fashion-mnist, shakespeare"),
+    (["peer", "--initial-peers", MADDR, "--guard", "nosuch"], None,
+     "p2p-guard peer: error: guard spec 'nosuch': unknown guard 'nosuch'; expected one of mean, median, "
+     "trimmed_mean, multi_krum, geometric_median, centered_clipping, nnm_trimmed_mean, own_update, semantic or "
+     "MODULE:CLASS"),
+    (["simulate", "--guard", "mean:f"], None,
+     "p2p-guard simulate: error: bad guard spec 'mean:f': parameters are key=value, got 'f'"),
+    (["peer", "--initial-peers", MADDR, "--attack", "nosuch"], None,
+     "p2p-guard peer: error: --attack 'nosuch' does not load: attack spec 'nosuch': unknown attack 'nosuch'; "
+     "expected one of " + ", ".join(ATTACK_NAMES)),
+    (["simulate", "--attack", "nosuch"], None,
+     "p2p-guard simulate: error: --attack 'nosuch' does not load: attack spec 'nosuch': unknown attack 'nosuch'; "
+     "expected one of " + ", ".join(ATTACK_NAMES)),
+    (["peer", "--initial-peers", "/ip4/127.0.0.1/tcp/31337"], None,
+     "p2p-guard peer: error: bad --initial-peers address '/ip4/127.0.0.1/tcp/31337': expected "
+     "/ip4/HOST/tcp/PORT/p2p/PEERID as printed by `p2p-guard bootstrap` (ProtocolLookupError)"),
+    (["peer", "--initial-peers", MADDR, "--use-auto-relay", "--relays", "/ip4/1.2.3.4/tcp/1/p2p/abc"], None,
+     "p2p-guard peer: error: bad --relays address '/ip4/1.2.3.4/tcp/1/p2p/abc': expected "
+     "/ip4/HOST/tcp/PORT/p2p/PEERID as printed by `p2p-guard bootstrap` (StringParseError)"),
+    (["peer"], None,
+     "p2p-guard peer: error: no --initial-peers given (the multiaddr printed by `p2p-guard bootstrap`)"),
+    (["simulate", "--report", "c.toml/r.json"], "x",
+     "p2p-guard simulate: error: cannot write there: --report c.toml/r.json: c.toml is not a usable place for a "
+     "file"),
 ])
 def test_bad_input_is_one_line_before_torch_or_hivemind(tmp_path: Path, argv: list[str], toml: str | None,
                                                          message: str) -> None:
@@ -534,6 +563,23 @@ def test_bad_input_is_one_line_before_torch_or_hivemind(tmp_path: Path, argv: li
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines()[-1] == message
     assert "usage:" in done.stderr or len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stdout.strip() == "heavy: []"
+
+
+@pytest.mark.parametrize("argv", [["simulate", "--task", "fashion-mnist"],
+                                  ["peer", "--initial-peers", MADDR, "--task", "fashion-mnist"]])
+def test_missing_task_data_is_one_line_before_torch_or_hivemind(tmp_path: Path, argv: list[str]) -> None:
+    code = ("import sys, pathlib\nfrom p2p_guard.tasks import fashion_mnist_files\n"
+            f"fashion_mnist_files.DEFAULT_DATA_DIR = pathlib.Path({str(tmp_path / 'none')!r})\n"
+            "from p2p_guard.cli.main import main\nrc = main(sys.argv[1:])\n"
+            "print('heavy:', sorted(m for m in ('torch', 'hivemind') if m in sys.modules))\nsys.exit(rc)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path, env=env, check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (f"p2p-guard {argv[0]}: error: fashion-mnist: directory {tmp_path / 'none'} does not "
+                           "exist; install the Debian package (apt-get install dataset-fashion-mnist) or pass "
+                           "--data-dir DIR\n")
     assert done.stdout.strip() == "heavy: []"
 
 
@@ -577,9 +623,9 @@ class TestPreflight:
 
     def test_missing_fashion_mnist_directory(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         from p2p_guard.cli.preflight import check_task_data
-        from p2p_guard.tasks import fashion_mnist
+        from p2p_guard.tasks import fashion_mnist_files
 
-        monkeypatch.setattr(fashion_mnist, "DEFAULT_DATA_DIR", tmp_path / "nothing")
+        monkeypatch.setattr(fashion_mnist_files, "DEFAULT_DATA_DIR", tmp_path / "nothing")
         with pytest.raises(ValueError, match="fashion-mnist: directory .*nothing does not exist"):
             check_task_data("fashion-mnist")
         with pytest.raises(ValueError, match="unknown task 'fmnist'"):

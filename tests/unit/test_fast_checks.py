@@ -1,0 +1,187 @@
+"""The CLI's early checks of names, addresses and data files answer without torch or hivemind (issue 11).
+
+- The light name tables (``p2p_guard.plugin_names``, ``p2p_guard.tasks.registry``) are the registries' names:
+  each registry's keys equal them, in order, so the light check and the registry cannot drift apart.
+- ``preflight.check_names``, ``swarm.addresses.check_initial_peers`` and ``tasks.registry.check_task_files``
+  import neither torch nor hivemind (run in a fresh interpreter), and reject what the heavy checks reject, with
+  the same message.
+- The light multiaddr check gives hivemind's verdict on every address tried, down to the exception's type.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from p2p_guard import plugin_names
+from p2p_guard.cli.preflight import check_names, check_plugins
+
+REPO = Path(__file__).resolve().parents[2]
+PEER_ID = "12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN"
+MADDR = f"/ip4/127.0.0.1/tcp/31337/p2p/{PEER_ID}"
+
+#: Addresses good and bad; the light check must agree with hivemind's on each.
+ADDRESSES = [
+    MADDR,
+    f"/ip6/::1/tcp/31337/p2p/{PEER_ID}",
+    f"/dns4/example.org/tcp/31337/p2p/{PEER_ID}",
+    f"/ip4/1.2.3.4/tcp/1/p2p/{PEER_ID}/p2p-circuit/p2p/{PEER_ID}",
+    f"/ip4/127.0.0.1/udp/31337/quic/p2p/{PEER_ID}",
+    "/ip4/127.0.0.1/tcp/31337",
+    "/ip4/127.0.0.1/tcp/31337/p2p/abc",
+    f"/ip4/999.1.1.1/tcp/1/p2p/{PEER_ID}",
+    f"/ip4/127.0.0.1/tcp/99999/p2p/{PEER_ID}",
+    f"/ip4/127.0.0.1/tcp/31337/p2p/{PEER_ID}0",
+    f"/ip4/127.0.0.1/tcp/31337/p2p/{PEER_ID[:-1]}",
+    f"/ip4/127.0.0.1/tcp/31337/p2p/{PEER_ID}/",
+    f"/ip4/127.0.0.1/tcp/31337/nosuch/p2p/{PEER_ID}",
+    f"ip4/127.0.0.1/tcp/31337/p2p/{PEER_ID}",
+    f"127.0.0.1:31337/p2p/{PEER_ID}",
+    "",
+    "/",
+    "x",
+]
+
+
+def _fresh(code: str) -> list[str]:
+    """Run ``code`` in a fresh interpreter with this checkout first on the path; its stdout lines."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
+                          check=True)
+    return done.stdout.splitlines()
+
+
+class TestOneListOfNames:
+    def test_guard_names_are_the_registry_keys(self) -> None:
+        from p2p_guard.guard import registry
+
+        assert tuple(registry._RULES) == plugin_names.GUARD_NAMES
+        assert registry.GUARD_NAMES is plugin_names.GUARD_NAMES
+
+    def test_attack_names_are_the_registry_keys(self) -> None:
+        from p2p_guard.attacks import registry
+        from p2p_guard.attacks.wire import WIRE_ATTACKS
+
+        assert tuple(registry._BUILTIN) == plugin_names.MODEL_ATTACK_NAMES
+        assert tuple(WIRE_ATTACKS) == plugin_names.WIRE_ATTACK_NAMES
+        assert registry.ATTACK_NAMES is plugin_names.ATTACK_NAMES
+        assert registry.WIRE_ATTACK_NAMES is plugin_names.WIRE_ATTACK_NAMES
+        assert plugin_names.ATTACK_NAMES == (*registry._BUILTIN, *WIRE_ATTACKS)
+
+    def test_task_files_checks_name_known_tasks(self) -> None:
+        from p2p_guard.tasks import registry
+
+        assert set(registry._FILE_CHECKS) <= set(registry.TASK_NAMES)
+
+
+class TestLightChecksImportNothingHeavy:
+    def test_names_addresses_and_files_in_a_fresh_interpreter(self, tmp_path: Path) -> None:
+        code = (
+            "import pathlib, sys\n"
+            "from p2p_guard.cli.preflight import check_names\n"
+            "from p2p_guard.swarm.addresses import check_initial_peers\n"
+            "from p2p_guard.tasks import fashion_mnist_files\n"
+            f"fashion_mnist_files.DEFAULT_DATA_DIR = pathlib.Path({str(tmp_path / 'none')!r})\n"
+            "check_names('digits', 'trimmed_mean:f=1', 'alie:z=search')\n"
+            "check_names('shakespeare', 'my_pkg.rules:Rule', 'my_pkg.attacks:Drift:eps=0.1')\n"
+            f"check_initial_peers([{MADDR!r}])\n"
+            "for args in [('nosuch', 'mean', None), ('digits', 'nosuch', None), ('digits', 'mean', 'nosuch'),\n"
+            "             ('digits', 'mean:f', None), ('fashion-mnist', 'mean', None)]:\n"
+            "    try:\n"
+            "        check_names(*args)\n"
+            "    except ValueError as e:\n"
+            "        print('rejected:', str(e).split(';')[0])\n"
+            "try:\n"
+            "    check_initial_peers(['/ip4/127.0.0.1/tcp/31337'], what='--relays')\n"
+            "except ValueError as e:\n"
+            "    print('rejected:', str(e).split(':')[0])\n"
+            "print('heavy:', sorted(m for m in ('torch', 'hivemind', 'numpy') if m in sys.modules))\n"
+        )
+        assert _fresh(code) == [
+            "rejected: unknown task 'nosuch'",
+            "rejected: guard spec 'nosuch': unknown guard 'nosuch'",
+            "rejected: --attack 'nosuch' does not load: attack spec 'nosuch': unknown attack 'nosuch'",
+            "rejected: bad guard spec 'mean:f': parameters are key=value, got 'f'",
+            f"rejected: fashion-mnist: directory {tmp_path / 'none'} does not exist",
+            "rejected: bad --relays address '/ip4/127.0.0.1/tcp/31337'",
+            "heavy: []",
+        ]
+
+
+class TestLightAgreesWithHeavy:
+    @pytest.mark.parametrize(("guard", "attack"), [
+        ("nosuch", None), ("mean:", None), ("a:b:c:d", None), ("mean:f=1:x", None), ("mean:f", None),
+        ("1bad", None), ("mean", "nosuch"), ("mean", "sign_flip:scale"), ("mean", "1bad"), ("mean", "x:y:z:w"),
+    ])
+    def test_what_the_light_check_rejects_the_heavy_one_rejects_alike(self, guard: str, attack: str | None) -> None:
+        with pytest.raises(ValueError) as light:
+            check_names("digits", guard, attack)
+        with pytest.raises(ValueError) as heavy:
+            check_plugins("digits", guard, attack)
+        assert str(light.value) == str(heavy.value)
+
+    def test_task_names_are_exact(self) -> None:
+        with pytest.raises(ValueError, match=r"unknown task 'Digits'; known tasks: digits, fashion-mnist, shakespeare"):
+            check_names("Digits", "mean")
+
+    @pytest.mark.parametrize("guard", plugin_names.GUARD_NAMES)
+    def test_every_builtin_guard_passes_both(self, guard: str) -> None:
+        check_names("digits", guard)
+        check_plugins("digits", guard)
+
+    @pytest.mark.parametrize("attack", plugin_names.ATTACK_NAMES)
+    def test_every_builtin_attack_passes_the_light_check(self, attack: str) -> None:
+        check_names("digits", "mean", attack)
+
+    def test_bad_parameters_are_still_caught_by_the_heavy_check(self) -> None:
+        check_names("digits", "trimmed_mean:nosuch=1", "sign_flip:nosuch=1")  # the light check needs the class
+        with pytest.raises(ValueError, match="bad parameters"):
+            check_plugins("digits", "trimmed_mean:nosuch=1")
+        with pytest.raises(ValueError, match=r"--attack 'sign_flip:nosuch=1' does not load: .*bad parameters"):
+            check_plugins("digits", "mean", "sign_flip:nosuch=1")
+
+    def test_multiaddr_verdicts_are_hiveminds(self) -> None:
+        """The light check (hivemind's parser, loaded alone) against hivemind imported the usual way."""
+        code = (
+            "import json, sys\n"
+            "from p2p_guard.swarm.addresses import PRIVATE_NAME, check_initial_peers\n"
+            "out = []\n"
+            f"for text in {ADDRESSES!r}:\n"
+            "    try:\n"
+            "        check_initial_peers([text])\n"
+            "        out.append('ok')\n"
+            "    except ValueError as e:\n"
+            "        out.append(str(e).rsplit('(', 1)[-1].rstrip(')'))\n"
+            "print(json.dumps(out))\n"
+            "print(PRIVATE_NAME in sys.modules, 'hivemind' in sys.modules, 'torch' in sys.modules)\n"
+        )
+        light_lines = _fresh(code)
+        from hivemind.p2p import PeerID
+        from hivemind.utils.multiaddr import Multiaddr
+
+        heavy = []
+        for text in ADDRESSES:
+            try:
+                PeerID.from_base58(Multiaddr(text).value_for_protocol("p2p"))
+                heavy.append("ok")
+            except Exception as e:  # noqa: BLE001 - the verdict is the exception's type
+                heavy.append(type(e).__name__)
+        assert json.loads(light_lines[0]) == heavy
+        assert "ok" in heavy  # the list tries good addresses
+        assert len(set(heavy)) >= 3  # and several kinds of bad ones
+        assert light_lines[1] == "True False False"
+
+    def test_with_hivemind_imported_its_own_module_is_used(self) -> None:
+        import hivemind.utils.multiaddr
+
+        from p2p_guard.swarm import addresses, dht
+
+        assert addresses._multiaddr_module() is hivemind.utils.multiaddr
+        assert dht.check_initial_peers is addresses.check_initial_peers
+        with pytest.raises(ValueError, match=r"bad --initial-peers address 'x': .*\(StringParseError\)"):
+            addresses.check_initial_peers(["x"])
