@@ -20,3 +20,4 @@ def test_an_integration_test_gets_it(request: pytest.FixtureRequest) -> None:
 @pytest.mark.usefixtures("process_reaper")
 def test_a_test_can_ask_for_it(request: pytest.FixtureRequest) -> None:
     assert "process_reaper" in request.fixturenames
+

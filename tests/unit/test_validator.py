@@ -668,3 +668,41 @@ def test_never_raises_on_random_records(rec: DHTRecord) -> None:
         assert got.reason != "internal_error", got
         if got.accepted and got.reason == "accepted":
             assert rec.subkey not in (b"\xc0", b"")
+
+
+class TestOpenedCache:
+    """Verdicts on bytes seen before are reused; everything that depends on more than the bytes is checked again."""
+
+    def test_the_same_bytes_are_verified_once(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import p2p_guard.swarm.validator as module
+
+        calls: list[int] = []
+        real = module.open_signed_record
+
+        def counting(raw: bytes, **kwargs: object) -> object:
+            calls.append(len(raw))
+            return real(raw, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(module, "open_signed_record", counting)
+        validator = RecordValidator([RUN], max_rounds=ROUNDS)
+        value = sign_record("presence", RUN, 7, 7, ALICE)
+        for _ in range(5):
+            assert validator.check(record(presence_key(RUN), ALICE_ID, value, ttl_s=10)).accepted
+        assert len(calls) == 1
+        # Same bytes under another subkey: the owner check still runs (impersonation), from the cached parse.
+        stolen = validator.check(record(presence_key(RUN), MALLORY.peer_id_b58, value, ttl_s=10))
+        assert (stolen.accepted, stolen.reason) == (False, "impersonation")
+        # Same bytes, expiring beyond the presence cap (checked after the parse): refused, the cache notwithstanding.
+        late = validator.check(record(presence_key(RUN), ALICE_ID, value, ttl_s=120))  # over the 60 s cap
+        assert (late.accepted, late.reason) == (False, "bad_expiration")
+        assert len(calls) == 1
+
+    def test_a_flood_of_distinct_values_keeps_the_cache_bounded(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import p2p_guard.swarm.validator as module
+
+        monkeypatch.setattr(module, "OPENED_CACHE_ENTRIES", 8)
+        validator = RecordValidator([RUN], max_rounds=ROUNDS)
+        for round_ in range(20):
+            value = sign_record("presence", RUN, round_, round_, ALICE)
+            assert validator.check(record(presence_key(RUN), ALICE_ID, value, ttl_s=10)).accepted
+        assert len(validator._opened) == 8
