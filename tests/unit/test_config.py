@@ -578,8 +578,8 @@ def test_missing_task_data_is_one_line_before_torch_or_hivemind(tmp_path: Path, 
                           cwd=tmp_path, env=env, check=False)
     assert done.returncode == 2, done.stderr
     assert done.stderr == (f"p2p-guard {argv[0]}: error: fashion-mnist: directory {tmp_path / 'none'} does not "
-                           "exist; install the Debian package (apt-get install dataset-fashion-mnist); "
-                           "`p2p-guard bench` also takes --data-dir DIR\n")
+                           "exist; install the Debian package (apt-get install dataset-fashion-mnist), "
+                           "or pass --task fashion-mnist:data_dir=DIR\n")
     assert done.stdout.strip() == "heavy: []"
 
 
