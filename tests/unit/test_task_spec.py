@@ -185,3 +185,18 @@ def _literal(text: str) -> str:
     import re
 
     return re.escape(text)
+
+
+@pytest.mark.parametrize("command", ["simulate", "peer"])
+def test_toml_task_spec_is_checked_like_the_flag(tmp_path: Path, command: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from p2p_guard.cli.main import main
+
+    config = tmp_path / "c.toml"
+    config.write_text(f'[{command}]\ntask = "shakespeare:n_layers=8,width=512"\n', encoding="utf-8")
+    extra = ["--initial-peers", "/ip4/127.0.0.1/tcp/31337/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN",
+             "--identity", str(tmp_path / "k.key"), "--port", "0"] if command == "peer" else []
+    assert main([command, "--config", str(config), *extra]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"p2p-guard {command}: error: task 'shakespeare:n_layers=8,width=512': unknown option 'width'; shakespeare "
+        "takes context, d_model, n_layers, n_heads, eval_windows, holdout_works, texts_dir")
