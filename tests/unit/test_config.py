@@ -527,9 +527,9 @@ def _cli(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
      "p2p-guard bootstrap: error: command line: port must be in [0, 65535]; got port=70000"),
     # issue 11: names, addresses and a task's files are checked before torch and hivemind are imported
     (["peer", "--initial-peers", MADDR, "--task", "nosuch"], None,
-     "p2p-guard peer: error: unknown task 'nosuch'; known tasks: digits, fashion-mnist, shakespeare"),
+     "p2p-guard peer: error: unknown task 'nosuch'; known tasks: digits, fashion-mnist, shakespeare (or MODULE:CLASS)"),
     (["simulate", "--task", "nosuch"], None,
-     "p2p-guard simulate: error: unknown task 'nosuch'; known tasks: digits, fashion-mnist, shakespeare"),
+     "p2p-guard simulate: error: unknown task 'nosuch'; known tasks: digits, fashion-mnist, shakespeare (or MODULE:CLASS)"),
     (["peer", "--initial-peers", MADDR, "--guard", "nosuch"], None,
      "p2p-guard peer: error: guard spec 'nosuch': unknown guard 'nosuch'; expected one of mean, median, "
      "trimmed_mean, multi_krum, geometric_median, centered_clipping, nnm_trimmed_mean, own_update, semantic or "
