@@ -16,7 +16,7 @@ import importlib
 import re
 from collections.abc import Collection
 
-__all__ = ["ParamValue", "import_class", "parse_spec", "parse_value"]
+__all__ = ["ParamValue", "import_class", "parse_spec", "parse_value", "split_params"]
 
 ParamValue = bool | int | float | str
 
@@ -58,17 +58,34 @@ def parse_spec(spec: str, *, what: str, builtin_names: Collection[str]) -> tuple
         name, params_text = f"{module}:{cls}", (parts[2] if len(parts) == 3 else None)
     else:
         raise ValueError(f"bad {what} spec {spec!r}: too many ':'")
-    params: dict[str, ParamValue] = {}
-    if params_text is not None:
-        for item in params_text.split(","):
-            key, sep, text = item.partition("=")
-            key = key.strip()
-            if not sep or not _NAME.fullmatch(key):
-                raise ValueError(f"bad {what} spec {spec!r}: parameter {item!r} is not key=value")
-            if key in params:
-                raise ValueError(f"bad {what} spec {spec!r}: parameter {key!r} given twice")
-            params[key] = parse_value(text.strip())
-    return name, params
+    raw = split_params(params_text, spec=spec, what=what) if params_text is not None else {}
+    return name, {key: parse_value(text) for key, text in raw.items()}
+
+
+def split_params(params_text: str, *, spec: str, what: str) -> dict[str, str]:
+    """Split ``key=value,key=value`` into its keys and their values' text (stripped, not yet read).
+
+    Args:
+        params_text: the part of the spec after the name.
+        spec: the whole spec, for messages.
+        what: the plugin kind for messages (``"guard"``, ``"task"``).
+
+    Returns:
+        Each key's value text, in the order given; :func:`parse_value` reads one.
+
+    Raises:
+        ValueError: on an item that is not ``key=value`` or a key given twice; the message quotes the spec.
+    """
+    params: dict[str, str] = {}
+    for item in params_text.split(","):
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not _NAME.fullmatch(key):
+            raise ValueError(f"bad {what} spec {spec!r}: parameter {item!r} is not key=value")
+        if key in params:
+            raise ValueError(f"bad {what} spec {spec!r}: parameter {key!r} given twice")
+        params[key] = text.strip()
+    return params
 
 
 def parse_value(text: str) -> ParamValue:

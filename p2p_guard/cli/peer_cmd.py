@@ -30,9 +30,9 @@ logger = logging.getLogger(__name__)
 COMMAND = "peer"
 
 #: Cosmetic metavars; a field not named here gets one from its type.
-METAVARS = {"initial_peers": "MULTIADDR", "inner_steps": "H", "assumed_byzantine": "F", "allow_peers": "FILE",
-            "identity": "FILE", "events": "PATH", "state_out": "PATH", "proof_dir": "DIR", "host": "ADDR",
-            "announce_host": "ADDR", "relays": "MULTIADDR", "reachability": "{auto,public,private}",
+METAVARS = {"initial_peers": "MULTIADDR", "task": "SPEC", "inner_steps": "H", "assumed_byzantine": "F",
+            "allow_peers": "FILE", "identity": "FILE", "events": "PATH", "state_out": "PATH", "proof_dir": "DIR",
+            "host": "ADDR", "announce_host": "ADDR", "relays": "MULTIADDR", "reachability": "{auto,public,private}",
             "metrics_port": "PORT"}
 
 

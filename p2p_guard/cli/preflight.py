@@ -3,9 +3,10 @@
 Each raises ``ValueError`` with a message naming the setting and the bad value; the commands print it in the
 one error format of :mod:`p2p_guard.cli.errors` and exit 2.
 
-Two passes over the names: :func:`check_names` (task, guard and attack names, the task's files present: no torch,
-a fraction of a second) runs first, so a typo or a missing directory is reported at once; then
-:func:`check_plugins` (build the guard and the attack with their parameters, read the task's data: torch).
+Two passes over the names: :func:`check_names` (task, guard and attack names, a built-in task's options, the
+task's files present: no torch, a fraction of a second) runs first, so a typo or a missing directory is reported
+at once; then :func:`check_plugins` (build the task, importing a ``MODULE:CLASS`` task's module, and the guard and
+the attack with their parameters, read the task's data: torch).
 """
 
 from __future__ import annotations
@@ -65,18 +66,19 @@ def check_port_free(host: str, port: int) -> None:
             raise ValueError(f"--host {host} --port {port}: cannot listen there: {e.strerror or e}") from None
 
 
-def check_task_data(task_name: str) -> None:
-    """Build the task (its name and options) and read its data now, so a missing data set fails up front.
+def check_task_data(task_spec: str) -> None:
+    """Build the task (its spec: name or ``MODULE:CLASS``, and options) and read its data now.
 
-    Imports torch (through the task); call it after the cheap checks.
+    Imports torch (through the task) and, for ``MODULE:CLASS``, the user's module; call it after the cheap
+    checks, so a missing data set or a class that is not a task fails up front.
 
     Raises:
-        ValueError: on an unknown task, bad options, or missing or malformed data files (the message says
-            which package or directory is missing).
+        ValueError: on an unknown task, bad options, a module that does not import, a class that is not a
+            task, or missing or malformed data files (the message says which package or directory is missing).
     """
     from p2p_guard.tasks import load_task
 
-    task = load_task(task_name)
+    task = load_task(task_spec)
     check = getattr(task, "check_data", None)
     if callable(check):
         try:
@@ -89,7 +91,9 @@ def check_names(task: str, guard: str, attack: str | None = None) -> None:
     """Fail on an unknown task, guard or attack name, a bad spec syntax, or a task's missing files; no torch.
 
     Args:
-        task: a name of ``p2p_guard.tasks.TASK_NAMES`` (exactly: no case folding).
+        task: a task spec: a name of ``p2p_guard.tasks.TASK_NAMES`` (exactly: no case folding) or
+            ``MODULE:CLASS``, with ``:key=value,...`` options. A built-in task's option names and value types
+            are checked here; a ``MODULE:CLASS`` spec only for its syntax (:func:`check_plugins` imports it).
         guard: a guard spec (``NAME[:key=value,...]`` or ``MODULE:CLASS[:...]``).
         attack: an attack spec, or None for no attack.
 
@@ -97,10 +101,9 @@ def check_names(task: str, guard: str, attack: str | None = None) -> None:
         ValueError: naming the bad value and the valid choices, or the missing directory or file.
     """
     from p2p_guard.plugin_names import check_attack_name, check_guard_name
-    from p2p_guard.tasks.registry import TASK_NAMES, check_task_files
+    from p2p_guard.tasks.registry import check_task_files, check_task_spec
 
-    if task not in TASK_NAMES:
-        raise ValueError(f"unknown task {task!r}; known tasks: {', '.join(TASK_NAMES)}")
+    check_task_spec(task)
     check_guard_name(guard)
     if attack:
         try:

@@ -63,7 +63,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress bar (there is none anyway when stderr is not a terminal)")
     add_config_flags(parser.add_argument_group("settings"), SimulationConfig,
-                     metavars={"inner_steps": "H", "attack": "SPEC", "partition": "SPEC"})
+                     metavars={"inner_steps": "H", "attack": "SPEC", "partition": "SPEC", "task": "SPEC"})
     parser.add_argument(
         "--faults", type=Path, default=None, metavar="PLAN.toml",
         help="fault plan: [[fault]] tables (round, peer, kind = slow|stop|kill_restart|clock_shift|kill_bootstrap, "

@@ -40,7 +40,8 @@ class SimulationConfig:
     """A local swarm: ``honest`` peers (indices ``0..honest-1``) then ``byzantine`` attackers.
 
     Attributes:
-        task: task name passed to every peer (``digits``, ``fashion-mnist``, ``shakespeare``).
+        task: task spec passed to every peer: a built-in name (``digits``, ``fashion-mnist``, ``shakespeare``)
+            or ``MODULE:CLASS``, with ``:key=value,...`` options (``shakespeare:n_layers=4``); see docs/tasks.md.
         honest: number of honest peers (at least 1).
         byzantine: number of simulated Byzantine peers.
         attack: attack spec of the Byzantine peers (``NAME:key=value,...`` or ``module:Class``).
@@ -49,7 +50,9 @@ class SimulationConfig:
         guard: aggregation rule of every peer (``semantic``, ``mean``, ...).
         inner_steps: H inner steps per round (None: the task's default).
         partition: ``iid`` or ``dirichlet:ALPHA``.
-        run_id: run name shared by the peers (None: derived from task and seed, so reruns are comparable).
+        run_id: run name shared by the peers (None: derived from the task spec and seed, so reruns are
+            comparable: ``sim-digits-seed0``, or for a spec with options or a ``MODULE:CLASS`` its name and 8 hex
+            digits of the spec's hash, ``sim-shakespeare-1a2b3c4d-seed0``).
         timeout_s: the whole run must end within this many seconds.
         startup_timeout_s: how long the bootstrap node may take to publish its addresses, in seconds; also the
             least time the starting peers get for one of them to become ready (at least 30 s × start_concurrency).
@@ -141,7 +144,15 @@ class SimulationConfig:
     @property
     def resolved_run_id(self) -> str:
         """The run id the peers use."""
-        return self.run_id or f"sim-{self.task}-seed{self.seed}"
+        if self.run_id:
+            return self.run_id
+        from p2p_guard.tasks.registry import parse_task_spec  # torch-free
+
+        try:
+            part = parse_task_spec(self.task).run_id_part()
+        except ValueError:  # reported by the task checks before any peer starts
+            part = "task"
+        return f"sim-{part}-seed{self.seed}"
 
     def is_byzantine(self, index: int) -> bool:
         """True for the peers after the honest ones."""

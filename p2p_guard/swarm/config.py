@@ -28,7 +28,10 @@ class PeerConfig:
     Attributes:
         initial_peers: multiaddrs of one or more bootstrap peers (``/ip4/HOST/tcp/PORT/p2p/PEERID``).
         run_id: name of the training run; peers of different runs ignore each other's updates.
-        task: task name (``digits``, ``fashion-mnist``, ``shakespeare``).
+        task: task spec: a built-in name (``digits``, ``fashion-mnist``, ``shakespeare``) or ``MODULE:CLASS``,
+            with ``:key=value,...`` options (``fashion-mnist:data_dir=/data/fm``); see docs/tasks.md. Every peer
+            of a run must give the same spec: a different model shape is rejected (``SHAPE_MISMATCH``), but the
+            same shapes on other data would mix, so put the task in ``run_id`` when in doubt.
         seed: run seed; the initial model θ_0 is built from it, so every peer starts identical.
         peer_index: this peer's data shard index in ``[0, num_peers)``.
         num_peers: number of data shards (the intended swarm size).

@@ -719,8 +719,8 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
             peer.metrics = metrics
             metrics.bind(round_=lambda: peer.round, paused=lambda: float(peer.paused), banned=lambda: len(peer.banned))
         maddrs = await dht.visible_maddrs()
-        logger.info("peer %s up on %s (device %s, %d parameters)", identity.peer_id_b58, ", ".join(maddrs),
-                    local.device, local.numel)
+        logger.info("peer %s up on %s (task %s, device %s, %d parameters)", identity.peer_id_b58,
+                    ", ".join(maddrs), config.task, local.device, local.numel)
         events.emit("ready", peer_id=identity.peer_id_b58, byzantine=config.attack is not None,
                     attack=config.attack, maddrs=maddrs, numel=local.numel)
         announcer = asyncio.create_task(peer.announce(stop))

@@ -4,7 +4,8 @@ Modules:
     base: the :class:`Task` Protocol ("bring your own model and data"), :class:`Shard`, :class:`Metrics`,
         :class:`HParams`.
     partition: ``iid`` / ``dirichlet:ALPHA`` partitions and whole-group (work) assignment.
-    registry: :func:`load_task`, :data:`TASK_NAMES` and :func:`check_task_files` (no torch).
+    registry: task specs (``NAME[:k=v,...]`` or ``MODULE:CLASS[:k=v,...]``): :func:`load_task`, :data:`TASK_NAMES`,
+        and the torch-free ``check_task_spec`` and :func:`check_task_files`.
     image_classification: :class:`ImageClassificationTask`, shared base of ``digits`` and ``fashion_mnist``.
     digits: scikit-learn digits, MLP 64-64-10.
     fashion_mnist: Fashion-MNIST from its IDX files (Debian ``dataset-fashion-mnist``), MLP 784-32-10.

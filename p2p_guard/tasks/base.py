@@ -7,7 +7,9 @@ model on the task's held-out split. The semantic guard additionally scores candi
 *private* batch from the peer's own shard that is never used for training (``holdout_batch``).
 
 To train your own model, write a class that satisfies the :class:`Task` Protocol (a structural type: no base
-class is needed) and hand an instance to the swarm or the simulation in place of a built-in task. The built-in
+class is needed) and name it where a task is asked for: ``--task my_module:MyTask[:key=value,...]`` (the
+constructor gets the options as keywords), the same in a TOML config, or ``load_task("my_module:MyTask")``;
+``docs/tasks.md`` and ``examples/my_task.py`` walk through one. The built-in
 tasks (:mod:`p2p_guard.tasks.digits`, :mod:`p2p_guard.tasks.shakespeare`) are complete, small examples; the
 partition helpers in :mod:`p2p_guard.tasks.partition` give the same ``iid`` / ``dirichlet:ALPHA`` semantics to
 any labelled dataset.

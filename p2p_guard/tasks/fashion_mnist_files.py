@@ -32,7 +32,7 @@ def check_data_dir(data_dir: Path) -> None:
     if not data_dir.is_dir():
         raise FileNotFoundError(
             f"fashion-mnist: directory {data_dir} does not exist; install the Debian package "
-            f"(apt-get install dataset-fashion-mnist); `p2p-guard bench` also takes --data-dir DIR"
+            f"(apt-get install dataset-fashion-mnist), or pass --task fashion-mnist:data_dir=DIR"
         )
 
 
@@ -48,8 +48,8 @@ def find_file(data_dir: Path, base: str) -> Path:
             return candidate
     raise FileNotFoundError(
         f"fashion-mnist: {base}[.gz] not found in {data_dir}; install the Debian package "
-        f"(apt-get install dataset-fashion-mnist), which holds the four IDX files ({', '.join(FILES.values())}); "
-        f"`p2p-guard bench` also takes --data-dir DIR"
+        f"(apt-get install dataset-fashion-mnist), which holds the four IDX files ({', '.join(FILES.values())}), "
+        f"or pass --task fashion-mnist:data_dir=DIR"
     )
 
 

@@ -527,9 +527,9 @@ def _cli(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
      "p2p-guard bootstrap: error: command line: port must be in [0, 65535]; got port=70000"),
     # issue 11: names, addresses and a task's files are checked before torch and hivemind are imported
     (["peer", "--initial-peers", MADDR, "--task", "nosuch"], None,
-     "p2p-guard peer: error: unknown task 'nosuch'; known tasks: digits, fashion-mnist, shakespeare"),
+     "p2p-guard peer: error: unknown task 'nosuch'; known tasks: digits, fashion-mnist, shakespeare (or MODULE:CLASS)"),
     (["simulate", "--task", "nosuch"], None,
-     "p2p-guard simulate: error: unknown task 'nosuch'; known tasks: digits, fashion-mnist, shakespeare"),
+     "p2p-guard simulate: error: unknown task 'nosuch'; known tasks: digits, fashion-mnist, shakespeare (or MODULE:CLASS)"),
     (["peer", "--initial-peers", MADDR, "--guard", "nosuch"], None,
      "p2p-guard peer: error: guard spec 'nosuch': unknown guard 'nosuch'; expected one of mean, median, "
      "trimmed_mean, multi_krum, geometric_median, centered_clipping, nnm_trimmed_mean, own_update, semantic or "
@@ -578,8 +578,8 @@ def test_missing_task_data_is_one_line_before_torch_or_hivemind(tmp_path: Path, 
                           cwd=tmp_path, env=env, check=False)
     assert done.returncode == 2, done.stderr
     assert done.stderr == (f"p2p-guard {argv[0]}: error: fashion-mnist: directory {tmp_path / 'none'} does not "
-                           "exist; install the Debian package (apt-get install dataset-fashion-mnist); "
-                           "`p2p-guard bench` also takes --data-dir DIR\n")
+                           "exist; install the Debian package (apt-get install dataset-fashion-mnist), "
+                           "or pass --task fashion-mnist:data_dir=DIR\n")
     assert done.stdout.strip() == "heavy: []"
 
 

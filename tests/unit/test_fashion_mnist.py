@@ -105,11 +105,11 @@ def test_inconsistent_files_raise(tmp_path: Path, override: dict[str, np.ndarray
 
 def test_missing_directory_or_file_says_how_to_get_the_data(tmp_path: Path) -> None:
     task = load_task("fashion-mnist", data_dir=tmp_path / "nowhere")
-    with pytest.raises(FileNotFoundError, match="apt-get install dataset-fashion-mnist.*--data-dir"):
+    with pytest.raises(FileNotFoundError, match="apt-get install dataset-fashion-mnist.*--task fashion-mnist:data_dir=DIR"):
         task.check_data()  # type: ignore[attr-defined]
     directory = _dataset(tmp_path / "fm")
     (directory / "t10k-labels-idx1-ubyte.gz").unlink()
-    with pytest.raises(FileNotFoundError, match=r"t10k-labels-idx1-ubyte\[\.gz\] not found.*--data-dir"):
+    with pytest.raises(FileNotFoundError, match=r"t10k-labels-idx1-ubyte\[\.gz\] not found.*--task fashion-mnist:data_dir=DIR"):
         load_task("fashion-mnist", data_dir=directory).check_data()  # type: ignore[attr-defined]
 
 
