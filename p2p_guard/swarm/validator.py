@@ -68,7 +68,7 @@ import math
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import msgpack
 from hivemind.dht.validation import DHTRecord, RecordValidatorBase
@@ -232,6 +232,33 @@ class ValidatorReport:
 
 _NOT_OURS = RecordVerdict(True, "not_ours")
 
+_V = TypeVar("_V")
+
+
+class _Memo(Generic[_V]):
+    """A bounded map of results of a pure function of bytes; the least recently used entry goes first."""
+
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries = max_entries
+        self._items: OrderedDict[bytes, _V] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, key: bytes) -> _V | None:
+        """The value stored for ``key`` (now the most recently used), or None."""
+        value = self._items.get(key)
+        if value is not None:
+            self._items.move_to_end(key)
+        return value
+
+    def put(self, key: bytes, value: _V) -> _V:
+        """Store ``value`` for ``key`` (dropping the oldest entry beyond ``max_entries``); return ``value``."""
+        self._items[key] = value
+        if len(self._items) > self.max_entries:
+            self._items.popitem(last=False)
+        return value
+
 
 class RecordValidator(RecordValidatorBase):  # type: ignore[misc]  # hivemind ships no type hints
     """hivemind record validator for every key under ``p2p_guard/<run>/`` (see the module docstring).
@@ -302,7 +329,10 @@ class RecordValidator(RecordValidatorBase):  # type: ignore[misc]  # hivemind sh
             max_entries=max_tracked_commits, max_envelope_bytes=max_envelope_bytes
         )
         self._proofs: OrderedDict[str, bytes] = OrderedDict()
-        self._opened: OrderedDict[bytes, Envelope | SignedRecord | Rejected] = OrderedDict()
+        # Pure functions of bytes, recomputed for every subkey of every DHT answer otherwise (py-spy, 32 peers):
+        self._opened: _Memo[Envelope | SignedRecord | Rejected] = _Memo(OPENED_CACHE_ENTRIES)
+        self._subkeys: _Memo[str | RecordVerdict] = _Memo(OPENED_CACHE_ENTRIES)
+        self._signers: _Memo[str] = _Memo(OPENED_CACHE_ENTRIES)
         self._table: dict[bytes, KeySpec] | None = None
 
     # --- hivemind's interface -------------------------------------------------------------------------------
@@ -416,7 +446,9 @@ class RecordValidator(RecordValidatorBase):  # type: ignore[misc]  # hivemind sh
         if spec is None and shape is None:
             return _NOT_OURS
         kind = spec.kind if spec is not None else None
-        owner = _parse_subkey(subkey)
+        owner = self._subkeys.get(subkey)
+        if owner is None:
+            owner = self._subkeys.put(subkey, _parse_subkey(subkey))
         if isinstance(owner, RecordVerdict):
             return dataclasses.replace(owner, kind=kind)
         return dataclasses.replace(self._judge(key, spec, owner, value, raw, shape, expiration), subkey=owner)
@@ -471,7 +503,9 @@ class RecordValidator(RecordValidatorBase):  # type: ignore[misc]  # hivemind sh
             return RecordVerdict(False, "bad_expiration", late, kind)
         if kind in ("presence", "close") and len(raw) > MAX_RECORD_BYTES:
             return RecordVerdict(False, "oversize", f"{kind} record of {len(raw)} bytes", kind)
-        signer = peer_id_to_b58(content.sender)
+        signer = self._signers.get(content.sender)
+        if signer is None:
+            signer = self._signers.put(content.sender, peer_id_to_b58(content.sender))
         if signer != owner:
             what = "accuses" if kind == "proofs" else "is signed by"
             return RecordVerdict(False, "impersonation", f"the value {what} {signer}, not its subkey", kind)
@@ -493,17 +527,13 @@ class RecordValidator(RecordValidatorBase):  # type: ignore[misc]  # hivemind sh
         digest = hashlib.blake2b(raw, digest_size=16, person=shape.encode()[:16]).digest()
         cached = self._opened.get(digest)
         if cached is not None:
-            self._opened.move_to_end(digest)
             return cached
         opened: Envelope | SignedRecord | Rejected
         if shape == "envelope":
             opened = open_envelope(raw, max_bytes=self.max_envelope_bytes)
         else:
             opened = open_signed_record(raw, max_bytes=max(MAX_RECORD_BYTES, self.max_votes_bytes))
-        self._opened[digest] = opened
-        if len(self._opened) > OPENED_CACHE_ENTRIES:
-            self._opened.popitem(last=False)
-        return opened
+        return self._opened.put(digest, opened)
 
     def _expiration_problem(self, expiration: object, max_ttl_s: float) -> str:
         if (

@@ -700,7 +700,7 @@ class TestOpenedCache:
     def test_a_flood_of_distinct_values_keeps_the_cache_bounded(self, monkeypatch: pytest.MonkeyPatch) -> None:
         import p2p_guard.swarm.validator as module
 
-        monkeypatch.setattr(module, "OPENED_CACHE_ENTRIES", 8)
+        monkeypatch.setattr(module, "OPENED_CACHE_ENTRIES", 8)  # read when the validator is built
         validator = RecordValidator([RUN], max_rounds=ROUNDS)
         for round_ in range(20):
             value = sign_record("presence", RUN, round_, round_, ALICE)
