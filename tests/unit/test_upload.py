@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from pathlib import Path
 
 import pytest
 
@@ -239,3 +240,18 @@ def test_a_write_past_the_serve_limit_is_cut() -> None:
         assert not await _write_within(stall(), 0.05, sender)
 
     asyncio.run(scenario())
+
+
+def test_the_cap_comes_from_the_flag_and_from_toml(tmp_path: Path) -> None:
+    from p2p_guard.cli import peer_cmd
+    from p2p_guard.cli.main import build_parser
+
+    maddr = "/ip4/127.0.0.1/tcp/31337/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN"
+    parse = build_parser().parse_args
+    assert peer_cmd.resolve_config(parse(["peer", "--initial-peers", maddr])).max_upload_mbit is None
+    flag = peer_cmd.resolve_config(parse(["peer", "--initial-peers", maddr, "--max-upload-mbit", "20"]))
+    assert flag.max_upload_mbit == 20.0
+    path = tmp_path / "peer.toml"
+    path.write_text("[peer]\nmax_upload_mbit = 2.5\n")
+    toml = peer_cmd.resolve_config(parse(["peer", "--config", str(path), "--initial-peers", maddr]))
+    assert toml.max_upload_mbit == 2.5
