@@ -71,9 +71,9 @@ class PeerConfig:
             min_fetch_bytes_per_s`` seconds after the request, else the sender is cut off (``TIMEOUT``).
         max_upload_mbit: upload cap, in Mbit/s (10^6 bits per second): the most this peer's payload/state server
             sends per second over all its streams together, like a BitTorrent client's upload limit (None:
-            unlimited). Receivers with the defaults keep up when it is at least k · max(min_fetch_bytes_per_s,
-            b / fetch_timeout_s) for b-byte answers to k receivers at once; the peer warns at start-up when it is
-            below that for its own payloads (``swarm.upload``, ``docs/networking.md``).
+            unlimited). Receivers keep up when it is at least about k · max(min_fetch_bytes_per_s, b /
+            fetch_timeout_s) for b-byte answers to k receivers at once (exact bound: ``swarm.upload``,
+            ``docs/networking.md``); the peer warns at start-up when it is below that for its own payloads.
         allow_peers: allow-list file, one base58 PeerID per line (None: open swarm). Peers outside it are
             ignored (commits, presence, votes) and their streams refused.
         identity: path of the Ed25519 identity file (created on first start, mode 0600).

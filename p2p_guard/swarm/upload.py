@@ -12,16 +12,20 @@ equal shares of the rate. A stream writes pieces of at most :data:`PIECE_BYTES` 
 sharing a rate R each gets a piece every ``k · piece / R`` seconds.
 
 **Receivers' slow-sender cut-offs.** A receiver (``transport.fetch``) cuts an answer that stalls for
-``fetch_idle_timeout_s`` (I) or whose body falls below ``min_fetch_bytes_per_s`` (m) on average after I, and
-gives up at its deadline ``fetch_timeout_s`` (T). A server capped at R bytes/s that serves a b-byte answer to
-k receivers at once gives each about R / k. The defaults then hold when
+``fetch_idle_timeout_s`` (I) or that is not complete ``I + received / min_fetch_bytes_per_s`` (m) seconds after
+the request, and gives up at its deadline ``fetch_timeout_s`` (T). A server capped at R bytes/s that serves a
+b-byte answer to k receivers at once gives each s = R / k, in pieces of p = min(:data:`PIECE_BYTES`, b), so a
+stream has received at least ``s·t − p`` bytes at time t. The defaults then hold when
 
-    R ≥ k · max(m, b / T)        (:func:`min_upload_bytes_per_s`)
+    R ≥ k · max(b / T, b / (I + (b − p) / m), p / I)        (:func:`min_upload_bytes_per_s`)
 
-- rate floor: ``R / k ≥ m`` keeps every stream above m from its start (the first piece arrives within
-  ``PIECE_BYTES / m`` = 0.25 s at the defaults, far inside the allowance I);
-- idle: a stream's gap between pieces is ``k · piece / R ≤ piece / m`` (0.25 s at the defaults) < I;
-- deadline: the answer takes ``b · k / R ≤ T``.
+- deadline: the answer takes ``b / s ≤ T``;
+- rate rule: ``t ≤ I + (s·t − p) / m`` over the whole transfer; for s < m the last instant, t = b / s, is the
+  tightest, which gives the middle term (below m: an answer short enough to finish inside the allowance may
+  be sent slower than the floor); for s ≥ m it always holds;
+- idle: a stream's gap between pieces is ``p / s ≤ I``.
+
+For large answers the middle term tends to m, so ``R ≥ k · max(m, b / T)`` is a simpler, slightly stronger form.
 
 The server's own slow-reader limit (``serve_timeout_s``, ``min_serve_bytes_per_s``) does not count the time a
 stream waits for tokens, so a cap never makes the server cut its own readers. The bound ignores request
@@ -131,30 +135,37 @@ class UploadLimiter:
 
 
 def min_upload_bytes_per_s(payload_bytes: int, receivers: int, *, fetch_timeout_s: float,
-                           min_fetch_bytes_per_s: float) -> float:
+                           fetch_idle_timeout_s: float, min_fetch_bytes_per_s: float) -> float:
     """The smallest upload cap at which receivers with these limits do not cut an honest capped sender.
 
-    ``receivers · max(min_fetch_bytes_per_s, payload_bytes / fetch_timeout_s)``: each of k receivers served at
-    once gets R / k, which must stay above the rate floor and finish within the deadline (module docstring).
+    ``k · max(b / T, b / (I + (b − p) / m), p / I)`` with p = min(:data:`PIECE_BYTES`, b): each of k receivers
+    served at once gets R / k, which must finish within the deadline T and within the rate rule's allowance,
+    and never leave a stream idle for I (module docstring). Request latency and ``NOT_READY`` polls are not
+    counted: leave headroom.
 
     Args:
-        payload_bytes: b, the size of one answer, in bytes (≥ 0).
+        payload_bytes: b, the size of one answer, in bytes (≥ 0; 0 gives 0).
         receivers: k, receivers served at once (≥ 0; 0 gives 0).
         fetch_timeout_s: T, the receivers' deadline for the answer, in seconds (> 0).
+        fetch_idle_timeout_s: I, the receivers' idle timeout and rate allowance, in seconds (> 0).
         min_fetch_bytes_per_s: m, the receivers' rate floor, in bytes per second (> 0).
 
     Returns:
         The cap in bytes per second.
 
     Raises:
-        ValueError: a negative size or count, or a non-positive deadline or floor.
+        ValueError: a negative size or count, or a non-positive deadline, timeout or floor.
     """
     if payload_bytes < 0 or receivers < 0:
         raise ValueError(f"payload_bytes and receivers must be >= 0; got {payload_bytes!r}, {receivers!r}")
-    if not fetch_timeout_s > 0 or not min_fetch_bytes_per_s > 0:
-        raise ValueError(f"fetch_timeout_s and min_fetch_bytes_per_s must be > 0; got {fetch_timeout_s!r}, "
-                         f"{min_fetch_bytes_per_s!r}")
-    return receivers * max(float(min_fetch_bytes_per_s), payload_bytes / fetch_timeout_s)
+    if not (fetch_timeout_s > 0 and fetch_idle_timeout_s > 0 and min_fetch_bytes_per_s > 0):
+        raise ValueError(f"fetch_timeout_s, fetch_idle_timeout_s and min_fetch_bytes_per_s must be > 0; got "
+                         f"{fetch_timeout_s!r}, {fetch_idle_timeout_s!r}, {min_fetch_bytes_per_s!r}")
+    if payload_bytes == 0:
+        return 0.0
+    b, piece = float(payload_bytes), float(min(PIECE_BYTES, payload_bytes))
+    allowance = fetch_idle_timeout_s + (b - piece) / min_fetch_bytes_per_s
+    return receivers * max(b / fetch_timeout_s, b / allowance, piece / fetch_idle_timeout_s)
 
 
 def upload_receivers(config: PeerConfig, wanted: int) -> int:
@@ -171,8 +182,8 @@ def upload_cap_warning(config: PeerConfig, numel: int) -> str | None:
 
     Two loads are checked, the larger bound wins: the payload of ``config.codec`` (``expected_payload_bytes``)
     to ``fanout`` receivers, and, with mixing on, the fp32 θ (4·d bytes) to ``mix_peers`` receivers (θ and
-    momentum are fetched one after the other); both with the receivers' ``fetch_timeout_s`` and
-    ``min_fetch_bytes_per_s`` taken to be ours. Counts per :func:`upload_receivers`.
+    momentum are fetched one after the other); all with the receivers' ``fetch_timeout_s``,
+    ``fetch_idle_timeout_s`` and ``min_fetch_bytes_per_s`` taken to be ours. Counts per :func:`upload_receivers`.
 
     Args:
         config: The peer's settings.
@@ -190,6 +201,7 @@ def upload_cap_warning(config: PeerConfig, numel: int) -> str | None:
     if config.mix_every > 0:
         loads.append(("fp32 states (mixing)", 4 * numel, upload_receivers(config, config.mix_peers)))
     need, what, size, k = max((min_upload_bytes_per_s(b, k, fetch_timeout_s=config.fetch_timeout_s,
+                                                      fetch_idle_timeout_s=config.fetch_idle_timeout_s,
                                                       min_fetch_bytes_per_s=config.min_fetch_bytes_per_s),
                                what, b, k) for what, b, k in loads)
     cap = mbit_to_bytes_per_s(config.max_upload_mbit)
@@ -197,4 +209,4 @@ def upload_cap_warning(config: PeerConfig, numel: int) -> str | None:
         return None
     return (f"max_upload_mbit={config.max_upload_mbit:g} is below {need / BYTES_PER_S_PER_MBIT:.3g} Mbit/s, the "
             f"least at which receivers keep up with {size:,}-byte {what} to {k} at once "
-            f"(k · max(min_fetch_bytes_per_s, b / fetch_timeout_s)); they may cut this peer as too slow")
+            f"(docs/networking.md, upload cap); they may cut this peer as too slow")

@@ -46,7 +46,7 @@ from p2p_guard.swarm.transport import (  # noqa: E402
     fetch,
     handler_name,
 )
-from p2p_guard.swarm.upload import mbit_to_bytes_per_s  # noqa: E402
+from p2p_guard.swarm.upload import mbit_to_bytes_per_s, min_upload_bytes_per_s  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -449,5 +449,28 @@ def test_upload_cap_bounds_the_rate_over_all_streams(receivers: int) -> None:
         assert min(done) >= 0.75 * elapsed  # shared, not served one after the other
         assert served.stats.serve_timeouts == 0
         assert served.bytes_sent == receivers * len(payload)
+
+    run_with_pair(scenario)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("factor", "cut"), [(1.15, False), (0.7, True)])
+def test_the_least_upload_cap_is_where_receivers_start_cutting(factor: float, cut: bool) -> None:
+    """A 256 KiB answer to a receiver with a 1 s idle timeout and 64 KiB/s floor: the bound is 55,188 B/s.
+
+    Above it (×1.15) the capped sender is read in full; below it (×0.7) the receiver cuts it as ``TOO_SLOW``.
+    """
+    payload = os.urandom(256 * 1024)
+    limits = {"fetch_timeout_s": 30.0, "fetch_idle_timeout_s": 1.0, "min_fetch_bytes_per_s": 65536}
+    bound = min_upload_bytes_per_s(len(payload), 1, **limits)
+    assert round(bound) == 55188
+
+    async def scenario(server: Any, client: Any) -> None:
+        served = PayloadServer(RUN, max_upload_bytes_per_s=factor * bound)
+        await served.attach(server)
+        served.reveal(0, payload)
+        result = await fetch(client, server.peer_id, RUN, ["payload", 0], max_bytes=len(payload), timeout_s=30,
+                             idle_timeout_s=1.0, min_bytes_per_s=65536)
+        assert result.status == (TOO_SLOW if cut else OK), result.detail
 
     run_with_pair(scenario)

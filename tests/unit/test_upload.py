@@ -157,16 +157,26 @@ def test_mbit_is_ten_to_the_six_bits() -> None:
     assert mbit_to_bytes_per_s(20.0) == 2_500_000.0
 
 
+LIMITS = {"fetch_timeout_s": 30.0, "fetch_idle_timeout_s": 5.0, "min_fetch_bytes_per_s": 65536}
+
+
 def test_min_upload_bound() -> None:
     # Large answers: the deadline binds (b / T per receiver).
-    assert min_upload_bytes_per_s(3_000_000, 8, fetch_timeout_s=30.0, min_fetch_bytes_per_s=65536) == 800_000.0
-    # Small answers: the rate floor binds (m per receiver).
-    assert min_upload_bytes_per_s(1000, 8, fetch_timeout_s=30.0, min_fetch_bytes_per_s=65536) == 524_288.0
-    assert min_upload_bytes_per_s(10**9, 0, fetch_timeout_s=30.0, min_fetch_bytes_per_s=65536) == 0.0
+    assert min_upload_bytes_per_s(3_000_000, 8, **LIMITS) == 800_000.0
+    # An answer that fits the rate rule's allowance: 16 KiB + 5 · 64 KiB is due within 5 + 5 s, so half the floor
+    # per receiver is enough.
+    assert min_upload_bytes_per_s(16384 + 5 * 65536, 1, **LIMITS) == 34406.4
+    # Tiny answers: they must not leave a stream idle for I (b / I per receiver).
+    assert min_upload_bytes_per_s(1000, 8, **LIMITS) == 1600.0
+    assert min_upload_bytes_per_s(10**9, 0, **LIMITS) == 0.0
+    assert min_upload_bytes_per_s(0, 8, **LIMITS) == 0.0
+    # For large b the rate term tends to the floor m: 100 MB at T = ∞ in effect.
+    big = min_upload_bytes_per_s(10**8, 1, fetch_timeout_s=1e9, fetch_idle_timeout_s=5.0, min_fetch_bytes_per_s=65536)
+    assert 0.99 * 65536 < big < 65536
     with pytest.raises(ValueError):
-        min_upload_bytes_per_s(-1, 8, fetch_timeout_s=30.0, min_fetch_bytes_per_s=65536)
+        min_upload_bytes_per_s(-1, 8, **LIMITS)
     with pytest.raises(ValueError):
-        min_upload_bytes_per_s(1, 8, fetch_timeout_s=0.0, min_fetch_bytes_per_s=65536)
+        min_upload_bytes_per_s(1, 8, fetch_timeout_s=0.0, fetch_idle_timeout_s=5.0, min_fetch_bytes_per_s=65536)
 
 
 def test_receivers_follow_fanout_and_swarm_size() -> None:
@@ -184,12 +194,12 @@ def test_start_up_warning() -> None:
     assert line is not None and "\n" not in line
     assert "below 8.53 Mbit/s" in line and "4,000,000-byte fp32 payloads to 8 at once" in line
     assert upload_cap_warning(base.replace(max_upload_mbit=8.6), d) is None
-    # int8: 1,003,908-byte payloads, the rate floor binds: 8 · 65536 B/s = 4.19 Mbit/s; but θ (4e6 bytes to 4
-    # receivers: 4.27 Mbit/s) needs more.
+    # int8: 1,003,908-byte payloads, the rate rule binds: 8 · b / (5 + (b − 16384) / 65536) B/s = 3.2 Mbit/s;
+    # but θ (4e6 bytes to 4 receivers: 4.27 Mbit/s) needs more.
     line = upload_cap_warning(base.replace(codec="int8", max_upload_mbit=1.0), d)
     assert line is not None and "below 4.27 Mbit/s" in line and "fp32 states (mixing) to 4" in line
     line = upload_cap_warning(base.replace(codec="int8", max_upload_mbit=1.0, mix_every=0), d)
-    assert line is not None and "below 4.19 Mbit/s" in line and "1,003,908-byte int8 payloads" in line
+    assert line is not None and "below 3.2 Mbit/s" in line and "1,003,908-byte int8 payloads" in line
 
 
 @pytest.mark.parametrize("value", [0.0, -1.0, math.inf, math.nan])
