@@ -125,14 +125,20 @@ def _check_names(config: SimulationConfig) -> None:
     built with their parameters and the task's data read (torch).
 
     Raises:
-        ValueError: on an unknown task or guard (naming the valid ones), missing or malformed task data, or an
-            attack spec that does not load.
+        ValueError: on an unknown task or guard (naming the valid ones), missing or malformed task data, an
+            attack spec that does not load, or an unknown or malformed ``--codec``.
     """
     from p2p_guard.cli.preflight import check_names, check_plugins
 
     attack = config.attack if config.byzantine > 0 else None
     check_names(config.task, config.guard, attack)
     check_plugins(config.task, config.guard, attack)
+    from p2p_guard.protocol.codecs import codec_spec  # torch: already imported by check_plugins
+
+    try:
+        codec_spec(config.codec)
+    except ValueError as e:
+        raise ValueError(f"--codec: {e}") from None
 
 
 @contextlib.contextmanager

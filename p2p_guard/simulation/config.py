@@ -70,6 +70,10 @@ class SimulationConfig:
         memory_sample_s: seconds between two samples of every peer's PSS (0: no samples).
         keep_snapshots: keep the peers' per-round θ snapshots after their consensus distance is computed
             (they take d × 4 bytes per peer and round, so they are deleted unless this is on).
+        codec: wire codec of every peer's pseudo-gradients (``fp32``, ``fp16``, ``int8``, ``int4``,
+            ``topk[:density=ρ]``; ``PeerConfig.codec``).
+        max_upload_mbit: upload cap of every peer, in Mbit/s (None: unlimited; ``PeerConfig.max_upload_mbit``):
+            emulates home uplinks on loopback.
     """
 
     task: str = "digits"
@@ -92,6 +96,8 @@ class SimulationConfig:
     join_timeout_s: float | None = None
     memory_sample_s: float = 10.0
     keep_snapshots: bool = False
+    codec: str = "fp32"
+    max_upload_mbit: float | None = None
 
     def __post_init__(self) -> None:
         """Check every setting.
@@ -126,6 +132,15 @@ class SimulationConfig:
             raise ValueError(
                 f"join_timeout_s must be a positive number of seconds, got {self.join_timeout_s!r}"
             )
+        if not isinstance(self.codec, str) or not self.codec:
+            raise ValueError(f"codec must be a codec name (fp32, fp16, int8, int4, topk[:density=RHO]), "
+                             f"got {self.codec!r}")  # the full check imports torch: simulate_cmd's preflight
+        if self.max_upload_mbit is not None and (
+            isinstance(self.max_upload_mbit, bool) or not isinstance(self.max_upload_mbit, (int, float))
+            or not 0 < self.max_upload_mbit < math.inf
+        ):
+            raise ValueError(f"max_upload_mbit must be finite and > 0 Mbit/s (omit it for no cap), "
+                             f"got {self.max_upload_mbit!r}")
         if not (math.isfinite(self.memory_sample_s) and self.memory_sample_s >= 0):
             raise ValueError(f"memory_sample_s must be >= 0 seconds, got {self.memory_sample_s!r}")
 

@@ -243,6 +243,7 @@ def peer_command(
         "--partition", config.partition,
         "--rounds", str(config.rounds),
         "--guard", config.guard,
+        "--codec", config.codec,
         "--start-peers", str(config.num_peers),
         "--identity", str(paths["identity"]),
         "--events", str(paths["events"]),
@@ -257,6 +258,8 @@ def peer_command(
     ]  # fmt: skip
     if config.inner_steps is not None:
         command += ["--inner-steps", str(config.inner_steps)]
+    if config.max_upload_mbit is not None:
+        command += ["--max-upload-mbit", repr(float(config.max_upload_mbit))]
     if not config.reputation:
         command += ["--no-reputation"]
     if config.reputation_exclusion:

@@ -159,7 +159,8 @@ def format_table(report: Mapping[str, Any]) -> str:
     title = (
         f"task={config.get('task')} honest={config.get('honest')} byzantine={config.get('byzantine')} "
         f"attack={config.get('attack')} guard={config.get('guard')} rounds={config.get('rounds')} "
-        f"seed={config.get('seed')}"
+        f"seed={config.get('seed')} codec={config.get('codec', 'fp32')}"
+        + (f" max_upload_mbit={config['max_upload_mbit']:g}" if config.get("max_upload_mbit") is not None else "")
     )
     lines = [title, "", *_round_lines(report.get("rounds", [])), ""]
     lines.append("guard verdicts (honest receivers; a rejection is a positive):")

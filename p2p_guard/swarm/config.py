@@ -69,6 +69,11 @@ class PeerConfig:
         min_fetch_bytes_per_s: slowest average rate a fetch accepts once ``fetch_idle_timeout_s`` has passed,
             in bytes per second: an answer of b bytes must be complete ``fetch_idle_timeout_s + b /
             min_fetch_bytes_per_s`` seconds after the request, else the sender is cut off (``TIMEOUT``).
+        max_upload_mbit: upload cap, in Mbit/s (10^6 bits per second): the most this peer's payload/state server
+            sends per second over all its streams together, like a BitTorrent client's upload limit (None:
+            unlimited). Receivers keep up when it is at least about k · max(min_fetch_bytes_per_s, b /
+            fetch_timeout_s) for b-byte answers to k receivers at once (exact bound: ``swarm.upload``,
+            ``docs/networking.md``); the peer warns at start-up when it is below that for its own payloads.
         allow_peers: allow-list file, one base58 PeerID per line (None: open swarm). Peers outside it are
             ignored (commits, presence, votes) and their streams refused.
         identity: path of the Ed25519 identity file (created on first start, mode 0600).
@@ -166,6 +171,7 @@ class PeerConfig:
     request_timeout_s: float = 10.0
     fetch_idle_timeout_s: float = 5.0
     min_fetch_bytes_per_s: int = 64 * 1024
+    max_upload_mbit: float | None = None
     allow_peers: str | None = None
     identity: str = "peer_identity.key"
     host: str = "0.0.0.0"
@@ -220,6 +226,9 @@ class PeerConfig:
                      "fetch_idle_timeout_s"):
             if not math.isfinite(getattr(self, name)) or getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be finite and > 0; got {name}={getattr(self, name)}")
+        if self.max_upload_mbit is not None and not 0 < self.max_upload_mbit < math.inf:
+            raise ValueError(f"max_upload_mbit must be finite and > 0 (omit it for no cap); "
+                             f"got max_upload_mbit={self.max_upload_mbit}")
         if not 0.0 <= self.outer_momentum < 1.0:
             raise ValueError(f"outer_momentum must be in [0, 1); got outer_momentum={self.outer_momentum}")
         _check_positive("max_payload_bytes", self.max_payload_bytes)

@@ -60,6 +60,7 @@ from p2p_guard.swarm.rounds import Departures, IntegrityVerdict, await_commits, 
     open_commits, reveal_after_close, revealed_payloads
 from p2p_guard.swarm.sampling import sample_senders, staleness_weight
 from p2p_guard.swarm.slowloris import server_for, start_slow_client
+from p2p_guard.swarm.upload import upload_cap_warning
 from p2p_guard.swarm.standing import VoteBook
 from p2p_guard.swarm.transport import OK, TOO_SLOW, PayloadServer, fetch
 from p2p_guard.swarm.validator import RecordValidator
@@ -713,6 +714,9 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
         allowed = None if config.allow_peers is None else load_allowlist(config.allow_peers) | {identity.peer_id_b58}
         attack = load_attack(config.attack) if config.attack else None
         server = server_for(config, allowed, attack)  # a slowloris attacker's server trickles its answers
+        cap_warning = upload_cap_warning(config, local.numel)
+        if cap_warning is not None:
+            logger.warning("%s", cap_warning)
         await server.attach(p2p)
         peer = Peer(config, identity, local, dht, p2p, server, events, allowed)
         if metrics is not None:

@@ -27,7 +27,7 @@ from hivemind.p2p import P2P, PeerID
 from p2p_guard.swarm.config import PeerConfig
 from p2p_guard.swarm.dht import SwarmDHT
 from p2p_guard.swarm.records import read_presence
-from p2p_guard.swarm.transport import BUSY, FORBIDDEN, MAX_REQUEST_BYTES, PayloadServer, handler_name
+from p2p_guard.swarm.transport import BUSY, FORBIDDEN, MAX_REQUEST_BYTES, AnswerSender, PayloadServer, handler_name
 
 __all__ = ["ClientStats", "TricklingPayloadServer", "server_for", "slow_client", "start_slow_client"]
 
@@ -72,22 +72,17 @@ class TricklingPayloadServer(PayloadServer):
         """:data:`TRICKLE_HOLD_S`: the attacker never gives up on a reader itself."""
         return TRICKLE_HOLD_S
 
-    async def _stream(self, data: bytes, writer: asyncio.StreamWriter) -> None:
+    async def _stream(self, data: bytes, sender: AnswerSender) -> None:
         view = memoryview(data)
         head = min(self.head_bytes, len(view))
-        await self._send(view[:head], writer)
+        await sender.send(view[:head])
         if self.bytes_per_s == 0:
             await asyncio.sleep(TRICKLE_HOLD_S)
             return
         step = max(1, int(self.bytes_per_s * TRICKLE_TICK_S))
         for start in range(head, len(view), step):
             await asyncio.sleep(step / self.bytes_per_s)
-            await self._send(view[start:start + step], writer)
-
-    async def _send(self, chunk: memoryview, writer: asyncio.StreamWriter) -> None:
-        writer.write(chunk)
-        await writer.drain()
-        self.bytes_sent += len(chunk)
+            await sender.send(view[start:start + step])
 
 
 def server_for(config: PeerConfig, allowed: frozenset[str] | None, attack: object | None) -> PayloadServer:

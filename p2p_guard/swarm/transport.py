@@ -13,6 +13,9 @@ before its request is read: an allow-list (``FORBIDDEN``), a global and a per-pe
 streams and a per-peer token-bucket request rate (``BUSY``). A request must arrive within the request
 timeout (:data:`REQUEST_READ_TIMEOUT_S` by default), and the whole answer must be written within the serve
 limit, so a slow client (slowloris) holds a stream for a bounded time; refusals in progress are capped too.
+With an upload cap (``max_upload_bytes_per_s``, the peer's ``max_upload_mbit``) every answer is written
+through one token bucket shared by all streams (:class:`p2p_guard.swarm.upload.UploadLimiter`); the time a
+stream waits for tokens does not count against its serve limit.
 On the client side, :func:`fetch` cuts an answer while reading it: at the first byte past the declared
 size, after ``idle_timeout_s`` without a byte, or when the answer falls below ``min_bytes_per_s`` (status
 :data:`TOO_SLOW`), and always at ``timeout_s``; so a trickling server (slowloris) costs bounded time and
@@ -26,7 +29,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +37,7 @@ import msgpack
 from hivemind.p2p import P2P, PeerID
 
 from p2p_guard.swarm.config import PeerConfig
+from p2p_guard.swarm.upload import UploadLimiter, mbit_to_bytes_per_s
 
 __all__ = [
     "BAD_REQUEST",
@@ -51,6 +55,7 @@ __all__ = [
     "NOT_READY",
     "OK",
     "TOO_SLOW",
+    "AnswerSender",
     "FetchResult",
     "PayloadServer",
     "ServerStats",
@@ -163,6 +168,11 @@ class PayloadServer:
     ``max_inbound_streams``), and the token buckets and warned-once flags are LRU tables of at most
     ``max_tracked_peers`` callers. Evicting a bucket refills it, which is harmless as long as the table
     holds every caller seen in the last ``request_burst / rate`` seconds.
+
+    Upload cap: with ``max_upload_bytes_per_s`` set, the status byte and body of every admitted answer (payloads,
+    states, θ, momentum) go through one :class:`~p2p_guard.swarm.upload.UploadLimiter` (:attr:`upload`), in
+    pieces of at most ``upload.piece_bytes``; refusals are not throttled. A stream's serve limit is extended by
+    the time it waited for tokens, so the cap never counts as a slow reader.
     """
 
     def __init__(self, run_id: str, *, max_inbound_streams: int = DEFAULT_MAX_INBOUND_STREAMS,
@@ -173,6 +183,7 @@ class PayloadServer:
                  min_serve_bytes_per_s: int = DEFAULT_MIN_SERVE_BYTES_PER_S,
                  request_timeout_s: float = REQUEST_READ_TIMEOUT_S,
                  allowed: frozenset[str] | None = None, max_tracked_peers: int = MAX_TRACKED_PEERS,
+                 max_upload_bytes_per_s: float | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """Create an empty server for ``run_id``; call :meth:`attach` to start serving.
 
@@ -188,7 +199,9 @@ class PayloadServer:
             request_timeout_s: Time a complete request has to arrive after the stream opens, in seconds.
             allowed: Base58 PeerIDs allowed to fetch (see :mod:`p2p_guard.swarm.allowlist`); None: anyone.
             max_tracked_peers: Size of the per-caller LRU tables (callers).
-            clock: Monotonic time source in seconds (tests pass a fake one).
+            max_upload_bytes_per_s: Upload cap over all streams together, in bytes per second (None: none).
+            clock: Monotonic time source of the request buckets, in seconds (tests pass a fake one; the upload
+                cap runs on ``time.monotonic``).
 
         Raises:
             ValueError: a limit is not positive (the message names it and its value).
@@ -199,7 +212,9 @@ class PayloadServer:
                             ("request_burst", request_burst), ("serve_timeout_s", serve_timeout_s),
                             ("min_serve_bytes_per_s", min_serve_bytes_per_s),
                             ("request_timeout_s", request_timeout_s),
-                            ("max_tracked_peers", max_tracked_peers)):
+                            ("max_tracked_peers", max_tracked_peers),
+                            *((("max_upload_bytes_per_s", max_upload_bytes_per_s),)
+                              if max_upload_bytes_per_s is not None else ())):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
                     or value == float("inf"):
                 raise ValueError(f"{name} must be finite and > 0; got {name}={value!r}")
@@ -217,6 +232,8 @@ class PayloadServer:
         self.request_timeout_s = float(request_timeout_s)
         self.allowed = allowed
         self.max_tracked_peers = int(max_tracked_peers)
+        #: The shared upload bucket (None: no cap).
+        self.upload = UploadLimiter(max_upload_bytes_per_s) if max_upload_bytes_per_s is not None else None
         self._clock = clock
         self._payloads: dict[int, bytes] = {}
         self._states: dict[bytes, bytes] = {}
@@ -243,7 +260,8 @@ class PayloadServer:
                    max_requests_per_peer_per_s=config.max_requests_per_peer_per_s,
                    request_burst=config.request_burst, serve_timeout_s=config.serve_timeout_s,
                    min_serve_bytes_per_s=config.min_serve_bytes_per_s, request_timeout_s=config.request_timeout_s,
-                   allowed=allowed, **extra)
+                   allowed=allowed, max_upload_bytes_per_s=None if config.max_upload_mbit is None
+                   else mbit_to_bytes_per_s(config.max_upload_mbit), **extra)
 
     async def attach(self, p2p: P2P) -> None:
         """Register the stream handler on ``p2p`` (a replica of the DHT's daemon)."""
@@ -383,9 +401,8 @@ class PayloadServer:
                 return
             status, data = self._answer(request)
             limit_s = self.serve_limit_s(len(data) if data is not None else 1)
-            try:
-                await asyncio.wait_for(self._write_answer(status, data, writer), limit_s)
-            except asyncio.TimeoutError:
+            sender = AnswerSender(writer, self.upload, self._count_sent)
+            if not await _write_within(self._write_answer(status, data, sender), limit_s, sender):
                 self.stats.serve_timeouts += 1
                 self._note(peer, "reader too slow, answer cut after %.1f s", limit_s)
                 writer.transport.abort()
@@ -416,11 +433,14 @@ class PayloadServer:
         finally:
             self._refusing -= 1
 
-    async def _write_answer(self, status: int, data: bytes | None, writer: asyncio.StreamWriter) -> None:
-        writer.write(bytes([status]))
+    async def _write_answer(self, status: int, data: bytes | None, sender: AnswerSender) -> None:
+        await sender.send(bytes([status]), count=False)
         if data is not None:
-            await self._stream(data, writer)
-        await writer.drain()
+            await self._stream(data, sender)
+        await sender.writer.drain()
+
+    def _count_sent(self, nbytes: int) -> None:
+        self.bytes_sent += nbytes
 
     def _answer(self, request: object) -> tuple[int, bytes | None]:
         if not (isinstance(request, list) and len(request) == 2):
@@ -444,13 +464,73 @@ class PayloadServer:
             self.stats.payloads_served += 1
         return OK, data
 
-    async def _stream(self, data: bytes, writer: asyncio.StreamWriter) -> None:
-        """Write the answer's bytes after the ``OK`` status byte (in :data:`CHUNK_BYTES` writes)."""
+    async def _stream(self, data: bytes, sender: AnswerSender) -> None:
+        """Write the answer's bytes after the ``OK`` status byte with ``sender`` (which applies the upload cap)."""
+        await sender.send(data)
+
+
+class AnswerSender:
+    """Writes one answer, through the server's upload bucket if it has one, and times the waits for tokens.
+
+    Without a bucket it writes :data:`CHUNK_BYTES` at a time; with one, pieces of ``limiter.piece_bytes``, each
+    after its tokens. ``count`` is told the body bytes written (after each drain).
+    """
+
+    def __init__(self, writer: asyncio.StreamWriter, limiter: UploadLimiter | None,
+                 count: Callable[[int], None]) -> None:
+        self.writer = writer
+        self.limiter = limiter
+        self._count = count
+        self._waited_s = 0.0
+        self._waiting_since: float | None = None
+
+    def throttled_s(self, now: float) -> float:
+        """Seconds this answer has spent waiting for upload tokens up to ``now`` (``time.monotonic``)."""
+        ongoing = now - self._waiting_since if self._waiting_since is not None else 0.0
+        return self._waited_s + ongoing
+
+    async def send(self, data: bytes | memoryview, *, count: bool = True) -> None:
+        """Write ``data`` and drain; with ``count``, add its length to the server's ``bytes_sent``."""
         view = memoryview(data)
-        for start in range(0, len(view), CHUNK_BYTES):
-            writer.write(view[start:start + CHUNK_BYTES])
-            await writer.drain()
-            self.bytes_sent += min(CHUNK_BYTES, len(view) - start)
+        step = CHUNK_BYTES if self.limiter is None else self.limiter.piece_bytes
+        for start in range(0, len(view), step):
+            piece = view[start:start + step]
+            if self.limiter is not None:
+                self._waiting_since = time.monotonic()
+                try:
+                    await self.limiter.acquire(len(piece))
+                finally:
+                    self._waited_s += time.monotonic() - self._waiting_since
+                    self._waiting_since = None
+            self.writer.write(piece)
+            await self.writer.drain()
+            if count:
+                self._count(len(piece))
+
+
+async def _write_within(write: Coroutine[Any, Any, None], limit_s: float, sender: AnswerSender) -> bool:
+    """Run ``write``; cancel it once it has taken ``limit_s`` seconds plus its waits for upload tokens.
+
+    Returns:
+        True if it finished in time (its exceptions propagate), False if it was cut.
+    """
+    task = asyncio.ensure_future(write)
+    started = time.monotonic()
+    try:
+        while True:
+            now = time.monotonic()
+            left = started + limit_s + sender.throttled_s(now) - now
+            if left <= 0:
+                return False
+            done, _ = await asyncio.wait({task}, timeout=left)
+            if done:
+                task.result()
+                return True
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 async def _refuse(status: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

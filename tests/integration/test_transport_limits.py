@@ -46,6 +46,7 @@ from p2p_guard.swarm.transport import (  # noqa: E402
     fetch,
     handler_name,
 )
+from p2p_guard.swarm.upload import mbit_to_bytes_per_s, min_upload_bytes_per_s  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -406,5 +407,70 @@ def test_check_rows_gives_a_slowloris_sender_timeout_at_once_without_retrying() 
         assert isinstance(verdicts[0], IntegrityVerdict)
         assert 0.9 <= elapsed < config.fetch_idle_timeout_s + 2.0 < config.fetch_timeout_s
         assert served.stats.served == 1  # not retried
+
+    run_with_pair(scenario)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("receivers", [1, 2])
+def test_upload_cap_bounds_the_rate_over_all_streams(receivers: int) -> None:
+    """A server capped at 8 Mbit/s (1,000,000 B/s) serves 3 MB to ``receivers`` fetches at once.
+
+    The bytes of all streams together arrive at the cap within ±25%, each stream gets its share (they finish
+    together, not one after the other), and the server's own 1 s serve limit does not cut its readers: the time
+    spent waiting for upload tokens is not a slow reader's. The receivers use the default read limits
+    (5 s idle, 64 KiB/s), above which the 500,000 B/s share of each stays.
+    """
+    cap = mbit_to_bytes_per_s(8.0)
+    payload = os.urandom(3_000_000)
+
+    async def scenario(server: Any, client: Any) -> None:
+        served = PayloadServer(RUN, serve_timeout_s=1.0, min_serve_bytes_per_s=1 << 20, max_upload_bytes_per_s=cap)
+        await served.attach(server)
+        served.reveal(0, payload)
+        started = time.monotonic()
+        done: list[float] = []
+
+        async def one() -> FetchResult:
+            result = await fetch(client, server.peer_id, RUN, ["payload", 0], max_bytes=len(payload), timeout_s=40)
+            done.append(time.monotonic() - started)
+            return result
+
+        results = await asyncio.gather(*(one() for _ in range(receivers)))
+        elapsed = time.monotonic() - started
+        for result in results:
+            assert result.status == OK, result.detail
+            assert result.data == payload
+        rate = receivers * len(payload) / elapsed
+        print(f"\nupload cap {cap:,.0f} B/s, {receivers} receiver(s) of {len(payload):,} bytes: "
+              f"{elapsed:.2f} s, {rate:,.0f} B/s ({rate / cap:.3f} of the cap); finished at "
+              f"{', '.join(f'{t:.2f}' for t in sorted(done))} s")
+        assert 0.75 * cap <= rate <= 1.25 * cap
+        assert min(done) >= 0.75 * elapsed  # shared, not served one after the other
+        assert served.stats.serve_timeouts == 0
+        assert served.bytes_sent == receivers * len(payload)
+
+    run_with_pair(scenario)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("factor", "cut"), [(1.15, False), (0.7, True)])
+def test_the_least_upload_cap_is_where_receivers_start_cutting(factor: float, cut: bool) -> None:
+    """A 256 KiB answer to a receiver with a 1 s idle timeout and 64 KiB/s floor: the bound is 55,188 B/s.
+
+    Above it (×1.15) the capped sender is read in full; below it (×0.7) the receiver cuts it as ``TOO_SLOW``.
+    """
+    payload = os.urandom(256 * 1024)
+    limits = {"fetch_timeout_s": 30.0, "fetch_idle_timeout_s": 1.0, "min_fetch_bytes_per_s": 65536}
+    bound = min_upload_bytes_per_s(len(payload), 1, **limits)
+    assert round(bound) == 55188
+
+    async def scenario(server: Any, client: Any) -> None:
+        served = PayloadServer(RUN, max_upload_bytes_per_s=factor * bound)
+        await served.attach(server)
+        served.reveal(0, payload)
+        result = await fetch(client, server.peer_id, RUN, ["payload", 0], max_bytes=len(payload), timeout_s=30,
+                             idle_timeout_s=1.0, min_bytes_per_s=65536)
+        assert result.status == (TOO_SLOW if cut else OK), result.detail
 
     run_with_pair(scenario)

@@ -269,6 +269,10 @@ def test_event_reader_keeps_an_unterminated_but_complete_last_line_at_the_end(tm
         {"timeout_s": 0},
         {"timeout_s": math.inf},
         {"honest": True},
+        {"codec": ""},
+        {"max_upload_mbit": 0.0},
+        {"max_upload_mbit": math.inf},
+        {"max_upload_mbit": True},
     ],
 )
 def test_config_rejects_bad_settings(settings: dict[str, Any]) -> None:
@@ -296,6 +300,22 @@ def test_peer_commands_put_honest_peers_first_and_give_attackers_the_attack(tmp_
     assert "--attack" not in honest
     assert attacker[attacker.index("--attack") + 1] == "sign_flip:scale=10"
     assert attacker[attacker.index("--byzantine-count") + 1] == "1"
+
+
+def test_peer_commands_carry_the_codec_and_the_upload_cap(tmp_path: Path) -> None:
+    maddrs = ["/ip4/127.0.0.1/tcp/1/p2p/Qm1"]
+    plain = peer_command(SimulationConfig(honest=2, byzantine=0), 0, maddrs, tmp_path)
+    assert plain[plain.index("--codec") + 1] == "fp32"
+    assert "--max-upload-mbit" not in plain
+    config = SimulationConfig(honest=2, byzantine=1, codec="topk:density=0.05", max_upload_mbit=20)
+    for index in range(3):  # honest and Byzantine peers alike
+        command = peer_command(config, index, maddrs, tmp_path)
+        assert command[command.index("--codec") + 1] == "topk:density=0.05"
+        assert command[command.index("--max-upload-mbit") + 1] == "20.0"
+    recorded = config.to_dict()
+    assert recorded["codec"] == "topk:density=0.05"
+    assert recorded["max_upload_mbit"] == 20
+    assert "codec=topk:density=0.05 max_upload_mbit=20" in format_table({"config": recorded})
 
 
 def test_bootstrap_command_listens_on_loopback_with_an_address_file(tmp_path: Path) -> None:

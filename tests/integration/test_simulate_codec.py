@@ -1,0 +1,65 @@
+"""``p2p-guard simulate --codec int8 --max-upload-mbit X``: every peer gets both, the report records them, and the
+bytes each peer served per round are int8 payloads (``expected_payload_bytes``), not fp32 ones.
+
+Two honest digits peers, two rounds, through the command line (one OS process per peer, real p2pd streams).
+What a peer serves in a round is its payload to each receiver plus fp32 θ and momentum states (4·d bytes each)
+for mixing, so ``bytes_sent − served · b`` must be a multiple of 4·d with b the int8 payload size; with fp32
+payloads it would be off by ``served · (4·d − b)``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from p2p_guard.protocol.codecs import expected_payload_bytes
+from p2p_guard.simulation.events import read_events
+from p2p_guard.simulation.orchestrator import peer_paths
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+CAP_MBIT = 50.0
+
+
+@pytest.mark.timeout(420)
+def test_simulate_int8_reports_int8_bytes_per_round(tmp_path: Path) -> None:
+    workdir, report_path = tmp_path / "run", tmp_path / "report.json"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run(
+        [sys.executable, "-m", "p2p_guard.cli.main", "simulate", "--task", "digits", "--honest", "2",
+         "--byzantine", "0", "--rounds", "2", "--inner-steps", "5", "--codec", "int8",
+         "--max-upload-mbit", str(CAP_MBIT), "--workdir", str(workdir), "--report", str(report_path),
+         "--no-progress", "--timeout-s", "360"],
+        capture_output=True, text=True, timeout=400, env=env, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(report_path.read_text())
+    assert report["config"]["codec"] == "int8"
+    assert report["config"]["max_upload_mbit"] == CAP_MBIT
+    assert "codec=int8 max_upload_mbit=50" in done.stdout
+
+    served_total = 0
+    sent: list[int] = []
+    for index in range(2):
+        events = read_events(peer_paths(workdir, index)["events"])
+        d = next(e["numel"] for e in events if e["event"] == "ready")
+        b = expected_payload_bytes("int8", d)
+        assert b < d + d // 100  # about one byte per parameter, a quarter of fp32's
+        rounds = [e for e in events if e["event"] == "round"]
+        assert len(rounds) == 2
+        for e in rounds:
+            states = e["bytes_sent"] - e["served"] * b
+            assert states >= 0 and states % (4 * d) == 0, (e["bytes_sent"], e["served"], b, d)
+            served_total += e["served"]
+            sent.append(e["bytes_sent"])
+    assert served_total >= 2  # payloads did cross
+    mean_sent = report["bytes_sent_per_peer_per_round"]
+    assert mean_sent == pytest.approx(sum(sent) / len(sent))
+    fp32_equivalent = mean_sent + served_total / len(sent) * (4 * d - b)
+    print(f"\nint8, d = {d:,}: {mean_sent:,.0f} bytes sent per peer per round (payload {b:,} B, "
+          f"{served_total} payloads served); with fp32 payloads it would be {fp32_equivalent:,.0f}")
+    assert mean_sent < fp32_equivalent
