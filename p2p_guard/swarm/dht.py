@@ -62,6 +62,9 @@ MAX_SUBKEYS_READ = 4096
 #: Nodes asked to store each record (hivemind's default is 5). More copies mean a Byzantine storage node can
 #: hide a commit from fewer readers, and in a small swarm every node holds, validates and logs every record.
 NUM_REPLICAS = 16
+#: Seconds a DHT RPC may take (hivemind's default is 3). A node slower than that is blacklisted for a while
+#: (5 s, doubling), so on loaded volunteers' machines 3 s left each peer with a partial view of the presence key.
+DHT_RPC_TIMEOUT_S = 8.0
 #: How long ``SwarmDHT.shutdown`` waits for the DHT node and for ``p2pd`` (seconds each).
 SHUTDOWN_TIMEOUT_S = 10.0
 
@@ -260,7 +263,7 @@ async def _create_node(p2p: P2P, initial_peers: Sequence[str], record_validators
     try:
         return await DHTNode.create(p2p=p2p, initial_peers=list(initial_peers) or None,
                                     num_replicas=NUM_REPLICAS, record_validator=CompositeValidator(record_validators),
-                                    client_mode=client_mode)
+                                    wait_timeout=DHT_RPC_TIMEOUT_S, client_mode=client_mode)
     except RuntimeError as e:  # hivemind: "DHTNode bootstrap failed: none of the initial_peers responded"
         raise TimeoutError(f"none of the initial peers answered the DHT ({e}); check --initial-peers") from None
 

@@ -73,7 +73,10 @@ __all__ = ["Peer", "run_peer"]
 
 logger = logging.getLogger(__name__)
 
-PRESENCE_REFRESH_S = 3.0
+#: Seconds between two stores of our presence record (it lives ``PRESENCE_TTL_S``, 30 s).
+PRESENCE_REFRESH_S = 5.0
+#: Seconds between two reads of the presence key while waiting for peers (each read walks the DHT).
+WAIT_POLL_S = 2.0
 #: How often the peer asks ``p2pd`` for its addresses and connections (``network`` events), in seconds.
 NETWORK_POLL_S = 5.0
 #: On the way out, the leave record's store and the announcer's last store are each given this long (seconds).
@@ -241,7 +244,7 @@ class Peer:
                 if timeout_s is None:  # the first join is not a pause
                     self.events.emit("pause", round=self.round, present=len(others) + 1, needed=needed)
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), 1.0)
+                await asyncio.wait_for(stop.wait(), WAIT_POLL_S)
 
     # -- inner ---------------------------------------------------------------------------------------------------
 

@@ -129,7 +129,7 @@ REASONS: tuple[str, ...] = (
 )
 #: Commits live 600 s (``COMMIT_TTL_S``); one minute more allows for clock skew between nodes.
 DEFAULT_MAX_TTL_S = 660.0
-#: Tighter caps per kind: presence lives 12 s, so a replayed one can hold its subkey for a minute at most.
+#: Tighter caps per kind: presence lives 30 s, so a replayed one can hold its subkey for a minute at most.
 DEFAULT_MAX_TTL_BY_KIND: Mapping[str, float] = {"presence": 60.0}
 #: A signed ``votes`` record: one verdict per sender of a round.
 DEFAULT_MAX_VOTES_BYTES = 64 * 1024
