@@ -21,7 +21,7 @@ from p2p_guard.protocol.codecs import expected_payload_bytes
 from p2p_guard.simulation.events import read_events
 from p2p_guard.simulation.orchestrator import peer_paths
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.live]
 
 CAP_MBIT = 50.0
 

@@ -18,6 +18,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.integration
 @pytest.mark.slow
+@pytest.mark.live
 @pytest.mark.timeout(600)
 def test_simulate_trains_the_example_task(tmp_path: Path) -> None:
     report_path = tmp_path / "report.json"
