@@ -86,6 +86,8 @@ def main() -> None:
     p.add_argument("--early-rounds", type=int, default=0)
     p.add_argument("--early-iterations", type=int, default=0, help="gossip steps in the first --early-rounds")
     p.add_argument("--no-momentum-mix", action="store_true")
+    p.add_argument("--outer-warmup", type=int, default=0,
+                   help="scale the aggregate by min(1, (r+1)/R) in the first R rounds (an outer-lr warm-up)")
     p.add_argument("--byzantine", type=int, default=0)
     p.add_argument("--attack", default="signflip", choices=("signflip", "push"))
     args = p.parse_args()
@@ -113,7 +115,8 @@ def main() -> None:
             if i < n - b:
                 false_positives += sum(1 for v in result.verdicts
                                        if not v.accepted and names.index(v.sender) < n - b)
-            q.apply(result.aggregate)
+            warmup = min(1.0, (r + 1) / args.outer_warmup) if args.outer_warmup else 1.0
+            q.apply(result.aggregate * warmup)
         before = consensus_distance([peers[i].theta for i in honest])
         early = r < args.early_rounds
         m = args.early_m if early and args.early_m else args.m

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from p2p_guard.cli.errors import print_error
+from p2p_guard.cli.errors import DefaultsOnceFormatter, print_error
 
 __all__ = ["add_parser", "run_robustness"]
 
@@ -57,7 +57,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "Fashion-MNIST), the semantic guard's ablation, and a sweep of each aggregator's three worst attacks "
         "over Byzantine fractions and partitions. Writes the report and its PNG plots. --quick runs a small "
         "grid on digits and exits 1 unless its assertions hold.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsOnceFormatter,
     )
     parser.add_argument(
         "--quick", action="store_true", help="small grid on digits (a few minutes), with checks"

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from p2p_guard.cli.errors import DefaultsOnceFormatter
+
 __all__ = ["add_parser", "run_wire"]
 
 EXIT_CHECK_FAILED = 1
@@ -30,7 +32,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "reconstruction error at d = 1e5, 1e6, 1e7 (--quick: 1e5, 1e6), then an in-process DiLoCo run on "
         "digits (n workers, mean aggregation, outer Nesterov, error feedback per worker) giving the final "
         "accuracy per codec against fp32. No swarm, no network.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsOnceFormatter,
     )
     parser.add_argument("--quick", action="store_true", help="d = 1e5, 1e6 and a shorter run, with checks")
     parser.add_argument("--codecs", nargs="+", default=None, help="codec strings (default: all seven)")

@@ -6,6 +6,7 @@ checks read the same. Exit code 2 is a usage error (bad flag, file, setting, nam
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 __all__ = ["EXIT_FAILED", "EXIT_USAGE", "print_error", "print_warning"]
@@ -26,3 +27,14 @@ def print_warning(command: str, message: str) -> None:
 
 def _one_line(message: str) -> str:
     return " ".join(message.split())
+
+
+class DefaultsOnceFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` with each real default shown once: not for flags, None defaults, or a help text that gives it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default is None or action.default is False or action.default == argparse.SUPPRESS \
+                or "default" in text or action.nargs == 0:
+            return text
+        return super()._get_help_string(action)

@@ -348,7 +348,7 @@ def type_check(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
         except _Mismatch:
             raise ValueError(f"{name} must be {_type_name(hints[name])}; got {value!r}") from None
         if isinstance(out[name], float) and math.isnan(out[name]):
-            raise ValueError(f"{name} must be a number; got nan")
+            raise ValueError(f"{name} must be a finite number; got nan")
     return out
 
 

@@ -114,7 +114,7 @@ class PeerConfig:
             1/sqrt(1 + staleness)); a slower peer commits into the swarm's open round instead of being dropped.
         overlap: run the communication of round r (close, reveal, fetch, guard) while the inner phase of round
             r + 1 computes, and apply round r's aggregate one inner phase late with the eager correction (Streaming
-            DiLoCo; arXiv:2502.12996). Off by default: on digits it cost accuracy (docs/protocol.md §4.6); turn it
+            DiLoCo; arXiv:2502.12996). Off by default: on digits it cost accuracy (docs/protocol.md §7.8); turn it
             on when the inner phase dominates the round (large models).
         mix_every: every this many rounds, after the outer step, move toward the post-step states of
             ``mix_peers`` sampled peers by clipped differences (ClippedGossip); 0 turns mixing off.

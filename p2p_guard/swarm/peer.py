@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import logging
 import math
@@ -224,7 +225,7 @@ class Peer:
         while True:
             others = await self.others_present()
             if len(others) + 1 >= needed or stop.is_set():
-                if self.paused:
+                if self.paused and not stop.is_set():  # stopping while paused is not a resume
                     paused_s = time.monotonic() - started
                     if timeout_s is None:
                         self.log.info("resuming: %d other peer(s) present again (paused %.0f s)", len(others),
@@ -640,9 +641,24 @@ def _vote_book(config: PeerConfig, identity: Identity, dht: SwarmDHT, wire: Wire
 
 
 def network_options(config: PeerConfig) -> NetworkOptions:
-    """The relay, UPnP and reachability options of ``p2pd`` from the peer's settings."""
-    return NetworkOptions(use_relay=config.use_relay, use_auto_relay=config.use_auto_relay,
-                          nat_port_map=config.nat_port_map, reachability=config.reachability, relays=config.relays)
+    """The relay, UPnP and reachability options of ``p2pd`` from the peer's settings.
+
+    A peer that listens on a loopback address only (a local test, ``--host 127.0.0.1``) never asks the router for a
+    port (UPnP / NAT-PMP traffic on the LAN for a port nobody outside can reach) and does not look for relays unless
+    ``relays`` names some.
+    """
+    local = _is_loopback(config.host)
+    return NetworkOptions(use_relay=config.use_relay,
+                          use_auto_relay=config.use_auto_relay and (not local or bool(config.relays)),
+                          nat_port_map=config.nat_port_map and not local, reachability=config.reachability,
+                          relays=config.relays)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 async def _watch_network(dht: SwarmDHT, events: EventLog, stop: asyncio.Event) -> None:

@@ -551,7 +551,8 @@ class RecordValidator(RecordValidatorBase):  # type: ignore[misc]  # hivemind sh
         if kind == "commit" and isinstance(content, Envelope):
             proof = self._detector.observe(raw, content)
             if proof is not None:
-                logger.warning(
+                logger.log(
+                    logging.DEBUG if proof.sender_b58 in self._proofs else logging.WARNING,  # once per equivocator
                     "equivocation by %s in run %r round %d caught by the DHT validator",
                     proof.sender_b58,
                     proof.run_id,

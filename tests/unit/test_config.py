@@ -397,7 +397,7 @@ class TestGenerator:
         ({"count": 1.5}, "count must be an integer"),
         ({"flag": 1}, "flag must be true or false; got 1"),
         ({"ratio": "0.5"}, "ratio must be a number"),
-        ({"ratio": float("nan")}, "ratio must be a number; got nan"),
+        ({"ratio": float("nan")}, "ratio must be a finite number; got nan"),
         ({"mode": "medium"}, "mode must be one of 'fast', 'slow'"),
         ({"colour": "green"}, "colour must be one of 'red', 'blue'"),
         ({"peers": [1]}, "peers must be a list of a string"),

@@ -56,3 +56,15 @@ def test_network_options_become_p2pd_flags() -> None:
         dht.NetworkOptions(use_auto_relay=True, relays=("/ip4/1.2.3.4/tcp/1",))  # no /p2p/PEERID
     with pytest.raises(ValueError):
         dht.NetworkOptions(reachability="maybe")
+
+
+def test_a_loopback_peer_asks_no_router_for_a_port_and_seeks_no_relay() -> None:
+    from p2p_guard.swarm.config import PeerConfig
+    from p2p_guard.swarm.peer import network_options
+
+    local = network_options(PeerConfig(host="127.0.0.1"))
+    assert (local.nat_port_map, local.use_auto_relay, local.use_relay) == (False, False, True)
+    public = network_options(PeerConfig(host="0.0.0.0"))
+    assert (public.nat_port_map, public.use_auto_relay) == (True, True)
+    relayed = network_options(PeerConfig(host="127.0.0.1", relays=(RELAY,)))
+    assert (relayed.nat_port_map, relayed.use_auto_relay, relayed.relays) == (False, True, (RELAY,))
