@@ -28,7 +28,8 @@ test: setup
 	$(BIN)/python -m pytest tests/unit -q -n 2 --durations=10
 	$(BIN)/python -m pytest tests/integration -q -m "not long and not live" --durations=10
 
-# Multi-peer adversarial swarms (attacks, reputation, equivocation, copycat, faults): a minute or more each. CI runs it.
+# Multi-peer swarms and simulations (attacks, reputation, equivocation, copycat, faults, clock skew, simulate
+# clean-up, codecs, user tasks, the API example): half a minute or more each. CI runs it after make test.
 test-live: setup
 	$(BIN)/python -m pytest tests/integration -q -m "live and not long" --durations=10
 

@@ -24,6 +24,7 @@ def test_import_p2p_guard_loads_no_torch_and_exports_the_api() -> None:
 
 @pytest.mark.integration
 @pytest.mark.slow
+@pytest.mark.live
 @pytest.mark.timeout(600)
 def test_the_example_script_runs_a_tiny_swarm(tmp_path: Path) -> None:
     workdir = tmp_path / "tiny"

@@ -29,6 +29,7 @@ from p2p_guard.swarm.clock import MAX_CLOCK_CORRECTION_S
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.slow,
+    pytest.mark.live,
     pytest.mark.skipif(shutil.which("faketime") is None,
                        reason="faketime is not installed (Debian: apt-get install faketime)"),
 ]

@@ -231,6 +231,7 @@ SMALL_RUN = ("--task", "digits", "--honest", "2", "--byzantine", "1", "--attack"
 
 @pytest.mark.integration
 @pytest.mark.slow
+@pytest.mark.live
 @pytest.mark.timeout(420)
 def test_simulate_that_ends_normally_leaves_nothing(tmp_path: Path) -> None:
     workdir = tmp_path / "run"
@@ -247,6 +248,7 @@ def test_simulate_that_ends_normally_leaves_nothing(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 @pytest.mark.slow
+@pytest.mark.live
 @pytest.mark.timeout(420)
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143)])
 def test_simulate_interrupted_leaves_nothing(tmp_path: Path, sig: signal.Signals, code: int) -> None:
@@ -270,6 +272,7 @@ def _rounds_done(workdir: Path, index: int) -> int:
 
 @pytest.mark.integration
 @pytest.mark.slow
+@pytest.mark.live
 @pytest.mark.timeout(420)
 def test_simulate_interrupted_writes_the_partial_report(tmp_path: Path) -> None:
     """Ctrl+C after a couple of rounds (issue 11): the report of the completed rounds is written, and said where."""
@@ -312,6 +315,7 @@ def test_simulate_with_a_bad_attack_fails_fast_and_leaves_nothing(tmp_path: Path
 
 @pytest.mark.integration
 @pytest.mark.slow
+@pytest.mark.live
 @pytest.mark.timeout(420)
 def test_simulate_stops_everything_when_a_peer_dies(tmp_path: Path) -> None:
     workdir = tmp_path / "run"
