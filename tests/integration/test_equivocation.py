@@ -32,5 +32,7 @@ def test_equivocators_are_banned_with_verifiable_proofs(tmp_path: Path) -> None:
             assert ban["round"] <= 2, f"peer{i} banned {ban['sender']} only in round {ban['round']}"
             assert cli_main(["verify-proof", ban["proof"]]) == 0
     assert report["guard"]["false_positive"] == 0
-    assert report["consensus_distance"] <= 1e-6
+    # Version 2: a bounded distance, not bit-identical models (a peer that bans an equivocator one round before the
+    # others applies another row set in that round; CI measured 2.3e-4 with one such peer).
+    assert report["consensus_distance"] <= 1e-2
     assert report["final"]["accuracy"] >= 0.85
