@@ -246,8 +246,8 @@ def _peek_version(body: bytes) -> int | Rejected:
     )
     try:
         unpacker.feed(body)
-        unpacker.read_array_header()
-        version = unpacker.unpack()
+        # An empty array has no version: without this check the byte after it was read as one (fuzzer, stop 14).
+        version = unpacker.unpack() if unpacker.read_array_header() >= 1 else None
     except Exception:  # noqa: BLE001 - the parse boundary: any parser failure is a decode error
         version = None
     if type(version) is not int:

@@ -364,6 +364,11 @@ class TestOpenEnvelopeMallory:
         data = sign_envelope(make_envelope(protocol_version=version), ALICE)
         assert reason_of(open_envelope(data)) is RejectReason.UNSUPPORTED_VERSION
 
+    def test_an_empty_body_array_has_no_version(self) -> None:
+        # body b"\x90\x00": an empty array, then a 0 outside it (found by the live fuzzer, stop 14)
+        assert open_envelope(b"\x92\xc4\x02\x90\x00\xc4\x00") == Rejected(
+            RejectReason.DECODE_ERROR, "body is not an array starting with an int version")
+
     def test_future_version_with_other_layout(self) -> None:
         assert reason_of(open_envelope(craft([3, {"a": 1}]))) is RejectReason.UNSUPPORTED_VERSION
 
