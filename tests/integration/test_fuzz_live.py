@@ -52,6 +52,7 @@ from p2p_guard.protocol import (  # noqa: E402
     payload_digest,
     sign_envelope,
 )
+from p2p_guard.protocol.envelope import SUPPORTED_VERSIONS  # noqa: E402
 from p2p_guard.swarm.config import PeerConfig  # noqa: E402
 from p2p_guard.swarm.rounds import check_rows, open_commits  # noqa: E402
 from p2p_guard.swarm.transport import (  # noqa: E402
@@ -362,6 +363,24 @@ RESIGNED: dict[str, tuple[bytes, RejectReason]] = {
 }
 
 
+def _garbage_reason(value: bytes) -> RejectReason:
+    """``DECODE_ERROR``, unless the garbage happens to be ``[body: bin, signature: bin]`` whose body is a non-empty
+    array starting with an int other than ours: that is a protocol version we do not speak, whatever the layout
+    after it (``UNSUPPORTED_VERSION``; CI drew body ``\\x91\\x00``, the array ``[0]``)."""
+    try:
+        outer = msgpack.unpackb(value)
+        if type(outer) is not list or len(outer) != 2 or not all(type(item) is bytes for item in outer):
+            return RejectReason.DECODE_ERROR
+        inner = msgpack.Unpacker()
+        inner.feed(outer[0])
+        first = inner.unpack() if inner.read_array_header() >= 1 else None
+    except Exception:  # noqa: BLE001 - any parser failure: the peer must say decode_error too
+        return RejectReason.DECODE_ERROR
+    if type(first) is int and first not in SUPPORTED_VERSIONS:
+        return RejectReason.UNSUPPORTED_VERSION
+    return RejectReason.DECODE_ERROR
+
+
 @st.composite
 def malformed_commit(draw: st.DrawFn) -> tuple[bytes, bytes, str, RejectReason | None]:
     """``(raw commit, served payload, case, expected reason or None when it must be derived)``."""
@@ -376,7 +395,7 @@ def malformed_commit(draw: st.DrawFn) -> tuple[bytes, bytes, str, RejectReason |
     if case == "garbage":
         value = draw(st.one_of(st.binary(max_size=300), st.lists(st.binary(max_size=40), max_size=3).map(pack),
                                st.integers().map(lambda i: pack(i % 2**63)), st.text(max_size=30).map(pack)))
-        return value, HONEST_PAYLOAD, case, RejectReason.DECODE_ERROR if len(value) <= 4096 else None
+        return value, HONEST_PAYLOAD, case, _garbage_reason(value) if len(value) <= 4096 else None
     if case == "payload":  # an intact commit, a hostile stream
         served = draw(st.one_of(
             st.just(HONEST_PAYLOAD + b"\x00"), st.just(HONEST_PAYLOAD[:-1]), st.binary(max_size=40),
