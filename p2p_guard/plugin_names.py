@@ -10,6 +10,8 @@ the light check and the registries word them alike.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from p2p_guard.plugin_spec import parse_spec
 
 __all__ = [
@@ -98,9 +100,7 @@ def check_guard_name(spec: str) -> None:
     Raises:
         ValueError: on bad syntax or an unknown built-in name (the messages ``build_guard`` gives).
     """
-    name, _ = parse_spec(spec, what="guard", builtin_names=GUARD_NAMES)
-    if ":" not in name and name not in GUARD_NAMES:
-        raise unknown_guard_error(spec, name)
+    _check_name(spec, "guard", GUARD_NAMES, unknown_guard_error)
 
 
 def check_attack_name(spec: str) -> None:
@@ -111,6 +111,10 @@ def check_attack_name(spec: str) -> None:
     Raises:
         ValueError: on bad syntax or an unknown built-in name (the messages ``load_attack`` gives).
     """
-    name, _ = parse_spec(spec, what="attack", builtin_names=ATTACK_NAMES)
-    if ":" not in name and name not in ATTACK_NAMES:
-        raise unknown_attack_error(spec, name)
+    _check_name(spec, "attack", ATTACK_NAMES, unknown_attack_error)
+
+
+def _check_name(spec: str, what: str, names: tuple[str, ...], error: Callable[[str, str], ValueError]) -> None:
+    name, _ = parse_spec(spec, what=what, builtin_names=names)
+    if ":" not in name and name not in names:
+        raise error(spec, name)

@@ -27,27 +27,13 @@ from p2p_guard.swarm.rounds import (
     reveal_after_close,
 )
 from p2p_guard.swarm.transport import NOT_READY, OK, PayloadServer
+from fake_dht import FakeDHT  # noqa: E402 - the tests' shared dict-backed DHT
 
 RUN = "close-test"
 ALICE, BOB, CAROL, MALLORY = (Identity.from_seed(bytes([i]) * 32) for i in (1, 2, 3, 4))
 A, B, C, M = (who.peer_id_b58 for who in (ALICE, BOB, CAROL, MALLORY))
 PAYLOAD = b"\x00\x00\x80\x3f" * 3
 
-
-class FakeDHT:
-    """The ``store``/``read`` of ``SwarmDHT`` over a dict: ``{key: {subkey: value}}``."""
-
-    def __init__(self) -> None:
-        self.data: dict[str, dict[str, bytes]] = {}
-        self.reads: dict[str, int] = {}
-
-    async def store(self, key: str, subkey: str, value: bytes, ttl_s: float) -> bool:
-        self.data.setdefault(key, {})[subkey] = value
-        return True
-
-    async def read(self, key: str) -> dict[str, bytes]:
-        self.reads[key] = self.reads.get(key, 0) + 1
-        return dict(self.data.get(key, {}))
 
 
 @pytest.fixture(autouse=True)

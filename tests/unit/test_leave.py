@@ -19,25 +19,13 @@ from p2p_guard.swarm.config import PeerConfig
 from p2p_guard.swarm.records import presence_key, publish_leave, read_presence, read_roster
 from p2p_guard.swarm.rounds import Departures, check_rows, first_of, reveal_after_close
 from p2p_guard.swarm.transport import NOT_FOUND, OK, FetchResult, PayloadServer
+from fake_dht import FakeDHT  # noqa: E402 - the tests' shared dict-backed DHT
 
 RUN = "leave-test"
 ALICE, BOB, CAROL, MALLORY = (Identity.from_seed(bytes([i]) * 32) for i in (1, 2, 3, 4))
 A, B, C, M = (who.peer_id_b58 for who in (ALICE, BOB, CAROL, MALLORY))
 PAYLOAD = b"\x00\x00\x80\x3f" * 3
 
-
-class FakeDHT:
-    """``store``/``read`` of ``SwarmDHT`` over a dict (the last store under a subkey wins)."""
-
-    def __init__(self) -> None:
-        self.data: dict[str, dict[str, bytes]] = {}
-
-    async def store(self, key: str, subkey: str, value: bytes, ttl_s: float) -> bool:
-        self.data.setdefault(key, {})[subkey] = value
-        return True
-
-    async def read(self, key: str) -> dict[str, bytes]:
-        return dict(self.data.get(key, {}))
 
 
 @pytest.fixture(autouse=True)

@@ -30,6 +30,7 @@ from p2p_guard.protocol.votes import (
 from p2p_guard.swarm.records import votes_key
 from p2p_guard.swarm.verdicts import SenderVerdict
 from p2p_guard.swarm.votes import publish_votes, read_votes, vote_verdicts
+from fake_dht import FakeDHT  # noqa: E402 - the tests' shared dict-backed DHT
 
 RUN = "test-run"
 ALICE = Identity.from_seed(b"\x01" * 32)
@@ -216,19 +217,6 @@ class TestOpenRejects:
         result = open_votes(data, run_id=RUN)
         assert isinstance(result, (Votes, Rejected))
 
-
-class FakeDHT:
-    """The ``store``/``read`` of ``SwarmDHT`` over a dict: ``{key: {subkey: value}}``."""
-
-    def __init__(self) -> None:
-        self.data: dict[str, dict[str, bytes]] = {}
-
-    async def store(self, key: str, subkey: str, value: bytes, ttl_s: float) -> bool:
-        self.data.setdefault(key, {})[subkey] = value
-        return True
-
-    async def read(self, key: str) -> dict[str, bytes]:
-        return dict(self.data.get(key, {}))
 
 
 class TestSwarmHelpers:
