@@ -65,7 +65,7 @@ from p2p_guard.swarm.upload import upload_cap_warning
 from p2p_guard.swarm.standing import VoteBook
 from p2p_guard.swarm.transport import OK, TOO_SLOW, PayloadServer, fetch
 from p2p_guard.swarm.validator import RecordValidator
-from p2p_guard.swarm.verdicts import SenderVerdict
+from p2p_guard.swarm.verdicts import SenderVerdict, finite_or_none
 from p2p_guard.tasks import load_task
 from p2p_guard.training.error_feedback import ErrorFeedback
 from p2p_guard.training.local import LocalModel, pick_device, round_generator
@@ -695,10 +695,6 @@ def _log_task_failure(task: asyncio.Task[None]) -> None:
         logger.error("background task failed", exc_info=task.exception())
 
 
-def _finite_or_none(x: float) -> float | None:
-    return float(x) if x == x and abs(x) != float("inf") else None
-
-
 async def _linger(peer: Peer, last_round: int, stop: asyncio.Event) -> None:
     """Keep serving our last payload until every peer of the last round has moved past it (bounded)."""
     deadline = time.monotonic() + peer.config.fetch_timeout_s
@@ -1044,7 +1040,7 @@ def _emit_round(peer: Peer, events: EventLog, outcome: RoundOutcome, metrics: An
             verdicts=outcome.verdicts, me=peer.me, applied=outcome.aggregate is not None, fetched=outcome.fetched,
             served=served, bytes_sent=bytes_sent, bytes_received=outcome.bytes_received, seconds=seconds,
             compute_s=outcome.compute_s, mix_distance=outcome.mix_distance, mixed_from=outcome.mixed_from,
-            loss=_finite_or_none(metrics.loss), accuracy=metrics.accuracy)
+            loss=finite_or_none(metrics.loss), accuracy=metrics.accuracy)
     peer.log.info("round %d: %s | fetched %d | accepted %d | rejected %d%s | compute %.1f of %.1f s",
                   outcome.round, _metric_text(metrics), outcome.fetched, accepted, len(others) - accepted,
                   f" ({', '.join(reasons)})" if reasons else "", outcome.compute_s, seconds)

@@ -14,7 +14,7 @@ from typing import Any
 
 from p2p_guard.protocol.reasons import RejectReason
 
-__all__ = ["SenderVerdict"]
+__all__ = ["SenderVerdict", "finite_or_none"]
 
 
 @dataclass(frozen=True)
@@ -54,12 +54,13 @@ class SenderVerdict:
                norm: float, cosine: float, weight: float, staleness: int) -> SenderVerdict:
         """The guard's verdict on a row; a non-finite ``norm`` or ``cosine`` is recorded as None."""
         return cls(sender=sender, commit_round=commit_round, accepted=accepted, reason=reason, detail=detail,
-                   norm=_finite_or_none(norm), cosine=_finite_or_none(cosine), weight=weight, staleness=staleness)
+                   norm=finite_or_none(norm), cosine=finite_or_none(cosine), weight=weight, staleness=staleness)
 
     def as_event(self) -> dict[str, Any]:
         """The fields of the ``verdict`` event (JSON-serialisable)."""
         return asdict(self)
 
 
-def _finite_or_none(value: float | None) -> float | None:
+def finite_or_none(value: float | None) -> float | None:
+    """``value`` as a float if it is finite, else None (events and metrics carry no NaN or infinity)."""
     return float(value) if value is not None and math.isfinite(value) else None
