@@ -11,7 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from p2p_guard.cli.errors import EXIT_FAILED, EXIT_USAGE, print_error
-from p2p_guard.cli.preflight import check_identity_file, check_port_free
+from p2p_guard.cli.preflight import (
+    check_announce_host,
+    check_identity_file,
+    check_listen_host,
+    check_output_file,
+    check_port_free,
+)
 from p2p_guard.cli.typed_config import add_config_flags, load_config
 from p2p_guard.swarm.config import REACHABILITY
 
@@ -109,7 +115,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = resolve(args)
         check_identity_file(config.identity)
+        check_listen_host(config.host)
         check_port_free(config.host, config.port)
+        check_announce_host(config.announce_host, config.port)
+        check_output_file(config.address_file, flag="--address-file")
     except ValueError as e:
         print_error(COMMAND, str(e))
         return EXIT_USAGE

@@ -19,7 +19,13 @@ from typing import Any
 
 from p2p_guard.cli import preflight
 from p2p_guard.cli.errors import EXIT_USAGE, print_error
-from p2p_guard.cli.preflight import check_identity_file, check_port_free
+from p2p_guard.cli.preflight import (
+    check_announce_host,
+    check_identity_file,
+    check_listen_host,
+    check_output_file,
+    check_port_free,
+)
 from p2p_guard.cli.typed_config import add_config_flags, load_config
 from p2p_guard.swarm.config import PeerConfig
 
@@ -77,9 +83,10 @@ def _precheck(values: Mapping[str, Any]) -> None:
     """Checks on the merged settings before PeerConfig is built (its codec check imports torch); no torch here.
 
     Raises:
-        ValueError: on a bad partition spec, identity file, a taken port (``port`` or ``metrics_port``), an
-            unknown task, guard or attack name, a task's missing files, no ``--initial-peers``, or a malformed
-            bootstrap or relay address.
+        ValueError: on a bad partition spec, identity file, ``--host`` (not an IP of this machine),
+            ``--announce-host`` (not an IP, or with port 0), ``--events`` path, a taken port (``port`` or
+            ``metrics_port``), an unknown task, guard or attack name, a task's missing files, no
+            ``--initial-peers``, or a malformed bootstrap or relay address.
     """
     from p2p_guard.simulation.config import check_partition
 
@@ -87,8 +94,14 @@ def _precheck(values: Mapping[str, Any]) -> None:
     if isinstance(values["identity"], str):
         check_identity_file(values["identity"])
     host, port = values["host"], values["port"]
+    if isinstance(host, str):
+        check_listen_host(host)
     if isinstance(host, str) and type(port) is int and 0 < port <= 65535:
         check_port_free(host, port)
+    if isinstance(values["announce_host"], str) and type(port) is int:
+        check_announce_host(values["announce_host"], port)
+    if isinstance(values["events"], str):
+        check_output_file(values["events"], flag="--events")
     metrics_port = values.get("metrics_port")
     if isinstance(host, str) and type(metrics_port) is int and 0 < metrics_port <= 65535:
         try:
@@ -111,7 +124,7 @@ def check_names(config: PeerConfig) -> None:
     """Fail before any process starts on a bad task or data, guard, attack or bootstrap or relay address.
 
     The cheap checks again (a no-op after :func:`resolve_config`), then the guard and attack built with their
-    parameters and the task's data read (torch).
+    parameters, the task's data read and ``--device cuda`` checked against this machine (torch).
 
     Raises:
         ValueError: naming the bad setting and the valid choices.
@@ -122,6 +135,9 @@ def check_names(config: PeerConfig) -> None:
     check_initial_peers(config.initial_peers)
     check_initial_peers(config.relays, what="--relays")
     preflight.check_plugins(config.task, config.guard, config.attack)
+    from p2p_guard.training.local import pick_device  # torch: already imported by check_plugins
+
+    pick_device(config.device)
 
 
 def run(args: argparse.Namespace) -> int:

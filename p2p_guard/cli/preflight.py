@@ -12,11 +12,13 @@ the attack with their parameters, read the task's data: torch).
 from __future__ import annotations
 
 import errno
+import ipaddress
 import os
 import socket
 from pathlib import Path
 
-__all__ = ["check_identity_file", "check_names", "check_plugins", "check_port_free", "check_task_data"]
+__all__ = ["check_announce_host", "check_identity_file", "check_listen_host", "check_names", "check_output_file",
+           "check_plugins", "check_port_free", "check_task_data"]
 
 
 def check_identity_file(path: str | Path, *, flag: str = "--identity") -> None:
@@ -45,6 +47,76 @@ def check_identity_file(path: str | Path, *, flag: str = "--identity") -> None:
         parent = parent.parent
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
         raise ValueError(f"{flag} {path}: cannot be created ({parent} is not a writable directory)")
+
+
+_HOST_HINTS = {"--host": "this machine's address, or 0.0.0.0 for all", "--announce-host": "the public IP others dial"}
+
+
+def _ip_literal(host: str, flag: str) -> str:
+    """``host`` as an IPv4 or IPv6 literal (a multiaddr's ``/ip4/`` or ``/ip6/`` part: no host names).
+
+    Raises:
+        ValueError: naming ``flag`` and the value.
+    """
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        hint = _HOST_HINTS.get(flag, _HOST_HINTS["--host"])
+        raise ValueError(f"{flag} {host}: not an IPv4 or IPv6 address (a host name is not accepted; give "
+                         f"{hint})") from None
+
+
+def check_listen_host(host: str, *, flag: str = "--host") -> None:
+    """``host`` must be an IP address of this machine (or a wildcard): a test bind to port 0 there.
+
+    Raises:
+        ValueError: on a host name or an address this machine does not have.
+    """
+    _ip_literal(host, flag)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, 0))
+        except OSError as e:
+            raise ValueError(f"{flag} {host}: cannot listen there ({e.strerror or e}; is it an address of this "
+                             "machine?)") from None
+
+
+def check_announce_host(host: str | None, port: int) -> None:
+    """An ``--announce-host`` must be an IP address and needs a fixed ``--port`` (others dial host:port).
+
+    Raises:
+        ValueError: on a host name, or ``port == 0`` (a random port cannot be announced in advance).
+    """
+    if host is None:
+        return
+    _ip_literal(host, "--announce-host")
+    if port == 0:
+        raise ValueError(f"--announce-host {host} needs a fixed --port (the router or firewall forwards that "
+                         "port; --port 0 picks a random one)")
+
+
+def check_output_file(path: str | Path | None, *, flag: str) -> None:
+    """A file the command will write (``--report``, ``--events``, ``--address-file``) must be creatable there.
+
+    Missing parent directories are fine (they are created); a parent that is a file, an unwritable one, or a
+    ``path`` that is a directory is not.
+
+    Raises:
+        ValueError: naming ``flag``, the path and the part in the way.
+    """
+    if path is None:
+        return
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{flag} {path}: is a directory, not a file")
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"{flag} {path}: {parent} is a file, not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ValueError(f"{flag} {path}: not writable")
 
 
 def check_port_free(host: str, port: int) -> None:

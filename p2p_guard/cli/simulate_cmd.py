@@ -18,6 +18,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from p2p_guard.cli.errors import EXIT_FAILED, EXIT_USAGE, print_error, print_warning
+from p2p_guard.cli.preflight import check_output_file
 from p2p_guard.cli.typed_config import add_config_flags, load_config
 from p2p_guard.simulation.config import SimulationConfig
 from p2p_guard.simulation.faults import FaultPlan, check_plan_tools, load_plan
@@ -101,21 +102,6 @@ def _warn_if_byzantine_majority(config: SimulationConfig) -> None:
     if config.byzantine > 0 and config.attack and 2 * config.byzantine >= config.num_peers:
         print_warning(COMMAND, f"{config.byzantine} Byzantine of {config.num_peers} peers are not a minority "
                                f"(robust aggregation assumes fewer than half); the guard is not expected to hold")
-
-
-def _check_report_path(path: Path | None) -> None:
-    """Fail before any process starts when ``--report`` cannot be written (its parent is a file, say).
-
-    Raises:
-        OSError: naming the path.
-    """
-    if path is None:
-        return
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir() or path.is_dir():
-        raise OSError(f"--report {path}: {parent if not parent.is_dir() else path} is not a usable place for a file")
 
 
 def _check_names(config: SimulationConfig) -> None:
@@ -221,8 +207,8 @@ def run(args: argparse.Namespace) -> int:
         print_error(COMMAND, str(e))
         return EXIT_USAGE
     try:
-        _check_report_path(args.report)
-    except OSError as e:
+        check_output_file(args.report, flag="--report")
+    except ValueError as e:
         print_error(COMMAND, f"cannot write there: {e}")
         return EXIT_USAGE
     try:

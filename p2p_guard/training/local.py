@@ -37,7 +37,8 @@ def pick_device(requested: str) -> torch.device:
         ValueError: if ``cuda`` is requested and no GPU is available.
     """
     if requested == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device=cuda requested but torch.cuda.is_available() is False")
+        raise ValueError("--device cuda: no CUDA device here (torch.cuda.is_available() is False; is this torch a "
+                         "CUDA build?); use --device auto or cpu")
     if requested == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(requested)

@@ -551,8 +551,26 @@ def _cli(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     (["peer"], None,
      "p2p-guard peer: error: no --initial-peers given (the multiaddr printed by `p2p-guard bootstrap`)"),
     (["simulate", "--report", "c.toml/r.json"], "x",
-     "p2p-guard simulate: error: cannot write there: --report c.toml/r.json: c.toml is not a usable place for a "
-     "file"),
+     "p2p-guard simulate: error: cannot write there: --report c.toml/r.json: c.toml is a file, not a directory"),
+    (["simulate", "--report", "."], None, "p2p-guard simulate: error: cannot write there: --report .: is a "
+     "directory, not a file"),
+    # the listen and announce addresses and the files a peer or bootstrap node writes, before anything starts
+    (["peer", "--initial-peers", MADDR, "--host", "localhost"], None,
+     "p2p-guard peer: error: --host localhost: not an IPv4 or IPv6 address (a host name is not accepted; give "
+     "this machine's address, or 0.0.0.0 for all)"),
+    (["peer", "--initial-peers", MADDR, "--host", "192.0.2.1"], None,
+     "p2p-guard peer: error: --host 192.0.2.1: cannot listen there (Cannot assign requested address; is it an "
+     "address of this machine?)"),
+    (["peer", "--initial-peers", MADDR, "--announce-host", "203.0.113.5"], None,
+     "p2p-guard peer: error: --announce-host 203.0.113.5 needs a fixed --port (the router or firewall forwards "
+     "that port; --port 0 picks a random one)"),
+    (["bootstrap", "--announce-host", "my.host", "--port", "0"], None,
+     "p2p-guard bootstrap: error: --announce-host my.host: not an IPv4 or IPv6 address (a host name is not "
+     "accepted; give the public IP others dial)"),
+    (["peer", "--initial-peers", MADDR, "--events", "c.toml/e.jsonl"], "x",
+     "p2p-guard peer: error: --events c.toml/e.jsonl: c.toml is a file, not a directory"),
+    (["bootstrap", "--port", "0", "--address-file", "c.toml/a.txt"], "x",
+     "p2p-guard bootstrap: error: --address-file c.toml/a.txt: c.toml is a file, not a directory"),
 ])
 def test_bad_input_is_one_line_before_torch_or_hivemind(tmp_path: Path, argv: list[str], toml: str | None,
                                                          message: str) -> None:
@@ -630,6 +648,28 @@ class TestPreflight:
             check_task_data("fashion-mnist")
         with pytest.raises(ValueError, match="unknown task 'fmnist'"):
             check_task_data("fmnist")
+
+    def test_output_file(self, tmp_path: Path) -> None:
+        from p2p_guard.cli.preflight import check_output_file
+
+        check_output_file(tmp_path / "new" / "deeper" / "events.jsonl", flag="--events")  # parents are created
+        check_output_file(None, flag="--events")
+        (tmp_path / "file").write_text("x", encoding="utf-8")
+        with pytest.raises(ValueError, match=r"^--events .*file/e\.jsonl: .*file is a file, not a directory$"):
+            check_output_file(tmp_path / "file" / "e.jsonl", flag="--events")
+        with pytest.raises(ValueError, match="is a directory, not a file"):
+            check_output_file(tmp_path, flag="--report")
+
+    def test_device_cuda_without_a_gpu(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import torch
+
+        from p2p_guard.training.local import pick_device
+
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        with pytest.raises(ValueError, match=r"^--device cuda: no CUDA device here"):
+            pick_device("cuda")
+        assert pick_device("auto") == torch.device("cpu")
+        assert pick_device("cpu") == torch.device("cpu")
 
 
 class TestPeerOutput:
