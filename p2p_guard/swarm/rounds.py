@@ -53,6 +53,13 @@ logger = logging.getLogger(__name__)
 
 POLL_S = 0.5
 
+#: A sender whose every fetch failed at the transport (no answer at all: refused, dial failed, stream reset) for
+#: this long, in seconds, and at least :data:`UNREACHABLE_TRIES` times in a row, is given up as unreachable
+#: for this round instead of being retried until the fetch deadline (a killed peer's presence outlives it by up
+#: to the presence TTL). Long enough for a relayed dial to find its circuit; short next to ``fetch_timeout_s``.
+UNREACHABLE_GIVE_UP_S = 5.0
+UNREACHABLE_TRIES = 3
+
 _T = TypeVar("_T")
 
 
@@ -422,10 +429,33 @@ async def check_rows(p2p: P2P, envelopes: dict[str, Envelope], expect: RoundExpe
     return rows, verdicts
 
 
+@dataclass
+class _Unreachable:
+    """Consecutive transport failures (status -1) of one sender's fetches; any answer resets the count."""
+
+    tries: int = 0
+    since: float = 0.0
+    last: float = 0.0
+
+    def failed(self, status: int, now: float) -> bool:
+        """Record one try's status at ``now`` (monotonic seconds); True once the sender counts as unreachable."""
+        if status != -1:
+            self.tries = 0
+            return False
+        if self.tries == 0:
+            self.since = now
+        self.tries += 1
+        self.last = now
+        return self.tries >= UNREACHABLE_TRIES and self.last - self.since >= UNREACHABLE_GIVE_UP_S
+
+
 async def _payload(p2p: P2P, sender: str, env: Envelope, config: FetchLimits, deadline: float,
                    local: dict[str, bytes], stop: asyncio.Event, departures: Departures | None = None
                    ) -> bytes | Rejected | None:
     """Fetch one sender's payload, retrying until ``deadline``; a sender cut for slowness is not retried.
+
+    A sender that cannot be reached at all (every try a transport failure for :data:`UNREACHABLE_GIVE_UP_S`,
+    :data:`UNREACHABLE_TRIES` tries or more) is rejected as ``unavailable`` then, not at the deadline.
 
     None: we stopped, or the sender left the swarm (the fetch in flight is cut at once).
     """
@@ -434,6 +464,7 @@ async def _payload(p2p: P2P, sender: str, env: Envelope, config: FetchLimits, de
     peer = PeerID(env.sender)
     detail = "no answer"
     gone = departures.event(sender) if departures is not None else asyncio.Event()
+    unreachable = _Unreachable()
     while not stop.is_set() and not gone.is_set():
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -455,6 +486,10 @@ async def _payload(p2p: P2P, sender: str, env: Envelope, config: FetchLimits, de
             return Rejected(RejectReason.TIMEOUT, f"sender too slow, stream cut ({detail})")
         if result.status not in (NOT_READY, BUSY, -1):
             return Rejected(RejectReason.UNAVAILABLE, f"sender refused to serve its committed payload ({detail})")
+        if unreachable.failed(result.status, time.monotonic()):
+            span = unreachable.last - unreachable.since
+            return Rejected(RejectReason.UNAVAILABLE, f"sender unreachable: {unreachable.tries} tries in {span:.1f} s, "
+                                                      f"each without an answer ({detail})")
         await asyncio.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
     if stop.is_set() or gone.is_set():
         return None
