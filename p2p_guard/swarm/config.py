@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["REACHABILITY", "CommitPhase", "FetchLimits", "PeerConfig", "config_from_mapping"]
+__all__ = ["MAX_MIX_STEPS", "REACHABILITY", "CommitPhase", "FetchLimits", "PeerConfig", "config_from_mapping"]
 
 #: Values of ``reachability``: ``auto`` lets libp2p's AutoNAT decide; ``public`` / ``private`` force it.
 REACHABILITY = ("auto", "public", "private")
+#: Most gossip steps one mixing may run (``early_mix_steps``); each costs a fetch of ``mix_peers`` states.
+MAX_MIX_STEPS = 4
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,12 @@ class PeerConfig:
             often held the median distance of a sample and spread the honest models to 0.08-0.13; with 8 the
             median stays honest; docs/protocol.md §7.8).
         mix_radius: cap on the clipping radius of a mixing step, relative to the norm of our θ.
+        early_mix_rounds: in rounds 0 .. early_mix_rounds − 1 the mixing runs ``early_mix_steps`` gossip steps
+            instead of one (the pseudo-gradients, and so the honest disagreement a round adds, are largest then).
+        early_mix_steps: gossip steps of a mixing in the early rounds, 1 to 4 (``MAX_MIX_STEPS``); step s > 1
+            mixes toward the sampled peers' states after their step s − 1 (served as ``["mixed", [r, s − 1]]``).
+            With 3 steps in rounds 0-4 the worst consensus distance of 12 rounds on digits fell from 0.032 to
+            0.006 at 12 peers and from 0.064 to 0.010 at 16, in one process (docs/protocol.md §7.8).
         catch_up_peers: how many sampled peers' states a late joiner (or a peer ``catch_up_behind`` rounds
             behind) takes the coordinate-wise median of, together with its own.
         catch_up_behind: catch up when the swarm's median round is at least this many rounds ahead of ours (a
@@ -195,6 +203,8 @@ class PeerConfig:
     mix_every: int = 1
     mix_peers: int = 8
     mix_radius: float = 0.05
+    early_mix_rounds: int = 5
+    early_mix_steps: int = 3
     catch_up_peers: int = 5
     catch_up_behind: int = 2
     checkpoint_dir: str | None = None
@@ -245,6 +255,11 @@ class PeerConfig:
         for name in ("max_staleness", "mix_every"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0; got {name}={getattr(self, name)}")
+        if self.early_mix_rounds < 0:
+            raise ValueError(f"early_mix_rounds must be >= 0; got early_mix_rounds={self.early_mix_rounds}")
+        if not 1 <= self.early_mix_steps <= MAX_MIX_STEPS:
+            raise ValueError(f"early_mix_steps must be in [1, {MAX_MIX_STEPS}]; got early_mix_steps="
+                             f"{self.early_mix_steps}")
         if not math.isfinite(self.mix_radius) or self.mix_radius <= 0:
             raise ValueError(f"mix_radius must be finite and > 0; got mix_radius={self.mix_radius}")
         if not 0 <= self.port <= 65535:

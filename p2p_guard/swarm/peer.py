@@ -284,25 +284,46 @@ class Peer:
         times ‖b‖), so that the momentum does not re-inject the disagreement in the next rounds (measured in one
         process: ``docs/scripts/consensus_sampling.py``). A neighbour not there yet is asked again for up to
         2·``grace_s``; the mixing uses those that answered.
+
+        In the first ``early_mix_rounds`` rounds the θ mixing runs ``early_mix_steps`` gossip steps: after step s
+        we serve our θ as ``["mixed", [r + 1, s]]`` and step s + 1 mixes toward a fresh sample's θ after their step
+        s (iterated gossip contracts the disagreement geometrically; each step's move is clipped as the first's).
         """
         others = await self.others_present()
-        chosen = sample_senders(others, self.config.mix_peers, self.rng) if others else []
-        states = await self.fetch_thetas(chosen, stop, round_=outcome.round + 1, wait_s=self.config.grace_s * 2)
-        if not states or stop.is_set():
+        if not others:
             return
-        momenta = await self.fetch_thetas(list(states), stop, round_=outcome.round + 1, kind="momentum")
-        own = self.local.theta
-        result = clipped_gossip(own, list(states.values()), max_radius=self.config.mix_radius)
-        self.local.shift(result.correction)
+        steps = self.config.early_mix_steps if outcome.round < self.config.early_mix_rounds else 1
+        for step in range(steps):
+            if step > 0:
+                self.server.publish_mixed(outcome.round + 1, step, self.local.theta_bytes())
+            chosen = sample_senders(others, self.config.mix_peers, self.rng)
+            states = await self.fetch_thetas(chosen, stop, round_=outcome.round + 1, wait_s=self.config.grace_s * 2,
+                                             kind="theta" if step == 0 else "mixed", step=step)
+            if stop.is_set():
+                return
+            if not states:
+                continue
+            if step == 0:
+                await self._mix_momentum(outcome, list(states), stop)
+            own = self.local.theta
+            result = clipped_gossip(own, list(states.values()), max_radius=self.config.mix_radius)
+            self.local.shift(result.correction)
+            outcome.mixed_from = max(outcome.mixed_from, len(states))
+            outcome.bytes_received += 4 * self.local.numel * len(states)
+            distance = max(result.distances, default=0.0) / max(float(own.norm()), 1e-12)
+            if step == 0:
+                outcome.mix_distance = distance
+            self.events.emit("mix", round=outcome.round, step=step + 1, sources=len(states), tau=result.tau,
+                             clipped=result.clipped, distance=distance,
+                             moved=float(result.correction.norm()) / max(float(own.norm()), 1e-12))
+
+    async def _mix_momentum(self, outcome: RoundOutcome, sources: list[str], stop: asyncio.Event) -> None:
+        """Move our outer momentum toward ``sources``' (``["momentum", r + 1]``), clipped at MOMENTUM_MIX_RADIUS."""
+        momenta = await self.fetch_thetas(sources, stop, round_=outcome.round + 1, kind="momentum")
+        outcome.bytes_received += 4 * self.local.numel * len(momenta)
         if momenta and bool(self.local.momentum.any()):
             self.local.shift_momentum(clipped_gossip(self.local.momentum, list(momenta.values()),
                                                      max_radius=MOMENTUM_MIX_RADIUS).correction)
-        outcome.mixed_from = len(states)
-        outcome.bytes_received += 4 * self.local.numel * (len(states) + len(momenta))
-        outcome.mix_distance = max(result.distances, default=0.0) / max(float(own.norm()), 1e-12)
-        self.events.emit("mix", round=outcome.round, sources=len(states), momentum_sources=len(momenta),
-                         tau=result.tau, clipped=result.clipped,
-                         moved=float(result.correction.norm()) / max(float(own.norm()), 1e-12))
 
     # -- commit --------------------------------------------------------------------------------------------------
 
@@ -458,16 +479,18 @@ class Peer:
         outcome.aggregate = result.aggregate
 
     async def fetch_thetas(self, peers: list[str], stop: asyncio.Event, *, round_: int = -1,
-                           wait_s: float = 0.0, kind: str = "theta") -> dict[str, torch.Tensor]:
+                           wait_s: float = 0.0, kind: str = "theta", step: int = 0) -> dict[str, torch.Tensor]:
         """Fetch each of ``peers``' θ (``kind="momentum"``: outer momentum) at the start of ``round_``, bounded reads.
 
+        ``kind="mixed"``: their θ after ``step`` gossip steps of the mixing that ends at the start of ``round_``.
         ``round_`` -1 asks for their latest. A peer not at ``round_`` yet (``NOT_FOUND``) is asked again every
         0.5 s for up to ``wait_s`` seconds. Only finite states of exactly 4·d bytes are returned.
         """
         size = 4 * self.local.numel
         watch = self.departures.watching(stop) if peers else contextlib.nullcontext()
         async with watch:
-            results = await asyncio.gather(*(self._fetch_vector(kind, p, round_, wait_s, stop) for p in peers))
+            key: int | list[int] = [round_, step] if kind == "mixed" else round_
+            results = await asyncio.gather(*(self._fetch_vector(kind, p, key, wait_s, stop) for p in peers))
         states: dict[str, torch.Tensor] = {}
         for p, data in zip(peers, results, strict=False):
             if stop.is_set() or data is None or len(data) != size:
@@ -480,13 +503,13 @@ class Peer:
                 self.log.warning("state of %s has non-finite values: ignored", p[-8:])
         return states
 
-    async def _fetch_vector(self, kind: str, peer: str, round_: int, wait_s: float, stop: asyncio.Event
+    async def _fetch_vector(self, kind: str, peer: str, key: int | list[int], wait_s: float, stop: asyncio.Event
                             ) -> bytes | None:
         size = 4 * self.local.numel
         deadline = time.monotonic() + wait_s
         gone = self.departures.event(peer)  # cut at once when it leaves, or when we stop
         while not stop.is_set() and not gone.is_set():
-            result = await first_of(fetch(self.p2p, PeerID.from_base58(peer), self.config.run_id, [kind, round_],
+            result = await first_of(fetch(self.p2p, PeerID.from_base58(peer), self.config.run_id, [kind, key],
                                           max_bytes=size, timeout_s=self.config.fetch_timeout_s,
                                           idle_timeout_s=self.config.fetch_idle_timeout_s,
                                           min_bytes_per_s=self.config.min_fetch_bytes_per_s), stop, gone)

@@ -31,7 +31,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard, TypeVar
 
 import msgpack
 from hivemind.p2p import P2P, PeerID
@@ -239,6 +239,7 @@ class PayloadServer:
         self._states: dict[bytes, bytes] = {}
         self._thetas: dict[int, bytes] = {}
         self._momenta: dict[int, bytes] = {}
+        self._mixed: dict[int, dict[int, bytes]] = {}
         self._withdrawn = False
         self._open = 0
         self._refusing = 0
@@ -274,7 +275,7 @@ class PayloadServer:
         payload that will never come. Later :meth:`reveal` and ``publish_*`` calls are ignored.
         """
         self._withdrawn = True
-        for table in (self._payloads, self._states, self._thetas, self._momenta):
+        for table in (self._payloads, self._states, self._thetas, self._momenta, self._mixed):
             table.clear()
 
     @property
@@ -316,6 +317,18 @@ class PayloadServer:
         """
         if not self._withdrawn:
             _keep(self._momenta, round_, momentum)
+
+    def publish_mixed(self, round_: int, step: int, theta: bytes) -> None:
+        """Serve ``theta`` (raw fp32 bytes, 4·d) as our θ after ``step`` gossip steps of a multi-step mixing.
+
+        Served as ``["mixed", [round_, step]]`` (``round_`` as in :meth:`publish_theta`: the round the mixed θ
+        starts; ``step`` ≥ 1): step s + 1 of the others' mixing moves toward it (``Peer.mix``). Only the last
+        :data:`MAX_KEPT_ROUNDS` rounds are kept.
+        """
+        if not self._withdrawn:
+            steps = self._mixed.get(round_, {})
+            steps[step] = theta
+            _keep(self._mixed, round_, steps)
 
     @property
     def open_streams(self) -> int:
@@ -456,6 +469,8 @@ class PayloadServer:
             table = self._thetas if kind == "theta" else self._momenta
             latest = max(table) if table else None
             data = table.get(latest if key == -1 and latest is not None else key)
+        elif kind == "mixed" and _is_round_step(key):
+            data = self._mixed.get(key[0], {}).get(key[1])
         else:
             return BAD_REQUEST, None
         if data is None:
@@ -467,6 +482,15 @@ class PayloadServer:
     async def _stream(self, data: bytes, sender: AnswerSender) -> None:
         """Write the answer's bytes after the ``OK`` status byte with ``sender`` (which applies the upload cap)."""
         await sender.send(data)
+
+
+_V = TypeVar("_V")
+
+
+def _is_round_step(key: object) -> TypeGuard[list[int]]:
+    """``[round, step]``: two ints (not bools), as a ``["mixed", ...]`` request's key."""
+    return (isinstance(key, list) and len(key) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in key))
 
 
 class AnswerSender:
@@ -728,7 +752,7 @@ async def _fetch(p2p: P2P, peer: PeerID, run_id: str, request: list[object], max
         writer.close()
 
 
-def _keep(table: dict[int, bytes], round_: int, data: bytes) -> None:
+def _keep(table: dict[int, _V], round_: int, data: _V) -> None:
     """Store ``data`` under ``round_`` and drop all but the newest :data:`MAX_KEPT_ROUNDS` rounds."""
     table[round_] = data
     for old in sorted(table)[:-MAX_KEPT_ROUNDS]:

@@ -123,6 +123,10 @@ def test_nated_volunteer_trains_with_the_swarm_through_a_relay(nat_swarm: tuple[
     cut_round = max(max(swarm.rounds(i), default=0) for i in [*public, NATED]) + 1
     swarm.wait(lambda: exchanged(after_round=cut_round, rounds=ROUNDS_AFTER_CUT), PHASE_TIMEOUT_S,
                "the exchange to go on through the relay only")
+    # A peer writes its connections in a network event every few seconds, so the relayed one shows a moment
+    # after the updates that came through it.
+    swarm.wait(lambda: any(c for i in public for e in swarm.events(i, "network") for c in e["relayed"]),
+               PHASE_TIMEOUT_S, "a public peer's network event showing its relayed connection")
     swarm.check_alive()
 
     figures = {

@@ -122,6 +122,26 @@ def test_theta_and_momentum_by_round_and_latest(kind: str) -> None:
     run_with_pair(scenario)
 
 
+def test_mixed_states_by_round_and_step() -> None:
+    async def scenario(server: Any, client: Any) -> None:
+        served = PayloadServer(RUN)
+        await served.attach(server)
+        assert await fetch(client, server.peer_id, RUN, ["mixed", [1, 1]], max_bytes=8, timeout_s=10) == \
+            FetchResult(NOT_FOUND)
+        for round_ in range(MAX_KEPT_ROUNDS + 1):
+            for step in (1, 2):
+                served.publish_mixed(round_, step, bytes([10 * round_ + step]) * 8)
+        served.publish_theta(1, b"\xff" * 8)  # θ before mixing is a table of its own
+        for round_, step in ((1, 1), (1, 2), (MAX_KEPT_ROUNDS, 2)):
+            got = await fetch(client, server.peer_id, RUN, ["mixed", [round_, step]], max_bytes=8, timeout_s=10)
+            assert got == FetchResult(OK, bytes([10 * round_ + step]) * 8), (round_, step)
+        for key in ([0, 1], [1, 3], [-1, 1]):  # evicted, a step not served, no "latest" for mixed states
+            got = await fetch(client, server.peer_id, RUN, ["mixed", key], max_bytes=8, timeout_s=10)
+            assert got == FetchResult(NOT_FOUND), key
+
+    run_with_pair(scenario)
+
+
 def test_only_recent_rounds_are_kept() -> None:
     async def scenario(server: Any, client: Any) -> None:
         served = PayloadServer(RUN)
@@ -143,6 +163,7 @@ def test_only_recent_rounds_are_kept() -> None:
     ["payload", "4"], ["payload", True], ["payload", 1.5], ["payload", None],
     ["state", 7], ["state", "hash"], ["bogus", 1], ["payload"], [], "payload",
     ["payload", 1, 2],  # three items: over the request parser's array limit
+    ["mixed", 3], ["mixed", [1]], ["mixed", [1, True]], ["mixed", [1, "2"]], ["mixed", [1, 2, 3]],
 ])
 def test_bad_request_through_fetch(request_: Any) -> None:
     async def scenario(server: Any, client: Any) -> None:

@@ -94,6 +94,9 @@ class TestPeerConfigValidation:
         ({"device": "CUDA"}, "device"),
         ({"port": -1}, "port"),
         ({"port": 65536}, "port"),
+        ({"early_mix_steps": 0}, r"early_mix_steps must be in \[1, 4\]; got early_mix_steps=0"),
+        ({"early_mix_steps": 5}, "early_mix_steps"),
+        ({"early_mix_rounds": -1}, "early_mix_rounds must be >= 0"),
     ])
     def test_constructor_rejects(self, changes: dict[str, Any], name: str) -> None:
         with pytest.raises(ValueError, match=name):
@@ -102,7 +105,8 @@ class TestPeerConfigValidation:
     @pytest.mark.parametrize("changes", [
         {"rounds": 0}, {"inner_steps": None}, {"inner_steps": 1}, {"quorum_fraction": 1.0},
         {"quorum_fraction": 1e-9}, {"port": 0}, {"port": 65535}, {"device": "cpu"}, {"device": "cuda"},
-        {"peer_index": 2, "num_peers": 3}, {"min_peers": 1},
+        {"peer_index": 2, "num_peers": 3}, {"min_peers": 1}, {"early_mix_steps": 1}, {"early_mix_steps": 4},
+        {"early_mix_rounds": 0},
     ])
     def test_boundaries_accepted(self, changes: dict[str, Any]) -> None:
         PeerConfig(**changes)
