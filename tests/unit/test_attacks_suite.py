@@ -380,7 +380,7 @@ class TestAdaptive:
             assert all(v.accepted for v in verdicts), [v.detail for v in verdicts]
             median_norm = float(torch.stack([torch.tensor(v.norm) for v in result.verdicts]).median())
             # inside the verdict's norm bound (c_reject = 3 x the median; the magnitude stage is off by default)
-            assert all(v.cosine >= 0.0 and v.norm <= 3.0 * median_norm for v in verdicts)
+            assert all(v.cosine >= -0.2 and v.norm <= 3.0 * median_norm for v in verdicts)  # cos_min = -0.2
             # ... and does damage: more than ALIE with the formula's z, which the guard also accepts.
             alie, _ = judge_round(ALittleIsEnough(), seed)
             mu = honest.mean(dim=0)
@@ -407,7 +407,7 @@ class TestAdaptive:
         own = torch.randn(1, 100, generator=torch.Generator().manual_seed(4))
         out = Adaptive()(own, make_ctx(round_=0, guard_name="semantic"))
         cos = float(torch.nn.functional.cosine_similarity(out, own[0], dim=0))
-        assert cos == pytest.approx(0.1, abs=1e-5)  # cos_min 0 + margin 0.1
+        assert cos == pytest.approx(-0.1, abs=1e-5)  # cos_min -0.2 + margin 0.1
         # radius 0.9 x min(c_clip, c_reject) x the norm: c_reject = 3 since the magnitude stage is off by default
         assert float(out.norm()) == pytest.approx(0.9 * 3.0 * float(own.norm()), rel=1e-5)
 
