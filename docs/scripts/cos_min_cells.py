@@ -27,6 +27,7 @@ def accuracy(attack: str | None, f: int, cos_min: float, seed: int) -> float:
 
 
 def main() -> None:
+    """Run the cells and print the table."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--floors", type=float, nargs="+", default=[-0.2, 0.0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
