@@ -810,6 +810,7 @@ async def _leave(peer: Peer) -> None:
 async def _start_round(peer: Peer, config: PeerConfig, stop: asyncio.Event) -> int:
     """Where to start: our own checkpoint if there is one, then a robust catch-up if the swarm is ahead."""
     round_ = 0
+    ckpt: Checkpoint | None = None
     if config.checkpoint_dir:
         try:
             ckpt = load_checkpoint(config.checkpoint_dir, run_id=config.run_id, numel=peer.local.numel)
@@ -834,17 +835,22 @@ async def _start_round(peer: Peer, config: PeerConfig, stop: asyncio.Event) -> i
     peer._set_round(round_)
     peer.serve_state(round_)
     others = await peer.wait_for_peers(stop, timeout_s=config.join_timeout_s)
-    return await _maybe_catch_up(peer, round_, others, stop)
+    return await _maybe_catch_up(peer, round_, others, stop, checkpoint_round=None if ckpt is None else ckpt.round)
 
 
-async def _maybe_catch_up(peer: Peer, round_: int, others: dict[str, int], stop: asyncio.Event) -> int:
+async def _maybe_catch_up(peer: Peer, round_: int, others: dict[str, int], stop: asyncio.Event, *,
+                         checkpoint_round: int | None = None) -> int:
     """Catch up (robust centre of sampled states) if we are far behind; return the round to continue from.
 
     Far behind: the swarm's median round is ahead of ours by ``catch_up_behind`` [2] rounds or more, or we join
     a swarm already past round 0 with a fresh model, or we resume from a pause (§7.1) and the swarm went on
-    without us. A peer that was paused, frozen (SIGSTOP) or cut off applied none of the rounds it missed, so its
-    θ lags by as many outer steps, and mixing alone, capped at ``mix_radius`` per round, took many rounds to
-    close such a gap: a pair cut off for 4 rounds rejoined at a consensus distance of 1.67
+    without us, or we restarted from our checkpoint (θ at the start of ``checkpoint_round``) and the swarm is at
+    that round or later: the checkpoint's θ missed the outer steps since, and the round we continue in may be
+    later still (never a second commit for a round we committed before the crash). In the chaos soak of stop 15
+    a peer restarted one round behind without catching up raised the distance to 0.154, 4 rounds under 1e-2.
+    A peer that was paused, frozen (SIGSTOP) or cut off applied none of the rounds it missed, so its θ lags by
+    as many outer steps, and mixing alone, capped at ``mix_radius`` per round, took many rounds to close such a
+    gap: a pair cut off for 4 rounds rejoined at a consensus distance of 1.67
     (``tests/integration/test_partition_netns.py``), and a peer frozen for 60 s in the chaos soak (3 rounds
     behind, within ``max_staleness``) kept the distance above 1e-2 for 6 rounds (0.31 at first). Its update
     of the round it was in is still applied by the others with a staleness weight (``max_staleness``).
@@ -855,8 +861,13 @@ async def _maybe_catch_up(peer: Peer, round_: int, others: dict[str, int], stop:
     rounds = sorted(others.values())
     swarm = rounds[(len(rounds) - 1) // 2]
     behind = swarm - round_
-    if behind >= peer.config.catch_up_behind or (round_ == 0 and behind > 0) or (resumed and behind > 0):
-        peer.log.info("the swarm is at round %d, %d rounds ahead of us: catching up", swarm, behind)
+    restarted = checkpoint_round is not None and swarm >= checkpoint_round
+    if behind >= peer.config.catch_up_behind or (round_ == 0 and behind > 0) or (resumed and behind > 0) or restarted:
+        if restarted and behind < peer.config.catch_up_behind:
+            peer.log.info("the swarm is at round %d and our checkpoint's state at round %d: catching up", swarm,
+                          checkpoint_round)
+        else:
+            peer.log.info("the swarm is at round %d, %d rounds ahead of us: catching up", swarm, behind)
         target = await peer.catch_up(others, stop)
         if target is not None:
             return max(round_, target)

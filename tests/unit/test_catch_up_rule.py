@@ -1,0 +1,57 @@
+"""Unit tests for when a peer catches up (``swarm.peer._maybe_catch_up``), with a stand-in peer."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+import pytest
+
+from p2p_guard.swarm.peer import _maybe_catch_up
+
+
+@dataclass
+class _Config:
+    catch_up_behind: int = 2
+
+
+@dataclass
+class _Peer:
+    """What ``_maybe_catch_up`` reads: the resumed flag, the threshold, a log, and ``catch_up``."""
+
+    resumed: bool = False
+    config: _Config = field(default_factory=_Config)
+    log: logging.Logger = field(default_factory=lambda: logging.getLogger("test"))
+    asked: int = 0
+
+    async def catch_up(self, others: dict[str, int], stop: asyncio.Event) -> int:
+        self.asked += 1
+        return sorted(others.values())[(len(others) - 1) // 2]
+
+
+def _decide(round_: int, swarm: int, **kwargs: object) -> tuple[int, int]:
+    peer = _Peer(resumed=bool(kwargs.pop("resumed", False)))
+    others = {"a": swarm, "b": swarm, "c": swarm}
+    got = asyncio.run(_maybe_catch_up(peer, round_, others, asyncio.Event(), **kwargs))  # type: ignore[arg-type]
+    return got, peer.asked
+
+
+@pytest.mark.parametrize(("round_", "swarm", "kwargs", "expected"), [
+    (5, 5, {}, (5, 0)),                          # level with the swarm: nothing to do
+    (5, 6, {}, (5, 0)),                          # one round behind: mixing closes it
+    (5, 7, {}, (7, 1)),                          # catch_up_behind rounds behind
+    (0, 1, {}, (1, 1)),                          # a fresh model joining a swarm past round 0
+    (5, 6, {"resumed": True}, (6, 1)),           # back from a pause, the swarm went on
+    (9, 9, {"checkpoint_round": 8}, (9, 1)),     # restarted: our θ is of round 8, we continue in 9 (committed 8)
+    (8, 8, {"checkpoint_round": 8}, (8, 1)),     # restarted level with the swarm: its robust centre anyway
+    (8, 7, {"checkpoint_round": 8}, (8, 0)),     # restarted ahead of the swarm's median: keep our θ
+])
+def test_when_a_peer_catches_up(round_: int, swarm: int, kwargs: dict[str, object], expected: tuple[int, int]) -> None:
+    assert _decide(round_, swarm, **kwargs) == expected
+
+
+def test_alone_never_catches_up() -> None:
+    peer = _Peer()
+    assert asyncio.run(_maybe_catch_up(peer, 3, {}, asyncio.Event(), checkpoint_round=3)) == 3  # type: ignore[arg-type]
+    assert peer.asked == 0
