@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from p2p_guard.cli import bench_cmd, bootstrap_cmd, peer_cmd, simulate_cmd, status_cmd, verify_proof_cmd
+from p2p_guard.cli.errors import EXIT_USAGE, print_error
 from p2p_guard.cli.logging_setup import setup_logging
 
 __all__ = ["build_parser", "main"]
@@ -32,7 +33,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # hivemind's default ("file_system") starts a torch_shm_manager daemon per process that outlives it;
     # file descriptors need no daemon. Set before hivemind is imported (the subcommands import it lazily).
     os.environ.setdefault("HIVEMIND_MEMORY_SHARING_STRATEGY", "file_descriptor")
-    args = build_parser().parse_args(argv)
+    args, unknown = build_parser().parse_known_args(argv)
+    if unknown:
+        print_error(args.command, _unknown_message(unknown))
+        return EXIT_USAGE
     setup_logging(args.log_level)
     try:
         code = int(args.func(args))
@@ -41,6 +45,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv is None and args.command == "peer":  # the program itself, not a call from Python
         _exit_process(code)
     return code
+
+
+def _unknown_message(unknown: list[str]) -> str:
+    """The one-line error for arguments no parser took, with a hint for a global option given after the command."""
+    message = f"unrecognized arguments: {' '.join(unknown)}"
+    if any(arg.split("=", 1)[0] == "--log-level" for arg in unknown):
+        message += " (--log-level goes before the command: p2p-guard --log-level DEBUG peer ...)"
+    return message + " (see --help)"
 
 
 def _exit_process(code: int) -> NoReturn:

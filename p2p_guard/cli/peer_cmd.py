@@ -23,6 +23,7 @@ from p2p_guard.cli.preflight import (
     check_announce_host,
     check_identity_file,
     check_listen_host,
+    check_output_dir,
     check_output_file,
     check_port_free,
 )
@@ -84,7 +85,8 @@ def _precheck(values: Mapping[str, Any]) -> None:
 
     Raises:
         ValueError: on a bad partition spec, identity file, ``--host`` (not an IP of this machine),
-            ``--announce-host`` (not an IP, or with port 0), ``--events`` path, a taken port (``port`` or
+            ``--announce-host`` (not an IP, or with port 0), ``--events`` or ``--state-out`` path, a
+            checkpoint, snapshot or proof folder that cannot be written, a taken port (``port`` or
             ``metrics_port``), an unknown task, guard or attack name, a task's missing files, no
             ``--initial-peers``, or a malformed bootstrap or relay address.
     """
@@ -100,8 +102,12 @@ def _precheck(values: Mapping[str, Any]) -> None:
         check_port_free(host, port)
     if isinstance(values["announce_host"], str) and type(port) is int:
         check_announce_host(values["announce_host"], port)
-    if isinstance(values["events"], str):
-        check_output_file(values["events"], flag="--events")
+    for key in ("events", "state_out"):
+        if isinstance(values[key], str):
+            check_output_file(values[key], flag=_flag(key))
+    for key in ("checkpoint_dir", "snapshot_dir", "proof_dir"):
+        if isinstance(values[key], str):
+            check_output_dir(values[key], flag=_flag(key))
     metrics_port = values.get("metrics_port")
     if isinstance(host, str) and type(metrics_port) is int and 0 < metrics_port <= 65535:
         try:
@@ -118,6 +124,11 @@ def _precheck(values: Mapping[str, Any]) -> None:
 
     check_initial_peers(values["initial_peers"])
     check_initial_peers(values["relays"], what="--relays")
+
+
+def _flag(key: str) -> str:
+    """The command-line flag of a setting: ``state_out`` → ``--state-out``."""
+    return "--" + key.replace("_", "-")
 
 
 def check_names(config: PeerConfig) -> None:

@@ -17,8 +17,8 @@ import os
 import socket
 from pathlib import Path
 
-__all__ = ["check_announce_host", "check_identity_file", "check_listen_host", "check_names", "check_output_file",
-           "check_plugins", "check_port_free", "check_task_data"]
+__all__ = ["check_announce_host", "check_identity_file", "check_listen_host", "check_names", "check_output_dir",
+           "check_output_file", "check_plugins", "check_port_free", "check_task_data"]
 
 
 def check_identity_file(path: str | Path, *, flag: str = "--identity") -> None:
@@ -117,6 +117,29 @@ def check_output_file(path: str | Path | None, *, flag: str) -> None:
         raise ValueError(f"{flag} {path}: {parent} is a file, not a directory")
     if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise ValueError(f"{flag} {path}: not writable")
+
+
+def check_output_dir(path: str | Path | None, *, flag: str) -> None:
+    """A folder the command will write into must be an existing writable directory, or creatable.
+
+    For ``--checkpoint-dir``, ``--snapshot-dir`` and ``--proof-dir``: creatable means that its first existing
+    ancestor is a writable directory.
+
+    Raises:
+        ValueError: naming ``flag``, the path and the part in the way.
+    """
+    if path is None:
+        return
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{flag} {path}: is a file, not a directory")
+    parent = path
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"{flag} {path}: {parent} is a file, not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {path}: {parent} is not writable")
 
 
 def check_port_free(host: str, port: int) -> None:

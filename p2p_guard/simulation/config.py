@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from p2p_guard.swarm.config import check_seed
+
 __all__ = ["DEFAULT_TIMEOUT_S", "SimulationConfig", "check_partition"]
 
 DEFAULT_TIMEOUT_S = 1200.0
@@ -108,6 +110,7 @@ class SimulationConfig:
         _at_least("honest", self.honest, 1)
         _at_least("byzantine", self.byzantine, 0)
         _at_least("rounds", self.rounds, 1)
+        check_seed(self.seed)
         if self.inner_steps is not None:
             _at_least("inner_steps", self.inner_steps, 1)
         if self.byzantine > 0 and not self.attack:

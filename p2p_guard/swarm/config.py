@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MAX_MIX_STEPS", "REACHABILITY", "CommitPhase", "FetchLimits", "PeerConfig", "config_from_mapping"]
+__all__ = ["MAX_MIX_STEPS", "MAX_SEED", "REACHABILITY", "CommitPhase", "FetchLimits", "PeerConfig", "check_seed",
+           "config_from_mapping"]
 
 #: Values of ``reachability``: ``auto`` lets libp2p's AutoNAT decide; ``public`` / ``private`` force it.
 REACHABILITY = ("auto", "public", "private")
@@ -227,8 +228,11 @@ class PeerConfig:
                              f"num_peers={self.num_peers}")
         if self.rounds < 0:
             raise ValueError(f"rounds must be >= 0; got rounds={self.rounds}")
+        check_seed(self.seed)
         if self.inner_steps is not None:
             _check_positive("inner_steps", self.inner_steps)
+        if self.metrics_port is not None and self.metrics_port != 0 and self.metrics_port == self.port:
+            raise ValueError(f"metrics_port must differ from port; got both {self.port}")
         if not 0.0 < self.quorum_fraction <= 1.0:
             raise ValueError(f"quorum_fraction must be in (0, 1]; got quorum_fraction={self.quorum_fraction}")
         for name in ("grace_s", "commit_timeout_s", "reveal_wait_s", "fetch_timeout_s", "join_timeout_s",
@@ -394,6 +398,20 @@ class FetchLimits:
     fetch_timeout_s: float
     fetch_idle_timeout_s: float
     min_fetch_bytes_per_s: int
+
+
+#: Largest run seed: torch's generators take a signed 64-bit seed.
+MAX_SEED = 2**63 - 1
+
+
+def check_seed(seed: int) -> None:
+    """A run seed must be an int in ``[0, MAX_SEED]`` (θ_0, the shards and every generator derive from it).
+
+    Raises:
+        ValueError: naming the value.
+    """
+    if not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"seed must be in [0, 2**63 - 1]; got seed={seed}")
 
 
 def config_from_mapping(values: dict[str, Any], *, source: str | Path = "<mapping>") -> PeerConfig:

@@ -30,7 +30,7 @@ from typing import Any
 import hivemind.utils
 from hivemind.dht.node import DHTNode
 from hivemind.dht.validation import CompositeValidator, RecordValidatorBase
-from hivemind.p2p import P2P, PeerID
+from hivemind.p2p import P2P, P2PDaemonError, PeerID
 from hivemind.utils.multiaddr import Multiaddr
 
 from p2p_guard.swarm.addresses import check_initial_peers  # re-exported: the check, without hivemind
@@ -208,11 +208,17 @@ async def start_dht(
     check_initial_peers(initial_peers)
     if port != 0:
         check_port_free(host, port)
-    p2p = await asyncio.wait_for(
-        _p2p_class(network).create(initial_peers=list(initial_peers) or None, host_maddrs=host_maddrs,
-                   announce_maddrs=announce_maddrs, identity_path=identity_path, check_if_identity_free=False,
-                   startup_timeout=startup_timeout_s, **_p2p_network_kwargs(network)),
-        startup_timeout_s)
+    try:
+        p2p = await asyncio.wait_for(
+            _p2p_class(network).create(initial_peers=list(initial_peers) or None, host_maddrs=host_maddrs,
+                       announce_maddrs=announce_maddrs, identity_path=identity_path, check_if_identity_free=False,
+                       startup_timeout=startup_timeout_s, **_p2p_network_kwargs(network)),
+            startup_timeout_s)
+    except P2PDaemonError as e:
+        if "failed to connect to bootstrap peers" in str(e):
+            raise P2PDaemonError(f"cannot reach any of the --initial-peers ({', '.join(initial_peers)}): is the "
+                                 "bootstrap node up, and its address and port reachable from here?") from None
+        raise
     undo_clock: Callable[[], None] | None = None
     try:
         if correct_clock and initial_peers:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import io
 import logging
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -77,6 +78,7 @@ def _load_digits(test_fraction: float, split_seed: int) -> tuple[np.ndarray, np.
 
     Raises:
         RuntimeError: if the child fails (e.g. scikit-learn is not installed); the message carries its stderr.
+        KeyboardInterrupt: the child died of SIGINT (a Ctrl+C sent to the process group while it loaded).
     """
     command = [sys.executable, "-P", "-c", _CHILD, repr(float(test_fraction)), str(int(split_seed))]
     try:
@@ -84,6 +86,8 @@ def _load_digits(test_fraction: float, split_seed: int) -> tuple[np.ndarray, np.
         done = subprocess.run(command, capture_output=True, check=False, timeout=_LOAD_TIMEOUT_S)  # noqa: S603
     except (OSError, subprocess.TimeoutExpired) as e:
         raise RuntimeError(f"digits: could not run scikit-learn to load the data: {e}") from e
+    if done.returncode == -signal.SIGINT:  # Ctrl+C reached the child too (the terminal's whole process group)
+        raise KeyboardInterrupt
     if done.returncode != 0:
         tail = done.stderr.decode(errors="replace").strip().splitlines()[-5:]
         raise RuntimeError("digits: loading scikit-learn's digits failed: " + " | ".join(tail))

@@ -575,6 +575,23 @@ def _cli(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
      "p2p-guard peer: error: --events c.toml/e.jsonl: c.toml is a file, not a directory"),
     (["bootstrap", "--port", "0", "--address-file", "c.toml/a.txt"], "x",
      "p2p-guard bootstrap: error: --address-file c.toml/a.txt: c.toml is a file, not a directory"),
+    (["peer", "--initial-peers", MADDR, "--state-out", "c.toml/s.pt"], "x",
+     "p2p-guard peer: error: --state-out c.toml/s.pt: c.toml is a file, not a directory"),
+    (["peer", "--initial-peers", MADDR, "--checkpoint-dir", "c.toml"], "x",
+     "p2p-guard peer: error: --checkpoint-dir c.toml: is a file, not a directory"),
+    (["peer", "--initial-peers", MADDR, "--snapshot-dir", "c.toml/snaps"], "x",
+     "p2p-guard peer: error: --snapshot-dir c.toml/snaps: c.toml is a file, not a directory"),
+    (["peer", "--initial-peers", MADDR, "--seed", "-1"], None,
+     "p2p-guard peer: error: command line: seed must be in [0, 2**63 - 1]; got seed=-1"),
+    (["simulate", "--seed", str(2**64)], None,
+     f"p2p-guard simulate: error: command line: seed must be in [0, 2**63 - 1]; got seed={2**64}"),
+    (["peer", "--initial-peers", MADDR, "--port", "45690", "--metrics-port", "45690"], None,
+     "p2p-guard peer: error: command line: metrics_port must differ from port; got both 45690"),
+    (["peer", "--initial-peers", MADDR, "--bogus"], None,
+     "p2p-guard peer: error: unrecognized arguments: --bogus (see --help)"),
+    (["status", "--log-level", "DEBUG"], None,
+     "p2p-guard status: error: unrecognized arguments: --log-level DEBUG (--log-level goes before the command: "
+     "p2p-guard --log-level DEBUG peer ...) (see --help)"),
 ])
 def test_bad_input_is_one_line_before_torch_or_hivemind(tmp_path: Path, argv: list[str], toml: str | None,
                                                          message: str) -> None:
