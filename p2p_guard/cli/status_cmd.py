@@ -155,7 +155,8 @@ def render_table(status: SwarmStatus) -> str:
             "-" if k is None else f"{k.round} ({k.commits})",
             _cell(v and v.round), _cell(v and v.accepted), _cell(v and v.rejected), ", ".join(notes)])
     headers = ["PEER", "ROUND", "COMMIT", "BASE", "BASE_HASH", "CODEC", "CLOSED", "VOTED", "ACC", "REJ", "NOTE"]
-    lines += _align(headers, rows, right={1, 2, 3, 6, 7, 8, 9}) if rows else ["(no valid records)"]
+    lines += _align(headers, rows, right={1, 2, 3, 6, 7, 8, 9}) if rows else [
+        f"(no valid records of run {status.run_id!r}: is that the swarm's run_id? Pass it with --run-id)"]
     if status.base_hash_claims:
         claims = "; ".join(f"round {r}: {len(c)} distinct in {sum(c.values())} commit(s)"
                            for r, c in sorted(status.base_hash_claims.items()))

@@ -121,7 +121,8 @@ def test_json_from_fabricated_records_exact() -> None:
 def test_empty_swarm_and_hostile_values_never_crash() -> None:
     status = asyncio.run(collect_status(FakeDHT({}), RUN))
     assert render_table(status) == ("run status-test: 0 peer(s) present, swarm round -; no rounds read\n"
-                                    "(no valid records)\nequivocation proofs: none\ninvalid records skipped: none")
+                                    "(no valid records of run 'status-test': is that the swarm's run_id? Pass it with --run-id)\n"
+                                    "equivocation proofs: none\ninvalid records skipped: none")
     hostile = FakeDHT({presence_key(RUN): {str(i): bytes([i]) * i for i in range(40)},
                        proofs_key(RUN): {"x": b"\xc1" * 100}})
     status = asyncio.run(collect_status(hostile, RUN))
