@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -57,10 +58,11 @@ from p2p_guard.swarm.checkpoint import Checkpoint, CheckpointError, last_committ
 from p2p_guard.swarm.mixing import MOMENTUM_MIX_RADIUS, clipped_gossip, robust_centre
 from p2p_guard.swarm.records import COMMIT_TTL_S, PRESENCE_TTL_S, commit_key, presence_key, publish_leave, \
     publish_proof, read_closes, read_presence, read_proofs
-from p2p_guard.swarm.rounds import Departures, IntegrityVerdict, await_commits, check_rows, first_of, late_commits, \
-    open_commits, reveal_after_close, revealed_payloads
+from p2p_guard.swarm.rounds import UNREACHABLE_DETAIL, Departures, IntegrityVerdict, await_commits, check_rows, \
+    first_of, late_commits, open_commits, reveal_after_close, revealed_payloads
 from p2p_guard.swarm.sampling import sample_senders, staleness_weight
 from p2p_guard.swarm.slowloris import server_for, start_slow_client
+from p2p_guard.swarm.suspects import Suspects
 from p2p_guard.swarm.upload import upload_cap_warning
 from p2p_guard.swarm.standing import VoteBook
 from p2p_guard.swarm.transport import OK, TOO_SLOW, PayloadServer, fetch
@@ -179,6 +181,7 @@ class Peer:
         self.resumed = False  # set when a pause (not the first join) ended; _maybe_catch_up clears it
         self.metrics: PeerMetrics | None = None  # the Prometheus endpoint's (``metrics_port``); None: off
         self.departures = Departures(dht, config.run_id)  # peers that left (signed leave records)
+        self.suspects = Suspects()  # peers we could not reach lately (killed ones): not waited for, not mixed with
 
     @property
     def attack_kind(self) -> str | None:
@@ -289,7 +292,8 @@ class Peer:
         we serve our θ as ``["mixed", [r + 1, s]]`` and step s + 1 mixes toward a fresh sample's θ after their step
         s (iterated gossip contracts the disagreement geometrically; each step's move is clipped as the first's).
         """
-        others = await self.others_present()
+        suspects = self.suspects.current(time.monotonic())
+        others = {p: r for p, r in (await self.others_present()).items() if p not in suspects}
         if not others:
             return
         steps = self.config.early_mix_steps if outcome.round < self.config.early_mix_rounds else 1
@@ -402,9 +406,10 @@ class Peer:
             mix: run a mixing step this round.
         """
         outcome = RoundOutcome(round_)
+        suspects = self.suspects.current(time.monotonic())
         commits, withheld = await await_commits(self.dht, self.config.commit_phase, round_, self.me, stop,
                                                 on_poll=self._watch_commits, exclude=frozenset(self.banned),
-                                                allowed=self.allowed)
+                                                allowed=self.allowed, not_waited=suspects)
         await self._collect_proofs(round_)
         outcome.verdicts += [SenderVerdict.rejected(s, round_, RejectReason.EQUIVOCATION, "banned: equivocation proof")
                              for s in commits if s in self.banned]
@@ -418,7 +423,7 @@ class Peer:
         commits[self.me] = sealed
         # A present peer that withheld its commit may commit the moment it fetches a revealed payload (a copycat):
         # give such a commit grace_s to land before the one re-read, so that it is reported.
-        watch_s = self.config.grace_s if withheld - {self.me} - set(self.banned) else 0.0
+        watch_s = self.config.grace_s if withheld - {self.me} - set(self.banned) - suspects else 0.0
         not_before = time.monotonic() + watch_s
         envelopes, rejected = open_commits({s: raw for s, raw in commits.items() if s != self.me},
                                            self.config.commit_phase)
@@ -428,6 +433,7 @@ class Peer:
         sampled = sample_senders(envelopes, self.config.fanout, self.rng) if envelopes else []
         rows, more = await check_rows(self.p2p, {s: envelopes[s] for s in sampled}, expect,
                                       self.config.fetch_limits, {}, stop, self.departures)
+        self._note_reachability(rows, more)
         outcome.fetched = len(rows)
         outcome.bytes_received = sum(envelopes[s].payload_bytes for s in rows)
         late = await late_commits(self.dht, self.config.commit_phase, round_, commits, not_before=not_before,
@@ -445,6 +451,15 @@ class Peer:
             self.log.warning("no other peer's update arrived this round; the model is left unchanged")
         outcome.mix = mix
         return outcome
+
+    def _note_reachability(self, rows: Mapping[str, object], verdicts: Sequence[IntegrityVerdict]) -> None:
+        """Senders whose payload came are no suspects; senders given up as unreachable are (``swarm.suspects``)."""
+        for sender in rows:
+            self.suspects.answered(sender)
+        now = time.monotonic()
+        for v in verdicts:
+            if v.reason is RejectReason.UNAVAILABLE and v.detail.startswith(UNREACHABLE_DETAIL):
+                self.suspects.failed(v.sender, now)
 
     def _drop_departed(self, commits: dict[str, bytes], round_: int) -> None:
         """Drop the commits of senders that have left the swarm since (never fetched, no verdict: they are gone)."""
@@ -508,6 +523,7 @@ class Peer:
         size = 4 * self.local.numel
         deadline = time.monotonic() + wait_s
         gone = self.departures.event(peer)  # cut at once when it leaves, or when we stop
+        failures = 0
         while not stop.is_set() and not gone.is_set():
             result = await first_of(fetch(self.p2p, PeerID.from_base58(peer), self.config.run_id, [kind, key],
                                           max_bytes=size, timeout_s=self.config.fetch_timeout_s,
@@ -515,6 +531,14 @@ class Peer:
                                           min_bytes_per_s=self.config.min_fetch_bytes_per_s), stop, gone)
             if result is None:
                 return None
+            if result.status == -1:  # no answer at all: a killed peer is not waited for (swarm.suspects)
+                self.suspects.failed(peer, time.monotonic())
+                failures += 1
+                if failures >= 2:
+                    return None
+            else:
+                self.suspects.answered(peer)
+                failures = 0
             if result.status == OK:
                 return result.data
             if time.monotonic() + 0.5 > deadline or result.status == TOO_SLOW:

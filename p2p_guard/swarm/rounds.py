@@ -59,6 +59,8 @@ POLL_S = 0.5
 #: to the presence TTL). Long enough for a relayed dial to find its circuit; short next to ``fetch_timeout_s``.
 UNREACHABLE_GIVE_UP_S = 5.0
 UNREACHABLE_TRIES = 3
+#: How the detail of such a rejection starts (``swarm.suspects`` reads it).
+UNREACHABLE_DETAIL = "sender unreachable"
 
 _T = TypeVar("_T")
 
@@ -172,7 +174,8 @@ class ClosedCommits(NamedTuple):
 async def await_commits(dht: SwarmDHT, config: CommitPhase, round_: int, me: str | None,
                         stop: asyncio.Event, *, on_poll: Callable[[dict[str, bytes]], None] | None = None,
                         exclude: frozenset[str] = frozenset(),
-                        allowed: frozenset[str] | None = None) -> ClosedCommits:
+                        allowed: frozenset[str] | None = None,
+                        not_waited: frozenset[str] = frozenset()) -> ClosedCommits:
     """Poll the round's commit key until the commit phase closes for this peer.
 
     It closes when every present peer has committed, or when ``ceil(quorum_fraction · present)`` commits
@@ -184,6 +187,8 @@ async def await_commits(dht: SwarmDHT, config: CommitPhase, round_: int, me: str
         on_poll: called with every poll's raw commits (the equivocation detector watches them change).
         exclude: banned senders: neither waited for nor returned.
         allowed: the allow-list of a permissioned swarm (None: open); others neither count nor are returned.
+        not_waited: peers not counted as present (suspects we could not reach: ``swarm.suspects``); their
+            commits, if they come, are returned like any other.
 
     Returns:
         The commits, and the present peers that had not committed when the phase closed.
@@ -198,7 +203,7 @@ async def await_commits(dht: SwarmDHT, config: CommitPhase, round_: int, me: str
             on_poll(commits)
         commits = filter_allowed({k: v for k, v in commits.items() if k not in exclude}, allowed)
         present = set(filter_allowed(await read_presence(dht, config.run_id), allowed))
-        present = (present | ({me} if me else set())) - exclude
+        present = (present | ({me} if me else set())) - exclude - (not_waited - commits.keys())
         now = time.monotonic()
         if present <= commits.keys():
             break
@@ -488,8 +493,8 @@ async def _payload(p2p: P2P, sender: str, env: Envelope, config: FetchLimits, de
             return Rejected(RejectReason.UNAVAILABLE, f"sender refused to serve its committed payload ({detail})")
         if unreachable.failed(result.status, time.monotonic()):
             span = unreachable.last - unreachable.since
-            return Rejected(RejectReason.UNAVAILABLE, f"sender unreachable: {unreachable.tries} tries in {span:.1f} s, "
-                                                      f"each without an answer ({detail})")
+            return Rejected(RejectReason.UNAVAILABLE, f"{UNREACHABLE_DETAIL}: {unreachable.tries} tries in "
+                                                      f"{span:.1f} s, each without an answer ({detail})")
         await asyncio.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
     if stop.is_set() or gone.is_set():
         return None

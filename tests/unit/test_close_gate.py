@@ -83,6 +83,19 @@ class TestWithheld:
         assert closed.withheld == frozenset()
 
 
+    def test_a_suspect_is_not_waited_for_but_its_commit_still_counts(self) -> None:
+        # grace 5 s: closing on "every present peer committed" is the only way to close fast
+        config = PeerConfig(run_id=RUN, grace_s=5.0).commit_phase
+        started = time.monotonic()
+        closed = asyncio.run(await_commits(self.swarm(), config, 3, A, asyncio.Event(), not_waited=frozenset({M})))
+        assert time.monotonic() - started < 2.0
+        assert sorted(closed.commits) == sorted([A, B, C])
+        assert closed.withheld == frozenset()
+        closed = asyncio.run(await_commits(self.swarm(), config, 3, A, asyncio.Event(), not_waited=frozenset({C})))
+        assert sorted(closed.commits) == sorted([A, B, C])  # C committed: returned, though suspected
+        assert closed.withheld == frozenset({M})
+
+
 class TestRevealGate:
     def test_does_not_reveal_before_every_other_sender_closed(self) -> None:
         async def scenario() -> tuple[frozenset[str], list[int]]:
