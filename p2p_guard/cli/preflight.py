@@ -42,9 +42,7 @@ def check_identity_file(path: str | Path, *, flag: str = "--identity") -> None:
         except (OSError, ValueError) as e:
             raise ValueError(f"{flag} {e}") from None
         return
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
+    parent = _first_existing(path.parent)
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
         raise ValueError(f"{flag} {path}: cannot be created ({parent} is not a writable directory)")
 
@@ -110,9 +108,7 @@ def check_output_file(path: str | Path | None, *, flag: str) -> None:
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{flag} {path}: is a directory, not a file")
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
+    parent = _first_existing(path.parent)
     if not parent.is_dir():
         raise ValueError(f"{flag} {path}: {parent} is a file, not a directory")
     if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
@@ -133,13 +129,18 @@ def check_output_dir(path: str | Path | None, *, flag: str) -> None:
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{flag} {path}: is a file, not a directory")
-    parent = path
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
+    parent = _first_existing(path)
     if not parent.is_dir():
         raise ValueError(f"{flag} {path}: {parent} is a file, not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ValueError(f"{flag} {path}: {parent} is not writable")
+
+
+def _first_existing(path: Path) -> Path:
+    """``path`` or its nearest ancestor that exists (the folder a missing path would be created under)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
 
 
 def check_port_free(host: str, port: int) -> None:

@@ -24,10 +24,10 @@ import os
 import random
 import signal
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
