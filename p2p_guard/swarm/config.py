@@ -20,8 +20,9 @@ __all__ = ["MAX_MIX_STEPS", "MAX_SEED", "REACHABILITY", "CommitPhase", "FetchLim
 
 #: Values of ``reachability``: ``auto`` lets libp2p's AutoNAT decide; ``public`` / ``private`` force it.
 REACHABILITY = ("auto", "public", "private")
-#: Most gossip steps one mixing may run (``early_mix_steps``); each costs a fetch of ``mix_peers`` states.
-MAX_MIX_STEPS = 4
+#: Most gossip steps one mixing may run (``early_mix_steps`` plus the swarm-size extra of
+#: ``mixing.gossip_steps``); each costs a fetch of ``mix_peers`` states.
+MAX_MIX_STEPS = 8
 
 
 @dataclass(frozen=True)
@@ -127,8 +128,9 @@ class PeerConfig:
         mix_radius: cap on the clipping radius of a mixing step, relative to the norm of our θ.
         early_mix_rounds: in rounds 0 .. early_mix_rounds − 1 the mixing runs ``early_mix_steps`` gossip steps
             instead of one (the pseudo-gradients, and so the honest disagreement a round adds, are largest then).
-        early_mix_steps: gossip steps of a mixing in the early rounds, 1 to 4 (``MAX_MIX_STEPS``); step s > 1
-            mixes toward the sampled peers' states after their step s − 1 (served as ``["mixed", [r, s − 1]]``).
+        early_mix_steps: gossip steps of a mixing in the early rounds at up to 2(m + 1) peers, 1 to 8
+            (``MAX_MIX_STEPS``; larger swarms run more, ``mixing.gossip_steps``); step s > 1 mixes toward the
+            sampled peers' states after their step s − 1 (served as ``["mixed", [r, s − 1]]``).
             With 3 steps in rounds 0-4 the worst consensus distance of 12 rounds on digits fell from 0.032 to
             0.006 at 12 peers and from 0.064 to 0.010 at 16, in one process (docs/protocol.md §7.8).
         catch_up_peers: how many sampled peers' states a late joiner (or a peer ``catch_up_behind`` rounds

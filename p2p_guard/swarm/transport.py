@@ -77,6 +77,9 @@ REQUEST_READ_TIMEOUT_S = 10.0
 #: Revealed rounds (and published states) kept for serving.
 MAX_KEPT_ROUNDS = 3
 
+#: Key, in a round's table of mixed states, of the state our mixing ended with (after its last step).
+LAST_STEP = -1
+
 #: Concurrent inbound streams, all peers together (streams).
 DEFAULT_MAX_INBOUND_STREAMS = 64
 #: Concurrent inbound streams of one peer (streams).
@@ -318,17 +321,30 @@ class PayloadServer:
         if not self._withdrawn:
             _keep(self._momenta, round_, momentum)
 
-    def publish_mixed(self, round_: int, step: int, theta: bytes) -> None:
+    def publish_mixed(self, round_: int, step: int, theta: bytes, *, last: bool = False) -> None:
         """Serve ``theta`` (raw fp32 bytes, 4·d) as our θ after ``step`` gossip steps of a multi-step mixing.
 
         Served as ``["mixed", [round_, step]]`` (``round_`` as in :meth:`publish_theta`: the round the mixed θ
-        starts; ``step`` ≥ 1): step s + 1 of the others' mixing moves toward it (``Peer.mix``). Only the last
-        :data:`MAX_KEPT_ROUNDS` rounds are kept.
+        starts; ``step`` ≥ 1): step s + 1 of the others' mixing moves toward it (``Peer.mix``). With ``last``
+        (our mixing is over) it is also the answer for every later step of that round: a peer that sees a larger
+        swarm runs more steps (``mixing.gossip_steps``) and gets our final state instead of waiting for a step we
+        never run. Only the last :data:`MAX_KEPT_ROUNDS` rounds are kept.
         """
         if not self._withdrawn:
             steps = self._mixed.get(round_, {})
             steps[step] = theta
+            if last:
+                steps[LAST_STEP] = theta
             _keep(self._mixed, round_, steps)
+
+    def _mixed_state(self, round_: int, step: int) -> bytes | None:
+        """Our θ after ``step`` (≥ 1) gossip steps of round ``round_``'s mixing, or the final one past its end."""
+        steps = self._mixed.get(round_, {})
+        if step < 1:
+            return None
+        if step in steps:
+            return steps[step]
+        return steps[LAST_STEP] if LAST_STEP in steps and step > max(steps) else None
 
     @property
     def open_streams(self) -> int:
@@ -470,7 +486,7 @@ class PayloadServer:
             latest = max(table) if table else None
             data = table.get(latest if key == -1 and latest is not None else key)
         elif kind == "mixed" and _is_round_step(key):
-            data = self._mixed.get(key[0], {}).get(key[1])
+            data = self._mixed_state(key[0], key[1])
         else:
             return BAD_REQUEST, None
         if data is None:

@@ -142,6 +142,25 @@ def test_mixed_states_by_round_and_step() -> None:
     run_with_pair(scenario)
 
 
+def test_the_last_mixed_state_answers_every_later_step() -> None:
+    """A peer that runs more gossip steps than we did gets our final state for the steps we never ran."""
+    async def scenario(server: Any, client: Any) -> None:
+        served = PayloadServer(RUN)
+        await served.attach(server)
+        served.publish_mixed(5, 1, b"\x01" * 8)
+        before_last = await fetch(client, server.peer_id, RUN, ["mixed", [5, 3]], max_bytes=8, timeout_s=10)
+        assert before_last == FetchResult(NOT_FOUND)  # our mixing may still be running: ask again
+        served.publish_mixed(5, 2, b"\x02" * 8, last=True)
+        for step, byte in ((1, 1), (2, 2), (3, 2), (7, 2)):
+            got = await fetch(client, server.peer_id, RUN, ["mixed", [5, step]], max_bytes=8, timeout_s=10)
+            assert got == FetchResult(OK, bytes([byte]) * 8), step
+        for key in ([5, 0], [5, -1], [4, 3]):  # no step 0 or "last" by its key; another round has none
+            got = await fetch(client, server.peer_id, RUN, ["mixed", key], max_bytes=8, timeout_s=10)
+            assert got == FetchResult(NOT_FOUND), key
+
+    run_with_pair(scenario)
+
+
 def test_only_recent_rounds_are_kept() -> None:
     async def scenario(server: Any, client: Any) -> None:
         served = PayloadServer(RUN)

@@ -94,8 +94,8 @@ class TestPeerConfigValidation:
         ({"device": "CUDA"}, "device"),
         ({"port": -1}, "port"),
         ({"port": 65536}, "port"),
-        ({"early_mix_steps": 0}, r"early_mix_steps must be in \[1, 4\]; got early_mix_steps=0"),
-        ({"early_mix_steps": 5}, "early_mix_steps"),
+        ({"early_mix_steps": 0}, r"early_mix_steps must be in \[1, 8\]; got early_mix_steps=0"),
+        ({"early_mix_steps": 9}, "early_mix_steps"),
         ({"early_mix_rounds": -1}, "early_mix_rounds must be >= 0"),
     ])
     def test_constructor_rejects(self, changes: dict[str, Any], name: str) -> None:
@@ -105,7 +105,7 @@ class TestPeerConfigValidation:
     @pytest.mark.parametrize("changes", [
         {"rounds": 0}, {"inner_steps": None}, {"inner_steps": 1}, {"quorum_fraction": 1.0},
         {"quorum_fraction": 1e-9}, {"port": 0}, {"port": 65535}, {"device": "cpu"}, {"device": "cuda"},
-        {"peer_index": 2, "num_peers": 3}, {"min_peers": 1}, {"early_mix_steps": 1}, {"early_mix_steps": 4},
+        {"peer_index": 2, "num_peers": 3}, {"min_peers": 1}, {"early_mix_steps": 1}, {"early_mix_steps": 8},
         {"early_mix_rounds": 0},
     ])
     def test_boundaries_accepted(self, changes: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ import torch
 
 from p2p_guard.swarm.checkpoint import Checkpoint, CheckpointError, last_committed, load_checkpoint, \
     mark_committed, save_checkpoint
-from p2p_guard.swarm.mixing import clipped_gossip, consensus_distance, robust_centre
+from p2p_guard.swarm.mixing import clipped_gossip, consensus_distance, gossip_steps, robust_centre
 from p2p_guard.swarm.sampling import sample_senders, staleness_weight
 
 PEERS = [f"peer{i:02d}" for i in range(20)]
@@ -165,3 +165,16 @@ class TestCheckpoint:
         assert last_committed(tmp_path) == 4
         (tmp_path / "last_commit").write_text("garbage")
         assert last_committed(tmp_path) is None
+
+
+@pytest.mark.parametrize(("present", "early", "steps"), [
+    (1, False, 1), (9, False, 1), (18, False, 1), (19, False, 2), (32, False, 2), (36, False, 2), (37, False, 3),
+    (1, True, 3), (18, True, 3), (19, True, 5), (32, True, 5), (37, True, 7), (73, True, 8), (1000, False, 7), (10000, False, 8),
+])
+def test_gossip_steps_grow_with_log_of_swarm_over_twice_the_fan_out(present: int, early: bool, steps: int) -> None:
+    assert gossip_steps(present, 8, early=early, early_steps=3, max_steps=8) == steps
+
+
+def test_gossip_steps_never_below_one() -> None:
+    assert gossip_steps(5, 8, early=True, early_steps=1, max_steps=8) == 1
+    assert gossip_steps(5, 0, early=False, early_steps=1, max_steps=1) == 1
