@@ -141,7 +141,7 @@ def gossip_steps(present: int, mix_peers: int, *, early: bool, early_steps: int,
     over twice the fan-out: extra = max(0, ⌈log₂(n / (2(m + 1)))⌉), 0 up to n = 18 at m = 8, 1 up to 36, 2 up to
     72. A mixing runs 1 + extra steps, or ``early_steps`` + 2·extra in the early rounds, never more than
     ``max_steps``. At 32 peers this took the worst distance of 10 rounds in one process from 0.033 (3 early steps
-    then 1) to 0.004 (5, then 2); ``docs/protocol.md`` §7.8.
+    then 1, 6 rounds) to 0.0054 (5, then 2); ``docs/protocol.md`` §7.8.
 
     Args:
         present: peers in the swarm as we see it, us included (≥ 1).

@@ -24,7 +24,7 @@ import os
 import random
 import signal
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -72,7 +72,7 @@ from p2p_guard.tasks import load_task
 from p2p_guard.training.error_feedback import ErrorFeedback
 from p2p_guard.training.local import LocalModel, pick_device, round_generator
 
-__all__ = ["Peer", "run_peer"]
+__all__ = ["Peer", "choose_commit_round", "run_peer"]
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +134,39 @@ class InnerResult:
     delta: torch.Tensor
     loss: float
     compute_s: float
+
+
+async def choose_commit_round(round_: int, presence_rounds: Sequence[int],
+                              closed: Callable[[int], Awaitable[bool]]) -> int:
+    """The round a peer at ``round_`` commits into, given the others' presence rounds.
+
+    The swarm's round s is the median of the others' self-reported presence rounds (a Byzantine minority cannot
+    move it). A presence round is the round a peer commits next, so peers at s have committed s − 1, whose commit
+    phase stays open until they close it. A peer behind commits into the oldest round in [round_, s] of
+    {s − 1, s} that no other peer has closed, else into s + 1. A commit thus lands in a round whose commit phase
+    is still open for most peers: made before any honest payload of that round is served (unique computation),
+    and counted instead of dropped as ``late_commit``. (Taking s at once, as until stop 16, split a 4-peer
+    ``--overlap`` swarm in two: two peers jumped to s while the other two waited for their commits in s − 1, each
+    pair until the 60 s commit deadline.)
+
+    Args:
+        round_: the round we would commit into.
+        presence_rounds: the others' presence rounds (any order; empty: we are alone).
+        closed: ``await closed(r)`` tells whether another peer has published its close record for round r.
+
+    Returns:
+        The round to commit into, ≥ ``round_``.
+    """
+    if not presence_rounds:
+        return round_
+    rounds = sorted(presence_rounds)
+    swarm = rounds[(len(rounds) - 1) // 2]
+    if swarm <= round_:
+        return round_
+    for target in (swarm - 1, swarm):
+        if target >= round_ and not await closed(target):
+            return target
+    return swarm + 1
 
 
 class Peer:
@@ -338,23 +371,15 @@ class Peer:
     async def open_round(self, round_: int) -> int:
         """The round to commit into: ours, or the swarm's open round if we fell behind (a slow volunteer).
 
-        The swarm's round is the median of the others' self-reported presence rounds (a Byzantine minority
-        cannot move it); if some other peer has already published its close record for it, its commit phase may
-        be over, so we take the next one. A commit always lands in a round whose commit phase is still open for
-        most peers: made before any honest payload of that round is served (unique computation), and counted
-        instead of dropped as ``late_commit``.
+        See :func:`choose_commit_round`; a round counts as closed when a peer other than us (and not banned) has
+        published its close record for it.
         """
         others = await self.others_present()
-        if not others:
-            return round_
-        rounds = sorted(others.values())
-        swarm = rounds[(len(rounds) - 1) // 2]
-        if swarm <= round_:
-            return round_
-        closed = await read_closes(self.dht, self.config.run_id, swarm)
-        if closed - {self.me} - set(self.banned):
-            swarm += 1
-        return swarm
+
+        async def closed(target: int) -> bool:
+            return bool(await read_closes(self.dht, self.config.run_id, target) - {self.me} - set(self.banned))
+
+        return await choose_commit_round(round_, list(others.values()), closed)
 
     async def commit(self, round_: int, inner: InnerResult) -> tuple[bytes, bytes, torch.Tensor]:
         """Sign and store the envelope of our update of ``round_``.
