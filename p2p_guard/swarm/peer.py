@@ -127,6 +127,27 @@ class RoundOutcome:
 
 
 @dataclass
+class MixCorrection:
+    """What one mixing computed (``Peer.mixing``), to add to θ and the outer momentum b (``Peer.apply_mix``).
+
+    Attributes:
+        round: the round r whose post-step states were mixed.
+        theta: ``(d,)`` float32, θ_mixed − θ_post-step.
+        momentum: ``(d,)`` float32 move of b, or None (no momentum yet, or nobody answered).
+        mixed_from: the most states one gossip step used.
+        distance: the first step's largest ‖θ_j − θ_i‖ / ‖θ_i‖ before mixing (None: no state arrived).
+        bytes_received: bytes of the θ and b vectors fetched.
+    """
+
+    round: int
+    theta: torch.Tensor
+    momentum: torch.Tensor | None = None
+    mixed_from: int = 0
+    distance: float | None = None
+    bytes_received: int = 0
+
+
+@dataclass
 class InnerResult:
     """The inner phase's output: Δ = θ_start − θ_after_H of round ``base_round``, its loss and wall time."""
 
@@ -312,7 +333,32 @@ class Peer:
         self.server.publish_momentum(round_, self.local.momentum_bytes())
 
     async def mix(self, outcome: RoundOutcome, stop: asyncio.Event) -> None:
-        """ClippedGossip toward a few sampled peers' states after the step (``swarm.mixing``); shifts θ and b.
+        """Run :meth:`mixing` for the round of ``outcome`` and apply it at once (sequential rounds)."""
+        correction = await self.mixing(outcome.round, stop)
+        if correction is not None and not stop.is_set():
+            self.apply_mix(correction, outcome)
+
+    def apply_mix(self, correction: MixCorrection, outcome: RoundOutcome) -> None:
+        """θ += the θ correction, b += the momentum correction; the mixing's figures go into ``outcome``.
+
+        Raises:
+            ValueError: a non-finite correction (``LocalModel.shift``); never from honest mixing, which only
+                moves toward finite states.
+        """
+        self.local.shift(correction.theta)
+        if correction.momentum is not None:
+            self.local.shift_momentum(correction.momentum)
+        outcome.mixed_from = max(outcome.mixed_from, correction.mixed_from)
+        outcome.bytes_received += correction.bytes_received
+        outcome.mix_distance = correction.distance
+
+    async def mixing(self, round_: int, stop: asyncio.Event) -> MixCorrection | None:
+        """ClippedGossip toward a few sampled peers' states after the step of ``round_`` (``swarm.mixing``).
+
+        Computes on copies of our θ and b and returns the corrections (None: nobody to mix with, or stopped);
+        :meth:`apply_mix` applies them. With ``--overlap`` this runs beside the next inner phase and is applied
+        at the next round's end, before its step (``_finish``), so that mixing waits for no neighbour on the
+        round's critical path; our θ and b do not change meanwhile (only ``_finish`` changes them).
 
         Every peer mixes its post-step θ of round r toward the others' post-step θ of the same round (what each
         served as ``["theta", r + 1]`` before mixing), so the step's disagreement is contracted in the same round,
@@ -330,41 +376,51 @@ class Peer:
         suspects = self.suspects.current(time.monotonic())
         others = {p: r for p, r in (await self.others_present()).items() if p not in suspects}
         if not others:
-            return
-        steps = gossip_steps(len(others) + 1, self.config.mix_peers, early=outcome.round < self.config.early_mix_rounds,
+            return None
+        steps = gossip_steps(len(others) + 1, self.config.mix_peers, early=round_ < self.config.early_mix_rounds,
                              early_steps=self.config.early_mix_steps, max_steps=MAX_MIX_STEPS)
+        start = self.local.theta.clone()
+        own = start.clone()
+        result = MixCorrection(round=round_, theta=torch.zeros_like(start))
         for step in range(steps):
             if step > 0:
-                self.server.publish_mixed(outcome.round + 1, step, self.local.theta_bytes())
+                self.server.publish_mixed(round_ + 1, step, own.numpy().tobytes())
             chosen = sample_senders(others, self.config.mix_peers, self.rng)
-            states = await self.fetch_thetas(chosen, stop, round_=outcome.round + 1, wait_s=self.config.grace_s * 2,
+            states = await self.fetch_thetas(chosen, stop, round_=round_ + 1, wait_s=self.config.grace_s * 2,
                                              kind="theta" if step == 0 else "mixed", step=step)
             if stop.is_set():
-                return
+                return None
             if not states:
                 continue
             if step == 0:
-                await self._mix_momentum(outcome, list(states), stop)
-            own = self.local.theta
-            result = clipped_gossip(own, list(states.values()), max_radius=self.config.mix_radius)
-            self.local.shift(result.correction)
-            outcome.mixed_from = max(outcome.mixed_from, len(states))
-            outcome.bytes_received += 4 * self.local.numel * len(states)
-            distance = max(result.distances, default=0.0) / max(float(own.norm()), 1e-12)
+                result.momentum = await self._momentum_correction(round_, list(states), stop, result)
+            gossip = clipped_gossip(own, list(states.values()), max_radius=self.config.mix_radius)
+            norm = max(float(own.norm()), 1e-12)
+            distance = max(gossip.distances, default=0.0) / norm
+            own = own + gossip.correction
+            result.mixed_from = max(result.mixed_from, len(states))
+            result.bytes_received += 4 * self.local.numel * len(states)
             if step == 0:
-                outcome.mix_distance = distance
-            self.events.emit("mix", round=outcome.round, step=step + 1, sources=len(states), tau=result.tau,
-                             clipped=result.clipped, distance=distance,
-                             moved=float(result.correction.norm()) / max(float(own.norm()), 1e-12))
-        self.server.publish_mixed(outcome.round + 1, steps, self.local.theta_bytes(), last=True)
+                result.distance = distance
+            self.events.emit("mix", round=round_, step=step + 1, sources=len(states), tau=gossip.tau,
+                             clipped=gossip.clipped, distance=distance,
+                             moved=float(gossip.correction.norm()) / norm)
+        self.server.publish_mixed(round_ + 1, steps, own.numpy().tobytes(), last=True)
+        result.theta = own - start
+        return result
 
-    async def _mix_momentum(self, outcome: RoundOutcome, sources: list[str], stop: asyncio.Event) -> None:
-        """Move our outer momentum toward ``sources``' (``["momentum", r + 1]``), clipped at MOMENTUM_MIX_RADIUS."""
-        momenta = await self.fetch_thetas(sources, stop, round_=outcome.round + 1, kind="momentum")
-        outcome.bytes_received += 4 * self.local.numel * len(momenta)
-        if momenta and bool(self.local.momentum.any()):
-            self.local.shift_momentum(clipped_gossip(self.local.momentum, list(momenta.values()),
-                                                     max_radius=MOMENTUM_MIX_RADIUS).correction)
+    async def _momentum_correction(self, round_: int, sources: list[str], stop: asyncio.Event,
+                                   result: MixCorrection) -> torch.Tensor | None:
+        """The move of our outer momentum toward ``sources``' (``["momentum", r + 1]``), or None.
+
+        Clipped at MOMENTUM_MIX_RADIUS·‖b‖; None while our momentum is still zero or nobody answered.
+        """
+        momenta = await self.fetch_thetas(sources, stop, round_=round_ + 1, kind="momentum")
+        result.bytes_received += 4 * self.local.numel * len(momenta)
+        momentum = self.local.momentum
+        if not momenta or not bool(momentum.any()):
+            return None
+        return clipped_gossip(momentum, list(momenta.values()), max_radius=MOMENTUM_MIX_RADIUS).correction
 
     # -- commit --------------------------------------------------------------------------------------------------
 
@@ -937,6 +993,7 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
     pending: asyncio.Task[RoundOutcome] | None = None
     pending_inner: InnerResult | None = None
     clock = _RoundClock(peer)
+    deferred = _DeferredMix()
     with bar:
         while not stop.is_set() and (last is None or round_ < last):
             with clock.timed("presence"):
@@ -948,7 +1005,7 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
             with clock.timed("inner"):
                 inner = await peer.inner(round_)
             if pending is not None:
-                completed += await _finish(peer, pending, pending_inner, clock, bar, stop, fresh=inner)
+                completed += await _finish(peer, pending, pending_inner, clock, bar, stop, deferred, fresh=inner)
                 pending = None
             if stop.is_set() or (last is not None and round_ >= last):
                 break
@@ -966,15 +1023,19 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
             pending = asyncio.create_task(peer.communicate(round_, sent, sealed, serve, stop, mix=mix))
             pending_inner = inner
             if not config.overlap:
-                completed += await _finish(peer, pending, pending_inner, clock, bar, stop)
+                completed += await _finish(peer, pending, pending_inner, clock, bar, stop, deferred)
                 pending = None
             round_ += 1
         if pending is not None and not stop.is_set():
-            completed += await _finish(peer, pending, pending_inner, clock, bar, stop)
+            completed += await _finish(peer, pending, pending_inner, clock, bar, stop, deferred)
         elif pending is not None:
             pending.cancel()
             with contextlib.suppress(BaseException):
                 await pending
+        if stop.is_set():
+            await deferred.cancel()
+        else:
+            await deferred.apply(peer, RoundOutcome(round=round_))
     peer._set_round(round_)
     if not stop.is_set():
         record = sign_record("presence", config.run_id, round_, round_, peer.identity)
@@ -982,6 +1043,61 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
         await _linger(peer, round_ - 1, stop)
     _save_state(peer, config, events, completed)
     return completed
+
+
+class _DeferredMix:
+    """With ``--overlap``, the mixing of round r runs beside the next inner phase, off the critical path.
+
+    :meth:`start` begins ``Peer.mixing`` for round r right after the step; :meth:`apply` adds its corrections at
+    the next round's end, before that round's step. θ and b do not change in between (only ``_finish`` changes
+    them), so this equals mixing at once except that the inner phase that ran meanwhile started from the unmixed
+    θ, the same one-round lag as the overlap's own. A correction is dropped if θ was replaced meanwhile (a
+    catch-up adopted other states). The θ snapshot of round r (for the consensus-distance report) is θ after the
+    mixing, written when it is done.
+    """
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[MixCorrection | None] | None = None
+        self.base: torch.Tensor | None = None
+
+    def start(self, peer: Peer, round_: int, stop: asyncio.Event) -> None:
+        """Begin the mixing of ``round_`` (the previous one must have been applied)."""
+        self.base = peer.local.theta
+        self.task = asyncio.create_task(self._run(peer, round_, self.base, stop))
+
+    @staticmethod
+    async def _run(peer: Peer, round_: int, base: torch.Tensor, stop: asyncio.Event) -> MixCorrection | None:
+        correction = await peer.mixing(round_, stop)
+        if not stop.is_set():
+            _write_snapshot(peer.config.snapshot_dir, round_,
+                            base if correction is None else base + correction.theta)
+        return correction
+
+    async def apply(self, peer: Peer, outcome: RoundOutcome) -> None:
+        """Await the pending mixing, if any, and apply it to θ and b; its figures go into ``outcome``."""
+        task, base, self.task, self.base = self.task, self.base, None, None
+        if task is None:
+            return
+        try:
+            correction = await task
+        except Exception as e:  # noqa: BLE001 - a failed mixing leaves θ as it is; the peer goes on
+            peer.log.warning("mixing of round %d failed (%s): not applied", outcome.round - 1, e)
+            return
+        if correction is None:
+            return
+        if peer.local.theta is not base:
+            peer.log.info("our state was replaced since the mixing of round %d began: its correction is dropped",
+                          correction.round)
+            return
+        peer.apply_mix(correction, outcome)
+
+    async def cancel(self) -> None:
+        """Stop a pending mixing (shutdown)."""
+        task, self.task, self.base = self.task, None, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
 
 
 class _RoundClock:
@@ -1025,8 +1141,12 @@ class _RoundClock:
 
 
 async def _finish(peer: Peer, pending: asyncio.Task[RoundOutcome], inner: InnerResult | None, clock: _RoundClock,
-                  bar: tqdm, stop: asyncio.Event, *, fresh: InnerResult | None = None) -> int:  # type: ignore[type-arg]
+                  bar: tqdm, stop: asyncio.Event, deferred: _DeferredMix, *,  # type: ignore[type-arg]
+                  fresh: InnerResult | None = None) -> int:
     """Await a round's communication, apply it (outer step + mixing), checkpoint, snapshot, report. 1 if done.
+
+    With ``fresh`` (overlap) the round's mixing is deferred (:class:`_DeferredMix`): it runs beside the next inner
+    phase and is applied here at the next round's end, before that round's step.
 
     With ``fresh`` (overlap: the next inner phase has already run), the aggregate of the finished round gets the
     *eager* correction: our own stale row's share is replaced by our fresh update's,
@@ -1040,14 +1160,18 @@ async def _finish(peer: Peer, pending: asyncio.Task[RoundOutcome], inner: InnerR
         return 0
     if fresh is not None and inner is not None and outcome.aggregate is not None and outcome.rows:
         outcome.aggregate = outcome.aggregate + (fresh.delta - inner.delta) / len(outcome.rows)
+    deferring = fresh is not None and outcome.mix
     with clock.timed("mix"):
+        await deferred.apply(peer, outcome)
         peer.step(outcome)
-        if outcome.mix:
+        if deferring:
+            deferred.start(peer, outcome.round, stop)
+        elif outcome.mix:
             await peer.mix(outcome, stop)
     if stop.is_set():
         return 0
     with clock.timed("save"):
-        snapshot = await _save_round(peer, outcome)
+        snapshot = await _save_round(peer, outcome, snapshot=not deferring)
     with clock.timed("eval"):
         metrics = await asyncio.to_thread(peer.local.evaluate)
     seconds, sent, served, phases = clock.lap()
@@ -1059,19 +1183,23 @@ async def _finish(peer: Peer, pending: asyncio.Task[RoundOutcome], inner: InnerR
     return 1
 
 
-async def _save_round(peer: Peer, outcome: RoundOutcome) -> str | None:
-    """Checkpoint (round + 1), θ snapshot, known peers and our votes of the finished round; the snapshot's path."""
+async def _save_round(peer: Peer, outcome: RoundOutcome, *, snapshot: bool = True) -> str | None:
+    """Checkpoint (round + 1), θ snapshot, known peers and our votes of the finished round; the snapshot's path.
+
+    Without ``snapshot`` the deferred mixing writes the snapshot when it is done (:class:`_DeferredMix`).
+    """
     config = peer.config
     if config.checkpoint_dir:
         save_checkpoint(config.checkpoint_dir, Checkpoint(config.run_id, outcome.round + 1, peer.local.theta,
                                                           peer.local.momentum,
                                                           {"ef_residual": peer.error_feedback.residual}))
-    snapshot = _write_snapshot(config.snapshot_dir, outcome.round, peer.local.theta)
+    path = (_write_snapshot(config.snapshot_dir, outcome.round, peer.local.theta) if snapshot
+            else _snapshot_path(config.snapshot_dir, outcome.round))
     if config.checkpoint_dir:
         await _remember_peers(peer, config.checkpoint_dir)
     if peer.votes is not None:
         await peer.votes.publish(outcome.round, outcome.verdicts)
-    return snapshot
+    return path
 
 
 KNOWN_PEERS_FILE = "known_peers.txt"
@@ -1112,6 +1240,11 @@ def _known_peers(folder: str | None, given: tuple[str, ...]) -> list[str]:
         if line not in given:
             known.append(line)
     return known
+
+
+def _snapshot_path(folder: str | None, round_: int) -> str | None:
+    """``folder/rNNNNN.npy``, where round ``round_``'s θ snapshot goes (None without a folder)."""
+    return str(Path(folder) / f"r{round_:05d}.npy") if folder else None
 
 
 def _write_snapshot(folder: str | None, round_: int, theta: torch.Tensor) -> str | None:
