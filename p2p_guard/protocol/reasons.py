@@ -54,6 +54,18 @@ class RejectReason(Enum):
     LATE_COMMIT = "late_commit"
 
 
+CIRCUMSTANTIAL_REASONS = frozenset(r.value for r in (
+    RejectReason.WRONG_ROUND, RejectReason.STALE_BASE, RejectReason.TIMEOUT, RejectReason.UNAVAILABLE,
+    RejectReason.EXCLUDED, RejectReason.LATE_COMMIT,
+))
+"""Rejection reasons that say when, or whether, an update arrived, not what it holds.
+
+A slow, loaded, restarted or clock-skewed honest volunteer earns them; none is evidence that an update is
+malicious, so the reputation counts none of them against its sender, in our own verdicts and in others' votes
+(``swarm.standing``, ``protocol.votes.Votes.as_map``): such a sender is treated as not judged that round.
+Withholding peers are handled where it hurts, in the fetch (``swarm.suspects``, the unreachable give-up)."""
+
+
 @dataclass(frozen=True)
 class Accepted:
     """A check passed."""

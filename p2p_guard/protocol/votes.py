@@ -35,7 +35,7 @@ import msgpack
 
 from p2p_guard.identity import PEER_ID_BYTES, PEER_ID_PREFIX, Identity, peer_id_to_b58
 from p2p_guard.protocol.envelope import PROTOCOL_VERSION
-from p2p_guard.protocol.reasons import Rejected, RejectReason
+from p2p_guard.protocol.reasons import CIRCUMSTANTIAL_REASONS, Rejected, RejectReason
 from p2p_guard.protocol.records import RECORD_SIGNING_CONTEXT, open_signed_record
 
 __all__ = [
@@ -104,8 +104,13 @@ class Votes:
         return peer_id_to_b58(self.voter)
 
     def as_map(self) -> dict[str, bool]:
-        """``{sender PeerID b58: accepted}``, the shape :meth:`Reputation.update` takes per voter."""
-        return {v.sender_b58: v.accepted for v in self.verdicts}
+        """``{sender PeerID b58: accepted}``, the shape :meth:`Reputation.update` takes per voter.
+
+        Rejections for a circumstantial reason (``reasons.CIRCUMSTANTIAL_REASONS``: late, timed out, stale...) are
+        left out: they are not evidence about the sender's update, so the voter counts as not having judged it.
+        """
+        return {v.sender_b58: v.accepted for v in self.verdicts
+                if v.accepted or v.reason not in CIRCUMSTANTIAL_REASONS}
 
 
 def sign_votes(run_id: str, round_: int, verdicts: Iterable[VoteVerdict], identity: Identity) -> bytes:

@@ -101,3 +101,22 @@ def test_votes_outside_the_allow_list_and_of_ignored_voters_do_not_count() -> No
     update = asyncio.run(book.fold(0))
     assert update is not None
     assert update.standings[friend.peer_id_b58].score == 0.75  # 0.5 → 0.5·0.5 + 0.5·1 (only our own vote)
+
+
+def test_late_timed_out_or_stale_honest_peers_are_never_excluded() -> None:
+    """A sender we (and the voters) reject only as late, timed out, stale or unavailable is not judged at all."""
+    me, voter, slow, attacker = _ids(4)
+    dht = MemoryDHT()
+    book = VoteBook(dht, RUN, me)  # type: ignore[arg-type]
+    other = VoteBook(dht, RUN, voter)  # type: ignore[arg-type]
+    reasons = ["late_commit", "timeout", "stale_base", "unavailable", "wrong_round", "late_commit"]
+    for r, reason in enumerate(reasons):
+        verdicts = [SenderVerdict(voter.peer_id_b58, 0, True, "accepted"),
+                    SenderVerdict(slow.peer_id_b58, 0, False, reason),
+                    SenderVerdict(attacker.peer_id_b58, 0, False, "outlier")]
+        asyncio.run(other.publish(r, verdicts))
+        asyncio.run(book.publish(r, verdicts))
+        update = asyncio.run(book.fold(r))
+        assert update is not None
+    assert book.excluded == frozenset({attacker.peer_id_b58})
+    assert book.reputation.standing(slow.peer_id_b58) is None  # never judged: no evidence either way

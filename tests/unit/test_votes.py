@@ -281,3 +281,11 @@ class TestVoteSmear:
         votes = open_votes(sign_votes(RUN, 1, smeared, MALLORY), run_id=RUN)
         assert isinstance(votes, Votes)
         assert votes.as_map()[ALICE.peer_id_b58] is False
+
+
+def test_as_map_leaves_out_circumstantial_rejections() -> None:
+    verdicts = [VoteVerdict(BOB.peer_id, False, "late_commit"), VoteVerdict(CAROL.peer_id, False, "timeout"),
+                VoteVerdict(DAVE.peer_id, True, "accepted"), VoteVerdict(MALLORY.peer_id, False, "outlier")]
+    votes = open_votes(sign_votes(RUN, 3, verdicts, ALICE), run_id=RUN, round_=3)
+    assert isinstance(votes, Votes)
+    assert votes.as_map() == {DAVE.peer_id_b58: True, MALLORY.peer_id_b58: False}
