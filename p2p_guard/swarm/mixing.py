@@ -53,8 +53,10 @@ def clipped_gossip(own: torch.Tensor, neighbours: Sequence[torch.Tensor], *, max
     correction = 1/(m+1) · Σ_j clip(x_j − x_i, τ),  clip(v, τ) = v · min(1, τ/‖v‖),
     τ = min(median_j ‖x_j − x_i‖, max_radius · ‖x_i‖)
 
-    where m = len(neighbours). The cap ``max_radius`` bounds τ even when most sampled states are Byzantine
-    (then the median distance is theirs).
+    where m = len(neighbours) and the median is the lower one, or the upper one when the lower is 0 (for an even
+    m with half the sample at our own state: with τ = 0 two equal halves of a split swarm would never move
+    toward each other). The cap ``max_radius`` bounds τ even when most sampled states are Byzantine (then the
+    median distance is theirs).
 
     Args:
         own: ``(d,)`` float32, x_i.
@@ -80,7 +82,11 @@ def clipped_gossip(own: torch.Tensor, neighbours: Sequence[torch.Tensor], *, max
             raise ValueError(f"neighbour shape {tuple(x.shape)} != own {tuple(own.shape)}")
         diffs.append(x.to(torch.float64) - own.to(torch.float64))
     norms = torch.stack([d.norm() for d in diffs])
-    tau = float(min(norms.median().item(), max_radius * float(own.to(torch.float64).norm())))
+    ordered = sorted(norms.tolist())
+    centre = ordered[(len(ordered) - 1) // 2]
+    if centre == 0.0:  # half the sample coincides with us: the upper median, else two equal halves never meet
+        centre = ordered[len(ordered) // 2]
+    tau = float(min(centre, max_radius * float(own.to(torch.float64).norm())))
     total = torch.zeros_like(diffs[0])
     clipped = 0
     for d, n in zip(diffs, norms.tolist(), strict=False):

@@ -84,6 +84,17 @@ class TestClippedGossip:
         assert result.tau == pytest.approx(0.05)
         assert float(result.correction.norm()) <= 2 * 0.05 / 3 + 1e-7
 
+    def test_half_the_sample_at_our_state_still_moves_us_toward_the_other_half(self) -> None:
+        own = torch.tensor([0.0, 10.0])
+        same, other = [own.clone() for _ in range(4)], [torch.tensor([0.5, 10.0]) for _ in range(4)]
+        result = clipped_gossip(own, [*same, *other], max_radius=1.0)
+        # lower median 0 -> upper median 0.5: nothing clipped, 4 of 9 shares of the 0.5 gap
+        assert result.tau == 0.5 and result.clipped == 0
+        assert torch.allclose(result.correction, torch.tensor([4 * 0.5 / 9, 0.0]))
+        lower = clipped_gossip(own, [*same[:3], *other[:4], own.clone(), torch.tensor([9.0, 10.0])], max_radius=1.0)
+        assert lower.tau == 0.5  # 9 states, 4 at 0: the median is 0.5 already; the far one is clipped to it
+        assert lower.clipped == 1
+
     def test_no_neighbours_no_move(self) -> None:
         own = torch.ones(3)
         result = clipped_gossip(own, [], max_radius=0.1)
