@@ -644,12 +644,14 @@ class Peer:
         computed on the state the swarm is committing on; only if fewer than two sources have it are their latest
         states (``["theta", -1]``) used, labelled with the median of their presence rounds.
 
-        The outer momentum is not restarted at 0 but estimated from the same sources: in DiLoCo's outer Nesterov
+        The outer momentum is not restarted at 0 but taken from the same sources: in DiLoCo's outer Nesterov
         step most of a round's displacement is momentum (θ_r − θ_{r−1} ≈ −η·b), so a peer rejoining with b = 0
         takes much shorter steps than the swarm and drifts away from it for rounds (measured in
-        ``tests/integration/test_partition_netns.py``: the distance grew from 0.009 to 0.075 in two rounds). The
-        estimate is the coordinate-wise median of (θ_j,r−1 − θ_j,r)/η over the sources that still serve round
-        r − 1, and our own momentum; with fewer than two such sources the momentum restarts at 0.
+        ``tests/integration/test_partition_netns.py``: the distance grew from 0.009 to 0.075 in two rounds; in the
+        chaos soak of stop 16 a restarted peer whose exact-round fetch timed out rejoined with b = 0 and stood 0.2
+        to 0.27 away for 7 rounds). It is the coordinate-wise median of the sources' served momenta
+        (``["momentum", r]``, or their latest with their latest θ) and our own; with fewer than two of those, the
+        median of (θ_j,r−1 − θ_j,r)/η over the sources that still serve round r − 1 and ours; else 0.
 
         Returns:
             The round to continue from, or None if fewer than two states could be fetched (we keep our model).
@@ -677,7 +679,10 @@ class Peer:
             target = rounds[(len(rounds) - 1) // 2]
         centre = robust_centre([*states.values(), self.local.theta])
         momentum = None
-        if exact and target > 0:
+        momenta = await self.fetch_thetas(list(states), stop, round_=target if exact else -1, kind="momentum")
+        if len(momenta) >= 2:
+            momentum = robust_centre([*momenta.values(), self.local.momentum])
+        elif exact and target > 0:
             previous = await self.fetch_thetas(list(states), stop, round_=target - 1)
             lr = self.local.outer.lr
             estimates = [(previous[p] - states[p]) / lr for p in previous]

@@ -1,0 +1,110 @@
+"""Unit tests of what ``Peer.catch_up`` adopts: the robust centre of θ and of the outer momentum, with stand-ins."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+import p2p_guard.swarm.peer as peer_module
+from p2p_guard.swarm.peer import Peer
+
+
+@dataclass
+class _Config:
+    catch_up_peers: int = 5
+    run_id: str = "run"
+    reveal_wait_s: float = 0.0
+    grace_s: float = 0.0
+
+
+@dataclass
+class _Local:
+    theta: torch.Tensor = field(default_factory=lambda: torch.zeros(2))
+    momentum: torch.Tensor = field(default_factory=lambda: torch.zeros(2))
+    outer: Any = None
+    adopted: list[tuple[torch.Tensor, torch.Tensor | None]] = field(default_factory=list)
+
+    def adopt(self, theta: torch.Tensor, momentum: torch.Tensor | None = None) -> None:
+        self.adopted.append((theta, momentum))
+
+
+class _Events:
+    def __init__(self) -> None:
+        self.emitted: list[dict[str, Any]] = []
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        self.emitted.append({"event": kind, **fields})
+
+
+@dataclass
+class _Peer:
+    """What ``Peer.catch_up`` reads; ``served`` maps (kind, round key) to each source's vector."""
+
+    served: dict[tuple[str, int], dict[str, torch.Tensor]]
+    config: _Config = field(default_factory=_Config)
+    local: _Local = field(default_factory=_Local)
+    events: _Events = field(default_factory=_Events)
+    rng: random.Random = field(default_factory=lambda: random.Random(0))  # noqa: S311 - a test
+    dht: object = None
+    me: str = "me"
+    banned: dict[str, object] = field(default_factory=dict)
+    round: int = 7
+    log: logging.Logger = field(default_factory=lambda: logging.getLogger("test"))
+    asked: list[tuple[str, int]] = field(default_factory=list)
+
+    async def fetch_thetas(self, peers: list[str], stop: asyncio.Event, *, round_: int = -1, wait_s: float = 0.0,
+                           kind: str = "theta", step: int = 0) -> dict[str, torch.Tensor]:
+        self.asked.append((kind, round_))
+        table = self.served.get((kind, round_), {})
+        return {p: table[p] for p in peers if p in table}
+
+    def serve_state(self, round_: int) -> None:
+        pass
+
+
+def _catch_up(peer: _Peer, others: dict[str, int], monkeypatch: Any) -> int | None:
+    async def no_closes(*args: object) -> set[str]:
+        return set()
+
+    monkeypatch.setattr(peer_module, "read_closes", no_closes)
+    return asyncio.run(Peer.catch_up(peer, others, asyncio.Event()))  # type: ignore[arg-type]
+
+
+SOURCES = {"a": 6, "b": 6, "c": 6}
+
+
+def test_the_exact_round_adopts_the_median_of_served_momenta(monkeypatch: Any) -> None:
+    served = {("theta", 6): {p: torch.tensor([1.0, 2.0]) for p in SOURCES},
+              ("momentum", 6): {"a": torch.tensor([3.0, 3.0]), "b": torch.tensor([5.0, 5.0]),
+                                "c": torch.tensor([4.0, 4.0])}}
+    peer = _Peer(served)
+    assert _catch_up(peer, SOURCES, monkeypatch) == 6
+    (theta, momentum), = peer.local.adopted
+    assert theta.tolist() == [1.0, 2.0]
+    assert momentum is not None and momentum.tolist() == [3.0, 3.0]  # lower median of 0 (ours), 3, 4, 5
+    assert peer.events.emitted[-1]["momentum_estimated"] is True
+
+
+def test_when_the_exact_round_times_out_the_latest_momenta_go_with_the_latest_states(monkeypatch: Any) -> None:
+    """Stop 16's chaos soak: without the momentum a restarted peer stood 0.2 away from the swarm for 7 rounds."""
+    served = {("theta", -1): {p: torch.tensor([1.0, 1.0]) for p in SOURCES},
+              ("momentum", -1): {p: torch.tensor([2.0, 2.0]) for p in SOURCES}}
+    peer = _Peer(served)
+    assert _catch_up(peer, SOURCES, monkeypatch) == 6
+    (_, momentum), = peer.local.adopted
+    assert momentum is not None and momentum.tolist() == [2.0, 2.0]
+    assert ("momentum", -1) in peer.asked
+
+
+def test_without_served_momenta_it_restarts_at_zero_rather_than_trust_one_source(monkeypatch: Any) -> None:
+    served = {("theta", -1): {p: torch.tensor([1.0, 1.0]) for p in SOURCES},
+              ("momentum", -1): {"a": torch.tensor([9.0, 9.0])}}
+    peer = _Peer(served)
+    _catch_up(peer, SOURCES, monkeypatch)
+    (_, momentum), = peer.local.adopted
+    assert momentum is None
