@@ -21,6 +21,7 @@ class _Peer:
     """What ``_maybe_catch_up`` reads: the resumed flag, the threshold, a log, and ``catch_up``."""
 
     resumed: bool = False
+    jumped: bool = False
     config: _Config = field(default_factory=_Config)
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("test"))
     asked: int = 0
@@ -31,7 +32,7 @@ class _Peer:
 
 
 def _decide(round_: int, swarm: int, **kwargs: object) -> tuple[int, int]:
-    peer = _Peer(resumed=bool(kwargs.pop("resumed", False)))
+    peer = _Peer(resumed=bool(kwargs.pop("resumed", False)), jumped=bool(kwargs.pop("jumped", False)))
     others = {"a": swarm, "b": swarm, "c": swarm}
     got = asyncio.run(_maybe_catch_up(peer, round_, others, asyncio.Event(), **kwargs))  # type: ignore[arg-type]
     return got, peer.asked
@@ -43,6 +44,7 @@ def _decide(round_: int, swarm: int, **kwargs: object) -> tuple[int, int]:
     (5, 7, {}, (7, 1)),                          # catch_up_behind rounds behind
     (0, 1, {}, (1, 1)),                          # a fresh model joining a swarm past round 0
     (5, 6, {"resumed": True}, (6, 1)),           # back from a pause, the swarm went on
+    (8, 8, {"jumped": True}, (8, 1)),            # frozen mid-inner: our update jumped rounds, our state is stale
     (9, 9, {"checkpoint_round": 8}, (9, 1)),     # restarted: our θ is of round 8, we continue in 9 (committed 8)
     (8, 8, {"checkpoint_round": 8}, (8, 1)),     # restarted level with the swarm: its robust centre anyway
     (8, 7, {"checkpoint_round": 8}, (8, 0)),     # restarted ahead of the swarm's median: keep our θ
