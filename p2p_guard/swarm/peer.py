@@ -632,7 +632,7 @@ class Peer:
             await asyncio.sleep(0.5)
         return None
 
-    async def catch_up(self, others: dict[str, int], stop: asyncio.Event) -> int | None:
+    async def catch_up(self, others: dict[str, int], stop: asyncio.Event, *, min_round: int = 0) -> int | None:
         """Adopt the coordinate-wise median of several sampled peers' states and our own (late join, far behind).
 
         Never one peer's word: at least two other states are needed, and our own θ is a third vote.
@@ -654,18 +654,26 @@ class Peer:
         (``["momentum", r]``, or their latest with their latest θ) and our own; with fewer than two of those, the
         median of (θ_j,r−1 − θ_j,r)/η over the sources that still serve round r − 1 and ours; else 0.
 
+        ``min_round`` is the first round we may take part in: a peer restarted after committing round c continues
+        in c + 1 (never a second envelope for c), so it waits up to one more commit phase for the states of
+        c + 1 rather than adopt those of c and skip c's step (in stop 16's chaos soak that left a restarted peer
+        one outer step, 0.115, from the swarm).
+
         Returns:
-            The round to continue from, or None if fewer than two states could be fetched (we keep our model).
+            The round to continue from, or None if fewer than two states of a round ≥ ``min_round`` could be
+            fetched (we keep our model).
         """
         chosen = sample_senders(others, self.config.catch_up_peers, self.rng)
         target = sorted(others[p] for p in chosen)[(len(chosen) - 1) // 2] if chosen else 0
         if await read_closes(self.dht, self.config.run_id, target) - {self.me} - set(self.banned):
             target += 1  # that round is closing: its peers are about to serve their state of the next one
+        wait_s = self.config.reveal_wait_s + 2 * self.config.grace_s
+        if target < min_round:  # we cannot take part in an earlier round (we committed it before a restart)
+            target, wait_s = min_round, wait_s + self.config.commit_timeout_s
         # Only a source already in round target - 1 or later is waited for; one further behind (another peer that
         # was paused with us) cannot serve that state in time and is asked once.
         near = [p for p in chosen if others[p] >= target - 1]
         far = [p for p in chosen if others[p] < target - 1]
-        wait_s = self.config.reveal_wait_s + 2 * self.config.grace_s
         fetched = await asyncio.gather(self.fetch_thetas(near, stop, round_=target, wait_s=wait_s),
                                        self.fetch_thetas(far, stop, round_=target))
         states = {**fetched[0], **fetched[1]}
@@ -678,6 +686,10 @@ class Peer:
         if not exact:
             rounds = sorted(others[p] for p in states)
             target = rounds[(len(rounds) - 1) // 2]
+            if target < min_round:
+                self.log.warning("catch-up: the sampled peers serve states of round %d, before our round %d; "
+                                 "keeping our model (mixing closes the gap)", target, min_round)
+                return None
         centre = robust_centre([*states.values(), self.local.theta])
         momentum = None
         momenta = await self.fetch_thetas(list(states), stop, round_=target if exact else -1, kind="momentum")
@@ -992,7 +1004,7 @@ async def _maybe_catch_up(peer: Peer, round_: int, others: dict[str, int], stop:
                           checkpoint_round)
         else:
             peer.log.info("the swarm is at round %d, %d rounds ahead of us: catching up", swarm, behind)
-        target = await peer.catch_up(others, stop)
+        target = await peer.catch_up(others, stop, min_round=round_)
         if target is not None:
             return max(round_, target)
     return round_

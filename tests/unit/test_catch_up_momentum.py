@@ -20,6 +20,7 @@ class _Config:
     run_id: str = "run"
     reveal_wait_s: float = 0.0
     grace_s: float = 0.0
+    commit_timeout_s: float = 0.0
 
 
 @dataclass
@@ -67,12 +68,12 @@ class _Peer:
         pass
 
 
-def _catch_up(peer: _Peer, others: dict[str, int], monkeypatch: Any) -> int | None:
+def _catch_up(peer: _Peer, others: dict[str, int], monkeypatch: Any, min_round: int = 0) -> int | None:
     async def no_closes(*args: object) -> set[str]:
         return set()
 
     monkeypatch.setattr(peer_module, "read_closes", no_closes)
-    return asyncio.run(Peer.catch_up(peer, others, asyncio.Event()))  # type: ignore[arg-type]
+    return asyncio.run(Peer.catch_up(peer, others, asyncio.Event(), min_round=min_round))  # type: ignore[arg-type]
 
 
 SOURCES = {"a": 6, "b": 6, "c": 6}
@@ -108,3 +109,22 @@ def test_without_served_momenta_it_restarts_at_zero_rather_than_trust_one_source
     _catch_up(peer, SOURCES, monkeypatch)
     (_, momentum), = peer.local.adopted
     assert momentum is None
+
+
+def test_a_restarted_peer_that_committed_round_6_takes_the_states_of_round_7(monkeypatch: Any) -> None:
+    """Stop 16's chaos soak: adopting round 6's states and continuing in 7 skipped one outer step (0.115)."""
+    served = {("theta", 6): {p: torch.tensor([1.0, 1.0]) for p in SOURCES},
+              ("theta", 7): {p: torch.tensor([2.0, 2.0]) for p in SOURCES},
+              ("momentum", 7): {p: torch.tensor([3.0, 3.0]) for p in SOURCES}}
+    peer = _Peer(served)
+    assert _catch_up(peer, SOURCES, monkeypatch, min_round=7) == 7
+    (theta, _), = peer.local.adopted
+    assert theta.tolist() == [2.0, 2.0]
+    assert ("theta", 6) not in peer.asked
+
+
+def test_states_older_than_our_round_are_not_adopted(monkeypatch: Any) -> None:
+    served = {("theta", -1): {p: torch.tensor([1.0, 1.0]) for p in SOURCES}}
+    peer = _Peer(served)
+    assert _catch_up(peer, SOURCES, monkeypatch, min_round=7) is None
+    assert peer.local.adopted == []

@@ -26,7 +26,7 @@ class _Peer:
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("test"))
     asked: int = 0
 
-    async def catch_up(self, others: dict[str, int], stop: asyncio.Event) -> int:
+    async def catch_up(self, others: dict[str, int], stop: asyncio.Event, *, min_round: int = 0) -> int:
         self.asked += 1
         return sorted(others.values())[(len(others) - 1) // 2]
 
