@@ -1,0 +1,235 @@
+"""Backdoor against the guards: benchmark cells (10 peers, 3 Byzantine, Dirichlet 0.5, digits, 12 rounds).
+
+    python docs/scripts/backdoor_cells.py                       # semantic, median, mean; seeds 0 1
+    python docs/scripts/backdoor_cells.py --arm semantic --arm "sim=semantic+foolsgold:kappa=1"
+    python docs/scripts/backdoor_cells.py --probe --seeds 0 1   # why the semantic guard does not see it
+
+Table mode prints a markdown table, one row per arm: the final clean accuracy (no attacker), the attack success
+rate (ASR) and final accuracy under ``backdoor`` at 3 of 10, and the final accuracy under ``sign_flip:scale=10``,
+``ipm:epsilon=0.1`` and ``alie`` at 3 of 10; each entry is the mean over the seeds, then each seed's value.
+Each cell is ``p2p_guard.api.run_bench_cell`` (the benchmark's in-process cell); no arm is told f
+(``assumed_byzantine=None``: f̂ is the guard's own, ⌊(n − 1)/2⌋ = 4 for the semantic guard).
+
+An arm is ``[LABEL=]GUARD[:key=value,...][+PROTOTYPE[:key=value,...]]``. A prototype is a defence tried here and
+*not* in the guard: it wraps ``SemanticGuard._aggregate`` for the duration of the arm (semantic guard only):
+
+- ``foolsgold:kappa=K``: weigh the accepted rows by FoolsGold's weights (Fung, Yoon, Beschastnikh, RAID 2020,
+  arXiv:1808.04866) computed within the round on their deviations from the robust centre (own row weight 1),
+  then the guard's (weighted) centered clipping or mean;
+- ``sign_mask:agree=A``: zero every coordinate of the aggregate where the accepted rows' mean sign has absolute
+  value below A (the robust learning rate of Ozdayi, Kantarcioglu, Gel, AAAI 2021, with zeroing, not flipping).
+
+Probe mode runs the semantic guard under ``backdoor`` at 3 of 10 and prints, per round, what receiver
+``peer00`` saw: the median norm and cosine with the robust centre of honest and of backdoor rows, and the mean
+pairwise cosine of the rows' deviations from the robust centre within the honest rows, within the backdoor
+rows, and the largest honest pair (the probe's labels come from the cell's indexing, the last f peers are
+Byzantine; the guard never sees them).
+
+Measured 2026-12-02 with the default arms and ``--arm "semantic+foolsgold:kappa=K"`` for K = 1, 2, 0.5.
+
+Means over seeds 0 and 1 (the script prints each seed's value too):
+
+| guard | clean acc | backdoor ASR | backdoor acc | sign_flip:scale=10 | ipm:epsilon=0.1 | alie |
+|---|---|---|---|---|---|---|
+| semantic | 0.936 | 0.886 (0.852, 0.920) | 0.932 | 0.890 | 0.865 | 0.876 |
+| median | 0.904 | 0.593 (0.472, 0.713) | 0.897 | 0.803 | 0.867 | 0.818 |
+| mean | 0.936 | 0.843 (0.830, 0.855) | 0.931 | 0.100 | 0.882 | 0.897 |
+| semantic+foolsgold:kappa=1 | 0.931 | 0.403 (0.037, 0.769) | 0.888 | 0.853 | 0.825 | 0.850 |
+| semantic+foolsgold:kappa=2 | 0.936 | 0.463 (0.006, 0.920) | 0.925 | 0.864 | 0.836 | 0.868 |
+| semantic+foolsgold:kappa=0.5 | 0.852 | 0.220 (0.174, 0.265) | 0.785 | 0.832 | 0.779 | 0.812 |
+| semantic+sign_mask:agree=0.4 | 0.936 | 0.659 (0.630, 0.688) | 0.921 | 0.885 | 0.871 | 0.854 |
+
+None reaches ASR ≤ 10 % at 3 of 10 on both seeds without costing the
+other attacks; the guard is unchanged. For scale, the plain mean's ASR with 1 backdoor peer of 10 is 0.015 and
+with 2 of 10 0.364 (seed 0): the backdoor needs more than about a tenth of the aggregate's weight.
+
+Why the semantic guard does not see it (``--probe``, seeds 0 and 1, rounds 0-11): the backdoor rows' median
+norm is 0.90-0.99 × the honest rows' (so no norm test, nor FLAME's clipping to the median norm, ever binds),
+and their median cosine with the robust centre is 0.29-0.82, at or above the honest rows' 0.18-0.66 (so no
+cosine floor rejects them: they carry the main task on half of each batch). The one signal is that their
+deviations from the centre point the same way: mean pairwise residual cosine 0.12-0.57 among backdoor rows
+against -0.08 to 0.06 among honest ones; but the most aligned honest pair (peers with similar label mixes) reaches
+0.23-0.57, inside the backdoor's range, which is why a within-round similarity weighting (the foolsgold
+prototype) drops ASR on seed 0 (0.04) and not on seed 1 (0.77), and costs the other attacks 2-4 points.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import statistics
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+import p2p_guard.guard.semantic as semantic
+from p2p_guard.api import run_bench_cell
+from p2p_guard.bench.cell import CellSpec
+from p2p_guard.guard.centre import robust_centre
+from p2p_guard.guard.linalg import cosines_to, row_norms, scalar_median
+
+N, F = 10, 3
+ATTACKS = ("sign_flip:scale=10", "ipm:epsilon=0.1", "alie")
+Params = tuple[tuple[str, Any], ...]
+
+
+def parse_params(text: str) -> Params:
+    """``k=v,...`` → sorted pairs; ``True``/``False`` are booleans, anything else a float."""
+    params: list[tuple[str, Any]] = []
+    for item in filter(None, text.split(",")):
+        key, _, raw = item.partition("=")
+        value: Any = {"True": True, "False": False}.get(raw)
+        params.append((key, float(raw) if value is None else value))
+    return tuple(sorted(params))
+
+
+def parse_arm(arm: str) -> tuple[str, str, Params, str | None, dict[str, Any]]:
+    """``[LABEL=]GUARD[:k=v,...][+PROTO[:k=v,...]]`` → (label, guard, params, prototype, prototype params)."""
+    head = arm.split(":", 1)[0].split("+", 1)[0]
+    label, spec = arm.split("=", 1) if "=" in head else (arm, arm)
+    spec, _, proto = spec.partition("+")
+    name, _, rest = spec.partition(":")
+    proto_name, _, proto_rest = proto.partition(":")
+    return label, name, parse_params(rest), proto_name or None, dict(parse_params(proto_rest))
+
+
+def foolsgold_weights(rows: torch.Tensor, centre: torch.Tensor, kappa: float) -> torch.Tensor:
+    """FoolsGold's weights (with pardoning and the logit) on the rows' deviations from ``centre``; (m,) float64."""
+    m = len(rows)
+    if m < 2:
+        return torch.ones(m, dtype=torch.float64)
+    res = (rows - centre).to(torch.float64)
+    unit = res / torch.clamp(torch.linalg.vector_norm(res, dim=1), min=1e-300)[:, None]
+    cs = unit @ unit.T
+    cs.fill_diagonal_(-math.inf)
+    v = cs.max(dim=1).values
+    pardon = (v[:, None] < v[None, :]) & (v[None, :] > 0)
+    cs = torch.where(pardon, cs * v[:, None] / torch.where(v[None, :] > 0, v[None, :], 1.0), cs)
+    alpha = torch.clamp(1.0 - cs.max(dim=1).values, 0.0, 1.0)
+    if alpha.max() <= 0:
+        return torch.zeros(m, dtype=torch.float64)
+    alpha = alpha / alpha.max()
+    alpha = torch.where(alpha >= 1.0, 0.99, alpha)
+    return torch.clamp(kappa * (torch.log(torch.clamp(alpha, min=1e-300) / (1.0 - alpha)) + 0.5), 0.0, 1.0)
+
+
+@contextlib.contextmanager
+def prototype(name: str | None, params: dict[str, Any]) -> Iterator[None]:
+    """Wrap ``SemanticGuard._aggregate`` with a prototype defence while the block runs."""
+    original = semantic.SemanticGuard._aggregate
+    if name is None:
+        yield
+        return
+
+    def aggregate(self: Any, clipped: torch.Tensor, centre: torch.Tensor, rejected: dict[int, tuple[str, str]],
+                  f: int, ctx: Any) -> torch.Tensor:
+        accepted = [i for i in range(len(clipped)) if i not in rejected]
+        kept = clipped[accepted]
+        if name == "sign_mask":
+            out = original(self, clipped, centre, rejected, f, ctx)
+            agree = torch.sign(kept).mean(dim=0).abs()
+            return torch.where(agree >= params.get("agree", 0.4), out, torch.zeros_like(out))
+        if name != "foolsgold":
+            raise ValueError(f"unknown prototype {name!r}")
+        w = foolsgold_weights(kept, centre, params.get("kappa", 1.0))
+        if ctx.own_index in accepted:
+            w[accepted.index(ctx.own_index)] = 1.0
+        w = (w / w.sum()).to(kept.dtype)
+        if not (self.clip_remaining and len(rejected) < f):
+            return (w[:, None] * kept).sum(dim=0)
+        diffs = kept - centre
+        dists = row_norms(diffs)
+        radius = scalar_median(dists)
+        scale = torch.where(dists > radius, radius / torch.clamp(dists, min=1e-300), 1.0).to(kept.dtype)
+        return centre + ((w * scale)[:, None] * diffs).sum(dim=0)
+
+    semantic.SemanticGuard._aggregate = aggregate  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        semantic.SemanticGuard._aggregate = original  # type: ignore[method-assign]
+
+
+def final(guard: str, params: Params, attack: str | None, seed: int) -> dict[str, Any]:
+    """The ``final`` record (accuracy, loss, asr) of one cell."""
+    spec = CellSpec(task="digits", guard=guard, attack=attack, n=N, f=F if attack else 0,
+                    partition="dirichlet:0.5", seed=seed, rounds=12, guard_params=params)
+    return dict(run_bench_cell(spec)["final"])
+
+
+def cell(values: list[float]) -> str:
+    """``mean (v_0, v_1, ...)`` with three decimals."""
+    return f"{sum(values) / len(values):.3f} ({', '.join(f'{v:.3f}' for v in values)})"
+
+
+def table(arms: list[str], seeds: list[int]) -> None:
+    """Print the table of the arms."""
+    head = ["guard", "clean acc", "backdoor ASR", "backdoor acc", *ATTACKS]
+    print("| " + " | ".join(head) + " |")  # noqa: T201
+    print("|" + "---|" * len(head))  # noqa: T201
+    for arm in arms:
+        label, guard, params, proto, proto_params = parse_arm(arm)
+        with prototype(proto, proto_params):
+            clean = [final(guard, params, None, s)["accuracy"] for s in seeds]
+            bd = [final(guard, params, "backdoor", s) for s in seeds]
+            rest = [[final(guard, params, a, s)["accuracy"] for s in seeds] for a in ATTACKS]
+        row = [label, cell(clean), cell([b["asr"] for b in bd]), cell([b["accuracy"] for b in bd]),
+               *(cell(r) for r in rest)]
+        print("| " + " | ".join(row) + " |", flush=True)  # noqa: T201
+
+
+def probe(seeds: list[int]) -> None:
+    """Print what receiver peer00 of the semantic guard saw, round by round, under backdoor at 3 of 10."""
+    original = semantic.SemanticGuard.judge
+    seen: list[tuple[int, list[str], torch.Tensor]] = []
+
+    def judge(self: Any, updates: torch.Tensor, ctx: Any) -> Any:
+        if ctx.senders[ctx.own_index] == "peer00":
+            seen.append((ctx.round, list(ctx.senders), updates.clone()))
+        return original(self, updates, ctx)
+
+    print("| seed | round | norm h / b | cos to centre h / b | residual cos h-h / b-b | max h-h |")  # noqa: T201
+    print("|---|---|---|---|---|---|")  # noqa: T201
+    semantic.SemanticGuard.judge = judge  # type: ignore[method-assign]
+    try:
+        for seed in seeds:
+            seen.clear()
+            final("semantic", (), "backdoor", seed)
+            for round_, senders, rows in seen:
+                bad = [int(s[4:]) >= N - F for s in senders]
+                f_hat = (len(rows) - 1) // 2
+                centre = robust_centre(rows, f_hat)
+                norms, cos = row_norms(rows), cosines_to(rows, centre)
+                res = (rows - centre).to(torch.float64)
+                unit = res / torch.linalg.vector_norm(res, dim=1)[:, None]
+                pair = unit @ unit.T
+                hh = [float(pair[i, j]) for i in range(len(rows)) for j in range(i) if not bad[i] and not bad[j]]
+                bb = [float(pair[i, j]) for i in range(len(rows)) for j in range(i) if bad[i] and bad[j]]
+
+                def med(x: torch.Tensor, b: bool, bad: list[bool] = bad) -> float:
+                    return statistics.median(float(v) for v, q in zip(x, bad, strict=True) if q == b)
+
+                print(f"| {seed} | {round_} | {med(norms, False):.3f} / {med(norms, True):.3f} | "  # noqa: T201
+                      f"{med(cos, False):.2f} / {med(cos, True):.2f} | {statistics.mean(hh):.2f} / "
+                      f"{statistics.mean(bb):.2f} | {max(hh):.2f} |", flush=True)
+    finally:
+        semantic.SemanticGuard.judge = original  # type: ignore[method-assign]
+
+
+def main() -> None:
+    """Run the cells and print the table (or the probe)."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--arm", action="append", default=None, help="[LABEL=]GUARD[:k=v,...][+PROTO[:k=v]]")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    p.add_argument("--probe", action="store_true", help="print what the semantic guard saw instead")
+    args = p.parse_args()
+    if args.probe:
+        probe(args.seeds)
+    else:
+        table(args.arm or ["semantic", "median", "mean"], args.seeds)
+
+
+if __name__ == "__main__":
+    main()
