@@ -235,13 +235,19 @@ def _consensus(
     }
 
 
+RECOVERY_STAY_ROUNDS = 2
+"""Measured rounds after a fault's recovery round that must stay under the bound too."""
+
+
 def _fault_recovery(
     faults: Sequence[Mapping[str, Any]], rounds: Sequence[Mapping[str, Any]], bound: float = CONSENSUS_BOUND
 ) -> list[dict[str, Any]]:
     """Each fault record plus its recovery.
 
-    ``recovered_round`` is the first round ≥ its firing round with distance ≤ ``bound``, ``recovery_rounds`` how
-    many rounds after it fired that was; both None if it never did or never fired.
+    ``recovered_round`` is the first round ≥ its firing round from which the distance is ≤ ``bound`` and stays so
+    for the :data:`RECOVERY_STAY_ROUNDS` measured rounds after it (a fault's spike may come a round or two after
+    it fires: a frozen peer's stale state shows once it runs again); ``recovery_rounds`` how many rounds after it
+    fired that was; both None if it never did or never fired.
     """
     measured = [
         (r["round"], r["consensus_distance"]) for r in rounds if r.get("consensus_distance") is not None
@@ -252,7 +258,8 @@ def _fault_recovery(
         fired_round = record.get("fired_round")
         entry["recovered_round"] = entry["recovery_rounds"] = None
         if record.get("fired") and isinstance(fired_round, int):
-            later = [r for r, d in measured if r >= fired_round and d <= bound]
+            later = [r for i, (r, d) in enumerate(measured) if r >= fired_round and d <= bound
+                     and all(d2 <= bound for _, d2 in measured[i + 1:i + 1 + RECOVERY_STAY_ROUNDS])]
             if later:
                 entry["recovered_round"] = min(later)
                 entry["recovery_rounds"] = min(later) - fired_round

@@ -486,8 +486,9 @@ def test_build_report_takes_the_last_snapshot_round_and_records_fault_recovery()
         "rounds_over_bound": [1],
     }
     assert [r["consensus_distance"] for r in report["rounds"]] == [0.002, 0.02]
-    assert [f["recovered_round"] for f in report["faults"]] == [0, None, None]
-    assert [f["recovery_rounds"] for f in report["faults"]] == [0, None, None]
+    # round 0 is under the bound but round 1, after it, is not: no fault has recovered
+    assert [f["recovered_round"] for f in report["faults"]] == [None, None, None]
+    assert [f["recovery_rounds"] for f in report["faults"]] == [None, None, None]
     assert report["start_retries"] == {"2": 2}
     assert report["startup"]["swarm_s"] == 10.0
     assert report["memory"]["max_mib"] == 1.0
@@ -557,3 +558,15 @@ def test_peer_commands_carry_snapshot_control_checkpoint_and_a_join_timeout_grow
     assert large[large.index("--checkpoint-dir") + 1] == str(tmp_path / "peer5.checkpoint")
     fixed = peer_command(SimulationConfig(honest=32, byzantine=0, join_timeout_s=50.0), 0, ["/x"], tmp_path)
     assert fixed[fixed.index("--join-timeout-s") + 1] == "50"
+
+
+def test_a_fault_recovers_only_where_the_distance_stays_under_the_bound() -> None:
+    """The spike of a frozen peer comes two rounds after its fault fired: recovery is after the spike."""
+    from p2p_guard.simulation.report import _fault_recovery
+
+    rounds = [{"round": r, "consensus_distance": d} for r, d in enumerate([0.001, 0.002, 0.003, 0.2, 0.02, 0.004,
+                                                                           0.003, 0.002])]
+    faults = [{"number": 1, "fired": True, "fired_round": 1}, {"number": 2, "fired": True, "fired_round": 6},
+              {"number": 3, "fired": True, "fired_round": 7}]
+    got = [(f["recovered_round"], f["recovery_rounds"]) for f in _fault_recovery(faults, rounds)]
+    assert got == [(5, 4), (6, 0), (7, 0)]  # the last rounds have fewer rounds after them to check
