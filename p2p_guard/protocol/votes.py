@@ -109,8 +109,16 @@ class Votes:
         Rejections for a circumstantial reason (``reasons.CIRCUMSTANTIAL_REASONS``: late, timed out, stale...) are
         left out: they are not evidence about the sender's update, so the voter counts as not having judged it.
         """
-        return {v.sender_b58: v.accepted for v in self.verdicts
-                if v.accepted or v.reason not in CIRCUMSTANTIAL_REASONS}
+        return evidence_map(self.verdicts)
+
+
+def evidence_map(verdicts: Iterable[VoteVerdict]) -> dict[str, bool]:
+    """``{sender PeerID b58: accepted}`` of ``verdicts``, without rejections for a circumstantial reason.
+
+    A rejection whose reason is in ``reasons.CIRCUMSTANTIAL_REASONS`` (late, timed out, stale, unreachable...)
+    says nothing about the sender's update, so the sender counts as not judged (``guard.reputation``).
+    """
+    return {v.sender_b58: v.accepted for v in verdicts if v.accepted or v.reason not in CIRCUMSTANTIAL_REASONS}
 
 
 def sign_votes(run_id: str, round_: int, verdicts: Iterable[VoteVerdict], identity: Identity) -> bytes:

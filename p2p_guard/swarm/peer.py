@@ -380,8 +380,7 @@ class Peer:
             return None
         steps = gossip_steps(len(others) + 1, self.config.mix_peers, early=round_ < self.config.early_mix_rounds,
                              early_steps=self.config.early_mix_steps, max_steps=MAX_MIX_STEPS)
-        start = self.local.theta.clone()
-        own = start.clone()
+        start = own = self.local.theta  # θ is replaced, never modified in place: no copy needed
         result = MixCorrection(round=round_, theta=torch.zeros_like(start))
         for step in range(steps):
             if step > 0:
@@ -1271,18 +1270,22 @@ def _known_peers(folder: str | None, given: tuple[str, ...]) -> list[str]:
 
 
 def _snapshot_path(folder: str | None, round_: int) -> str | None:
-    """``folder/rNNNNN.npy``, where round ``round_``'s θ snapshot goes (None without a folder)."""
+    """``folder/rNNNNN.npy``, where round ``round_``'s θ snapshot goes (None without a folder).
+
+    The name the simulation reads back (``simulation.snapshots.snapshot_path``); the swarm does not import the
+    simulation package, so the rule is written on both sides.
+    """
     return str(Path(folder) / f"r{round_:05d}.npy") if folder else None
 
 
 def _write_snapshot(folder: str | None, round_: int, theta: torch.Tensor) -> str | None:
     """Write θ to ``folder/rNNNNN.npy`` atomically (for consensus-distance reports); return the path."""
-    if not folder:
+    path = _snapshot_path(folder, round_)
+    if path is None:
         return None
-    path = Path(folder)
-    path.mkdir(parents=True, exist_ok=True)
-    final = path / f"r{round_:05d}.npy"
-    tmp = path / f".r{round_:05d}.npy.tmp"
+    final = Path(path)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.tmp")
     with open(tmp, "wb") as fh:
         np.save(fh, theta.numpy())
     os.replace(tmp, final)

@@ -23,8 +23,7 @@ from typing import Any
 
 from p2p_guard.guard.reputation import Reputation, ReputationUpdate
 from p2p_guard.identity import Identity
-from p2p_guard.protocol.reasons import CIRCUMSTANTIAL_REASONS
-from p2p_guard.protocol.votes import VoteVerdict
+from p2p_guard.protocol.votes import VoteVerdict, evidence_map
 from p2p_guard.swarm.allowlist import filter_allowed
 from p2p_guard.swarm.dht import SwarmDHT
 from p2p_guard.swarm.verdicts import SenderVerdict
@@ -76,8 +75,7 @@ class VoteBook:
         """
         votes = vote_verdicts(verdicts, me=self.me)
         # Only the last round is ever folded; a circumstantial rejection (late, timed out...) is no evidence.
-        self._own = {round_: {v.sender_b58: v.accepted for v in votes
-                              if v.accepted or v.reason not in CIRCUMSTANTIAL_REASONS}}
+        self._own = {round_: evidence_map(votes)}
         if self.smear is not None:
             votes = self.smear(votes)
         if not await publish_votes(self.dht, self.run_id, round_, votes, self.identity):
