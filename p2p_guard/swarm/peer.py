@@ -1009,6 +1009,33 @@ async def _maybe_catch_up(peer: Peer, round_: int, others: dict[str, int], stop:
     return round_
 
 
+async def _catch_up_after_jump(peer: Peer, round_: int, stop: asyncio.Event) -> tuple[int, bool]:
+    """Catch up at once after our update jumped rounds; return (the round to continue from, apply round_'s step).
+
+    A peer frozen (SIGSTOP) or stalled in the middle of its inner phase finds the swarm ahead only when it commits:
+    its update of base round b goes into round ``round_`` ≥ b + ``catch_up_behind`` (with a staleness weight at
+    the others), but its θ missed the outer steps of rounds b … round_ − 1. Catching up only at the next round's
+    start left it to finish ``round_`` on that stale θ: in stop 16's chaos soak (seed 1) the frozen peer's own
+    snapshot of round 7 stood 0.202 from the swarm. So the catch-up runs now, beside the round's communication
+    (``min_round`` = ``round_``: the states at the start of ``round_``), and the round's step is applied to the
+    adopted θ. If the sources already served a later round's states, those hold round_'s step: it is skipped and
+    we continue from that round. If the catch-up fails, ``peer.jumped`` stays set and the next round's start
+    tries again (:func:`_maybe_catch_up`).
+    """
+    others = await peer.others_present()
+    if not others:
+        return round_ + 1, True
+    peer.log.info("our update of an earlier round went into round %d (we were frozen or slow): our state missed "
+                  "the swarm's outer steps; catching up now", round_)
+    adopted = await peer.catch_up(others, stop, min_round=round_)
+    if adopted is None:
+        return round_ + 1, True
+    peer.jumped = False
+    if adopted > round_:
+        return adopted, False
+    return round_ + 1, True
+
+
 async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyncio.Event,
                       events: EventLog) -> int:
     round_ = await _start_round(peer, config, stop)
@@ -1018,6 +1045,7 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
     completed = 0
     pending: asyncio.Task[RoundOutcome] | None = None
     pending_inner: InnerResult | None = None
+    pending_step = True
     clock = _RoundClock(peer)
     deferred = _DeferredMix()
     with bar:
@@ -1031,7 +1059,8 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
             with clock.timed("inner"):
                 inner = await peer.inner(round_)
             if pending is not None:
-                completed += await _finish(peer, pending, pending_inner, clock, bar, stop, deferred, fresh=inner)
+                completed += await _finish(peer, pending, pending_inner, clock, bar, stop, deferred, fresh=inner,
+                                           apply_step=pending_step)
                 pending = None
             if stop.is_set() or (last is not None and round_ >= last):
                 break
@@ -1049,12 +1078,18 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
             mix = config.mix_every > 0 and (round_ % config.mix_every == 0 or target > inner.base_round + 1)
             pending = asyncio.create_task(peer.communicate(round_, sent, sealed, serve, stop, mix=mix))
             pending_inner = inner
+            next_round, pending_step = round_ + 1, True
+            if peer.jumped:
+                with clock.timed("presence"):
+                    next_round, pending_step = await _catch_up_after_jump(peer, round_, stop)
             if not config.overlap:
-                completed += await _finish(peer, pending, pending_inner, clock, bar, stop, deferred)
+                completed += await _finish(peer, pending, pending_inner, clock, bar, stop, deferred,
+                                           apply_step=pending_step)
                 pending = None
-            round_ += 1
+            round_ = next_round
         if pending is not None and not stop.is_set():
-            completed += await _finish(peer, pending, pending_inner, clock, bar, stop, deferred)
+            completed += await _finish(peer, pending, pending_inner, clock, bar, stop, deferred,
+                                       apply_step=pending_step)
         elif pending is not None:
             pending.cancel()
             with contextlib.suppress(BaseException):
@@ -1169,8 +1204,11 @@ class _RoundClock:
 
 async def _finish(peer: Peer, pending: asyncio.Task[RoundOutcome], inner: InnerResult | None, clock: _RoundClock,
                   bar: tqdm, stop: asyncio.Event, deferred: _DeferredMix, *,  # type: ignore[type-arg]
-                  fresh: InnerResult | None = None) -> int:
+                  fresh: InnerResult | None = None, apply_step: bool = True) -> int:
     """Await a round's communication, apply it (outer step + mixing), checkpoint, snapshot, report. 1 if done.
+
+    Without ``apply_step`` the round's aggregate is not applied: a catch-up after a jump
+    (:func:`_catch_up_after_jump`) adopted the swarm's state of a later round, which holds this round's step.
 
     With ``fresh`` (overlap) the round's mixing is deferred (:class:`_DeferredMix`): it runs beside the next inner
     phase and is applied here at the next round's end, before that round's step.
@@ -1190,7 +1228,8 @@ async def _finish(peer: Peer, pending: asyncio.Task[RoundOutcome], inner: InnerR
     deferring = fresh is not None and outcome.mix
     with clock.timed("mix"):
         await deferred.apply(peer, outcome)
-        peer.step(outcome)
+        if apply_step:
+            peer.step(outcome)
         if deferring:
             deferred.start(peer, outcome.round, stop)
         elif outcome.mix:

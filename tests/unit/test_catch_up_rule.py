@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from p2p_guard.swarm.peer import _maybe_catch_up
+from p2p_guard.swarm.peer import _catch_up_after_jump, _maybe_catch_up
 
 
 @dataclass
@@ -25,10 +25,19 @@ class _Peer:
     config: _Config = field(default_factory=_Config)
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("test"))
     asked: int = 0
+    present: dict[str, int] = field(default_factory=dict)
+    serves: int | None = -1  # the round the sources' states are of (-1: the median presence round; None: failure)
+    min_rounds: list[int] = field(default_factory=list)
 
-    async def catch_up(self, others: dict[str, int], stop: asyncio.Event, *, min_round: int = 0) -> int:
+    async def catch_up(self, others: dict[str, int], stop: asyncio.Event, *, min_round: int = 0) -> int | None:
         self.asked += 1
+        self.min_rounds.append(min_round)
+        if self.serves is None or self.serves >= 0:
+            return self.serves
         return sorted(others.values())[(len(others) - 1) // 2]
+
+    async def others_present(self) -> dict[str, int]:
+        return self.present
 
 
 def _decide(round_: int, swarm: int, **kwargs: object) -> tuple[int, int]:
@@ -57,3 +66,18 @@ def test_alone_never_catches_up() -> None:
     peer = _Peer()
     assert asyncio.run(_maybe_catch_up(peer, 3, {}, asyncio.Event(), checkpoint_round=3)) == 3  # type: ignore[arg-type]
     assert peer.asked == 0
+
+
+@pytest.mark.parametrize(("present", "serves", "expected"), [
+    ({"a": 7, "b": 7, "c": 8}, 7, (8, True, False)),   # states of the start of round 7: apply 7's step, go on to 8
+    ({"a": 8, "b": 8, "c": 8}, 8, (8, False, False)),  # states of round 8 already hold 7's step: skip it, stay at 8
+    ({"a": 7, "b": 7}, None, (8, True, True)),         # the catch-up failed: keep our θ, try again at the next start
+    ({}, 7, (8, True, True)),                          # nobody present: nothing to catch up to
+])
+def test_a_jumped_update_catches_up_before_its_round_is_applied(
+        present: dict[str, int], serves: int | None, expected: tuple[int, bool, bool]) -> None:
+    """Frozen mid-inner, we committed base round 5 into round 7: catch up now, from round 7's states on."""
+    peer = _Peer(jumped=True, present=present, serves=serves)
+    next_round, apply_step = asyncio.run(_catch_up_after_jump(peer, 7, asyncio.Event()))  # type: ignore[arg-type]
+    assert (next_round, apply_step, peer.jumped) == expected
+    assert peer.min_rounds == ([7] if present else [])
