@@ -1082,7 +1082,7 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
             if peer.jumped:
                 with clock.timed("presence"):
                     next_round, pending_step = await _catch_up_after_jump(peer, round_, stop)
-            if not config.overlap:
+            if not config.overlap or round_ < config.overlap_warmup_rounds:
                 completed += await _finish(peer, pending, pending_inner, clock, bar, stop, deferred,
                                            apply_step=pending_step)
                 pending = None

@@ -97,6 +97,7 @@ class TestPeerConfigValidation:
         ({"early_mix_steps": 0}, r"early_mix_steps must be in \[1, 8\]; got early_mix_steps=0"),
         ({"early_mix_steps": 9}, "early_mix_steps"),
         ({"early_mix_rounds": -1}, "early_mix_rounds must be >= 0"),
+        ({"overlap_warmup_rounds": -1}, "overlap_warmup_rounds must be >= 0; got overlap_warmup_rounds=-1"),
     ])
     def test_constructor_rejects(self, changes: dict[str, Any], name: str) -> None:
         with pytest.raises(ValueError, match=name):
@@ -106,7 +107,7 @@ class TestPeerConfigValidation:
         {"rounds": 0}, {"inner_steps": None}, {"inner_steps": 1}, {"quorum_fraction": 1.0},
         {"quorum_fraction": 1e-9}, {"port": 0}, {"port": 65535}, {"device": "cpu"}, {"device": "cuda"},
         {"peer_index": 2, "num_peers": 3}, {"min_peers": 1}, {"early_mix_steps": 1}, {"early_mix_steps": 8},
-        {"early_mix_rounds": 0},
+        {"early_mix_rounds": 0}, {"overlap": True, "overlap_warmup_rounds": 0},
     ])
     def test_boundaries_accepted(self, changes: dict[str, Any]) -> None:
         PeerConfig(**changes)
