@@ -7,6 +7,7 @@ aggregation, DiLoCo's outer Nesterov (lr, momentum as given):
     python docs/scripts/overlap_eager.py delay 10 0.7 0.9
     python docs/scripts/overlap_eager.py eager 10 0.7 0.9
     python docs/scripts/overlap_eager.py eager 10 0.7 0.6
+    python docs/scripts/overlap_eager.py eager 10 0.7 0.9 3   # the first 3 rounds sequential (overlap_warmup_rounds)
 
 ``delay`` applies round r's aggregate after round r + 1's inner phase; ``eager`` does the same but replaces the
 worker's own stale share of it by its fresh update, agg + (Δ_fresh − Δ_stale)/n (Kale et al., arXiv:2502.12996).
@@ -22,8 +23,8 @@ from p2p_guard.tasks import load_task
 from p2p_guard.training.local import LocalModel, round_generator
 
 
-def main(mode: str, rounds: int, lr: float, momentum: float, n: int = 4) -> None:
-    """Print the final accuracy of two workers and the loss of the first."""
+def main(mode: str, rounds: int, lr: float, momentum: float, warmup: int = 0, n: int = 4) -> None:
+    """Print the final accuracy of two workers and the loss of the first (rounds < ``warmup``: sequential)."""
     task = load_task("digits")
     peers = [LocalModel(task, seed=0, num_shards=n, shard_index=i, partition="iid", outer_lr=lr,
                         outer_momentum=momentum) for i in range(n)]
@@ -33,7 +34,7 @@ def main(mode: str, rounds: int, lr: float, momentum: float, n: int = 4) -> None
     for r in range(rounds):
         deltas = [p.train_round(steps, round_generator("x", 0, i, r, 1))[0] for i, p in enumerate(peers)]
         agg = torch.stack(deltas).mean(0)
-        if mode == "seq":
+        if mode == "seq" or r < warmup:
             for p in peers:
                 p.apply(agg)
         elif mode == "delay":
@@ -53,4 +54,5 @@ def main(mode: str, rounds: int, lr: float, momentum: float, n: int = 4) -> None
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]))
+    main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]),
+         int(sys.argv[5]) if len(sys.argv) > 5 else 0)
