@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from p2p_guard.cli.errors import EXIT_FAILED, EXIT_USAGE, print_error, print_warning
 from p2p_guard.cli.preflight import check_output_file
 from p2p_guard.cli.typed_config import add_config_flags, load_config
-from p2p_guard.simulation.config import SimulationConfig
+from p2p_guard.simulation.config import SimulationConfig, split_attack_mix
 from p2p_guard.simulation.faults import FaultPlan, check_plan_tools, load_plan
 
 if TYPE_CHECKING:
@@ -116,9 +116,11 @@ def _check_names(config: SimulationConfig) -> None:
     """
     from p2p_guard.cli.preflight import check_names, check_plugins
 
-    attack = config.attack if config.byzantine > 0 else None
-    check_names(config.task, config.guard, attack)
-    check_plugins(config.task, config.guard, attack)
+    attacks = split_attack_mix(config.attack) if config.byzantine > 0 and config.attack else (None,)
+    for attack in attacks:
+        check_names(config.task, config.guard, attack)
+    for attack in attacks:
+        check_plugins(config.task, config.guard, attack)
     from p2p_guard.protocol.codecs import codec_spec  # torch: already imported by check_plugins
 
     try:

@@ -39,16 +39,22 @@ from p2p_guard.protocol.reasons import CIRCUMSTANTIAL_REASONS, Rejected, RejectR
 from p2p_guard.protocol.records import RECORD_SIGNING_CONTEXT, open_signed_record
 
 __all__ = [
+    "EDGE_REASON",
     "MAX_VOTE_REASON_BYTES",
     "MAX_VOTES_BYTES",
     "MAX_VOTES_SENDERS",
     "VOTES_KIND",
     "VoteVerdict",
     "Votes",
+    "evidence_map",
+    "judged_map",
     "open_votes",
     "sign_votes",
 ]
 
+#: The reason of an accepted verdict on an edge row (``guard.reputation.edge_rows``): aggregated, but at the edge
+#: of what the guard lets through; it counts as a strike, not as an acceptance, in :func:`evidence_map`.
+EDGE_REASON = "edge"
 #: The ``kind`` field of a votes record.
 VOTES_KIND = "votes"
 #: Most verdicts one record may carry (one per sender of the round).
@@ -112,13 +118,23 @@ class Votes:
         return evidence_map(self.verdicts)
 
 
-def evidence_map(verdicts: Iterable[VoteVerdict]) -> dict[str, bool]:
+def judged_map(verdicts: Iterable[VoteVerdict]) -> dict[str, bool]:
     """``{sender PeerID b58: accepted}`` of ``verdicts``, without rejections for a circumstantial reason.
 
     A rejection whose reason is in ``reasons.CIRCUMSTANTIAL_REASONS`` (late, timed out, stale, unreachable...)
     says nothing about the sender's update, so the sender counts as not judged (``guard.reputation``).
     """
     return {v.sender_b58: v.accepted for v in verdicts if v.accepted or v.reason not in CIRCUMSTANTIAL_REASONS}
+
+
+def evidence_map(verdicts: Iterable[VoteVerdict]) -> dict[str, bool]:
+    """:func:`judged_map` with edge rows (reason :data:`EDGE_REASON`) counted as not accepted: a voter's ballots.
+
+    ``guard.reputation`` counts an edge row as a strike against its sender: aggregated, but at the edge of what
+    the guard lets through (longer than twice the round's median norm).
+    """
+    return {v.sender_b58: v.accepted and v.reason != EDGE_REASON
+            for v in verdicts if v.accepted or v.reason not in CIRCUMSTANTIAL_REASONS}
 
 
 def sign_votes(run_id: str, round_: int, verdicts: Iterable[VoteVerdict], identity: Identity) -> bytes:

@@ -4,16 +4,36 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from p2p_guard.swarm.config import check_seed
 
-__all__ = ["DEFAULT_TIMEOUT_S", "SimulationConfig", "check_partition"]
+__all__ = ["DEFAULT_TIMEOUT_S", "SimulationConfig", "check_partition", "split_attack_mix"]
 
 DEFAULT_TIMEOUT_S = 1200.0
 MIN_JOIN_TIMEOUT_S = 300.0
 JOIN_TIMEOUT_PER_PEER_S = 20.0
+
+
+_MIX_SEPARATOR = re.compile(r"\+(?=[A-Za-z_])")
+
+
+def split_attack_mix(spec: str) -> tuple[str, ...]:
+    """Split an attack mix ``SPEC+SPEC+...`` into its attack specs, in order.
+
+    A ``+`` separates two specs only where a name follows it (a letter or ``_``), so a parameter value such as
+    ``noise:std=1e+3`` stays whole. ``split_attack_mix("vote_smear+adaptive:margin=0.2")`` gives
+    ``("vote_smear", "adaptive:margin=0.2")``; a spec without ``+`` gives a 1-tuple.
+
+    Raises:
+        ValueError: a part is empty (``"a++b"``, a leading or trailing ``+``).
+    """
+    parts = tuple(part.strip() for part in _MIX_SEPARATOR.split(spec))
+    if any(not part or part.startswith("+") or part.endswith("+") for part in parts):
+        raise ValueError(f"attack mix must be SPEC or SPEC+SPEC+..., with no empty part, got {spec!r}")
+    return parts
 
 
 def check_partition(spec: str) -> str:
@@ -46,7 +66,11 @@ class SimulationConfig:
             or ``MODULE:CLASS``, with ``:key=value,...`` options (``shakespeare:n_layers=4``); see docs/tasks.md.
         honest: number of honest peers (at least 1).
         byzantine: number of simulated Byzantine peers.
-        attack: attack spec of the Byzantine peers (``NAME:key=value,...`` or ``module:Class``).
+        attack: attack spec of the Byzantine peers (``NAME:key=value,...`` or ``module:Class``), or a mix
+            ``SPEC+SPEC+...`` (:func:`split_attack_mix`): the Byzantine peers are split into that many contiguous
+            groups, as even as possible, the earlier specs taking one more (``byzantine=3``,
+            ``adaptive+vote_smear``: two ``adaptive`` peers, then one ``vote_smear``); each group's peers are told
+            their group's size as the number of colluders (``--byzantine-count``).
         rounds: outer rounds every peer runs.
         seed: run seed (the same for every peer: they start from the same θ_0).
         guard: aggregation rule of every peer (``semantic``, ``mean``, ...).
@@ -60,8 +84,8 @@ class SimulationConfig:
             least time the starting peers get for one of them to become ready (at least 30 s × start_concurrency).
         stop_grace_s: seconds a process group has after SIGTERM before SIGKILL.
         reputation: peers publish signed verdicts and keep a reputation.
-        reputation_exclusion: peers drop senders their reputation excludes (off by default, as for a peer: it can
-            fork small honest swarms; see ``PeerConfig.reputation_exclusion``).
+        reputation_exclusion: peers drop senders their reputation excludes (on by default, as for a peer; see
+            ``PeerConfig.reputation_exclusion``).
         start_concurrency: at most this many peers are starting at once (launched, not yet ``ready``); the next
             one is launched when one gets ready. 0: all at once. Bounds the CPU stampede of n imports on a small
             machine.
@@ -92,7 +116,7 @@ class SimulationConfig:
     startup_timeout_s: float = 120.0
     stop_grace_s: float = 10.0
     reputation: bool = True
-    reputation_exclusion: bool = False
+    reputation_exclusion: bool = True
     start_concurrency: int = 8
     start_retries: int = 2
     join_timeout_s: float | None = None
@@ -115,6 +139,9 @@ class SimulationConfig:
             _at_least("inner_steps", self.inner_steps, 1)
         if self.byzantine > 0 and not self.attack:
             raise ValueError(f"byzantine={self.byzantine} needs an attack spec")
+        if self.byzantine > 0 and self.attack and len(split_attack_mix(self.attack)) > self.byzantine:
+            raise ValueError(f"attack mix {self.attack!r} names {len(split_attack_mix(self.attack))} attacks for "
+                             f"byzantine={self.byzantine} peers: each attack needs at least one peer")
         if not self.task:
             raise ValueError("task must not be empty")
         if not self.guard:
@@ -175,6 +202,25 @@ class SimulationConfig:
     def is_byzantine(self, index: int) -> bool:
         """True for the peers after the honest ones."""
         return index >= self.honest
+
+    def attack_of(self, index: int) -> tuple[str, int] | None:
+        """The attack spec peer ``index`` runs and the size of its group (its colluders, itself included).
+
+        Returns:
+            ``(spec, group_size)`` for a Byzantine peer with an attack (one part of the mix, see ``attack``),
+            None for an honest peer or without an attack.
+        """
+        if not self.is_byzantine(index) or not self.attack or index >= self.num_peers:
+            return None
+        specs = split_attack_mix(self.attack)
+        base, extra = divmod(self.byzantine, len(specs))
+        sizes = [base + (1 if g < extra else 0) for g in range(len(specs))]
+        offset = index - self.honest
+        for spec, size in zip(specs, sizes, strict=True):
+            if offset < size:
+                return spec, size
+            offset -= size
+        return None  # unreachable: the sizes add up to byzantine
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved settings, as they go into the report."""

@@ -262,10 +262,11 @@ def peer_command(
         command += ["--max-upload-mbit", repr(float(config.max_upload_mbit))]
     if not config.reputation:
         command += ["--no-reputation"]
-    if config.reputation_exclusion:
-        command += ["--reputation-exclusion"]
-    if config.is_byzantine(index) and config.attack:
-        command += ["--attack", config.attack, "--byzantine-count", str(config.byzantine)]
+    command += ["--reputation-exclusion" if config.reputation_exclusion else "--no-reputation-exclusion"]
+    chosen = config.attack_of(index)
+    if chosen is not None:
+        spec, colluders = chosen
+        command += ["--attack", spec, "--byzantine-count", str(colluders)]
     return command
 
 

@@ -106,10 +106,11 @@ class PeerConfig:
             the identity file).
         reputation: publish signed verdicts every round and fold everyone's into a per-sender reputation
             (``swarm.standing``); False: neither.
-        reputation_exclusion: also drop, before aggregation, senders the reputation excludes (our own guard
-            rejected them persistently and the votes we weigh agree). Off by default: in small swarms near
-            convergence the guard's own false positives can get an honest peer excluded by the others but not by
-            itself, which forks the honest models (found in a 3-honest-peer, 100-round run).
+        reputation_exclusion: also drop, before aggregation, senders the reputation excludes (our own guard struck
+            them in 3 of their last 4 rounds and rejected them at least once, and the votes we weigh agree:
+            ``guard.reputation``). On by default since protocol version 2: each peer owns its model, so an
+            exclusion by one honest peer never needs the others to agree, and neither small model differences
+            nor Byzantine votes can exclude an honest sender (docs/threat-model.md §3.7a).
         start_peers: the first round waits until this many peers (self included) are present (None: ``min_peers``);
             later rounds pause only below ``min_peers``. ``simulate`` starts the swarm together with it.
         fanout: k, the most payloads fetched per round, drawn with private randomness among the round's commits
@@ -202,7 +203,7 @@ class PeerConfig:
     state_out: str | None = None
     proof_dir: str | None = None
     reputation: bool = True
-    reputation_exclusion: bool = False
+    reputation_exclusion: bool = True
     start_peers: int | None = None
     fanout: int = 8
     max_staleness: int = 4

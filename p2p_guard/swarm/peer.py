@@ -719,16 +719,19 @@ class Peer:
             for sender in update.newly_excluded:
                 st = update.standings[sender]
                 self.log.log(logging.WARNING if enforced else logging.INFO,
-                             "%s %s: reputation %.2f, %d of our last %d verdicts rejected it",
+                             "%s %s: reputation %.2f, %d of our last %d verdicts struck it (%d rejections)",
                              "excluding from now on" if enforced else "reputation would exclude (exclusion off)",
-                             sender[-8:], st.score, st.own_rejections, self.votes.reputation.window)
+                             sender[-8:], st.score, st.own_strikes, self.votes.reputation.window,
+                             st.own_rejections)
                 self.events.emit("exclude" if enforced else "exclude_candidate", sender=sender, round=round_,
-                                 score=st.score, own_rejections=st.own_rejections)
+                                 score=st.score, own_rejections=st.own_rejections, own_strikes=st.own_strikes)
             for sender in update.readmitted:
                 self.log.info("readmitting %s for a fresh trial", sender[-8:])
                 self.events.emit("readmit", sender=sender, round=round_)
             self.events.emit("standing", round=round_ - 1,
                              scores={s: round(st.score, 4) for s, st in update.standings.items()},
+                             strikes={s: st.own_strikes for s, st in update.standings.items()},
+                             voter_weights={v: round(w, 4) for v, w in (update.voter_weights or {}).items()},
                              excluded=sorted(update.excluded), enforced=enforced)
         return self.votes.excluded if enforced else frozenset()
 

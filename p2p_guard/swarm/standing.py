@@ -7,23 +7,29 @@ the reputation excludes is dropped before aggregation in round r + 1 and later r
 until the reputation readmits it.
 
 Why the one-round lag: votes of round r are complete only after every peer has aggregated r; reading them at
-the end of r would see a different subset on different peers. Read during r + 1 they are the same set for
-every honest peer, so honest peers, whose own verdicts agree (the guard is deterministic), take the same
-exclusion decisions and keep identical models.
+the end of r would see a different subset on different peers. Read during r + 1 they are, as far as the DHT
+delivers them, the same set for every honest peer. Each peer owns its model (protocol version 2), so an
+exclusion is one peer's own decision: it never needs the others to agree, and honest peers that decide a round
+apart do not fork anything.
 
 Votes never exclude anyone on their own (``guard.reputation``: exclusion needs our own rejections), so a
 Byzantine majority of voters cannot make an honest peer drop an honest sender.
+
+An accepted row longer than twice the round's median norm (``guard.reputation.edge_rows``) is published as
+accepted with reason ``edge`` (``protocol.votes.EDGE_REASON``) and counts, in our reputation and in every
+reader's, as a strike: aggregated, but at the edge of what the guard lets through.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Collection, Iterable
 from typing import Any
 
-from p2p_guard.guard.reputation import Reputation, ReputationUpdate
+from p2p_guard.guard.reputation import Reputation, ReputationUpdate, edge_rows
 from p2p_guard.identity import Identity
-from p2p_guard.protocol.votes import VoteVerdict, evidence_map
+from p2p_guard.protocol.votes import EDGE_REASON, VoteVerdict, judged_map
 from p2p_guard.swarm.allowlist import filter_allowed
 from p2p_guard.swarm.dht import SwarmDHT
 from p2p_guard.swarm.verdicts import SenderVerdict
@@ -56,7 +62,7 @@ class VoteBook:
         self.reputation = reputation if reputation is not None else Reputation(me=self.me)
         self.smear = smear
         self.allowed = allowed
-        self._own: dict[int, dict[str, bool]] = {}
+        self._own: dict[int, tuple[dict[str, bool], frozenset[str]]] = {}
 
     @property
     def excluded(self) -> frozenset[str]:
@@ -66,6 +72,8 @@ class VoteBook:
     async def publish(self, round_: int, verdicts: Iterable[SenderVerdict]) -> list[VoteVerdict]:
         """Remember our verdicts of ``round_`` and publish them, signed (rewritten first by ``smear``).
 
+        Accepted rows longer than twice the round's median norm are published with reason ``edge``.
+
         Args:
             round_: The round the verdicts were given in.
             verdicts: The round's verdicts, ours included.
@@ -73,9 +81,13 @@ class VoteBook:
         Returns:
             The votes as published.
         """
-        votes = vote_verdicts(verdicts, me=self.me)
+        verdicts = list(verdicts)
+        edge = edge_rows({v.sender: v.norm for v in verdicts if v.norm is not None},
+                         {v.sender for v in verdicts if v.accepted and v.sender != self.me})
+        votes = [dataclasses.replace(v, reason=EDGE_REASON) if v.accepted and v.sender_b58 in edge else v
+                 for v in vote_verdicts(verdicts, me=self.me)]
         # Only the last round is ever folded; a circumstantial rejection (late, timed out...) is no evidence.
-        self._own = {round_: evidence_map(votes)}
+        self._own = {round_: (judged_map(votes), edge)}
         if self.smear is not None:
             votes = self.smear(votes)
         if not await publish_votes(self.dht, self.run_id, round_, votes, self.identity):
@@ -93,9 +105,10 @@ class VoteBook:
         Returns:
             The update, or None if we gave no verdicts in ``round_`` (a joiner's first round).
         """
-        own = self._own.pop(round_, None)
-        if own is None:
+        mine = self._own.pop(round_, None)
+        if mine is None:
             return None
+        own, edge = mine
         votes = filter_allowed(await read_votes(self.dht, self.run_id, round_), self.allowed)
         ballots = {voter: v.as_map() for voter, v in votes.items()}
-        return self.reputation.update(round_, own, ballots, ignore=ignore)
+        return self.reputation.update(round_, own, ballots, ignore=ignore, edge=edge)

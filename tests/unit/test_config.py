@@ -361,7 +361,7 @@ class TestGenerator:
         assert helps["quorum_fraction"].endswith("(default: 0.666667)")
         assert helps["max_payload_bytes"].endswith("(default: 268435456 = 256 MiB)")
         assert helps["reputation"].endswith("(default: on)")
-        assert helps["reputation_exclusion"].endswith("(default: off)")
+        assert helps["reputation_exclusion"].endswith("(default: on)")
         assert helps["task"].endswith("(default: digits)")
         assert helps["inner_steps"].endswith("(None: the task's default)")
         assert "%%" in helps["run_id"] or "%" not in helps["run_id"]
@@ -443,8 +443,10 @@ class TestEveryPeerSettingIsAFlagAndATomlKey:
 
     def test_bool_flags_both_ways(self) -> None:
         assert peer_cmd.resolve_config(peer_args("--initial-peers", MADDR, "--no-reputation")).reputation is False
-        on = peer_cmd.resolve_config(peer_args("--initial-peers", MADDR, "--reputation-exclusion"))
+        on = peer_cmd.resolve_config(peer_args("--initial-peers", MADDR))
         assert on.reputation_exclusion is True
+        off = peer_cmd.resolve_config(peer_args("--initial-peers", MADDR, "--no-reputation-exclusion"))
+        assert off.reputation_exclusion is False
 
     def test_bad_toml_type_names_file_and_key(self, tmp_path: Path) -> None:
         path = tmp_path / "p.toml"

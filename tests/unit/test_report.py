@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from p2p_guard.simulation import figures
-from p2p_guard.simulation.config import SimulationConfig, check_partition
+from p2p_guard.simulation.config import SimulationConfig, check_partition, split_attack_mix
 from p2p_guard.simulation.events import EventReader, read_events
 from p2p_guard.simulation.orchestrator import bootstrap_command, peer_command, write_report
 from p2p_guard.simulation.report import (
@@ -300,6 +300,39 @@ def test_peer_commands_put_honest_peers_first_and_give_attackers_the_attack(tmp_
     assert "--attack" not in honest
     assert attacker[attacker.index("--attack") + 1] == "sign_flip:scale=10"
     assert attacker[attacker.index("--byzantine-count") + 1] == "1"
+
+
+def test_an_attack_mix_splits_the_attackers_into_contiguous_groups(tmp_path: Path) -> None:
+    config = SimulationConfig(honest=7, byzantine=3, attack="adaptive+vote_smear", rounds=4)
+    assert [config.attack_of(i) for i in range(10)] == [None] * 7 + [("adaptive", 2)] * 2 + [("vote_smear", 1)]
+    maddrs = ["/ip4/127.0.0.1/tcp/1/p2p/Qm1"]
+    commands = [peer_command(config, i, maddrs, tmp_path) for i in range(10)]
+    assert [c[c.index("--attack") + 1] for c in commands[7:]] == ["adaptive", "adaptive", "vote_smear"]
+    assert [c[c.index("--byzantine-count") + 1] for c in commands[7:]] == ["2", "2", "1"]
+    assert all("--attack" not in c for c in commands[:7])
+    three = SimulationConfig(honest=2, byzantine=4, attack="alie+noise:std=1e+3+sign_flip:scale=10")
+    assert [three.attack_of(i) for i in range(2, 6)] == [("alie", 2), ("alie", 2), ("noise:std=1e+3", 1),
+                                                         ("sign_flip:scale=10", 1)]
+
+
+@pytest.mark.parametrize(
+    ("spec", "parts"),
+    [("sign_flip", ("sign_flip",)), ("vote_smear+adaptive:margin=0.2", ("vote_smear", "adaptive:margin=0.2")),
+     ("noise:std=1e+3", ("noise:std=1e+3",)), ("my.mod:Cls:k=1+alie", ("my.mod:Cls:k=1", "alie"))],
+)
+def test_split_attack_mix(spec: str, parts: tuple[str, ...]) -> None:
+    assert split_attack_mix(spec) == parts
+
+
+@pytest.mark.parametrize("spec", ["alie++noise", "+alie", "alie+", "alie+ "])
+def test_split_attack_mix_rejects_an_empty_part(spec: str) -> None:
+    with pytest.raises(ValueError, match="no empty part"):
+        split_attack_mix(spec)
+
+
+def test_an_attack_mix_needs_a_peer_per_attack() -> None:
+    with pytest.raises(ValueError, match="names 2 attacks for byzantine=1 peers"):
+        SimulationConfig(honest=3, byzantine=1, attack="alie+vote_smear")
 
 
 def test_peer_commands_carry_the_codec_and_the_upload_cap(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import asyncio
 from p2p_guard.attacks.wire import VoteSmear
 from p2p_guard.guard.reputation import Reputation
 from p2p_guard.identity import Identity
-from p2p_guard.protocol.votes import sign_votes
+from p2p_guard.protocol.votes import EDGE_REASON, Votes, open_votes, sign_votes
 from p2p_guard.swarm.records import votes_key
 from p2p_guard.swarm.standing import VoteBook
 from p2p_guard.swarm.verdicts import SenderVerdict
@@ -75,8 +75,8 @@ def test_fold_uses_last_rounds_votes_and_excludes_after_the_window() -> None:
         update = asyncio.run(book.fold(r))
         assert update is not None and update.round == r
         excluded_after.append(sorted(update.excluded))
-    # prior 0.5, decay 0.5: scores 0.25, 0.125, 0.0625 (< 0.5 three rounds running, 3 own rejections).
-    assert excluded_after == [[], [], [attacker.peer_id_b58], [attacker.peer_id_b58]]
+    # prior 0.5, decay 0.5: scores 0.25, 0.125, 0.0625, 0.03125 (< 0.5 four rounds running, 4 own rejections).
+    assert excluded_after == [[], [], [], [attacker.peer_id_b58]]
     assert book.excluded == frozenset({attacker.peer_id_b58})
     assert honest.peer_id_b58 not in book.excluded
 
@@ -120,3 +120,34 @@ def test_late_timed_out_or_stale_honest_peers_are_never_excluded() -> None:
         assert update is not None
     assert book.excluded == frozenset({attacker.peer_id_b58})
     assert book.reputation.standing(slow.peer_id_b58) is None  # never judged: no evidence either way
+
+
+def _judged(sender: str, accepted: bool, norm: float) -> SenderVerdict:
+    return SenderVerdict.judged(sender, 0, accepted, None if accepted else "outlier", "", norm, 0.5, 1.0, 0)
+
+
+def test_an_edge_row_is_published_as_edge_and_struck_in_our_reputation() -> None:
+    """Norms 1.0 (us), 1.1, 0.9, 2.5 (accepted), 4.0 (rejected): median 1.1, limit 2.2 → the 2.5 row is an edge row.
+
+    It is published as accepted with reason ``edge`` (a reader counts it as a strike), and our own reputation
+    strikes it too (own standing 0) without counting a rejection.
+    """
+    me, a, b, long_row, rejected = _ids(5)
+    dht = MemoryDHT()
+    book = VoteBook(dht, RUN, me)  # type: ignore[arg-type]
+    verdicts = [_judged(me.peer_id_b58, True, 1.0), _judged(a.peer_id_b58, True, 1.1), _judged(b.peer_id_b58, True, 0.9),
+                _judged(long_row.peer_id_b58, True, 2.5), _judged(rejected.peer_id_b58, False, 4.0)]
+    published = asyncio.run(book.publish(0, verdicts))
+    assert {v.sender_b58: (v.accepted, v.reason) for v in published} == {
+        a.peer_id_b58: (True, ""), b.peer_id_b58: (True, ""), long_row.peer_id_b58: (True, EDGE_REASON),
+        rejected.peer_id_b58: (False, "outlier")}
+    votes = open_votes(dht.values[votes_key(RUN, 0)][me.peer_id_b58], run_id=RUN, round_=0)
+    assert isinstance(votes, Votes)
+    assert votes.as_map() == {a.peer_id_b58: True, b.peer_id_b58: True, long_row.peer_id_b58: False,
+                              rejected.peer_id_b58: False}
+    update = asyncio.run(book.fold(0))
+    assert update is not None
+    edge = update.standings[long_row.peer_id_b58]
+    assert (edge.own_standing, edge.own_strikes, edge.own_rejections, edge.score) == (0.0, 1, 0, 0.25)
+    assert update.standings[a.peer_id_b58].own_strikes == 0
+    assert update.standings[rejected.peer_id_b58].own_rejections == 1

@@ -19,11 +19,14 @@ from p2p_guard.identity import Identity
 from p2p_guard.protocol import ENVELOPE_SIGNING_CONTEXT, PROTOCOL_VERSION, Envelope, Rejected, RejectReason
 from p2p_guard.protocol.records import RECORD_SIGNING_CONTEXT, open_signed_record, sign_record
 from p2p_guard.protocol.votes import (
+    EDGE_REASON,
     MAX_VOTE_REASON_BYTES,
     MAX_VOTES_BYTES,
     MAX_VOTES_SENDERS,
     Votes,
     VoteVerdict,
+    evidence_map,
+    judged_map,
     open_votes,
     sign_votes,
 )
@@ -289,3 +292,13 @@ def test_as_map_leaves_out_circumstantial_rejections() -> None:
     votes = open_votes(sign_votes(RUN, 3, verdicts, ALICE), run_id=RUN, round_=3)
     assert isinstance(votes, Votes)
     assert votes.as_map() == {DAVE.peer_id_b58: True, MALLORY.peer_id_b58: False}
+
+
+def test_edge_rows_are_strikes_in_the_ballots_but_judged_as_accepted() -> None:
+    verdicts = [VoteVerdict(BOB.peer_id, True, EDGE_REASON), VoteVerdict(CAROL.peer_id, False, "timeout"),
+                VoteVerdict(DAVE.peer_id, True, "accepted"), VoteVerdict(MALLORY.peer_id, False, EDGE_REASON)]
+    assert evidence_map(verdicts) == {BOB.peer_id_b58: False, DAVE.peer_id_b58: True, MALLORY.peer_id_b58: False}
+    assert judged_map(verdicts) == {BOB.peer_id_b58: True, DAVE.peer_id_b58: True, MALLORY.peer_id_b58: False}
+    votes = open_votes(sign_votes(RUN, 3, verdicts, ALICE), run_id=RUN, round_=3)
+    assert isinstance(votes, Votes)
+    assert votes.as_map() == evidence_map(verdicts)
