@@ -257,8 +257,8 @@ def test_allow_list_refuses_others() -> None:
         admitted = PayloadServer(RUN, allowed=frozenset({OTHER, client.peer_id.to_base58()}))
         await admitted.attach(server)
         admitted.reveal(0, b"secret")
-        served = await fetch(client, server.peer_id, RUN, ["payload", 0], max_bytes=6, timeout_s=10)
-        assert served == FetchResult(OK, b"secret")
+        served = await fetch_payload(client, server.peer_id, RUN, 0, verifier_for(b"secret"), timeout_s=10)
+        assert served == FetchResult(OK, bytearray(b"secret"))
 
     run_with_pair(scenario)
 
