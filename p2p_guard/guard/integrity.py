@@ -142,7 +142,8 @@ def check_envelope(env: Envelope, expect: RoundExpectation) -> Accepted | Reject
     return Accepted()
 
 
-def check_payload(env: Envelope, payload: bytes, expect: RoundExpectation) -> torch.Tensor | Rejected:
+def check_payload(env: Envelope, payload: bytes | bytearray | memoryview, expect: RoundExpectation
+                  ) -> torch.Tensor | Rejected:
     """Check a received payload against its envelope and decode it.
 
     Runs :func:`check_envelope` first (it is cheap), so an update can never be decoded from an envelope

@@ -12,6 +12,10 @@ A codec string is a name from :data:`CODECS`, optionally with parameters (only `
 §2). The receiver computes the exact size from the envelope's codec string and the model's d before it
 reads a byte (:func:`expected_payload_bytes`), and every decoder returns ``Rejected`` on hostile bytes.
 
+Hard caps are per codec: a receiver never reads more than ``payload_cap_bytes(codec, P)``, the codec's exact size
+for P = ``max_parameters`` parameters (:data:`MAX_PARAMETERS` = 2**28 ≈ 268M by default), so a 100M-parameter
+update crosses in every codec and no codec's cap lets a sender declare more than P parameters' worth of bytes.
+
 An fp16 value above 65504 in magnitude becomes ±Inf, which a receiver rejects as ``NON_FINITE``: an honest
 sender clips or uses fp32. Decoding always returns float32. Every codec but fp32 loses information; a sender
 keeps what was not sent in an error-feedback buffer (``training.error_feedback.ErrorFeedback``).
@@ -46,12 +50,14 @@ from p2p_guard.protocol.sparse import (
 __all__ = [
     "CODECS",
     "LOSSLESS_CODECS",
+    "MAX_PARAMETERS",
     "CodecSpec",
     "codec_spec",
     "decode_update",
     "encode_update",
     "expected_payload_bytes",
     "parse_codec",
+    "payload_cap_bytes",
 ]
 
 logger = logging.getLogger(__name__)
@@ -60,6 +66,9 @@ logger = logging.getLogger(__name__)
 CODECS: tuple[str, ...] = ("fp32", "fp16", "int8", "int4", "topk")
 #: Codecs whose decoded update is bit-identical to the encoded one (no error feedback needed).
 LOSSLESS_CODECS: tuple[str, ...] = ("fp32",)
+#: Default parameter cap P of the per-codec payload caps (:func:`payload_cap_bytes`): 2**28 ≈ 268M parameters
+#: (fp32 1 GiB, fp16 512 MiB, int8 ≈ 257 MiB, int4 ≈ 144 MiB, topk at 2% ≈ 12 MiB).
+MAX_PARAMETERS = 1 << 28
 _NUMPY_DTYPES = {"fp32": "<f4", "fp16": "<f2"}
 _MAX_CODEC_CHARS = 32
 _DENSITY = re.compile(r"density=([0-9]{1,3}(?:\.[0-9]{1,12})?(?:[eE]-?[0-9]{1,3})?)")
@@ -154,6 +163,28 @@ def expected_payload_bytes(codec: str, numel: int) -> int:
     if isinstance(numel, bool) or not isinstance(numel, int) or numel < 0:
         raise ValueError(f"numel must be a non-negative int, got {numel!r}")
     return spec.payload_bytes(numel)
+
+
+def payload_cap_bytes(codec: str, max_parameters: int = MAX_PARAMETERS) -> int:
+    """The hard cap on one payload in ``codec``: its exact size for ``max_parameters`` parameters.
+
+    ``cap(c, P) = payload_bytes(c, P)`` (formulas in the module docstring); every size formula grows with d,
+    so a payload within the cap declares at most P parameters. At P = 2**28: fp32 1,073,741,824 B, fp16
+    536,870,912, int8 269,484,032, int4 150,994,944, topk (ρ = 0.02) by its formula.
+
+    Args:
+        codec: A codec string (see :func:`parse_codec`).
+        max_parameters: P, the largest model accepted (parameters, > 0).
+
+    Returns:
+        The cap in bytes.
+
+    Raises:
+        ValueError: Unknown codec or ``max_parameters`` not a positive int (local configuration).
+    """
+    if isinstance(max_parameters, bool) or not isinstance(max_parameters, int) or max_parameters <= 0:
+        raise ValueError(f"max_parameters must be a positive int, got {max_parameters!r}")
+    return codec_spec(codec).payload_bytes(max_parameters)
 
 
 def encode_update(vector: torch.Tensor, codec: str) -> bytes:

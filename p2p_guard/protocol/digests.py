@@ -1,6 +1,6 @@
 """Digests: of a payload (what a sender commits to) and of the model state (what honest peers agree on).
 
-    payload_digest(b) = SHA-256(b)
+    payload_digest(b) = root(b), the root of b's two-level hash tree (``protocol.chunks``, protocol version 3)
     state_hash(v_1, ..., v_k) = SHA-256("p2p_guard.state.v1\\0" ‖ u64(k) ‖ u64(numel v_1) ‖ f32le(v_1) ‖ ... )
 
 where ``u64`` is an unsigned 64-bit little-endian integer and ``f32le`` the raw IEEE-754 float32
@@ -21,6 +21,8 @@ import struct
 import numpy as np
 import torch
 
+from p2p_guard.protocol.chunks import payload_root
+
 logger = logging.getLogger(__name__)
 
 #: Length in bytes of every digest and hash in the protocol.
@@ -28,27 +30,19 @@ DIGEST_BYTES = 32
 _STATE_HASH_CONTEXT = b"p2p_guard.state.v1\x00"
 
 
-def payload_digest(data: bytes) -> bytes:
-    """SHA-256 of a payload.
+def payload_digest(data: bytes | bytearray | memoryview) -> bytes:
+    """The hash-tree root of a payload: what an envelope's ``digest`` commits to.
+
+    A receiver checks a streamed payload chunk by chunk against the same root with
+    :class:`p2p_guard.protocol.chunks.ChunkVerifier`; this function hashes a payload held whole.
 
     Args:
         data: The payload bytes (bytes, bytearray or memoryview).
 
     Returns:
-        The 32-byte digest.
+        The 32-byte root (formula in ``protocol.chunks``).
     """
-    return hashlib.sha256(data).digest()
-
-
-def payload_hasher() -> hashlib._Hash:
-    """A fresh incremental hasher whose ``digest()`` equals :func:`payload_digest` of all bytes fed to it.
-
-    For checking a payload while it streams, chunk by chunk.
-
-    Returns:
-        A ``hashlib`` SHA-256 object.
-    """
-    return hashlib.sha256()
+    return payload_root(data)
 
 
 def state_hash(*vectors: torch.Tensor) -> bytes:

@@ -1,6 +1,6 @@
 """The signed commit envelope: what a peer publishes about its update before anyone sees the payload.
 
-Wire form (msgpack, version 2)::
+Wire form (msgpack, version 3)::
 
     envelope  = msgpack([body, signature])                      # array of 2 bin
     body      = msgpack([protocol_version, run_id, round, sender, base_hash,
@@ -16,8 +16,11 @@ with the body fields, in this order (see :data:`BODY_FIELDS`):
     sender                  bin         the signer's PeerID, 1..128 bytes (Ed25519: 38 bytes)
     base_hash               bin (32)    ``state_hash`` of the sender's state the update starts from: a claim,
                                         never a gate (version 2: every peer owns its model)
-    digest                  bin (32)    ``payload_digest`` of the payload the sender will serve
-    codec                   str         payload codec (``fp32``, ``fp16``), 1..32 UTF-8 bytes
+    digest                  bin (32)    root of the payload's hash tree (``protocol.chunks``: SHA-256 of the
+                                        list of per-chunk SHA-256 digests, 1 MiB chunks); version 2 had
+                                        the SHA-256 of the whole payload here
+    codec                   str         payload codec (``fp32``, ``fp16``, ``int8``, ``int4``, ``topk``...),
+                                        1..32 UTF-8 bytes
     shapes                  [[int]]     one shape per parameter tensor; ≤ 4096 tensors, rank ≤ 8
     n_samples               int         samples behind the update (informational, never a weight)
     payload_bytes           int         payload size in bytes, 0 ≤ size < 2**63
@@ -50,11 +53,13 @@ from p2p_guard.protocol.reasons import RejectReason, Rejected
 
 logger = logging.getLogger(__name__)
 
-#: The wire format version this code writes.
-PROTOCOL_VERSION = 2
+#: The wire format version this code writes (3: the envelope's ``digest`` is the payload's hash-tree root, and
+#: payloads stream as a digest list then chunks, each checked on arrival).
+PROTOCOL_VERSION = 3
 #: The versions :func:`open_envelope` accepts (version 1, the lock-step round, is gone: its peers cannot mix
-#: with version 2's, whose models are their own).
-SUPPORTED_VERSIONS: tuple[int, ...] = (2,)
+#: with version 2's, whose models are their own; version 2 committed a whole-payload SHA-256, which a version 3
+#: receiver cannot check chunk by chunk).
+SUPPORTED_VERSIONS: tuple[int, ...] = (3,)
 #: Default bound on a serialised envelope (bytes); larger input is rejected before parsing.
 MAX_ENVELOPE_BYTES = 64 * 1024
 #: Bounds on body fields (UTF-8 bytes for strings).

@@ -55,9 +55,11 @@ class PeerConfig:
         commit_timeout_s: deadline of the commit phase, in seconds.
         reveal_wait_s: after our commit phase closed, the longest we wait for the ``close`` records of the
             other senders of our closed set before revealing our payload anyway, in seconds.
-        fetch_timeout_s: deadline for fetching all payloads of a round, in seconds.
+        fetch_timeout_s: floor of each sender's payload deadline, in seconds; a large payload gets more, from its
+            declared size and the sender's measured rate (``swarm.pacing``).
         join_timeout_s: how long to wait for ``min_peers`` before giving up, in seconds.
-        max_payload_bytes: largest payload accepted from any sender, in bytes.
+        max_parameters: P, the largest model accepted, in parameters; each codec's hard cap on a payload is its
+            exact size for P parameters (``protocol.codecs.payload_cap_bytes``: fp32 4·P bytes, int8 ≈ P, ...).
         max_envelope_bytes: largest signed envelope accepted, in bytes.
         max_inbound_streams: concurrent inbound payload/state streams, all peers together (streams).
         max_inbound_streams_per_peer: concurrent inbound streams of one peer (streams); more get ``BUSY``.
@@ -176,7 +178,7 @@ class PeerConfig:
     reveal_wait_s: float = 10.0
     fetch_timeout_s: float = 30.0
     join_timeout_s: float = 300.0
-    max_payload_bytes: int = 256 * 1024 * 1024
+    max_parameters: int = 1 << 28  # protocol.codecs.MAX_PARAMETERS, written out: this module does not import torch
     max_envelope_bytes: int = 64 * 1024
     max_inbound_streams: int = 64
     max_inbound_streams_per_peer: int = 4
@@ -253,7 +255,7 @@ class PeerConfig:
                              f"got max_upload_mbit={self.max_upload_mbit}")
         if not 0.0 <= self.outer_momentum < 1.0:
             raise ValueError(f"outer_momentum must be in [0, 1); got outer_momentum={self.outer_momentum}")
-        _check_positive("max_payload_bytes", self.max_payload_bytes)
+        _check_positive("max_parameters", self.max_parameters)
         _check_positive("max_envelope_bytes", self.max_envelope_bytes)
         for name in ("max_inbound_streams", "max_inbound_streams_per_peer", "request_burst",
                      "min_serve_bytes_per_s", "min_fetch_bytes_per_s"):
@@ -303,7 +305,7 @@ class PeerConfig:
     @property
     def fetch_limits(self) -> FetchLimits:
         """The settings the payload fetches use (``swarm.rounds``)."""
-        return FetchLimits(run_id=self.run_id, max_payload_bytes=self.max_payload_bytes,
+        return FetchLimits(run_id=self.run_id, max_parameters=self.max_parameters,
                            fetch_timeout_s=self.fetch_timeout_s, fetch_idle_timeout_s=self.fetch_idle_timeout_s,
                            min_fetch_bytes_per_s=self.min_fetch_bytes_per_s)
 
@@ -395,14 +397,14 @@ class FetchLimits:
 
     Attributes:
         run_id: the run (part of every request).
-        max_payload_bytes: largest payload fetched from any sender, bytes.
-        fetch_timeout_s: deadline for all payloads of a round, seconds.
+        max_parameters: P of the per-codec payload caps (``protocol.codecs.payload_cap_bytes``), parameters.
+        fetch_timeout_s: floor of each sender's payload deadline, seconds (``swarm.pacing``).
         fetch_idle_timeout_s: longest wait for the next bytes of an answer, seconds.
         min_fetch_bytes_per_s: slowest average rate accepted after ``fetch_idle_timeout_s``, bytes per second.
     """
 
     run_id: str
-    max_payload_bytes: int
+    max_parameters: int
     fetch_timeout_s: float
     fetch_idle_timeout_s: float
     min_fetch_bytes_per_s: int

@@ -44,7 +44,7 @@ from p2p_guard.guard.apply import judge_rows
 from p2p_guard.guard.integrity import RoundExpectation
 from p2p_guard.identity import Identity, peer_id_to_b58
 from p2p_guard.protocol import CODECS, PROTOCOL_VERSION, Envelope, Rejected, RejectReason, encode_update, \
-    open_envelope, payload_digest
+    open_envelope, payload_cap_bytes, payload_digest
 from p2p_guard.protocol.proof import EquivocationDetector, EquivocationProof, verify_proof
 from p2p_guard.protocol.records import sign_record
 from p2p_guard.swarm.allowlist import filter_allowed, load_allowlist
@@ -55,6 +55,7 @@ from p2p_guard.swarm.metrics import PeerMetrics, start_metrics
 from p2p_guard.swarm.reaper import start_reaper, stop_reaper_if_clean
 from p2p_guard.swarm.checkpoint import Checkpoint, CheckpointError, last_committed, load_checkpoint, mark_committed, \
     save_checkpoint
+from p2p_guard.swarm.pacing import RateBook
 from p2p_guard.swarm.mixing import MOMENTUM_MIX_RADIUS, clipped_gossip, gossip_steps, robust_centre
 from p2p_guard.swarm.records import COMMIT_TTL_S, PRESENCE_TTL_S, commit_key, presence_key, publish_leave, \
     publish_proof, read_closes, read_presence, read_proofs
@@ -237,6 +238,7 @@ class Peer:
         self.metrics: PeerMetrics | None = None  # the Prometheus endpoint's (``metrics_port``); None: off
         self.departures = Departures(dht, config.run_id)  # peers that left (signed leave records)
         self.suspects = Suspects()  # peers we could not reach lately (killed ones): not waited for, not mixed with
+        self.rates = RateBook()  # each sender's measured payload rate: its next fetch deadline (swarm.pacing)
 
     @property
     def attack_kind(self) -> str | None:
@@ -513,11 +515,12 @@ class Peer:
         envelopes, rejected = open_commits({s: raw for s, raw in commits.items() if s != self.me},
                                            self.config.commit_phase)
         expect = RoundExpectation(run_id=self.config.run_id, round=round_, shapes=self.local.shapes, codecs=CODECS,
-                                  max_payload_bytes=self.config.max_payload_bytes,
+                                  max_payload_bytes=max(payload_cap_bytes(c, self.config.max_parameters)
+                                                        for c in CODECS),
                                   max_staleness=self.config.max_staleness)
         sampled = sample_senders(envelopes, self.config.fanout, self.rng) if envelopes else []
         rows, more = await check_rows(self.p2p, {s: envelopes[s] for s in sampled}, expect,
-                                      self.config.fetch_limits, {}, stop, self.departures)
+                                      self.config.fetch_limits, {}, stop, self.departures, self.rates)
         self._note_reachability(rows, more)
         outcome.fetched = len(rows)
         outcome.bytes_received = sum(envelopes[s].payload_bytes for s in rows)
@@ -604,7 +607,7 @@ class Peer:
         return states
 
     async def _fetch_vector(self, kind: str, peer: str, key: int | list[int], wait_s: float, stop: asyncio.Event
-                            ) -> bytes | None:
+                            ) -> bytes | bytearray | None:
         size = 4 * self.local.numel
         deadline = time.monotonic() + wait_s
         gone = self.departures.event(peer)  # cut at once when it leaves, or when we stop

@@ -4,7 +4,8 @@ The state machine of round r for peer i (see ``docs/protocol.md``)::
 
     INNER    --commit-->  COMMITTED  --quorum+grace | all present | deadline-->  CLOSED (publish a close record)
     CLOSED   --close records of every other sender of our closed set | reveal_wait_s-->  REVEALED (serve it)
-    REVEALED --open envelopes, sample k senders (``swarm.sampling``), fetch payloads (bounded reads)-->  CHECKED
+    REVEALED --open envelopes, sample k senders (``swarm.sampling``), stream payloads (each chunk checked against
+               the committed root, one deadline per sender from its size and rate: ``swarm.pacing``)-->  CHECKED
     CHECKED  --re-read commits once, report late ones (grace_s after the reveal if a present peer had
                withheld its commit); guard, outer step-->  round r+1
 
@@ -32,18 +33,21 @@ from hivemind.p2p import P2P, PeerID
 
 from p2p_guard.guard.integrity import RoundExpectation, check_envelope, check_payload
 from p2p_guard.identity import Identity, peer_id_to_b58
-from p2p_guard.protocol import Envelope, Rejected, RejectReason, open_envelope, payload_digest
+from p2p_guard.protocol import ChunkVerifier, Envelope, Rejected, RejectReason, open_envelope, payload_cap_bytes
+from p2p_guard.protocol.codecs import parse_codec
 from p2p_guard.swarm.allowlist import filter_allowed
 from p2p_guard.swarm.config import CommitPhase, FetchLimits
 from p2p_guard.swarm.dht import SwarmDHT
+from p2p_guard.swarm.pacing import RateBook, extended_deadline_s, fetch_deadline_s
 from p2p_guard.swarm.records import commit_key, publish_close, read_closes, read_presence, read_roster
 from p2p_guard.swarm.transport import (
+    BAD_DATA,
     BUSY,
     NOT_READY,
     OK,
     TOO_SLOW,
     PayloadServer,
-    fetch,
+    fetch_payload,
 )
 
 __all__ = ["ClosedCommits", "Departures", "IntegrityVerdict", "await_closes", "await_commits", "check_rows",
@@ -361,7 +365,8 @@ async def revealed_payloads(p2p: P2P, dht: SwarmDHT, config: CommitPhase, limits
 
     What a copycat (``attacks.wire.Copycat``, a simulated adversary) polls. Each committer other than ``me``
     whose envelope opens and is signed by its subkey is asked once for its payload, with a bounded read
-    (``payload_bytes``) and ``timeout_s``; only payloads of exactly that size and digest are returned.
+    (``payload_bytes``, chunk by chunk against the committed root) and ``timeout_s``; only payloads that verify
+    are returned.
 
     Args:
         p2p: our P2P replica.
@@ -378,19 +383,34 @@ async def revealed_payloads(p2p: P2P, dht: SwarmDHT, config: CommitPhase, limits
     envelopes, _ = open_commits(await dht.read(commit_key(config.run_id, round_)), config)
     wanted = {s: env for s, env in sorted(envelopes.items())
               if s != me and env.run_id == config.run_id and env.round == round_
-              and env.payload_bytes <= limits.max_payload_bytes}
+              and _within_cap(env, limits.max_parameters) is None}
     results = await asyncio.gather(*(
-        fetch(p2p, PeerID(env.sender), config.run_id, ["payload", round_], max_bytes=env.payload_bytes,
-              timeout_s=timeout_s) for env in wanted.values()))
-    return [(env, result.data) for env, result in zip(wanted.values(), results)
-            if result.status == OK and result.data is not None and len(result.data) == env.payload_bytes
-            and payload_digest(result.data) == env.digest]
+        fetch_payload(p2p, PeerID(env.sender), config.run_id, round_, ChunkVerifier(env.digest, env.payload_bytes),
+                      timeout_s=timeout_s) for env in wanted.values()))
+    return [(env, bytes(result.data)) for env, result in zip(wanted.values(), results)
+            if result.status == OK and result.data is not None]
+
+
+def _within_cap(env: Envelope, max_parameters: int) -> Rejected | None:
+    """``OVERSIZE`` when the envelope declares more than its codec's cap (``protocol.codecs.payload_cap_bytes``)."""
+    spec = parse_codec(env.codec)
+    if isinstance(spec, Rejected):
+        return spec
+    cap = payload_cap_bytes(env.codec, max_parameters)
+    if env.payload_bytes > cap:
+        return Rejected(RejectReason.OVERSIZE, f"declares {env.payload_bytes} payload bytes, the {spec.name} cap "
+                                               f"for {max_parameters} parameters is {cap}")
+    return None
 
 
 async def check_rows(p2p: P2P, envelopes: dict[str, Envelope], expect: RoundExpectation, config: FetchLimits,
-                     local_payloads: dict[str, bytes], stop: asyncio.Event, departures: Departures | None = None
-                     ) -> tuple[dict[str, torch.Tensor], list[IntegrityVerdict]]:
-    """Check each envelope against the round, fetch its payload (bounded), and check the payload.
+                     local_payloads: dict[str, bytes], stop: asyncio.Event, departures: Departures | None = None,
+                     rates: RateBook | None = None) -> tuple[dict[str, torch.Tensor], list[IntegrityVerdict]]:
+    """Check each envelope against the round, stream its payload (verified chunk by chunk), and check the payload.
+
+    Each envelope must also be within its codec's cap (``payload_cap_bytes(codec, config.max_parameters)``,
+    else ``OVERSIZE``, before any byte is read). Each sender's fetch has its own deadline from its declared size
+    and measured rate (``swarm.pacing``); fetches run concurrently, so the phase lasts as long as the slowest.
 
     A fetch in flight ends at once when ``stop`` is set, or when its sender is seen to have left the swarm
     (``departures``, refreshed every :data:`POLL_S` meanwhile): such a sender gets no verdict (it did nothing
@@ -400,10 +420,12 @@ async def check_rows(p2p: P2P, envelopes: dict[str, Envelope], expect: RoundExpe
         p2p: our P2P replica.
         envelopes: verified envelopes by sender (base58).
         expect: what this round's updates must match (run, round, base hash, shapes, codecs, size limit).
-        config: the fetch limits (deadline, idle timeout and rate floor).
+        config: the fetch limits (deadline floor, idle timeout, rate floor, parameter cap).
         local_payloads: payloads we already hold (our own), by sender; they are not fetched.
         stop: set when the peer is shutting down.
         departures: the peers that left (None: not watched).
+        rates: each sender's measured rate, read for its deadline and updated by its fetch (None: every sender
+            counts as never measured, and nothing is recorded).
 
     Returns:
         ``{sender: (d,) float32 update}`` for the updates that passed, and one verdict per sender rejected.
@@ -412,25 +434,26 @@ async def check_rows(p2p: P2P, envelopes: dict[str, Envelope], expect: RoundExpe
     verdicts: list[IntegrityVerdict] = []
     to_fetch: dict[str, Envelope] = {}
     for sender, env in envelopes.items():
-        result = check_envelope(env, expect)
-        if isinstance(result, Rejected):
-            verdicts.append(IntegrityVerdict(sender, result.reason, result.detail))
+        checked = check_envelope(env, expect)
+        problem = checked if isinstance(checked, Rejected) else _within_cap(env, config.max_parameters)
+        if problem is not None:
+            verdicts.append(IntegrityVerdict(sender, problem.reason, problem.detail))
         else:
             to_fetch[sender] = env
-    deadline = time.monotonic() + config.fetch_timeout_s
+    rates = rates if rates is not None else RateBook()
     watch = departures.watching(stop) if departures is not None and to_fetch else contextlib.nullcontext()
     async with watch:
         fetched = await asyncio.gather(*(
-            _payload(p2p, sender, env, config, deadline, local_payloads, stop, departures)
+            _payload(p2p, sender, env, config, rates, local_payloads, stop, departures)
             for sender, env in to_fetch.items()))
     for (sender, env), payload in zip(to_fetch.items(), fetched):
         if payload is None:  # it left the swarm
             continue
-        checked = payload if isinstance(payload, Rejected) else check_payload(env, payload, expect)
-        if isinstance(checked, Rejected):
-            verdicts.append(IntegrityVerdict(sender, checked.reason, checked.detail))
+        row = payload if isinstance(payload, Rejected) else check_payload(env, payload, expect)
+        if isinstance(row, Rejected):
+            verdicts.append(IntegrityVerdict(sender, row.reason, row.detail))
         else:
-            rows[sender] = checked
+            rows[sender] = row
     return rows, verdicts
 
 
@@ -454,13 +477,17 @@ class _Unreachable:
         return self.tries >= UNREACHABLE_TRIES and self.last - self.since >= UNREACHABLE_GIVE_UP_S
 
 
-async def _payload(p2p: P2P, sender: str, env: Envelope, config: FetchLimits, deadline: float,
+async def _payload(p2p: P2P, sender: str, env: Envelope, config: FetchLimits, rates: RateBook,
                    local: dict[str, bytes], stop: asyncio.Event, departures: Departures | None = None
-                   ) -> bytes | Rejected | None:
-    """Fetch one sender's payload, retrying until ``deadline``; a sender cut for slowness is not retried.
+                   ) -> bytes | bytearray | Rejected | None:
+    """Stream one sender's payload, retrying (resuming after its verified chunks) until its own deadline.
 
-    A sender that cannot be reached at all (every try a transport failure for :data:`UNREACHABLE_GIVE_UP_S`,
-    :data:`UNREACHABLE_TRIES` tries or more) is rejected as ``unavailable`` then, not at the deadline.
+    The deadline is ``swarm.pacing.fetch_deadline_s`` of its declared size and measured rate; reached while
+    the stream still runs faster than the rate floor, it is extended once from this fetch's rate. A sender
+    cut for slowness (``TOO_SLOW``: a slowloris) is not retried, nor one whose bytes fail a check against its
+    committed root (``BAD_DATA``: the reason of the first bad chunk). A sender that cannot be reached at all
+    (every try a transport failure for :data:`UNREACHABLE_GIVE_UP_S`, :data:`UNREACHABLE_TRIES` tries or more)
+    is rejected as ``unavailable`` then, not at the deadline.
 
     None: we stopped, or the sender left the swarm (the fetch in flight is cut at once).
     """
@@ -470,18 +497,36 @@ async def _payload(p2p: P2P, sender: str, env: Envelope, config: FetchLimits, de
     detail = "no answer"
     gone = departures.event(sender) if departures is not None else asyncio.Event()
     unreachable = _Unreachable()
+    verifier = ChunkVerifier(env.digest, env.payload_bytes)
+    started = time.monotonic()
+    deadline = started + fetch_deadline_s(
+        env.payload_bytes, rates.rate(sender), fetch_timeout_s=config.fetch_timeout_s,
+        idle_timeout_s=config.fetch_idle_timeout_s, min_bytes_per_s=config.min_fetch_bytes_per_s)
+    extended = False
     while not stop.is_set() and not gone.is_set():
         remaining = deadline - time.monotonic()
+        if remaining <= 0 and not extended:
+            extended = True
+            more = extended_deadline_s(env.payload_bytes, verifier.received, time.monotonic() - started,
+                                       idle_timeout_s=config.fetch_idle_timeout_s,
+                                       min_bytes_per_s=config.min_fetch_bytes_per_s)
+            if more is not None:
+                logger.info("round %d: %s still streaming (%d of %d bytes): deadline extended to %.0f s", env.round,
+                            sender[-8:], verifier.received, env.payload_bytes, more)
+                deadline = started + more
+                remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
-        result = await first_of(fetch(p2p, peer, config.run_id, ["payload", env.round],
-                                      max_bytes=env.payload_bytes, timeout_s=remaining,
-                                      idle_timeout_s=config.fetch_idle_timeout_s,
-                                      min_bytes_per_s=config.min_fetch_bytes_per_s), stop, gone)
+        result = await first_of(fetch_payload(p2p, peer, config.run_id, env.round, verifier, timeout_s=remaining,
+                                              idle_timeout_s=config.fetch_idle_timeout_s,
+                                              min_bytes_per_s=config.min_fetch_bytes_per_s), stop, gone)
         if result is None:
             return None
         if result.status == OK and result.data is not None:
+            rates.record(sender, env.payload_bytes, time.monotonic() - started)
             return result.data
+        if result.status == BAD_DATA and result.rejected is not None:
+            return result.rejected
         if departures is not None and result.status != NOT_READY:  # a leaving peer withdraws its serve first
             await departures.refresh()
             if gone.is_set():
@@ -498,4 +543,7 @@ async def _payload(p2p: P2P, sender: str, env: Envelope, config: FetchLimits, de
         await asyncio.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
     if stop.is_set() or gone.is_set():
         return None
-    return Rejected(RejectReason.TIMEOUT, f"payload not received before the fetch deadline ({detail})")
+    rates.record(sender, verifier.received, time.monotonic() - started)  # its next deadline fits its rate
+    return Rejected(RejectReason.TIMEOUT, f"payload not received before its fetch deadline of "
+                                          f"{deadline - started:.1f} s ({verifier.received} of {env.payload_bytes} "
+                                          f"bytes; {detail})")

@@ -72,8 +72,8 @@ class TricklingPayloadServer(PayloadServer):
         """:data:`TRICKLE_HOLD_S`: the attacker never gives up on a reader itself."""
         return TRICKLE_HOLD_S
 
-    async def _stream(self, data: bytes, sender: AnswerSender) -> None:
-        view = memoryview(data)
+    async def _stream(self, data: tuple[bytes | memoryview, ...], sender: AnswerSender) -> None:
+        view = memoryview(b"".join(data))  # an attacker's copy: the honest server writes the parts in place
         head = min(self.head_bytes, len(view))
         await sender.send(view[:head])
         if self.bytes_per_s == 0:

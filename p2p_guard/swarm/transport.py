@@ -1,11 +1,16 @@
 """Payload and state transfer over hivemind P2P binary streams, with every read bounded.
 
 One stream handler per run, ``p2p_guard.v1.<run_id>.fetch``. A request is a 4-byte big-endian length and a
-msgpack array: ``["payload", round]`` (the sender's pseudo-gradient of that round, served only after its
-commit phase closed: commit before reveal) or ``["state", hash]`` (the model state with that 32-byte hash).
+msgpack array: ``["payload", round]`` or ``["payload", round, first_chunk]`` (the sender's pseudo-gradient of
+that round, served only after its commit phase closed: commit before reveal; from chunk ``first_chunk`` on, to
+resume a broken transfer) or ``["state", hash]`` (the model state with that 32-byte hash).
 The answer is one status byte (:data:`OK`, :data:`NOT_READY`, :data:`NOT_FOUND`, :data:`BAD_REQUEST`,
-:data:`BUSY`, :data:`FORBIDDEN`) and, after ``OK``, the raw bytes until the stream closes. The reader knows
-from the signed envelope how many bytes to expect and stops at the first byte past that size.
+:data:`BUSY`, :data:`FORBIDDEN`) and, after ``OK``, the raw bytes until the stream closes. For a payload these
+are the n·32-byte list of its chunk digests, then its bytes from chunk ``first_chunk`` on (the hash tree of
+``protocol.chunks``, protocol version 3). The reader knows from the signed envelope how many bytes to expect;
+:func:`fetch_payload` checks the list against the committed root and each 1 MiB chunk as it completes, cuts
+the sender at the first bad chunk or the first byte past the declared size, and holds at most the declared
+size (one buffer, written in place). :func:`fetch` reads other answers (states) bounded by ``max_bytes``.
 
 ``StreamInfo.peer_id`` is the caller as authenticated by libp2p; every server-side limit is keyed by it,
 never by anything in the request. The limits (see :class:`PayloadServer`) are checked as a stream opens,
@@ -16,10 +21,10 @@ limit, so a slow client (slowloris) holds a stream for a bounded time; refusals 
 With an upload cap (``max_upload_bytes_per_s``, the peer's ``max_upload_mbit``) every answer is written
 through one token bucket shared by all streams (:class:`p2p_guard.swarm.upload.UploadLimiter`); the time a
 stream waits for tokens does not count against its serve limit.
-On the client side, :func:`fetch` cuts an answer while reading it: at the first byte past the declared
-size, after ``idle_timeout_s`` without a byte, or when the answer falls below ``min_bytes_per_s`` (status
-:data:`TOO_SLOW`), and always at ``timeout_s``; so a trickling server (slowloris) costs bounded time and
-memory too.
+On the client side, :func:`fetch` and :func:`fetch_payload` cut an answer while reading it: at the first byte
+past the declared size, after ``idle_timeout_s`` without a byte, or when the answer falls below
+``min_bytes_per_s`` (status :data:`TOO_SLOW`), and always at ``timeout_s``; so a trickling server (slowloris)
+costs bounded time and memory too.
 """
 
 from __future__ import annotations
@@ -36,10 +41,13 @@ from typing import Any, TypeGuard, TypeVar
 import msgpack
 from hivemind.p2p import P2P, PeerID
 
+from p2p_guard.protocol.chunks import PAYLOAD_CHUNK_BYTES, ChunkVerifier, chunk_count, chunk_digests
+from p2p_guard.protocol.reasons import Rejected
 from p2p_guard.swarm.config import PeerConfig
 from p2p_guard.swarm.upload import UploadLimiter, mbit_to_bytes_per_s
 
 __all__ = [
+    "BAD_DATA",
     "BAD_REQUEST",
     "BUSY",
     "DEFAULT_FETCH_IDLE_TIMEOUT_S",
@@ -60,6 +68,7 @@ __all__ = [
     "PayloadServer",
     "ServerStats",
     "fetch",
+    "fetch_payload",
 ]
 
 logger = logging.getLogger(__name__)
@@ -68,10 +77,17 @@ OK, NOT_READY, NOT_FOUND, BAD_REQUEST, BUSY, FORBIDDEN = 0, 1, 2, 3, 4, 5
 #: :attr:`FetchResult.status` of an answer :func:`fetch` cut because the server stalled or sent too slowly
 #: (never on the wire; -1 is any other transport failure).
 TOO_SLOW = -2
+#: :attr:`FetchResult.status` of a payload :func:`fetch_payload` cut because its bytes failed a check against the
+#: committed root (a bad digest list or chunk, bytes past the declared size); :attr:`FetchResult.rejected` says why.
+BAD_DATA = -3
 #: Largest request body, in bytes.
 MAX_REQUEST_BYTES = 256
 #: Size of one stream write or read, in bytes (1 MiB).
 CHUNK_BYTES = 1 << 20
+#: After the last declared byte of a payload, how long :func:`fetch_payload` waits to see the stream end (an extra
+#: byte is ``OVERSIZE``; a sender that holds the stream open after its complete, verified payload is not waited
+#: for longer), in seconds.
+EXTRA_BYTES_WAIT_S = 1.0
 #: Default time a complete request has to arrive after the stream opens, in seconds.
 REQUEST_READ_TIMEOUT_S = 10.0
 #: Revealed rounds (and published states) kept for serving.
@@ -238,7 +254,7 @@ class PayloadServer:
         #: The shared upload bucket (None: no cap).
         self.upload = UploadLimiter(max_upload_bytes_per_s) if max_upload_bytes_per_s is not None else None
         self._clock = clock
-        self._payloads: dict[int, bytes] = {}
+        self._payloads: dict[int, tuple[bytes, bytes]] = {}  # round -> (payload, its chunk digests)
         self._states: dict[bytes, bytes] = {}
         self._thetas: dict[int, bytes] = {}
         self._momenta: dict[int, bytes] = {}
@@ -287,10 +303,14 @@ class PayloadServer:
         return self._withdrawn
 
     def reveal(self, round_: int, payload: bytes) -> None:
-        """Start serving ``payload`` as this peer's update of ``round_``."""
+        """Start serving ``payload`` as this peer's update of ``round_``.
+
+        Its chunk digests (``protocol.chunks``, 32 bytes per MiB) are computed here, once, and sent ahead of
+        the payload in every answer.
+        """
         if self._withdrawn:
             return
-        self._payloads[round_] = payload
+        self._payloads[round_] = (payload, chunk_digests(payload))
         for old in sorted(self._payloads)[:-MAX_KEPT_ROUNDS]:
             del self._payloads[old]
 
@@ -429,7 +449,7 @@ class PayloadServer:
                 writer.transport.abort()
                 return
             status, data = self._answer(request)
-            limit_s = self.serve_limit_s(len(data) if data is not None else 1)
+            limit_s = self.serve_limit_s(sum(len(part) for part in data) if data is not None else 1)
             sender = AnswerSender(writer, self.upload, self._count_sent)
             if not await _write_within(self._write_answer(status, data, sender), limit_s, sender):
                 self.stats.serve_timeouts += 1
@@ -462,7 +482,8 @@ class PayloadServer:
         finally:
             self._refusing -= 1
 
-    async def _write_answer(self, status: int, data: bytes | None, sender: AnswerSender) -> None:
+    async def _write_answer(self, status: int, data: tuple[bytes | memoryview, ...] | None,
+                            sender: AnswerSender) -> None:
         await sender.send(bytes([status]), count=False)
         if data is not None:
             await self._stream(data, sender)
@@ -471,15 +492,19 @@ class PayloadServer:
     def _count_sent(self, nbytes: int) -> None:
         self.bytes_sent += nbytes
 
-    def _answer(self, request: object) -> tuple[int, bytes | None]:
+    def _answer(self, request: object) -> tuple[int, tuple[bytes | memoryview, ...] | None]:
+        """The status and the parts of the answer's body (written one after the other) for ``request``."""
+        if isinstance(request, list) and request[:1] == ["payload"] and len(request) in (2, 3):
+            keys = [*request[1:], 0][:2]  # [round, first_chunk]
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in keys):
+                return BAD_REQUEST, None
+            return self._payload_answer(keys[0], keys[1])
         if not (isinstance(request, list) and len(request) == 2):
             return BAD_REQUEST, None
         kind, key = request
         if self._withdrawn:
             return NOT_FOUND, None
-        if kind == "payload" and isinstance(key, int) and not isinstance(key, bool):
-            data = self._payloads.get(key)
-        elif kind == "state" and isinstance(key, bytes):
+        if kind == "state" and isinstance(key, bytes):
             data = self._states.get(key)
         elif kind in ("theta", "momentum") and isinstance(key, int) and not isinstance(key, bool):
             table = self._thetas if kind == "theta" else self._momenta
@@ -490,14 +515,29 @@ class PayloadServer:
         else:
             return BAD_REQUEST, None
         if data is None:
-            return (NOT_READY if kind == "payload" else NOT_FOUND), None
-        if kind == "payload":
-            self.stats.payloads_served += 1
-        return OK, data
+            return NOT_FOUND, None
+        return OK, (data,)
 
-    async def _stream(self, data: bytes, sender: AnswerSender) -> None:
-        """Write the answer's bytes after the ``OK`` status byte with ``sender`` (which applies the upload cap)."""
-        await sender.send(data)
+    def _payload_answer(self, round_: int, first_chunk: int) -> tuple[int, tuple[bytes | memoryview, ...] | None]:
+        """``OK`` with (chunk digests, payload from ``first_chunk`` on), ``NOT_READY``, or ``BAD_REQUEST``.
+
+        ``BAD_REQUEST`` when ``first_chunk`` is outside ``[0, n]`` for the payload's n chunks.
+        """
+        if self._withdrawn:
+            return NOT_FOUND, None
+        served = self._payloads.get(round_)
+        if served is None:
+            return NOT_READY, None
+        payload, digests = served
+        if not 0 <= first_chunk <= chunk_count(len(payload)):
+            return BAD_REQUEST, None
+        self.stats.payloads_served += 1
+        return OK, (digests, memoryview(payload)[first_chunk * PAYLOAD_CHUNK_BYTES:])
+
+    async def _stream(self, data: tuple[bytes | memoryview, ...], sender: AnswerSender) -> None:
+        """Write the answer's parts after the ``OK`` status byte with ``sender`` (which applies the upload cap)."""
+        for part in data:
+            await sender.send(part)
 
 
 _V = TypeVar("_V")
@@ -627,7 +667,7 @@ async def _read_request(reader: asyncio.StreamReader) -> object:
         return _OVERLONG
     body = await reader.readexactly(length)
     try:
-        return msgpack.unpackb(body, raw=False, max_bin_len=64, max_str_len=16, max_array_len=2,
+        return msgpack.unpackb(body, raw=False, max_bin_len=64, max_str_len=16, max_array_len=3,
                                max_map_len=0, max_ext_len=0)
     except Exception:  # noqa: BLE001 - a malformed request gets BAD_REQUEST
         return None
@@ -641,14 +681,18 @@ class FetchResult:
         status: :data:`OK`, :data:`NOT_READY`, :data:`NOT_FOUND`, :data:`BAD_REQUEST`, :data:`BUSY` (over a
             limit of the server: retry later), :data:`FORBIDDEN` (not on its allow-list), :data:`TOO_SLOW`
             (the server stalled or sent slower than the floor: the answer was cut while reading), or -1 when
-            the stream failed otherwise (peer unreachable, closed early, ``timeout_s`` reached).
-        data: the bytes read after ``OK`` (at most ``max_bytes + 1``), else None.
+            the stream failed otherwise (peer unreachable, closed early, ``timeout_s`` reached), or
+            :data:`BAD_DATA` (:func:`fetch_payload` only: the bytes failed a check, see ``rejected``).
+        data: the bytes read after ``OK`` (at most ``max_bytes + 1``; :func:`fetch_payload`: the verified
+            payload, a bytearray of exactly the declared size), else None.
         detail: a short human-readable description of a failure.
+        rejected: with :data:`BAD_DATA`, why (``DIGEST_MISMATCH``, ``OVERSIZE``, ``DECODE_ERROR``).
     """
 
     status: int
-    data: bytes | None = None
+    data: bytes | bytearray | None = None
     detail: str = ""
+    rejected: Rejected | None = None
 
 
 async def fetch(p2p: P2P, peer: PeerID, run_id: str, request: list[object], *, max_bytes: int,
@@ -766,6 +810,111 @@ async def _fetch(p2p: P2P, peer: PeerID, run_id: str, request: list[object], max
         return FetchResult(OK, b"".join(chunks))
     finally:
         writer.close()
+
+
+async def fetch_payload(p2p: P2P, peer: PeerID, run_id: str, round_: int, verifier: ChunkVerifier, *,
+                        timeout_s: float, idle_timeout_s: float = DEFAULT_FETCH_IDLE_TIMEOUT_S,
+                        min_bytes_per_s: int = DEFAULT_MIN_FETCH_BYTES_PER_S) -> FetchResult:
+    """Stream ``peer``'s payload of ``round_`` through ``verifier``, from its first unverified chunk on.
+
+    Sends ``["payload", round_, verifier.next_chunk]`` and reads the answer: the n·32-byte digest list (checked
+    against the committed root), then the chunks, each verified the moment its last byte arrives and written
+    in place into the verifier's one buffer of the declared size. So at most the declared size plus one read
+    (:data:`CHUNK_BYTES`) is held, and a bad sender is cut at its first bad chunk. Verified chunks stay in
+    ``verifier`` when the stream breaks or ``timeout_s`` passes, so the next call resumes after them.
+
+    The same read limits as :func:`fetch` cut a slow sender (status :data:`TOO_SLOW`): an idle wait over
+    ``idle_timeout_s``, or a body (digest list included) slower than ``min_bytes_per_s`` on average after an
+    allowance of ``idle_timeout_s``; and always ``timeout_s``. After the last declared byte it waits up to
+    :data:`EXTRA_BYTES_WAIT_S` for the stream to end: a byte past the declared size is ``OVERSIZE``.
+
+    Args:
+        p2p: our P2P replica.
+        peer: the sender's PeerID.
+        run_id: run name (selects the handler).
+        round_: the round of the payload.
+        verifier: the sender's committed root and size (``ChunkVerifier(env.digest, env.payload_bytes)``), the
+            same object across the retries of one round.
+        timeout_s: limit for this exchange, in seconds (status -1 when reached; verified chunks are kept).
+        idle_timeout_s: longest wait for the next bytes of the answer, in seconds.
+        min_bytes_per_s: slowest average body rate accepted after ``idle_timeout_s``, in bytes per second.
+
+    Returns:
+        A :class:`FetchResult`: ``OK`` with the verified payload (a bytearray, no copy), :data:`BAD_DATA` with
+        the ``Rejected`` reason, a refusal status, :data:`TOO_SLOW`, or -1 (transport failure: retry, it
+        resumes). Never raises on network failure or hostile bytes.
+
+    Raises:
+        ValueError: ``idle_timeout_s`` or ``min_bytes_per_s`` is not finite and > 0 (a local bug).
+    """
+    for name, value in (("idle_timeout_s", idle_timeout_s), ("min_bytes_per_s", min_bytes_per_s)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise ValueError(f"{name} must be finite and > 0; got {name}={value!r}")
+    verifier.restart()
+    expected = verifier.digests_bytes + verifier.payload_bytes - verifier.resume_offset()
+    pace = _Pace(float(idle_timeout_s), float(min_bytes_per_s), expected)
+    try:
+        return await asyncio.wait_for(_fetch_payload(p2p, peer, run_id, round_, verifier, pace), timeout_s)
+    except _TooSlow as e:
+        return FetchResult(TOO_SLOW, detail=str(e))
+    except asyncio.TimeoutError:
+        return FetchResult(-1, detail=f"no complete answer within {timeout_s:.1f} s ({verifier.next_chunk} of "
+                                      f"{verifier.chunks} chunks verified)")
+    except Exception as e:  # noqa: BLE001 - any transport failure is reported, not raised
+        return FetchResult(-1, detail=f"{type(e).__name__}: {e}"[:200])
+
+
+async def _fetch_payload(p2p: P2P, peer: PeerID, run_id: str, round_: int, verifier: ChunkVerifier,
+                         pace: _Pace) -> FetchResult:
+    _, reader, writer = await p2p.call_binary_stream_handler(peer, handler_name(run_id))
+    try:
+        body = msgpack.packb(["payload", round_, verifier.next_chunk], use_bin_type=True)
+        writer.write(len(body).to_bytes(4, "big") + body)
+        await writer.drain()
+        pace.started = time.monotonic()
+        status = await pace.read_status(reader)
+        if status != OK:
+            return FetchResult(status)
+        digests = bytearray()
+        while len(digests) < verifier.digests_bytes:
+            piece = await pace.read_body(reader, verifier.digests_bytes - len(digests), len(digests))
+            if not piece:
+                return FetchResult(-1, detail=f"stream ended in the digest list ({len(digests)} of "
+                                              f"{verifier.digests_bytes} bytes)")
+            digests += piece
+        checked = verifier.check_digests(digests)
+        if isinstance(checked, Rejected):
+            return FetchResult(BAD_DATA, detail=checked.detail, rejected=checked)
+        received = len(digests)
+        while not verifier.complete:
+            left = verifier.payload_bytes - verifier.received
+            piece = await pace.read_body(reader, min(CHUNK_BYTES, left + 1), received)
+            if not piece:
+                return FetchResult(-1, detail=f"stream ended after {verifier.received} of {verifier.payload_bytes}"
+                                              " bytes")
+            received += len(piece)
+            checked = verifier.feed(piece)
+            if isinstance(checked, Rejected):
+                return FetchResult(BAD_DATA, detail=checked.detail, rejected=checked)
+        extra = await _extra_bytes(reader, min(pace.idle_timeout_s, EXTRA_BYTES_WAIT_S))
+        if extra:
+            rejected = verifier.feed(extra)
+            if isinstance(rejected, Rejected):
+                return FetchResult(BAD_DATA, detail=rejected.detail, rejected=rejected)
+        payload = verifier.payload()
+        if isinstance(payload, Rejected):  # not reachable once complete; kept so that no path raises
+            return FetchResult(BAD_DATA, detail=payload.detail, rejected=payload)
+        return FetchResult(OK, payload)
+    finally:
+        writer.close()
+
+
+async def _extra_bytes(reader: asyncio.StreamReader, wait_s: float) -> bytes:
+    """At most one byte after the declared end: b"" at EOF or when none comes within ``wait_s`` seconds."""
+    try:
+        return await asyncio.wait_for(reader.read(1), wait_s)
+    except asyncio.TimeoutError:
+        return b""
 
 
 def _keep(table: dict[int, _V], round_: int, data: _V) -> None:

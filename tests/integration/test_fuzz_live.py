@@ -49,9 +49,11 @@ from p2p_guard.protocol import (  # noqa: E402
     RejectReason,
     encode_update,
     pack_envelope,
+    payload_cap_bytes,
     payload_digest,
     sign_envelope,
 )
+from p2p_guard.protocol.chunks import PAYLOAD_CHUNK_BYTES, chunk_digests  # noqa: E402
 from p2p_guard.protocol.envelope import SUPPORTED_VERSIONS  # noqa: E402
 from p2p_guard.swarm.config import PeerConfig  # noqa: E402
 from p2p_guard.swarm.rounds import check_rows, open_commits  # noqa: E402
@@ -75,6 +77,7 @@ START_TIMEOUT_S = 30.0
 SHUTDOWN_TIMEOUT_S = 15.0
 REVEALED_ROUND = 5
 PAYLOAD = bytes(range(256)) * 4
+SERVED_DIGESTS = chunk_digests(PAYLOAD)  # what the server sends ahead of a payload (protocol version 3)
 STATE_HASH = hashlib.sha256(b"state").digest()
 STATE = bytes(reversed(PAYLOAD))
 REQUESTS_PER_EXAMPLE = 8
@@ -176,7 +179,9 @@ wrong_requests = st.one_of(
         ["payload", 2**64 - 1], ["payload", True], ["payload", 5.0], ["payload", "5"], ["payload", b"\x05"],
         ["payload", None], ["payload", [5]], ["state", STATE_HASH], ["state", bytes(32)], ["state", b""],
         ["state", b"\x00" * 64], ["state", "hash"], ["state", 5], ["state", [STATE_HASH]], ["Payload", 5],
-        ["payloadpayloadpay", 5], ["state"], ["payload", 5, 6], [], "payload", 5, None, True, b"\x00" * 65,
+        ["payloadpayloadpay", 5], ["state"], ["payload", 5, 6], ["payload", REVEALED_ROUND, 0],
+        ["payload", REVEALED_ROUND, 1], ["payload", REVEALED_ROUND, 2], ["payload", REVEALED_ROUND, -1],
+        ["payload", REVEALED_ROUND, True], ["payload", REVEALED_ROUND, 1, 2], [], "payload", 5, None, True, b"\x00" * 65,
         "x" * 17, {"payload": 5}, [{"a": 1}, 5], msgpack.ExtType(1, b"x"), ["state", b"\x00" * 65],
     ]),
     st.tuples(st.one_of(st.text(max_size=20), st.binary(max_size=20), st.integers(-(2**63), 2**64 - 1)),
@@ -227,14 +232,22 @@ def expected_status(data: bytes) -> tuple[int, bytes | None]:
         return BAD_REQUEST, None
     try:
         request = msgpack.unpackb(data[4:4 + length], raw=False, max_bin_len=64, max_str_len=16,
-                                  max_array_len=2, max_map_len=0, max_ext_len=0)
+                                  max_array_len=3, max_map_len=0, max_ext_len=0)
     except Exception:  # noqa: BLE001 - a malformed request
         return BAD_REQUEST, None
+    if type(request) is list and len(request) == 3 and request[0] == "payload":  # resume from chunk k
+        _, key, first = request
+        if type(key) is not int or type(first) is not int:
+            return BAD_REQUEST, None
+        if key != REVEALED_ROUND:
+            return NOT_READY, None
+        chunks = -(-len(PAYLOAD) // PAYLOAD_CHUNK_BYTES)
+        return (OK, SERVED_DIGESTS + PAYLOAD[first * PAYLOAD_CHUNK_BYTES:]) if 0 <= first <= chunks else (BAD_REQUEST, None)
     if not (type(request) is list and len(request) == 2):
         return BAD_REQUEST, None
     kind, key = request
-    if kind == "payload" and type(key) is int:
-        return (OK, PAYLOAD) if key == REVEALED_ROUND else (NOT_READY, None)
+    if kind == "payload" and type(key) is int:  # the chunk digests (hash tree), then the payload
+        return (OK, SERVED_DIGESTS + PAYLOAD) if key == REVEALED_ROUND else (NOT_READY, None)
     if kind == "state" and type(key) is bytes:
         return (OK, STATE) if key == STATE_HASH else (NOT_FOUND, None)
     return BAD_REQUEST, None
@@ -249,7 +262,7 @@ async def send_raw(client: Any, server: Any, data: bytes, mode: str) -> bytes | 
         if mode != "complete":
             return None
         answer = b""
-        while len(answer) <= len(PAYLOAD) + 1:
+        while len(answer) <= len(SERVED_DIGESTS) + len(PAYLOAD) + 1:
             chunk = await reader.read(4096)
             if not chunk:
                 break
@@ -298,8 +311,8 @@ def test_stream_handler_survives_hostile_requests(live: tuple[LoopThread, Any, A
         time.sleep(0.2)
 
     async def still_serving() -> tuple[Any, Any]:
-        payload = await fetch(client, server.peer_id, RUN, ["payload", REVEALED_ROUND], max_bytes=len(PAYLOAD),
-                              timeout_s=10)
+        payload = await fetch(client, server.peer_id, RUN, ["payload", REVEALED_ROUND],
+                              max_bytes=len(SERVED_DIGESTS) + len(PAYLOAD), timeout_s=10)
         state = await fetch(client, server.peer_id, RUN, ["state", STATE_HASH], max_bytes=len(STATE),
                             timeout_s=10)
         return payload, state
@@ -314,7 +327,8 @@ def test_stream_handler_survives_hostile_requests(live: tuple[LoopThread, Any, A
     assert sent >= 1000, summary
     assert not served.errors, f"the stream handler raised: {served.errors[:5]}; {summary}"
     assert served.in_flight == 0, summary
-    assert payload.status == OK and payload.data == PAYLOAD, f"valid payload fetch failed: {payload}; {summary}"
+    assert payload.status == OK and payload.data == SERVED_DIGESTS + PAYLOAD, \
+        f"valid payload fetch failed: {payload}; {summary}"
     assert state.status == OK and state.data == STATE, f"valid state fetch failed: {state}; {summary}"
 
 
@@ -326,9 +340,9 @@ ROUND = 4
 BASE = hashlib.sha256(b"live base").digest()
 SHAPES: tuple[tuple[int, ...], ...] = ((2, 3),)
 NUMEL = 6
-CONFIG = PeerConfig(run_id=RUN, max_envelope_bytes=4096, max_payload_bytes=1024, fetch_timeout_s=1.0)
+CONFIG = PeerConfig(run_id=RUN, max_envelope_bytes=4096, max_parameters=256, fetch_timeout_s=1.0)
 EXPECT = RoundExpectation(run_id=RUN, round=ROUND, max_staleness=2, shapes=SHAPES, codecs=CODECS,
-                          max_payload_bytes=CONFIG.max_payload_bytes)
+                          max_payload_bytes=payload_cap_bytes("fp32", CONFIG.max_parameters))  # 1024 bytes
 HONEST_PAYLOAD = encode_update(torch.linspace(-1, 1, NUMEL), "fp32")
 NAN_PAYLOAD = encode_update(torch.full((NUMEL,), float("nan")), "fp32")
 
@@ -357,7 +371,7 @@ RESIGNED: dict[str, tuple[bytes, RejectReason]] = {
     "forged in Alice's name": (pack_envelope(envelope(), MALLORY.sign(ENVELOPE_SIGNING_CONTEXT + b"x")),
                                RejectReason.BAD_SIGNATURE),
     "unsigned": (pack_envelope(envelope(), b""), RejectReason.UNSIGNED),
-    "future version": (pack([pack([3, RUN, ROUND]), b"\x00" * 64]), RejectReason.UNSUPPORTED_VERSION),
+    "future version": (pack([pack([4, RUN, ROUND]), b"\x00" * 64]), RejectReason.UNSUPPORTED_VERSION),
     "NaN payload committed": (sign_envelope(envelope(payload=NAN_PAYLOAD), ALICE), RejectReason.NON_FINITE),
     "oversized envelope": (HONEST + b"\x00" * 5000, RejectReason.OVERSIZE),
 }

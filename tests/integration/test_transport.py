@@ -23,6 +23,8 @@ hivemind_p2p = pytest.importorskip("hivemind.p2p")
 P2P = hivemind_p2p.P2P
 
 from p2p_pair import p2p_pair, run_with_pair  # noqa: E402 - sibling helper module
+from p2p_guard.protocol import ChunkVerifier, payload_digest  # noqa: E402
+from p2p_guard.protocol.chunks import CHUNK_DIGEST_BYTES  # noqa: E402
 from p2p_guard.swarm.transport import (  # noqa: E402 - after the importorskip
     BAD_REQUEST,
     CHUNK_BYTES,
@@ -34,12 +36,18 @@ from p2p_guard.swarm.transport import (  # noqa: E402 - after the importorskip
     FetchResult,
     PayloadServer,
     fetch,
+    fetch_payload,
     handler_name,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
 RUN = "transport-test"
+
+
+def verifier_for(payload: bytes) -> ChunkVerifier:
+    """What a receiver builds from the sender's envelope: the committed root and the declared size."""
+    return ChunkVerifier(payload_digest(payload), len(payload))
 
 
 async def raw_exchange(client: Any, server: Any, request_bytes: bytes, timeout_s: float = 10.0) -> bytes:
@@ -63,17 +71,16 @@ def test_commit_before_reveal_then_exact_bytes() -> None:
         served = PayloadServer(RUN)
         await served.attach(server)
 
-        before = await fetch(client, server.peer_id, RUN, ["payload", 4], max_bytes=len(payload),
-                             timeout_s=10)
+        before = await fetch_payload(client, server.peer_id, RUN, 4, verifier_for(payload), timeout_s=10)
         assert before == FetchResult(NOT_READY)
 
         served.reveal(4, payload)
-        after = await fetch(client, server.peer_id, RUN, ["payload", 4], max_bytes=len(payload), timeout_s=20)
+        after = await fetch_payload(client, server.peer_id, RUN, 4, verifier_for(payload), timeout_s=20)
         assert after.status == OK, after.detail
         assert after.data == payload
-        assert served.bytes_sent == len(payload)
+        assert served.bytes_sent == 4 * CHUNK_DIGEST_BYTES + len(payload)  # 4 chunk digests, then the payload
 
-        other_round = await fetch(client, server.peer_id, RUN, ["payload", 5], max_bytes=10, timeout_s=10)
+        other_round = await fetch_payload(client, server.peer_id, RUN, 5, verifier_for(b"x"), timeout_s=10)
         assert other_round.status == NOT_READY
 
     run_with_pair(scenario)
@@ -169,7 +176,8 @@ def test_only_recent_rounds_are_kept() -> None:
         for round_ in rounds:
             served.reveal(round_, bytes([round_]) * 8)
         for round_ in rounds:
-            result = await fetch(client, server.peer_id, RUN, ["payload", round_], max_bytes=8, timeout_s=10)
+            result = await fetch_payload(client, server.peer_id, RUN, round_, verifier_for(bytes([round_]) * 8),
+                                         timeout_s=10)
             if round_ < len(rounds) - MAX_KEPT_ROUNDS:
                 assert result.status == NOT_READY, round_
             else:
@@ -181,7 +189,9 @@ def test_only_recent_rounds_are_kept() -> None:
 @pytest.mark.parametrize("request_", [
     ["payload", "4"], ["payload", True], ["payload", 1.5], ["payload", None],
     ["state", 7], ["state", "hash"], ["bogus", 1], ["payload"], [], "payload",
-    ["payload", 1, 2],  # three items: over the request parser's array limit
+    ["payload", 1, 2],  # resume from chunk 2 of a 1-chunk payload: past its end
+    ["payload", 1, -1], ["payload", 1, True], ["payload", 1, "0"], ["payload", "1", 0],
+    ["payload", 1, 0, 0],  # four items: over the request parser's array limit
     ["mixed", 3], ["mixed", [1]], ["mixed", [1, True]], ["mixed", [1, "2"]], ["mixed", [1, 2, 3]],
 ])
 def test_bad_request_through_fetch(request_: Any) -> None:
@@ -216,16 +226,16 @@ def test_bad_request_raw_bytes() -> None:
     run_with_pair(scenario)
 
 
-def test_bounded_read_of_a_large_payload() -> None:
+def test_bounded_read_of_a_large_state() -> None:
     """The server streams all 5 MiB; the reader keeps max_bytes + 1 and stops."""
     payload = os.urandom(5 * CHUNK_BYTES)
 
     async def scenario(server: Any, client: Any) -> None:
         served = PayloadServer(RUN)
         await served.attach(server)
-        served.reveal(0, payload)
+        served.publish_state(bytes(32), payload)
         for max_bytes in (0, 1000, CHUNK_BYTES - 1, CHUNK_BYTES, 2 * CHUNK_BYTES + 3):
-            result = await fetch(client, server.peer_id, RUN, ["payload", 0], max_bytes=max_bytes,
+            result = await fetch(client, server.peer_id, RUN, ["state", bytes(32)], max_bytes=max_bytes,
                                  timeout_s=20)
             assert result.status == OK, result.detail
             assert result.data == payload[:max_bytes + 1], max_bytes

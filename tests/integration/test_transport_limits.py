@@ -30,7 +30,14 @@ P2P = hivemind_p2p.P2P
 from p2p_pair import p2p_pair, run_with_pair  # noqa: E402 - sibling helper module
 from p2p_guard.guard.integrity import RoundExpectation  # noqa: E402 - after the importorskip
 from p2p_guard.identity import Identity  # noqa: E402
-from p2p_guard.protocol import PROTOCOL_VERSION, Envelope, RejectReason, encode_update, payload_digest  # noqa: E402
+from p2p_guard.protocol import (  # noqa: E402
+    PROTOCOL_VERSION,
+    ChunkVerifier,
+    Envelope,
+    RejectReason,
+    encode_update,
+    payload_digest,
+)
 from p2p_guard.swarm.config import PeerConfig  # noqa: E402
 from p2p_guard.swarm.rounds import IntegrityVerdict, check_rows  # noqa: E402
 from p2p_guard.swarm.slowloris import TricklingPayloadServer  # noqa: E402
@@ -44,6 +51,7 @@ from p2p_guard.swarm.transport import (  # noqa: E402
     FetchResult,
     PayloadServer,
     fetch,
+    fetch_payload,
     handler_name,
 )
 from p2p_guard.swarm.upload import mbit_to_bytes_per_s, min_upload_bytes_per_s  # noqa: E402
@@ -51,6 +59,11 @@ from p2p_guard.swarm.upload import mbit_to_bytes_per_s, min_upload_bytes_per_s  
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
 RUN = "transport-limits-test"
+
+
+def verifier_for(payload: bytes) -> ChunkVerifier:
+    """What a receiver builds from the sender's envelope: the committed root and the declared size."""
+    return ChunkVerifier(payload_digest(payload), len(payload))
 WAIT_S = 10.0
 OTHER = Identity.from_seed(b"\x07" * 32).peer_id_b58
 
@@ -189,8 +202,7 @@ def test_fast_reader_of_a_big_payload_is_not_cut() -> None:
         served = PayloadServer(RUN, serve_timeout_s=1.0, min_serve_bytes_per_s=1 << 20)
         await served.attach(server)
         served.reveal(0, payload)
-        result = await fetch(client, server.peer_id, RUN, ["payload", 0], max_bytes=len(payload),
-                             timeout_s=20)
+        result = await fetch_payload(client, server.peer_id, RUN, 0, verifier_for(payload), timeout_s=20)
         assert result.status == OK, result.detail
         assert result.data == payload
         assert served.stats.serve_timeouts == 0
@@ -245,8 +257,8 @@ def test_allow_list_refuses_others() -> None:
         admitted = PayloadServer(RUN, allowed=frozenset({OTHER, client.peer_id.to_base58()}))
         await admitted.attach(server)
         admitted.reveal(0, b"secret")
-        served = await fetch(client, server.peer_id, RUN, ["payload", 0], max_bytes=6, timeout_s=10)
-        assert served == FetchResult(OK, b"secret")
+        served = await fetch_payload(client, server.peer_id, RUN, 0, verifier_for(b"secret"), timeout_s=10)
+        assert served == FetchResult(OK, bytearray(b"secret"))
 
     run_with_pair(scenario)
 
@@ -322,7 +334,7 @@ def _trickler(bytes_per_s: float, head_bytes: int) -> TricklingPayloadServer:
 
 @pytest.mark.parametrize(("bytes_per_s", "head_bytes", "idle_timeout_s", "detail"), [
     (20.0, 1, 1.0, "below 1024 B/s after a 1.0 s allowance"),  # trickles: the rate floor cuts it
-    (0.0, 1000, 1.0, "no bytes for 1.0 s after 1000 of 4000 bytes"),  # stalls after a head: idle timeout
+    (0.0, 1000, 1.0, "no bytes for 1.0 s after 1000 of 4032 bytes"),  # stalls after a head: idle timeout
     (0.0, 0, 1.0, "below 1024 B/s after a 1.0 s allowance"),  # OK, then nothing: both limits say so
 ])
 def test_a_slowloris_sender_is_cut_while_reading(bytes_per_s: float, head_bytes: int, idle_timeout_s: float,
@@ -335,8 +347,8 @@ def test_a_slowloris_sender_is_cut_while_reading(bytes_per_s: float, head_bytes:
         await served.attach(server)
         served.reveal(0, payload)
         started = time.monotonic()
-        result = await fetch(client, server.peer_id, RUN, ["payload", 0], max_bytes=len(payload), timeout_s=30,
-                             idle_timeout_s=idle_timeout_s, min_bytes_per_s=1024)
+        result = await fetch_payload(client, server.peer_id, RUN, 0, verifier_for(payload), timeout_s=30,
+                                     idle_timeout_s=idle_timeout_s, min_bytes_per_s=1024)
         elapsed = time.monotonic() - started
         assert result.status == TOO_SLOW
         assert result.data is None
@@ -373,8 +385,8 @@ def test_tight_read_limits_leave_a_fast_sender_alone() -> None:
         served = PayloadServer(RUN)
         await served.attach(server)
         served.reveal(0, payload)
-        result = await fetch(client, server.peer_id, RUN, ["payload", 0], max_bytes=len(payload), timeout_s=20,
-                             idle_timeout_s=1.0, min_bytes_per_s=CHUNK_BYTES)
+        result = await fetch_payload(client, server.peer_id, RUN, 0, verifier_for(payload), timeout_s=20,
+                                     idle_timeout_s=1.0, min_bytes_per_s=CHUNK_BYTES)
         assert result.status == OK, result.detail
         assert result.data == payload
 
@@ -432,7 +444,7 @@ def test_upload_cap_bounds_the_rate_over_all_streams(receivers: int) -> None:
         done: list[float] = []
 
         async def one() -> FetchResult:
-            result = await fetch(client, server.peer_id, RUN, ["payload", 0], max_bytes=len(payload), timeout_s=40)
+            result = await fetch_payload(client, server.peer_id, RUN, 0, verifier_for(payload), timeout_s=40)
             done.append(time.monotonic() - started)
             return result
 
@@ -448,7 +460,7 @@ def test_upload_cap_bounds_the_rate_over_all_streams(receivers: int) -> None:
         assert 0.75 * cap <= rate <= 1.25 * cap
         assert min(done) >= 0.75 * elapsed  # shared, not served one after the other
         assert served.stats.serve_timeouts == 0
-        assert served.bytes_sent == receivers * len(payload)
+        assert served.bytes_sent == receivers * (3 * 32 + len(payload))  # 3 chunk digests, then the payload
 
     run_with_pair(scenario)
 
@@ -469,8 +481,8 @@ def test_the_least_upload_cap_is_where_receivers_start_cutting(factor: float, cu
         served = PayloadServer(RUN, max_upload_bytes_per_s=factor * bound)
         await served.attach(server)
         served.reveal(0, payload)
-        result = await fetch(client, server.peer_id, RUN, ["payload", 0], max_bytes=len(payload), timeout_s=30,
-                             idle_timeout_s=1.0, min_bytes_per_s=65536)
+        result = await fetch_payload(client, server.peer_id, RUN, 0, verifier_for(payload), timeout_s=30,
+                                     idle_timeout_s=1.0, min_bytes_per_s=65536)
         assert result.status == (TOO_SLOW if cut else OK), result.detail
 
     run_with_pair(scenario)

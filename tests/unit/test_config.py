@@ -79,8 +79,8 @@ class TestPeerConfigValidation:
         ({"reveal_wait_s": "10"}, "reveal_wait_s"),
         ({"fetch_timeout_s": -0.1}, "fetch_timeout_s"),
         ({"join_timeout_s": 0.0}, "join_timeout_s"),
-        ({"max_payload_bytes": 0}, "max_payload_bytes"),
-        ({"max_payload_bytes": -1}, "max_payload_bytes"),
+        ({"max_parameters": 0}, "max_parameters"),
+        ({"max_parameters": -1}, "max_parameters"),
         ({"max_envelope_bytes": 0}, "max_envelope_bytes"),
         ({"request_timeout_s": 0.0}, "request_timeout_s"),
         ({"request_timeout_s": math.inf}, "request_timeout_s"),
@@ -359,7 +359,7 @@ class TestGenerator:
         helps = {a.dest: a.help or "" for a in commands["peer"]._actions}
         assert helps["outer_lr"].endswith("(default: 0.7)")
         assert helps["quorum_fraction"].endswith("(default: 0.666667)")
-        assert helps["max_payload_bytes"].endswith("(default: 268435456 = 256 MiB)")
+        assert helps["max_parameters"].endswith("(default: 268435456)")
         assert helps["reputation"].endswith("(default: on)")
         assert helps["reputation_exclusion"].endswith("(default: on)")
         assert helps["task"].endswith("(default: digits)")
@@ -425,7 +425,7 @@ class TestEveryPeerSettingIsAFlagAndATomlKey:
 
     @pytest.mark.parametrize(("name", "flag_value", "toml_value"), [
         ("grace_s", "3.5", "1.5"), ("quorum_fraction", "0.5", "0.75"), ("outer_lr", "0.5", "0.25"),
-        ("outer_momentum", "0.5", "0.25"), ("max_payload_bytes", "1000", "2000"),
+        ("outer_momentum", "0.5", "0.25"), ("max_parameters", "1000", "2000"),
         ("max_envelope_bytes", "5000", "6000"),
     ])
     def test_flag_overrides_toml_overrides_default(self, tmp_path: Path, name: str, flag_value: str,

@@ -9,6 +9,7 @@ yet, busy) is waited for until the deadline.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Iterator
 
@@ -18,12 +19,13 @@ from p2p_guard.identity import Identity
 from p2p_guard.protocol import PROTOCOL_VERSION, Envelope, Rejected, RejectReason
 from p2p_guard.swarm import rounds
 from p2p_guard.swarm.config import FetchLimits
+from p2p_guard.swarm.pacing import RateBook
 from p2p_guard.swarm.transport import BUSY, NOT_READY, OK, FetchResult
 
 SENDER = Identity.from_seed(bytes(range(32)))
 ENV = Envelope(protocol_version=PROTOCOL_VERSION, run_id="run-1", round=3, sender=SENDER.peer_id,
                base_hash=bytes(32), digest=bytes(32), codec="fp32", shapes=((2,),), n_samples=8, payload_bytes=8)
-LIMITS = FetchLimits(run_id="run-1", max_payload_bytes=1 << 20, fetch_timeout_s=30.0, fetch_idle_timeout_s=5.0,
+LIMITS = FetchLimits(run_id="run-1", max_parameters=1 << 20, fetch_timeout_s=30.0, fetch_idle_timeout_s=5.0,
                      min_fetch_bytes_per_s=1000)
 
 
@@ -34,7 +36,7 @@ def _fast(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _script(monkeypatch: pytest.MonkeyPatch, statuses: Iterator[int]) -> list[int]:
-    """Make ``rounds.fetch`` answer with the next status of ``statuses`` (OK carries 8 bytes); returns the log."""
+    """Make ``rounds.fetch_payload`` answer with the next status of ``statuses`` (OK carries 8 bytes); returns the log."""
     asked: list[int] = []
 
     async def fake_fetch(*_args: object, **_kwargs: object) -> FetchResult:
@@ -42,14 +44,16 @@ def _script(monkeypatch: pytest.MonkeyPatch, statuses: Iterator[int]) -> list[in
         asked.append(status)
         return FetchResult(status, b"\x00" * 8 if status == OK else None, "" if status != -1 else "dial refused")
 
-    monkeypatch.setattr(rounds, "fetch", fake_fetch)
+    monkeypatch.setattr(rounds, "fetch_payload", fake_fetch)
     return asked
 
 
-def _run(deadline_s: float) -> tuple[bytes | Rejected | None, float]:
-    async def go() -> bytes | Rejected | None:
-        return await rounds._payload(None, SENDER.peer_id_b58, ENV, LIMITS, time.monotonic() + deadline_s, {},
-                                     asyncio.Event())
+def _run(deadline_s: float) -> tuple[bytes | bytearray | Rejected | None, float]:
+    """``_payload`` of the 8-byte ENV with a deadline of ``deadline_s`` (its size is far under any rate's worth)."""
+    limits = dataclasses.replace(LIMITS, fetch_timeout_s=deadline_s)
+
+    async def go() -> bytes | bytearray | Rejected | None:
+        return await rounds._payload(None, SENDER.peer_id_b58, ENV, limits, RateBook(), {}, asyncio.Event())
 
     start = time.monotonic()
     result = asyncio.run(go())
@@ -81,7 +85,7 @@ def test_a_sender_that_answers_not_ready_is_waited_for_until_the_deadline(monkey
     result, took = _run(deadline_s=0.5)
     assert isinstance(result, Rejected)
     assert result.reason is RejectReason.TIMEOUT
-    assert result.detail == f"payload not received before the fetch deadline (status {NOT_READY})"
+    assert result.detail == f"payload not received before its fetch deadline of 0.5 s (0 of 8 bytes; status {NOT_READY})"
     assert took >= 0.5
 
 

@@ -529,7 +529,7 @@ def reference_reason(env: Envelope, served: bytes) -> RejectReason | None:
         return RejectReason.DECODE_ERROR
     if len(served) > env.payload_bytes:
         return RejectReason.OVERSIZE
-    if hashlib.sha256(served).digest() != env.digest:
+    if payload_digest(served) != env.digest:
         return RejectReason.DIGEST_MISMATCH
     if len(served) != size:
         return RejectReason.DECODE_ERROR
@@ -666,7 +666,7 @@ SINGLE_FAULTS: dict[str, tuple[Callable[[float], tuple[Any, bytes, bytes, Any]],
     "garbage under our key": (lambda now: (commit_key(RUN, 3), dumps(ALICE_ID), dumps(b"garbage"), now + 600),
                               "decode_error", "not_ours"),
     "future version": (lambda now: (commit_key(RUN, 3), dumps(ALICE_ID), dumps(signed_envelope_bytes(
-        [3, *body_fields(make_envelope(round=3))[1:]])), now + 600), "unsupported_version", "unsupported_version"),
+        [4, *body_fields(make_envelope(round=3))[1:]])), now + 600), "unsupported_version", "unsupported_version"),
     "oversize": (lambda now: (commit_key(RUN, 3), dumps(ALICE_ID), dumps(b"\x92" + b"\x00" * 200_000), now + 600),
                  "oversize", "not_ours"),
     "foreign key": (lambda now: (b"\x13" * 20, dumps(ALICE_ID), dumps(commit_of(3)), now + 600),

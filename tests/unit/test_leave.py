@@ -103,7 +103,7 @@ class TestWaitsEnd:
             await asyncio.sleep(60)
             return FetchResult(OK, PAYLOAD)
 
-        monkeypatch.setattr(rounds, "fetch", hangs)
+        monkeypatch.setattr(rounds, "fetch_payload", hangs)
 
         async def scenario() -> tuple[Any, float]:
             dht: Any = FakeDHT()
@@ -129,7 +129,7 @@ class TestWaitsEnd:
             await asyncio.sleep(60)
             return FetchResult(OK, PAYLOAD)
 
-        monkeypatch.setattr(rounds, "fetch", hangs)
+        monkeypatch.setattr(rounds, "fetch_payload", hangs)
 
         async def scenario() -> float:
             stop = asyncio.Event()

@@ -29,7 +29,6 @@ from p2p_guard.protocol import (
     open_envelope,
     pack_envelope,
     payload_digest,
-    payload_hasher,
     sign_envelope,
     state_hash,
 )
@@ -175,14 +174,11 @@ class TestCodecs:
 
 class TestDigests:
     def test_payload_digest_known_answer(self) -> None:
-        expected = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"  # FIPS 180-2 "abc"
-        assert payload_digest(b"abc").hex() == expected
-
-    def test_hasher_matches_digest(self) -> None:
-        hasher = payload_hasher()
-        for chunk in (b"a", b"", b"bc"):
-            hasher.update(chunk)
-        assert hasher.digest() == payload_digest(b"abc")
+        # version 3: the hash-tree root (protocol/chunks.py), one chunk "abc" of 3 bytes at C = 1 MiB
+        leaf = hashlib.sha256(b"p2p_guard.chunk.v3\x00abc").digest()
+        expected = hashlib.sha256(b"p2p_guard.payload.v3\x00" + struct.pack("<QQ", 3, 1 << 20) + leaf).digest()
+        assert payload_digest(b"abc") == expected
+        assert payload_digest(b"abc") != hashlib.sha256(b"abc").digest()  # not version 2's whole-payload SHA-256
 
     def test_state_hash_known_answer(self) -> None:
         a, b = torch.tensor([1.0, -2.0]), torch.tensor([0.5])
@@ -296,7 +292,7 @@ class TestOpenEnvelopeMallory:
             msgpack.packb(42),
             msgpack.packb([b"\xc1", b""]),  # body not msgpack
             b"\x91" * 5000 + b"\xc0",  # deeply nested arrays
-            msgpack.packb([msgpack.packb([2, "r"]), b""]),  # too few fields
+            msgpack.packb([msgpack.packb([PROTOCOL_VERSION, "r"]), b""]),  # too few fields
             msgpack.packb([msgpack.packb("just a string"), b""]),
             msgpack.packb([msgpack.packb([]), b""]),
             msgpack.packb([msgpack.packb([True]), b""]),  # bool version
@@ -359,7 +355,7 @@ class TestOpenEnvelopeMallory:
     def test_extra_field_is_decode_error(self) -> None:
         assert reason_of(open_envelope(craft([*body_list(make_envelope()), 0]))) is RejectReason.DECODE_ERROR
 
-    @pytest.mark.parametrize("version", [0, 1, 3, 255, 2**40])
+    @pytest.mark.parametrize("version", [0, 1, 2, 4, 255, 2**40])
     def test_unsupported_version(self, version: int) -> None:
         data = sign_envelope(make_envelope(protocol_version=version), ALICE)
         assert reason_of(open_envelope(data)) is RejectReason.UNSUPPORTED_VERSION
@@ -370,7 +366,7 @@ class TestOpenEnvelopeMallory:
             RejectReason.DECODE_ERROR, "body is not an array starting with an int version")
 
     def test_future_version_with_other_layout(self) -> None:
-        assert reason_of(open_envelope(craft([3, {"a": 1}]))) is RejectReason.UNSUPPORTED_VERSION
+        assert reason_of(open_envelope(craft([4, {"a": 1}]))) is RejectReason.UNSUPPORTED_VERSION
 
     def test_unsigned(self) -> None:
         data = pack_envelope(make_envelope(), b"")

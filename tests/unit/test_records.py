@@ -242,11 +242,11 @@ class TestRejections:
                         RejectReason.UNSUPPORTED_VERSION)
 
     def test_float_version(self) -> None:
-        """``1.0 == 1`` in Python, but the wire says int: a float version is not version 2."""
-        assert_rejected(open_record(craft(state_fields(version=2.0)), kind="state", run_id=RUN),
+        """``1.0 == 1`` in Python, but the wire says int: a float version is not version 3."""
+        assert_rejected(open_record(craft(state_fields(version=3.0)), kind="state", run_id=RUN),
                         RejectReason.UNSUPPORTED_VERSION)
 
-    @pytest.mark.parametrize("version", [0, 1, 3, 255, -1, "2", None])
+    @pytest.mark.parametrize("version", [0, 1, 2, 4, 255, -1, "3", None])
     def test_unsupported_version(self, version: object) -> None:
         assert_rejected(open_record(craft(state_fields(version=version)), kind="state", run_id=RUN),
                         RejectReason.UNSUPPORTED_VERSION)
@@ -327,15 +327,15 @@ class TestDocumentedVectors:
     PEER_ID_B58 = "12D3KooWK99VoVxNE7XzyBwXEzW7xhK7Gpv85r9F3V3fyKSUKPH5"
     FP32 = "0000803f000000c00000003f"
     FP16 = "003c00c00038"
-    DIGEST = "2ce4bdb6b34a50ac7092eb9fee94337a27498e9eb9bae44192f15b88831b2422"
+    DIGEST = "2bdb9bd6182b4e421d8c3ecd8d185f641298e474c8dd5958a88f9455c995b568"
     STATE = "293dbb2f9353ac4acd3b98637cea7c3a764055b16f15048493ac936d5c3ab1f0"
-    BODY_FIELDS = ("9b", "02", "a4 64656d6f", "00", "c4 26 " + PEER_ID, "c4 20 " + STATE, "c4 20 " + DIGEST,
+    BODY_FIELDS = ("9b", "03", "a4 64656d6f", "00", "c4 26 " + PEER_ID, "c4 20 " + STATE, "c4 20 " + DIGEST,
                    "a4 66703332", "91 91 03", "0a", "0c", "00")
-    SIGNATURE = ("e7d4c0b1a343eac964eb2611b9c7adf1e04683bf32aaf51601ad582ad3e72e5d",
-                 "05a315e8a50b8e208699195995c94396d3c18df10df585556cafe5eb76fc6505")
-    RECORD_BODY = ("96 a8 70726573656e6365 02 a4 64656d6f 00", "c4 26 " + PEER_ID + " 00")
-    RECORD_SIGNATURE = ("c1f797a759bab5fda8b44e843ce549358a64d2ee9cf402f617cfda9c5a571b46",
-                        "3c2ff212f66955da46a1cf847e2f5bc52633e6bfc0816cba5c4b901efbd32d09")
+    SIGNATURE = ("732bf3d87e57fc7d26733be4d68d9bd2081cb0640d7127bdca505bcc7ef0b161",
+                 "b84479232ad63870a49e68b59060d752d68cad57be82d2cbf57654378dfce90a")
+    RECORD_BODY = ("96 a8 70726573656e6365 03 a4 64656d6f 00", "c4 26 " + PEER_ID + " 00")
+    RECORD_SIGNATURE = ("a708d37a15eea099fb30d4dce97469938103c4aa59701a27ec1b73e6aa3f8776",
+                        "164b2bc597dae8992cf7795d274a74d6a8381007531203233eeea0c0b80e3409")
 
     @staticmethod
     def _hex(*parts: str) -> bytes:
@@ -357,7 +357,7 @@ class TestDocumentedVectors:
         base = state_hash(torch.tensor([1.0, 2.0]), torch.zeros(2), torch.zeros(2))
         assert base.hex() == self.STATE
 
-        env = Envelope(protocol_version=2, run_id="demo", round=0, sender=identity.peer_id, base_hash=base,
+        env = Envelope(protocol_version=3, run_id="demo", round=0, sender=identity.peer_id, base_hash=base,
                        digest=payload_digest(payload), codec="fp32", shapes=[[3]], n_samples=10,
                        payload_bytes=12, base_round=0)
         body = self._hex(*self.BODY_FIELDS)

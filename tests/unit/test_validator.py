@@ -259,7 +259,7 @@ class TestMallory:
 
     def test_garbage_in_envelope_shape(self) -> None:
         """Anything shaped like an envelope is ours, even under a key nobody knows, and must then open."""
-        shaped = msgpack.packb([msgpack.packb([2, "x"]), b""], use_bin_type=True)
+        shaped = msgpack.packb([msgpack.packb([PROTOCOL_VERSION, "x"]), b""], use_bin_type=True)
         assert_refused(
             record(commit_key(RUN, 3), ALICE_ID, shaped), "decode_error", blind_reason="decode_error"
         )

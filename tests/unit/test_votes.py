@@ -149,7 +149,7 @@ class TestOpenRejects:
         assert_rejected(open_votes(data, run_id=RUN), RejectReason.DECODE_ERROR)
 
     def test_unsupported_version(self) -> None:
-        assert_rejected(open_votes(craft([], version=3), run_id=RUN), RejectReason.UNSUPPORTED_VERSION)
+        assert_rejected(open_votes(craft([], version=4), run_id=RUN), RejectReason.UNSUPPORTED_VERSION)
 
     def test_unsigned(self) -> None:
         assert_rejected(open_votes(craft([], signature=b""), run_id=RUN), RejectReason.UNSIGNED)
