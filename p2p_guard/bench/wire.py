@@ -15,8 +15,14 @@ Two parts, both in one process:
    Nesterov step (so all keep one θ). Reported per codec: test accuracy and loss after the last round,
    the accuracy difference to fp32 in points, and bytes per parameter per round of one worker's payload.
 
-The swarm-level figures of issue 10 (8 peers over loopback, upload caps, the guard under attack per codec)
-need the live swarm and are not measured here.
+3. **The guard per codec** (:func:`convergence` with ``guard`` and ``attack``; :func:`guard_worst_case`). The
+   same run with the last f workers Byzantine (``sign_flip:scale=10`` and ``alie``, :data:`GUARD_ATTACKS`), their
+   attack vectors encoded with the codec, and every honest worker running the guard (default ``semantic``, f
+   not told) on the decoded rows with its own row marked. Reported per codec: the accuracy under each attack,
+   the worst case, and its difference to fp32's worst case (issue 10: within 2 points).
+
+The swarm-level figures of issue 10 (8 peers over loopback, upload caps) need the live swarm and are not
+measured here.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -32,7 +39,17 @@ import torch
 from p2p_guard.protocol import Rejected, decode_update, encode_update
 from p2p_guard.training.error_feedback import ErrorFeedback
 
-__all__ = ["WIRE_CODECS", "convergence", "format_tables", "measure_codecs", "synthetic_update"]
+__all__ = [
+    "GUARD_ATTACKS",
+    "WIRE_CODECS",
+    "convergence",
+    "format_guard_table",
+    "format_tables",
+    "guard_worst_case",
+    "measure_codecs",
+    "synthetic_update",
+    "write_quality_plot",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -47,10 +64,15 @@ WIRE_CODECS: tuple[str, ...] = (
 )
 """The codecs the benchmark compares (issue 10: fp32, fp16, int8, 4-bit, topk at 1, 2 and 5 %)."""
 
+GUARD_ATTACKS: tuple[str, ...] = ("sign_flip:scale=10", "alie")
+"""The attacks the guard meets per codec (issue 10: its worst case per codec within 2 points of fp32's)."""
+
 ONCE_FROM = 10**7
 """From this d on, :func:`measure_codecs` encodes and decodes once (no repeats)."""
 _BLOCK = 4096
 _SALT_INNER = 1  # as bench/cell.py and swarm/peer.py: the inner batches' round_generator salt
+_SALT_ATTACK = 3  # as bench/cell.py: an update attack's randomness
+_SALT_GUARD = 4  # as bench/cell.py: the guard's ctx.generator
 
 
 def synthetic_update(numel: int, seed: int) -> torch.Tensor:
@@ -128,8 +150,18 @@ def convergence(
     inner_steps: int | None = None,
     partition: str = "iid",
     progress: Callable[[str], None] | None = None,
+    guard: str | None = None,
+    attack: str | None = None,
+    byzantine: int = 0,
 ) -> list[dict[str, Any]]:
     """Final digits accuracy of in-process DiLoCo per codec, with error feedback (part 2 of the docstring).
+
+    Without ``guard``: every worker applies the mean of the decoded payloads (one shared θ). With ``guard``
+    (part 3): the last ``byzantine`` workers send ``attack``'s update instead of their own (each computed from
+    its honest Δ and the rows it received the round before, as in ``bench/cell.py``, then encoded with the
+    codec, without error feedback), and every honest worker judges the decoded rows with its own guard, its own
+    row marked, and applies its own aggregate (each owns its model, as in the swarm). The guard is never told
+    how many rows are Byzantine. The accuracy is the mean over the honest workers.
 
     Args:
         codecs: Codec strings; ``fp32`` should be among them (the reference of ``accuracy_vs_fp32``).
@@ -139,65 +171,162 @@ def convergence(
         inner_steps: H (None: the task's default).
         partition: ``iid`` or ``dirichlet:ALPHA``.
         progress: Called with a short line per codec (None: silent).
+        guard: Guard spec each honest worker runs (None: the mean, no guard).
+        attack: Update-attack spec of the Byzantine workers (needs ``guard`` and ``byzantine >= 1``).
+        byzantine: Byzantine workers, the last indices, ``0 <= byzantine < workers``.
 
     Returns:
         One dict per codec: ``codec``, ``numel``, ``workers``, ``rounds``, ``accuracy``, ``loss``,
         ``accuracy_vs_fp32`` (points, None without fp32), ``bytes_per_param`` (one worker, one round),
-        ``residual_norm`` (mean over workers of ‖e‖ after the last round), ``seconds``.
+        ``residual_norm`` (mean over workers of ‖e‖ after the last round), ``seconds``, and ``guard``,
+        ``attack``, ``byzantine`` and ``rejected`` (rows the honest workers' guards rejected, Byzantine and
+        honest: ``[byzantine rejected, byzantine judged, honest rejected, honest judged]``).
 
     Raises:
-        ValueError: On ``workers < 1`` or ``rounds < 1`` or an unknown codec.
+        ValueError: On ``workers < 1`` or ``rounds < 1``, an unknown codec, guard or attack, an attack without
+            a guard or Byzantine workers, or ``byzantine`` out of range.
     """
     from p2p_guard.tasks import load_task
     from p2p_guard.training.local import LocalModel, round_generator
 
     if workers < 1 or rounds < 1:
         raise ValueError(f"workers and rounds must be >= 1, got workers={workers}, rounds={rounds}")
+    if not 0 <= byzantine < workers or (attack is None) != (byzantine == 0) or (attack and guard is None):
+        raise ValueError(f"an attack needs a guard and 1 <= byzantine < workers; got guard={guard!r}, "
+                         f"attack={attack!r}, byzantine={byzantine}, workers={workers}")
     task = load_task("digits")
     steps = inner_steps or task.default_hparams.inner_steps
     run_id = f"bench-wire-digits-seed{seed}"
     results = []
     for codec in codecs:
         if progress is not None:
-            progress(f"convergence {codec}")
+            progress(f"convergence {codec}" + (f" ({guard}, {attack} x {byzantine})" if attack else ""))
         started = time.monotonic()
         peers = [
             LocalModel(task, seed=seed, num_shards=workers, shard_index=i, partition=partition)
             for i in range(workers)
         ]
         feedback = [ErrorFeedback(codec, peers[0].numel) for _ in peers]
+        rounds_run = _Rounds(codec, guard, attack, byzantine, run_id, seed)
         sent_bytes = 0
         for r in range(rounds):
             decoded = []
             for i, local in enumerate(peers):
                 delta, _ = local.train_round(steps, round_generator(run_id, seed, i, r, _SALT_INNER))
-                payload = feedback[i].encode(delta)
+                payload = rounds_run.encode(i, delta, feedback[i], r, workers)
                 sent_bytes += len(payload)
                 received = decode_update(payload, codec, local.numel)  # what a receiver gets
                 if isinstance(received, Rejected):
                     raise ValueError(f"{codec} rejected its own payload: {received.detail}")
                 decoded.append(received)
-            aggregate = torch.stack(decoded).mean(dim=0)
-            for local in peers:
-                local.apply(aggregate)
-        metrics: Any = peers[0].evaluate()
+            rounds_run.apply(peers, decoded, r)
+        honest = range(workers - byzantine)
+        metrics: list[Any] = [peers[j].evaluate() for j in (honest if guard is not None else [0])]
         results.append(
             {
                 "codec": codec,
                 "numel": peers[0].numel,
                 "workers": workers,
                 "rounds": rounds,
-                "accuracy": metrics.accuracy,
-                "loss": metrics.loss,
+                "accuracy": sum(m.accuracy for m in metrics) / len(metrics),
+                "loss": sum(m.loss for m in metrics) / len(metrics),
                 "bytes_per_param": sent_bytes / (workers * rounds * peers[0].numel),
                 "residual_norm": sum(float(f.residual.norm()) for f in feedback) / workers,
                 "seconds": time.monotonic() - started,
+                "guard": guard,
+                "attack": attack,
+                "byzantine": byzantine,
+                "rejected": rounds_run.rejected,
             }
         )
     reference = next((result["accuracy"] for result in results if result["codec"] == "fp32"), None)
     for result in results:
         result["accuracy_vs_fp32"] = None if reference is None else 100 * (result["accuracy"] - reference)
     return results
+
+
+class _Rounds:
+    """What a convergence run does besides training: the Byzantine workers' updates and the aggregation."""
+
+    def __init__(self, codec: str, guard: str | None, attack: str | None, byzantine: int, run_id: str,
+                 seed: int) -> None:
+        from p2p_guard.attacks import load_attack
+        from p2p_guard.guard.registry import build_guard
+
+        self.codec, self.run_id, self.seed = codec, run_id, seed
+        self.guard_spec = guard
+        self.guard = build_guard(guard) if guard is not None else None
+        self.byzantine = byzantine
+        self.attacks = {}
+        if attack is not None:
+            self.attacks = {i: load_attack(attack) for i in range(byzantine)}  # one object per attacker
+            kind = getattr(self.attacks[0], "kind", None)
+            if kind != "update":
+                raise ValueError(f"attack {attack!r} has kind {kind!r}: only update attacks run here")
+        self.known_previous: list[torch.Tensor] = []
+        self.rejected = [0, 0, 0, 0]
+
+    def encode(self, i: int, delta: torch.Tensor, feedback: ErrorFeedback, r: int, workers: int) -> bytes:
+        """Worker i's payload: its Δ through its error feedback, or (Byzantine) the attack's vector encoded."""
+        from p2p_guard.attacks.apply import attacked_update
+        from p2p_guard.attacks.base import AttackContext
+        from p2p_guard.training.local import round_generator
+
+        slot = i - (workers - self.byzantine)
+        if slot < 0:
+            return feedback.encode(delta)
+        ctx = AttackContext(round=r, n=workers, f=self.byzantine, guard_name=self.guard_spec,
+                            generator=round_generator(self.run_id, self.seed, i, r, _SALT_ATTACK))
+        return encode_update(attacked_update(self.attacks[slot], delta, self.known_previous, ctx), self.codec)
+
+    def apply(self, peers: Sequence[Any], decoded: list[torch.Tensor], r: int) -> None:
+        """Every worker's outer step: the shared mean without a guard, else each honest worker's own guard."""
+        self.known_previous = decoded
+        if self.guard is None:
+            aggregate = torch.stack(decoded).mean(dim=0)
+            for local in peers:
+                local.apply(aggregate)
+            return
+        from p2p_guard.guard.base import AggregationContext
+        from p2p_guard.training.local import round_generator
+
+        rows = torch.stack(decoded)
+        honest = len(peers) - self.byzantine
+        senders = tuple(f"worker{i:03d}" for i in range(len(peers)))
+        for j in range(honest):
+            ctx = AggregationContext(senders=senders, round=r, own_index=j,
+                                     generator=round_generator(self.run_id, self.seed, j, r, _SALT_GUARD))
+            result = self.guard(rows, ctx)
+            for i, verdict in enumerate(result.verdicts):
+                if i != j:
+                    slot = 0 if i >= honest else 2
+                    self.rejected[slot] += not verdict.accepted
+                    self.rejected[slot + 1] += 1
+            peers[j].apply(result.aggregate)
+        for local in peers[honest:]:  # the attackers keep training (their honest Δ feeds their attack)
+            local.apply(rows[:honest].mean(dim=0))
+
+
+def guard_worst_case(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per codec, the guard's worst accuracy over the attacks, and its difference to fp32's worst case.
+
+    Args:
+        rows: :func:`convergence` results with a guard and an attack (several attacks per codec).
+
+    Returns:
+        One dict per codec, in first-seen order: ``codec``, ``worst_accuracy``, ``worst_attack``,
+        ``worst_vs_fp32`` (points; None without fp32 rows).
+    """
+    worst: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        best = worst.get(row["codec"])
+        if best is None or row["accuracy"] < best["worst_accuracy"]:
+            worst[row["codec"]] = {"codec": row["codec"], "worst_accuracy": row["accuracy"],
+                                   "worst_attack": row["attack"]}
+    reference = worst.get("fp32", {}).get("worst_accuracy")
+    for entry in worst.values():
+        entry["worst_vs_fp32"] = None if reference is None else 100 * (entry["worst_accuracy"] - reference)
+    return list(worst.values())
 
 
 def format_tables(sizes: Sequence[dict[str, Any]], quality: Sequence[dict[str, Any]]) -> str:
@@ -230,3 +359,75 @@ def format_tables(sizes: Sequence[dict[str, Any]], quality: Sequence[dict[str, A
                 f"{row['residual_norm']:.3g} |"
             )
     return "\n".join(lines)
+
+
+def format_guard_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The guard-per-codec table as Markdown: accuracy per (codec, attack), the worst case and its gap to fp32's."""
+    if not rows:
+        return ""
+    first = rows[0]
+    attacks = list(dict.fromkeys(row["attack"] for row in rows))
+    lines = [
+        f"Guard `{first['guard']}` on digits, {first['workers']} workers of which {first['byzantine']} Byzantine "
+        f"(the last; f not told to the guard), {first['rounds']} rounds; each honest worker judges the decoded "
+        f"rows with its own row marked and applies its own aggregate. Accuracy is the honest workers' mean; "
+        f"rejected is Byzantine rows rejected / judged, then honest rows rejected / judged, over all rounds:",
+        "",
+        "| codec | " + " | ".join(attacks) + " | worst | worst vs fp32 (points) | within 2 points |",
+        "|---|" + "---:|" * len(attacks) + "---:|---:|---|",
+    ]
+    by_cell = {(row["codec"], row["attack"]): row for row in rows}
+    for worst in guard_worst_case(rows):
+        cells = []
+        for attack in attacks:
+            row = by_cell.get((worst["codec"], attack))
+            if row is None:
+                cells.append("")
+                continue
+            rej = row["rejected"]
+            cells.append(f"{row['accuracy']:.4f} ({rej[0]}/{rej[1]}, {rej[2]}/{rej[3]})")
+        delta = worst["worst_vs_fp32"]
+        gap, within = ("", "") if delta is None else (f"{delta:+.2f}", "yes" if delta >= -2 else "no")
+        lines.append(
+            f"| {worst['codec']} | " + " | ".join(cells) + f" | {worst['worst_accuracy']:.4f} | {gap} | {within} |"
+        )
+    return "\n".join(lines)
+
+
+def write_quality_plot(quality: Sequence[dict[str, Any]], guarded: Sequence[dict[str, Any]], path: Path) -> Path:
+    """Accuracy against bytes per parameter per round, per codec: the mean (no attack) and the guard's worst case.
+
+    Args:
+        quality: :func:`convergence` rows without a guard.
+        guarded: :func:`convergence` rows with a guard and an attack.
+        path: the PNG to write (its folder is created).
+
+    Returns:
+        ``path``.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    sizes = {row["codec"]: row["bytes_per_param"] for row in [*guarded, *quality]}  # the honest payloads win
+    ax.plot([sizes[r["codec"]] for r in quality], [100 * r["accuracy"] for r in quality], "o",
+            label="mean, no attack")
+    worst = guard_worst_case(guarded)
+    ax.plot([sizes[w["codec"]] for w in worst], [100 * w["worst_accuracy"] for w in worst], "s",
+            label="guard, worst attack")
+    for codec, size in sizes.items():
+        ax.annotate(codec.replace("topk:density=", "topk "), (size, 0), xycoords=("data", "axes fraction"),
+                    rotation=90, fontsize=7, va="bottom", ha="right")
+    ax.set_xscale("log")
+    ax.set_xlabel("bytes per parameter per round (one payload)")
+    ax.set_ylabel("test accuracy (%)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("digits: quality against bytes, per codec", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

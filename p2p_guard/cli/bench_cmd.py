@@ -94,9 +94,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run_robustness)
-    from p2p_guard.cli import bench_wire_cmd  # ``bench wire`` lives in its own module
+    from p2p_guard.cli import bench_guard_cmd, bench_wire_cmd  # ``bench wire`` and ``bench guard``: own modules
 
     bench_wire_cmd.add_parser(sub)
+    bench_guard_cmd.add_parser(sub)
     return bench
 
 

@@ -1,4 +1,6 @@
-"""``p2p-guard bench wire``: bytes per parameter, codec cost and DiLoCo quality per codec, without a swarm.
+"""``p2p-guard bench wire``: bytes per parameter, codec cost, DiLoCo quality and the guard per codec, no swarm.
+
+The full run writes ``docs/wire.md`` with ``--out docs/wire.md``.
 
 Exit codes: 0 done, 1 a ``--quick`` check failed, 2 bad arguments.
 """
@@ -31,7 +33,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         description="For each codec: bytes per parameter per round, encode and decode time and relative "
         "reconstruction error at d = 1e5, 1e6, 1e7 (--quick: 1e5, 1e6), then an in-process DiLoCo run on "
         "digits (n workers, mean aggregation, outer Nesterov, error feedback per worker) giving the final "
-        "accuracy per codec against fp32. No swarm, no network.",
+        "accuracy per codec against fp32, and the guard (default semantic) per codec under sign_flip:scale=10 "
+        "and alie from a minority of workers, its worst case against fp32's. No swarm, no network.",
         formatter_class=DefaultsOnceFormatter,
     )
     parser.add_argument("--quick", action="store_true", help="d = 1e5, 1e6 and a shorter run, with checks")
@@ -41,6 +44,19 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="seed of the updates and of the run")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the results here")
+    parser.add_argument("--guard", default="semantic", help="guard spec of part 3 (the guard per codec)")
+    parser.add_argument(
+        "--guard-attacks", nargs="*", default=None,
+        help="attacks the guard meets per codec (default sign_flip:scale=10 alie; none: skip part 3)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--byzantine", type=int, default=None, help="Byzantine workers of part 3 (default: a quarter, at least 1)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None,
+        help="also write the tables as a Markdown report, with a plot of quality against bytes in the folder of "
+        "the same name without suffix (the full run's is docs/wire.md)",
+    )  # fmt: skip
     parser.set_defaults(func=run_wire)
     return parser
 
@@ -50,7 +66,15 @@ def run_wire(args: argparse.Namespace) -> int:
     import torch
 
     from p2p_guard.bench.report import command_line, machine_info
-    from p2p_guard.bench.wire import WIRE_CODECS, convergence, format_tables, measure_codecs
+    from p2p_guard.bench.wire import (
+        GUARD_ATTACKS,
+        WIRE_CODECS,
+        convergence,
+        format_guard_table,
+        format_tables,
+        measure_codecs,
+        write_quality_plot,
+    )
     from p2p_guard.protocol import CODECS, Rejected, parse_codec
 
     started = time.monotonic()
@@ -68,6 +92,12 @@ def run_wire(args: argparse.Namespace) -> int:
     if workers < 1 or rounds < 1 or args.threads < 1:
         print("p2p-guard bench wire: error: --workers, --rounds and --threads must be >= 1", file=sys.stderr)
         return EXIT_USAGE
+    guard_attacks = GUARD_ATTACKS if getattr(args, "guard_attacks", None) is None else tuple(args.guard_attacks)
+    byzantine = getattr(args, "byzantine", None) or max(1, workers // 4)
+    if guard_attacks and not 1 <= byzantine < workers / 2:
+        print(f"p2p-guard bench wire: error: --byzantine must be >= 1 and a minority of --workers {workers}; got "
+              f"{byzantine}", file=sys.stderr)
+        return EXIT_USAGE
     torch.set_num_threads(args.threads)
 
     def note(line: str) -> None:
@@ -75,24 +105,50 @@ def run_wire(args: argparse.Namespace) -> int:
 
     sizes = measure_codecs(codecs, QUICK_SIZES if args.quick else FULL_SIZES, seed=args.seed, progress=note)
     quality = convergence(codecs, workers=workers, rounds=rounds, seed=args.seed, progress=note)
-    print(format_tables(sizes, quality))
+    guarded = [
+        row
+        for codec in codecs
+        for attack in guard_attacks
+        for row in convergence([codec], workers=workers, rounds=rounds, seed=args.seed, progress=note,
+                               guard=getattr(args, "guard", "semantic"), attack=attack, byzantine=byzantine)
+    ]
+    tables = format_tables(sizes, quality)
+    if guarded:
+        tables += "\n\n" + format_guard_table(guarded)
+    print(tables)
     failed = _quick_checks(sizes, quality) if args.quick else []
     for message in failed:
         print(f"FAIL: {message}")
+    meta = {
+        "command": command_line(),
+        "wall_s": time.monotonic() - started,
+        "threads": args.threads,
+        "machine": machine_info(),
+    }
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        meta = {
-            "command": command_line(),
-            "wall_s": time.monotonic() - started,
-            "threads": args.threads,
-            "machine": machine_info(),
-        }
         args.json.write_text(
-            json.dumps({"meta": meta, "sizes": sizes, "convergence": quality}, indent=1) + "\n"
+            json.dumps({"meta": meta, "sizes": sizes, "convergence": quality, "guard": guarded}, indent=1) + "\n"
         )
         print(f"results: {args.json}")
+    out = getattr(args, "out", None)
+    if out is not None:
+        plot = write_quality_plot(quality, guarded, out.with_suffix("") / "quality-vs-bytes.png")
+        out.write_text(_report(tables, meta, plot.relative_to(out.parent).as_posix()))
+        print(f"report: {out} (plot {plot})")
     print(f"{time.monotonic() - started:.0f} s")
     return EXIT_CHECK_FAILED if failed else 0
+
+
+def _report(tables: str, meta: dict[str, Any], plot: str) -> str:
+    """The Markdown report: what was run, on what, the tables and the plot."""
+    machine = ", ".join(f"{key} {value}" for key, value in meta["machine"].items())
+    return (
+        f"# Wire: bytes, codec cost and quality per codec\n\nGenerated by `{meta['command']}` in "
+        f"{meta['wall_s']:.0f} s; do not edit by hand. Machine: {machine}; {meta['threads']} torch thread(s). "
+        f"Encode and decode times are wall times on that machine (a loaded machine inflates them); sizes and "
+        f"accuracies do not depend on it.\n\n{tables}\n\n![quality against bytes]({plot})\n"
+    )
 
 
 def _quick_checks(sizes: list[dict[str, Any]], quality: list[dict[str, Any]]) -> list[str]:

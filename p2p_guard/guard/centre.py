@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from p2p_guard.guard.baselines.nnm import nearest_neighbour_mixing
+from p2p_guard.guard.baselines.nnm import mixed_trimmed_mean
 from p2p_guard.guard.baselines.trimmed_mean import coordinate_trimmed_mean
 
 __all__ = ["robust_centre"]
@@ -36,7 +36,9 @@ def robust_centre(updates: torch.Tensor, f: int, *, mixing: bool = True) -> torc
         mixing: apply nearest-neighbour mixing first (switch off to measure its worth).
 
     Returns:
-        ``(d,)`` tensor, dtype of ``updates``.
+        ``(d,)`` tensor, dtype of ``updates``; computed one column block at a time (linear in d, the mixed
+        rows never held whole), with the bits of the two stages run one after the other.
     """
-    mixed = nearest_neighbour_mixing(updates, f) if mixing else updates
-    return coordinate_trimmed_mean(mixed, f)
+    if mixing:
+        return mixed_trimmed_mean(updates, f)
+    return coordinate_trimmed_mean(updates, f)

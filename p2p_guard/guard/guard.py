@@ -75,7 +75,7 @@ class Guard:
             )
         order = sorted(range(len(ctx.senders)), key=lambda i: ctx.senders[i])
         finite = [i for i in order if bool(torch.isfinite(updates[i]).all())]
-        rows = updates[finite]
+        rows = updates if finite == list(range(len(updates))) else updates[finite]  # no copy when in order
         sub_ctx = replace(
             ctx,
             senders=tuple(ctx.senders[i] for i in finite),

@@ -252,7 +252,7 @@ class SemanticGuard:
         median_norm = scalar_median(norms)
         clipped = clip_rows(updates, norms, self.c_clip * median_norm) if self.magnitude else updates
         centre = robust_centre(clipped, f, mixing=self.mixing)
-        cosines = cosines_to(updates, centre)
+        cosines = cosines_to(updates, centre, norms)
 
         rejected: dict[int, tuple[str, str]] = {}
         if self.verdict:
@@ -295,7 +295,7 @@ class SemanticGuard:
         if not accepted:  # only possible without an own row (the own row is never rejected)
             logger.warning("round %d: every row rejected; applying the robust centre", ctx.round)
             return centre
-        kept = clipped[accepted]
+        kept = clipped if len(accepted) == len(clipped) else clipped[accepted]  # no copy when all are kept
         if self.clip_remaining and len(rejected) < f:
             return centered_clip(kept, centre, None, 1)
         return kept.mean(dim=0)

@@ -102,6 +102,9 @@ class PeerConfig:
             only those: the reservation is made as soon as we are found private. Empty: public peers found through
             the libp2p DHT, the bootstrap node among them (libp2p then waits for 4 candidates or 3 minutes).
         device: ``auto`` (CUDA if available, else CPU), ``cpu`` or ``cuda``.
+        bf16_autocast: on a CUDA device, run the inner phase's forward passes under bf16 autocast (parameters,
+            gradients and optimiser state stay float32); no effect on CPU. ``--no-bf16-autocast`` keeps CUDA in
+            float32.
         events: path of the JSON-lines event file (None: no events).
         state_out: where to write the final model state (None: not written).
         proof_dir: where equivocation proofs are written (None: ``proofs/`` beside the event file, else beside
@@ -201,6 +204,7 @@ class PeerConfig:
     reachability: str = "auto"
     relays: tuple[str, ...] = ()
     device: str = "auto"
+    bf16_autocast: bool = True
     events: str | None = None
     state_out: str | None = None
     proof_dir: str | None = None

@@ -71,6 +71,7 @@ from p2p_guard.swarm.validator import RecordValidator
 from p2p_guard.swarm.verdicts import SenderVerdict, finite_or_none
 from p2p_guard.tasks import load_task
 from p2p_guard.training.error_feedback import ErrorFeedback
+from p2p_guard.training.inner import autocast_dtype
 from p2p_guard.training.local import LocalModel, pick_device, round_generator
 
 __all__ = ["Peer", "choose_commit_round", "run_peer"]
@@ -867,7 +868,7 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
     task = load_task(config.task)
     local = LocalModel(task, seed=config.seed, num_shards=config.num_peers, shard_index=config.peer_index,
                        partition=config.partition, outer_lr=config.outer_lr, outer_momentum=config.outer_momentum,
-                       device=pick_device(config.device))
+                       device=pick_device(config.device), mixed_precision=config.bf16_autocast)
     events = EventLog(config.events)
     initial_peers = (*config.initial_peers, *_known_peers(config.checkpoint_dir, config.initial_peers))
     dht = await start_dht(identity_path=str(config.identity), initial_peers=initial_peers,
@@ -893,8 +894,9 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
             peer.metrics = metrics
             metrics.bind(round_=lambda: peer.round, paused=lambda: float(peer.paused), banned=lambda: len(peer.banned))
         maddrs = await dht.visible_maddrs()
-        logger.info("peer %s up on %s (task %s, device %s, %d parameters)", identity.peer_id_b58,
-                    ", ".join(maddrs), config.task, local.device, local.numel)
+        autocast = autocast_dtype(local.device, config.bf16_autocast)
+        logger.info("peer %s up on %s (task %s, device %s%s, %d parameters)", identity.peer_id_b58,
+                    ", ".join(maddrs), config.task, local.device, ", bf16 autocast" if autocast else "", local.numel)
         events.emit("ready", peer_id=identity.peer_id_b58, byzantine=config.attack is not None,
                     attack=config.attack, maddrs=maddrs, numel=local.numel)
         announcer = asyncio.create_task(peer.announce(stop))

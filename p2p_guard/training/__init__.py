@@ -3,8 +3,9 @@
 Modules:
     params: :func:`flatten` / :func:`load_flat` / :func:`param_shapes` / :func:`num_params` (model ⇄ ``(d,)``
         float32 vector).
-    inner: :func:`run_inner_steps` (H steps on the peer's shard, optional data attack) and
-        :func:`make_inner_optimizer` (AdamW with the task's defaults).
+    inner: :func:`run_inner_steps` (H steps on the peer's shard, optional data attack, bf16 autocast on CUDA),
+        :func:`make_inner_optimizer` (AdamW with the task's defaults) and :func:`inner_autocast` /
+        :func:`autocast_dtype` (the autocast context the forward pass runs in).
     adamw: :class:`InnerAdamW` (``torch.optim.AdamW``'s update bit for bit, without importing ``torch._dynamo``).
     outer: :class:`OuterNesterov` (Nesterov SGD on the aggregated pseudo-gradient, bit-identical to
         ``torch.optim.SGD(nesterov=True)``).
@@ -15,7 +16,13 @@ References:
 """
 
 from p2p_guard.training.adamw import InnerAdamW
-from p2p_guard.training.inner import DataTransform, make_inner_optimizer, run_inner_steps
+from p2p_guard.training.inner import (
+    DataTransform,
+    autocast_dtype,
+    inner_autocast,
+    make_inner_optimizer,
+    run_inner_steps,
+)
 from p2p_guard.training.outer import DILOCO_OUTER_LR, DILOCO_OUTER_MOMENTUM, OuterNesterov
 from p2p_guard.training.params import flatten, load_flat, num_params, param_shapes
 
@@ -25,7 +32,9 @@ __all__ = [
     "DataTransform",
     "InnerAdamW",
     "OuterNesterov",
+    "autocast_dtype",
     "flatten",
+    "inner_autocast",
     "load_flat",
     "make_inner_optimizer",
     "num_params",

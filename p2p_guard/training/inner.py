@@ -19,6 +19,7 @@ References:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from typing import Any, Protocol, runtime_checkable
@@ -29,7 +30,14 @@ from torch import Tensor, nn
 from p2p_guard.tasks.base import Shard, Task
 from p2p_guard.training.adamw import InnerAdamW
 
-__all__ = ["DataTransform", "InnerOptimizer", "make_inner_optimizer", "run_inner_steps"]
+__all__ = [
+    "DataTransform",
+    "InnerOptimizer",
+    "autocast_dtype",
+    "inner_autocast",
+    "make_inner_optimizer",
+    "run_inner_steps",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +78,45 @@ class InnerOptimizer(Protocol):
         ...
 
 
+def autocast_dtype(device: torch.device | str, mixed_precision: bool) -> torch.dtype | None:
+    """The dtype the inner phase's forward pass autocasts to: bfloat16 on CUDA unless turned off, else None.
+
+    bf16 keeps float32's exponent range, so no loss scaling is needed (unlike fp16); the parameters, their
+    gradients and the AdamW state stay float32 (autocast casts only inside the ops it lists). On CPU nothing
+    changes: the inner phase runs in float32 as before.
+
+    Args:
+        device: where the model lives (a ``torch.device`` or its name; only its type is read).
+        mixed_precision: the peer's ``bf16_autocast`` setting.
+
+    Returns:
+        ``torch.bfloat16`` for a CUDA device with ``mixed_precision``; None (no autocast) otherwise.
+
+    References:
+        Micikevicius et al., "Mixed Precision Training", ICLR 2018, arXiv:1710.03740; bf16: Kalamkar et al.,
+        "A Study of BFLOAT16 for Deep Learning Training", arXiv:1905.12322, 2019.
+    """
+    device_type = device.type if isinstance(device, torch.device) else torch.device(device).type
+    return torch.bfloat16 if device_type == "cuda" and mixed_precision else None
+
+
+def inner_autocast(device: torch.device | str, mixed_precision: bool) -> contextlib.AbstractContextManager[Any]:
+    """The context the forward pass and loss run in: ``torch.autocast("cuda", bfloat16)`` or a no-op.
+
+    Args:
+        device: where the model lives.
+        mixed_precision: the peer's ``bf16_autocast`` setting.
+
+    Returns:
+        ``torch.autocast(device_type="cuda", dtype=torch.bfloat16)`` when :func:`autocast_dtype` says so,
+        else ``contextlib.nullcontext()``.
+    """
+    dtype = autocast_dtype(device, mixed_precision)
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type="cuda", dtype=dtype)
+
+
 def make_inner_optimizer(model: nn.Module, task: Task, *, lr: float | None = None) -> InnerAdamW:
     """The inner AdamW for ``model`` with the task's default hyper-parameters.
 
@@ -108,6 +155,7 @@ def run_inner_steps(
     data_attack: DataTransform | None = None,
     *,
     batch_size: int | None = None,
+    mixed_precision: bool = True,
 ) -> float:
     """Run ``steps`` optimiser steps on batches from ``shard``; the model is updated in place.
 
@@ -127,6 +175,8 @@ def run_inner_steps(
         device: Where the model lives; batches are moved there.
         data_attack: Optional batch rewrite (a simulated data-poisoning peer).
         batch_size: Overrides ``task.default_hparams.batch_size``.
+        mixed_precision: on a CUDA ``device``, run the forward pass and the loss under bf16 autocast
+            (:func:`inner_autocast`); the backward pass and the optimiser step stay outside it. No effect on CPU.
 
     Returns:
         Mean training loss over the steps (nats; on the attacked labels when ``data_attack`` is set). NaN or
@@ -158,12 +208,13 @@ def run_inner_steps(
                 group["lr"] = group["initial_lr"] * (group["inner_step"] + 1) / warmup
             group["inner_step"] += 1
         optimizer.zero_grad(set_to_none=True)
-        loss = task.loss(model, x, y)
+        with inner_autocast(device, mixed_precision):
+            loss = task.loss(model, x, y)
         loss.backward()
         if clip is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
-        losses[step] = loss.detach()
+        losses[step] = loss.detach().float()
     mean = float(losses.mean())
     if not math.isfinite(mean):
         logger.warning("inner phase: non-finite training loss (%s) over %d steps", mean, steps)

@@ -52,7 +52,8 @@ class LocalModel:
     """
 
     def __init__(self, task: Task, *, seed: int, num_shards: int, shard_index: int, partition: str,
-                 outer_lr: float = 0.7, outer_momentum: float = 0.9, device: torch.device | None = None) -> None:
+                 outer_lr: float = 0.7, outer_momentum: float = 0.9, device: torch.device | None = None,
+                 mixed_precision: bool = True) -> None:
         """Build θ_0 from the run seed (identical on every peer) and this peer's shard.
 
         Args:
@@ -62,9 +63,12 @@ class LocalModel:
             partition: ``iid`` or ``dirichlet:ALPHA``.
             outer_lr: outer Nesterov learning rate (DiLoCo: 0.7); outer_momentum: its momentum (0.9).
             device: where the inner steps run (None: CPU). Outer state stays on the CPU.
+            mixed_precision: bf16 autocast of the inner forward passes on a CUDA device (no effect on CPU;
+                :func:`~p2p_guard.training.inner.inner_autocast`).
         """
         self.task = task
         self.device = device if device is not None else torch.device("cpu")
+        self.mixed_precision = mixed_precision
         self.model = task.build_model(seed).to(self.device)
         self.shard = task.shard(num_shards, shard_index, partition, seed)
         self.inner_optimizer = make_inner_optimizer(self.model, task)
@@ -106,7 +110,7 @@ class LocalModel:
         """Run H inner steps from θ_r and return (Δ = θ_r − θ_after_H as (d,) float32 CPU, mean loss)."""
         load_flat(self.model, self.theta)
         loss = run_inner_steps(self.model, self.task, self.shard, steps, self.inner_optimizer, generator,
-                               self.device, data_attack)
+                               self.device, data_attack, mixed_precision=self.mixed_precision)
         delta = self.theta - flatten(self.model)
         load_flat(self.model, self.theta)
         return delta, loss

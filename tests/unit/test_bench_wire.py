@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from p2p_guard.bench.wire import WIRE_CODECS, convergence, format_tables, measure_codecs, synthetic_update
+from p2p_guard.bench.wire import (
+    WIRE_CODECS,
+    convergence,
+    format_guard_table,
+    format_tables,
+    guard_worst_case,
+    measure_codecs,
+    synthetic_update,
+)
 from p2p_guard.cli import bench_wire_cmd
 
 
@@ -49,7 +57,7 @@ def test_convergence_matches_fp32_exactly_for_fp32_twice() -> None:
 
 def test_cli_rejects_unknown_codec(capsys: pytest.CaptureFixture[str]) -> None:
     args = argparse.Namespace(codecs=["int9"], quick=True, workers=None, rounds=None, seed=0, threads=1,
-                              json=None)
+                              json=None, guard_attacks=None, byzantine=None, out=None)
     assert bench_wire_cmd.run_wire(args) == bench_wire_cmd.EXIT_USAGE
     assert "unknown codec(s) ['int9']" in capsys.readouterr().err
 
@@ -59,10 +67,52 @@ def test_cli_quick_run_writes_json(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     monkeypatch.setattr(bench_wire_cmd, "QUICK_SIZES", (4096,))
     out = tmp_path / "wire.json"
     args = argparse.Namespace(codecs=["fp32", "int8"], quick=True, workers=2, rounds=2, seed=0, threads=1,
-                              json=out)
+                              json=out, guard_attacks=[], byzantine=None, out=None)
     code = bench_wire_cmd.run_wire(args)
     data = json.loads(out.read_text())
     assert [row["codec"] for row in data["sizes"]] == ["fp32", "int8"]
     assert [row["codec"] for row in data["convergence"]] == ["fp32", "int8"]
     accuracies = [row["accuracy"] for row in data["convergence"]]
     assert code == (0 if min(accuracies) >= 0.8 and accuracies[0] - accuracies[1] <= 0.01 else 1)
+
+
+@pytest.mark.timeout(300)
+def test_guard_per_codec_rejects_every_scaled_sign_flip() -> None:
+    rows = convergence(["fp32", "int8"], workers=4, rounds=2, inner_steps=3, guard="semantic",
+                       attack="sign_flip:scale=10", byzantine=1)
+    for row in rows:
+        # 3 honest receivers x 2 rounds judge the attacker's row; each judges the 2 other honest rows
+        assert row["rejected"][:2] == [6, 6] and row["rejected"][3] == 12
+        assert (row["guard"], row["attack"], row["byzantine"]) == ("semantic", "sign_flip:scale=10", 1)
+        assert row["accuracy"] > 0.3  # chance is 0.1; 2 rounds of 3 steps
+    assert rows[0]["accuracy_vs_fp32"] == 0.0
+
+
+def test_guard_worst_case_and_table() -> None:
+    def row(codec: str, attack: str, accuracy: float) -> dict[str, object]:
+        return {"codec": codec, "attack": attack, "accuracy": accuracy, "guard": "semantic", "workers": 8,
+                "byzantine": 2, "rounds": 20, "rejected": [1, 2, 3, 4]}
+
+    rows = [row("fp32", "a", 0.90), row("fp32", "b", 0.88), row("int8", "a", 0.85), row("int8", "b", 0.87)]
+    assert [(w["codec"], w["worst_attack"], round(w["worst_vs_fp32"], 6)) for w in guard_worst_case(rows)] == [
+        ("fp32", "b", 0.0), ("int8", "a", -3.0)]
+    table = format_guard_table(rows)
+    assert "| int8 | 0.8500 (1/2, 3/4) | 0.8700 (1/2, 3/4) | 0.8500 | -3.00 | no |" in table
+    assert "| fp32 | 0.9000 (1/2, 3/4) | 0.8800 (1/2, 3/4) | 0.8800 | +0.00 | yes |" in table
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"attack": "alie", "byzantine": 1}, "needs a guard"), ({"guard": "semantic", "attack": "alie"}, "needs"),
+     ({"guard": "semantic", "attack": "alie", "byzantine": 4}, "byzantine=4")],
+)
+def test_convergence_rejects_bad_attack_settings(kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        convergence(["fp32"], workers=4, rounds=1, **kwargs)  # type: ignore[arg-type]
+
+
+def test_cli_rejects_a_byzantine_majority(capsys: pytest.CaptureFixture[str]) -> None:
+    args = argparse.Namespace(codecs=["fp32"], quick=True, workers=4, rounds=1, seed=0, threads=1, json=None,
+                              guard_attacks=None, byzantine=2, out=None)
+    assert bench_wire_cmd.run_wire(args) == bench_wire_cmd.EXIT_USAGE
+    assert "--byzantine must be >= 1 and a minority of --workers 4; got 2" in capsys.readouterr().err

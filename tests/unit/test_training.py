@@ -11,6 +11,8 @@ from torch import Tensor
 from p2p_guard.tasks import Task, load_task
 from p2p_guard.training import (
     InnerAdamW,
+    autocast_dtype,
+    inner_autocast,
     OuterNesterov,
     flatten,
     load_flat,
@@ -227,6 +229,49 @@ def test_run_inner_steps_learns_and_is_deterministic(digits: Task) -> None:
     assert losses == again
     assert torch.equal(theta, theta_again)
     assert losses[2] < losses[0] < 2.5
+
+
+@pytest.mark.parametrize(
+    ("device", "enabled", "expected"),
+    [
+        ("cpu", True, None),
+        ("cpu", False, None),
+        (torch.device("cpu"), True, None),
+        ("cuda", True, torch.bfloat16),
+        (torch.device("cuda", 1), True, torch.bfloat16),
+        ("cuda", False, None),
+    ],
+)
+def test_autocast_dtype_is_bf16_on_cuda_only_unless_disabled(
+    device: torch.device | str, enabled: bool, expected: torch.dtype | None
+) -> None:
+    assert autocast_dtype(device, enabled) == expected
+
+
+def test_inner_autocast_context_without_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    import contextlib
+
+    assert isinstance(inner_autocast("cpu", True), contextlib.nullcontext)
+    assert isinstance(inner_autocast("cuda", False), contextlib.nullcontext)
+    made: list[dict[str, object]] = []
+    monkeypatch.setattr(torch, "autocast", lambda **kwargs: made.append(kwargs) or contextlib.nullcontext())
+    inner_autocast(torch.device("cuda"), True)
+    assert made == [{"device_type": "cuda", "dtype": torch.bfloat16}]
+
+
+def test_run_inner_steps_on_cpu_is_unchanged_by_the_autocast_flag(digits: Task) -> None:
+    shard = digits.shard(2, 0, "iid", seed=0)
+
+    def train(mixed_precision: bool) -> tuple[float, Tensor]:
+        model = digits.build_model(0)
+        opt = make_inner_optimizer(model, digits)
+        loss = run_inner_steps(model, digits, shard, 5, opt, torch.Generator().manual_seed(3),
+                               mixed_precision=mixed_precision)
+        return loss, flatten(model)
+
+    (loss_on, theta_on), (loss_off, theta_off) = train(True), train(False)
+    assert loss_on == loss_off
+    assert torch.equal(theta_on, theta_off)
 
 
 def test_run_inner_steps_rejects(digits: Task) -> None:

@@ -8,7 +8,8 @@
 - ``centered_clipping.py``: :class:`CenteredClipping` around the previous aggregate and :func:`centered_clip`
   (Karimireddy et al. 2021).
 - ``own.py``: :class:`OwnUpdate`, the receiver's own row only (the bar at any Byzantine fraction).
-- ``nnm.py``: :class:`NNMTrimmedMean` and :func:`nearest_neighbour_mixing` (Allouah et al. 2023).
+- ``nnm.py``: :class:`NNMTrimmedMean`, :func:`nearest_neighbour_mixing` and the blockwise
+  :func:`mixed_trimmed_mean` (Allouah et al. 2023).
 """
 
 from p2p_guard.guard.baselines.centered_clipping import CenteredClipping, centered_clip
@@ -16,7 +17,7 @@ from p2p_guard.guard.baselines.geometric_median import GeometricMedian
 from p2p_guard.guard.baselines.krum import MultiKrum, krum_scores
 from p2p_guard.guard.baselines.mean import Mean
 from p2p_guard.guard.baselines.median import CoordinateMedian, coordinate_median
-from p2p_guard.guard.baselines.nnm import NNMTrimmedMean, nearest_neighbour_mixing
+from p2p_guard.guard.baselines.nnm import NNMTrimmedMean, mixed_trimmed_mean, nearest_neighbour_mixing
 from p2p_guard.guard.baselines.own import OwnUpdate
 from p2p_guard.guard.baselines.trimmed_mean import TrimmedMean, coordinate_trimmed_mean
 
@@ -33,5 +34,6 @@ __all__ = [
     "coordinate_median",
     "coordinate_trimmed_mean",
     "krum_scores",
+    "mixed_trimmed_mean",
     "nearest_neighbour_mixing",
 ]

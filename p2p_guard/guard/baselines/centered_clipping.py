@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from p2p_guard.guard.base import AggregationContext, check_int, check_real, check_stack
-from p2p_guard.guard.linalg import row_norms, scalar_median
+from p2p_guard.guard.linalg import column_blocks, combine_norms, scalar_median
 
 __all__ = ["CenteredClipping", "centered_clip"]
 
@@ -22,14 +22,21 @@ def centered_clip(updates: torch.Tensor, centre: torch.Tensor, tau: float | None
         iters: number of steps L, ``>= 1``.
 
     Returns:
-        ``(d,)`` tensor, dtype of ``updates``.
+        ``(d,)`` tensor, dtype of ``updates``. Each step walks the rows twice, one column block at a time
+        (distances, then the clipped mean), so no ``(n, d)`` difference is held: linear in d, bits as with the
+        whole differences (:mod:`~p2p_guard.guard.linalg`).
     """
     for _ in range(iters):
-        diffs = updates - centre
-        dists = row_norms(diffs)
+        blocks = list(column_blocks(updates.shape[1]))
+        dists = combine_norms(
+            [torch.linalg.vector_norm(updates[:, c] - centre[c], dim=1, dtype=torch.float64) for c in blocks]
+        )
         radius = tau if tau is not None else scalar_median(dists)
-        scale = torch.where(dists > radius, radius / torch.clamp(dists, min=1e-300), 1.0)
-        centre = centre + (scale.to(updates.dtype)[:, None] * diffs).mean(dim=0)
+        scale = torch.where(dists > radius, radius / torch.clamp(dists, min=1e-300), 1.0).to(updates.dtype)
+        step = torch.empty_like(centre)
+        for c in blocks:
+            step[c] = (scale[:, None] * (updates[:, c] - centre[c])).mean(dim=0)
+        centre = centre + step
     return centre
 
 

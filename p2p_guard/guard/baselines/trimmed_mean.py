@@ -7,8 +7,9 @@ from dataclasses import dataclass
 import torch
 
 from p2p_guard.guard.base import AggregationContext, check_int, check_stack, resolve_f
+from p2p_guard.guard.linalg import column_blocks
 
-__all__ = ["TrimmedMean", "coordinate_trimmed_mean"]
+__all__ = ["TrimmedMean", "coordinate_trimmed_mean", "trimmed_mean_block"]
 
 
 def coordinate_trimmed_mean(updates: torch.Tensor, f: int) -> torch.Tensor:
@@ -19,12 +20,30 @@ def coordinate_trimmed_mean(updates: torch.Tensor, f: int) -> torch.Tensor:
         f: number of values trimmed at each end, ``>= 0``.
 
     Returns:
-        ``(d,)`` tensor, dtype of ``updates``.
+        ``(d,)`` tensor, dtype of ``updates``. Computed one column block at a time
+        (:data:`~p2p_guard.guard.linalg.BLOCK`), so the sort's values and int64 indices are one block, not
+        ``(n, d)``; the bits are those of the whole-tensor sort and mean (the block is a multiple of 512 columns).
     """
-    n = len(updates)
     if f == 0:
         return updates.mean(dim=0)
-    return torch.sort(updates, dim=0).values[f : n - f].mean(dim=0)
+    out = torch.empty(updates.shape[1], dtype=updates.dtype, device=updates.device)
+    for cols in column_blocks(updates.shape[1]):
+        out[cols] = trimmed_mean_block(updates[:, cols], f)
+    return out
+
+
+def trimmed_mean_block(block: torch.Tensor, f: int) -> torch.Tensor:
+    """The trimmed mean of one column block: sort each column, drop f values at each end, average the rest.
+
+    Args:
+        block: ``(n, b)`` float tensor with ``n > 2f``, ``f >= 1``; not mutated.
+        f: number of values trimmed at each end.
+
+    Returns:
+        ``(b,)`` tensor, dtype of ``block``.
+    """
+    n = len(block)
+    return torch.sort(block, dim=0).values[f : n - f].mean(dim=0)
 
 
 @dataclass(frozen=True, kw_only=True)
