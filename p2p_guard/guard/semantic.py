@@ -38,7 +38,7 @@ applied after self-anchoring; :class:`Anchor`).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -54,6 +54,7 @@ from p2p_guard.guard.base import (
 )
 from p2p_guard.guard.baselines.centered_clipping import centered_clip
 from p2p_guard.guard.centre import robust_centre
+from p2p_guard.guard.collusion import CollusionCheck
 from p2p_guard.guard.linalg import cosines_to, row_norms, scalar_median
 from p2p_guard.guard.loss_score import LOSS_WORSE, loss_rejections, score_rows
 from p2p_guard.guard.magnitude import clip_rows
@@ -192,14 +193,18 @@ class SemanticGuard:
     c_loss: float = 1.0
     c_mad: float = 3.0
     c_anchor: float = 2.0
+    collusion: bool = False
+    c_collusion: float = 0.6
+    collusion_rounds: int = 3
     checks: tuple[RowCheck, ...] = ()
     anchor: Anchor | None = None
+    _collusion: CollusionCheck | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        """Check the fields (ValueError naming the field and its value)."""
+        """Check the fields (ValueError naming the field and its value); build the collusion stage's state."""
         if self.f is not None:
             check_int("f", self.f, minimum=0)
-        for flag in ("magnitude", "mixing", "verdict", "clip_remaining", "loss_check", "anchoring"):
+        for flag in ("magnitude", "mixing", "verdict", "clip_remaining", "loss_check", "anchoring", "collusion"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
         check_real("c_clip", self.c_clip, minimum=0.0)
@@ -214,6 +219,11 @@ class SemanticGuard:
                 raise ValueError(f"checks must hold RowCheck objects (reason, __call__), got {check!r}")
         if self.anchor is not None and not callable(self.anchor):
             raise ValueError(f"anchor must be callable, got {self.anchor!r}")
+        if self.collusion:
+            stage = CollusionCheck(tau=self.c_collusion, min_rounds=self.collusion_rounds)
+            object.__setattr__(self, "_collusion", stage)
+        else:  # still check the parameters, so a bad value fails whether or not the stage is on
+            CollusionCheck(tau=self.c_collusion, min_rounds=self.collusion_rounds)
 
     def __call__(self, updates: torch.Tensor, ctx: AggregationContext) -> torch.Tensor:
         """Return only the aggregate of :meth:`judge`.
@@ -263,7 +273,8 @@ class SemanticGuard:
             scores = score_rows(updates, own, ctx.loss_at)
             for i, detail in loss_rejections(scores, own, c_loss=self.c_loss, c_mad=self.c_mad).items():
                 rejected.setdefault(i, (LOSS_WORSE, detail))
-        for check in self.checks:
+        stages = (*self.checks, self._collusion) if self._collusion is not None else self.checks
+        for check in stages:
             for i, detail in check(updates, centre, ctx).items():
                 if i != own:
                     rejected.setdefault(i, (check.reason, detail))
