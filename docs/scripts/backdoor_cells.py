@@ -71,17 +71,22 @@ from p2p_guard.guard.centre import robust_centre
 from p2p_guard.guard.linalg import cosines_to, row_norms, scalar_median
 
 N, F = 10, 3
-ATTACKS = ("sign_flip:scale=10", "ipm:epsilon=0.1", "alie")
+ATTACKS = ("sign_flip:scale=10", "ipm:epsilon=0.1", "alie", "adaptive")
+FLOOR_ATTACK = "backdoor:fraction=0.001"
+"""One "attacker" that poisons ⌊0.001 · 32⌋ = 0 examples of each batch: an honest peer whose run still measures
+the trigger's ASR, the floor of the backdoor target (triggered clean inputs that land on the target anyway)."""
 Params = tuple[tuple[str, Any], ...]
 
 
 def parse_params(text: str) -> Params:
-    """``k=v,...`` → sorted pairs; ``True``/``False`` are booleans, anything else a float."""
+    """``k=v,...`` → sorted pairs; ``True``/``False`` are booleans, integers ints, anything else a float."""
     params: list[tuple[str, Any]] = []
     for item in filter(None, text.split(",")):
         key, _, raw = item.partition("=")
         value: Any = {"True": True, "False": False}.get(raw)
-        params.append((key, float(raw) if value is None else value))
+        if value is None:
+            value = int(raw) if raw.lstrip("-").isdigit() else float(raw)
+        params.append((key, value))
     return tuple(sorted(params))
 
 
@@ -152,9 +157,9 @@ def prototype(name: str | None, params: dict[str, Any]) -> Iterator[None]:
         semantic.SemanticGuard._aggregate = original  # type: ignore[method-assign]
 
 
-def final(guard: str, params: Params, attack: str | None, seed: int) -> dict[str, Any]:
-    """The ``final`` record (accuracy, loss, asr) of one cell."""
-    spec = CellSpec(task="digits", guard=guard, attack=attack, n=N, f=F if attack else 0,
+def final(guard: str, params: Params, attack: str | None, seed: int, f: int = F) -> dict[str, Any]:
+    """The ``final`` record (accuracy, loss, asr) of one cell (``f`` attackers when ``attack`` is set)."""
+    spec = CellSpec(task="digits", guard=guard, attack=attack, n=N, f=f if attack else 0,
                     partition="dirichlet:0.5", seed=seed, rounds=12, guard_params=params)
     return dict(run_bench_cell(spec)["final"])
 
@@ -164,9 +169,9 @@ def cell(values: list[float]) -> str:
     return f"{sum(values) / len(values):.3f} ({', '.join(f'{v:.3f}' for v in values)})"
 
 
-def table(arms: list[str], seeds: list[int]) -> None:
-    """Print the table of the arms."""
-    head = ["guard", "clean acc", "backdoor ASR", "backdoor acc", *ATTACKS]
+def table(arms: list[str], seeds: list[int], attacks: tuple[str, ...] = ATTACKS) -> None:
+    """Print the table of the arms (clean, backdoor, then each of ``attacks``)."""
+    head = ["guard", "clean acc", "backdoor ASR", "backdoor acc", *attacks]
     print("| " + " | ".join(head) + " |")  # noqa: T201
     print("|" + "---|" * len(head))  # noqa: T201
     for arm in arms:
@@ -174,10 +179,22 @@ def table(arms: list[str], seeds: list[int]) -> None:
         with prototype(proto, proto_params):
             clean = [final(guard, params, None, s)["accuracy"] for s in seeds]
             bd = [final(guard, params, "backdoor", s) for s in seeds]
-            rest = [[final(guard, params, a, s)["accuracy"] for s in seeds] for a in ATTACKS]
+            rest = [[final(guard, params, a, s)["accuracy"] for s in seeds] for a in attacks]
         row = [label, cell(clean), cell([b["asr"] for b in bd]), cell([b["accuracy"] for b in bd]),
                *(cell(r) for r in rest)]
         print("| " + " | ".join(row) + " |", flush=True)  # noqa: T201
+
+
+def floor(arms: list[str], seeds: list[int]) -> None:
+    """Print each arm's backdoor ASR with no attacker (:data:`FLOOR_ATTACK` at 1 of 10) and its accuracy."""
+    print("| guard | ASR floor | accuracy |")  # noqa: T201
+    print("|---|---|---|")  # noqa: T201
+    for arm in arms:
+        label, guard, params, proto, proto_params = parse_arm(arm)
+        with prototype(proto, proto_params):
+            runs = [final(guard, params, FLOOR_ATTACK, s, f=1) for s in seeds]
+        print(f"| {label} | {cell([r['asr'] for r in runs])} | {cell([r['accuracy'] for r in runs])} |",  # noqa: T201
+              flush=True)
 
 
 def probe(seeds: list[int]) -> None:
@@ -224,11 +241,16 @@ def main() -> None:
     p.add_argument("--arm", action="append", default=None, help="[LABEL=]GUARD[:k=v,...][+PROTO[:k=v]]")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     p.add_argument("--probe", action="store_true", help="print what the semantic guard saw instead")
+    p.add_argument("--floor", action="store_true", help="print the backdoor's ASR with no attacker instead")
+    p.add_argument("--attacks", nargs="*", default=None, help=f"the other attacks (default: {' '.join(ATTACKS)})")
     args = p.parse_args()
     if args.probe:
         probe(args.seeds)
+    elif args.floor:
+        floor(args.arm or ["mean", "semantic"], args.seeds)
     else:
-        table(args.arm or ["semantic", "median", "mean"], args.seeds)
+        table(args.arm or ["semantic", "median", "mean"], args.seeds,
+              ATTACKS if args.attacks is None else tuple(args.attacks))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,11 @@ a constructor flag so that its worth can be measured:
    (for reputation). Measured on digits (9 peers, Dirichlet 0.5, 12 rounds, seed 0): it cost 0 to 7 points
    (alie:z=search at 4 of 9: 77.4 % with it, 81.8 % without; clean 86.0 % both) and about 9 % of a round's
    compute, because non-IID honest rows also raise the receiver's loss; it stays available for the peer;
+4b. collusion (:mod:`~p2p_guard.guard.collusion`, **off by default**): reject a sender whose residual from the
+   centre, accumulated over rounds (per receiver and sender), points the way another sender's does (a backdoor
+   group; cross-round FoolsGold). Measured in ``docs/scripts/backdoor_cells.py`` (its table: seeds 0 and 1
+   only, thin margins between honest pairs with similar label mixes and the backdoor group), so it stays
+   available, not the default;
 5. aggregate: the mean of the accepted rows when the verdict rejected f̂ rows or more; otherwise one step of
    centered clipping around the robust centre, which caps the pull of hidden inliers (ALIE); if every row
    was rejected, the own row (else the centre). With f unknown, f̂ = ⌊(n − 1)/2⌋ almost always exceeds the
@@ -162,6 +167,11 @@ class SemanticGuard:
         c_loss: loss tolerance in units of our own gain, ``> 0``.
         c_mad: loss-outlier tolerance in robust standard deviations of the rows' losses, ``> 0``.
         c_anchor: anchor radius in units of the own row's norm, ``> 0``.
+        collusion: run the collusion stage (default off); its history is state this guard object keeps
+            across rounds, keyed by (receiver, sender) PeerID and bounded (:class:`~p2p_guard.guard.collusion.
+            ResidualHistory`).
+        c_collusion: τ of the collusion stage, the history cosine at which a sender is rejected, in (0, 1].
+        collusion_rounds: rounds of history a sender needs before the collusion stage compares it, ``>= 1``.
         checks: extension point, per-row tests run after the verdict stage (empty by default).
         anchor: extension point, applied to the final aggregate (``None`` by default).
 
