@@ -152,7 +152,7 @@ class ResidualHistory:
         )
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False)  # not frozen: RowCheck's ``reason`` is a plain attribute
 class CollusionCheck:
     r"""Reject senders whose accumulated residual history is aligned with another sender's (module docstring).
 
@@ -184,7 +184,7 @@ class CollusionCheck:
         if check_real("tau", self.tau, minimum=0.0) > 1.0:
             raise ValueError(f"tau must be in (0, 1], got {self.tau!r}")
         check_int("min_rounds", self.min_rounds, minimum=1)
-        object.__setattr__(self, "history", ResidualHistory(decay=self.decay, max_entries=self.max_entries))
+        self.history = ResidualHistory(decay=self.decay, max_entries=self.max_entries)
 
     def __call__(
         self, updates: torch.Tensor, centre: torch.Tensor, ctx: AggregationContext

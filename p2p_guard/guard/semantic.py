@@ -283,7 +283,9 @@ class SemanticGuard:
             scores = score_rows(updates, own, ctx.loss_at)
             for i, detail in loss_rejections(scores, own, c_loss=self.c_loss, c_mad=self.c_mad).items():
                 rejected.setdefault(i, (LOSS_WORSE, detail))
-        stages = (*self.checks, self._collusion) if self._collusion is not None else self.checks
+        stages: tuple[RowCheck, ...] = self.checks
+        if self._collusion is not None:
+            stages = (*stages, self._collusion)
         for check in stages:
             for i, detail in check(updates, centre, ctx).items():
                 if i != own:
