@@ -3,6 +3,8 @@
     python docs/scripts/backdoor_cells.py                       # semantic, median, mean; seeds 0 1
     python docs/scripts/backdoor_cells.py --arm semantic --arm "sim=semantic+foolsgold:kappa=1"
     python docs/scripts/backdoor_cells.py --probe --seeds 0 1   # why the semantic guard does not see it
+    python docs/scripts/backdoor_cells.py --floor --arm mean --seeds 0   # the ASR with no attacker
+    python docs/scripts/backdoor_cells.py --arm "semantic:collusion=True,c_collusion=0.5,collusion_rounds=3"
 
 Table mode prints a markdown table, one row per arm: the final clean accuracy (no attacker), the attack success
 rate (ASR) and final accuracy under ``backdoor`` at 3 of 10, and the final accuracy under ``sign_flip:scale=10``,
@@ -51,6 +53,38 @@ deviations from the centre point the same way: mean pairwise residual cosine 0.1
 against -0.08 to 0.06 among honest ones; but the most aligned honest pair (peers with similar label mixes) reaches
 0.23-0.57, inside the backdoor's range, which is why a within-round similarity weighting (the foolsgold
 prototype) drops ASR on seed 0 (0.04) and not on seed 1 (0.77), and costs the other attacks 2-4 points.
+
+Cross-round evidence: the collusion stage (``p2p_guard/guard/collusion.py``, ``semantic:collusion=True``), measured
+2026-12-02 by a second helper. Each receiver accumulates every sender's unit residual from the robust centre over
+rounds and rejects a sender whose history's cosine with another sender's (not its own) reaches τ = ``c_collusion``,
+once both have ``collusion_rounds`` rounds of history. Per-seed values (each is one cell of this script; cells
+not run are marked -):
+
+| arm | seed | clean acc (honest FP) | backdoor ASR | backdoor acc (detected) | sign_flip:10 | ipm:0.1 | alie |
+|---|---|---|---|---|---|---|---|
+| semantic (above; means) | 0, 1 | 0.936, 0.936 | 0.852, 0.920 | 0.932 | 0.890 | 0.865 | 0.876 |
+| collusion τ 0.5, 3 rounds | 0 | 0.936 (0 of 1080) | **0.009** | 0.931 (175 of 252) | - | - | - |
+| collusion τ 0.5, 3 rounds | 1 | 0.936 (0 of 1080) | 0.920 | 0.931 (0 of 252) | - | - | - |
+| collusion τ 0.42, 7 rounds | 0 | 0.920 (16) | 0.154 | 0.931 (126) | 0.888 (14 FP) | 0.823 (51 FP) | 0.925 (0 FP) |
+| collusion τ 0.42, 7 rounds | 1 | 0.936 (0) | 0.290 | 0.864 (119) | - | - | - |
+| collusion τ 0.42, 7 rounds | 2 | 0.903 (12) | 0.980 | 0.852 (0; 15 FP) | - | - | - |
+
+ASR floor (``--floor --arm mean --seeds 0``: one "attacker" that poisons no example): ASR 0.000 at accuracy
+0.936, so the 10 % target is not eaten by triggered clean inputs landing on class 0.
+
+Result: no setting meets ASR ≤ 10 % on every seed, so the stage stays off by default. τ = 0.5 removes the
+backdoor on seed 0 (ASR 0.852 → 0.009, clean cost 0, no honest FP) and does nothing on seed 1; lowering τ to
+0.42 (and waiting 7 rounds, to get past the honest pairs' early peak) costs honest false positives and clean
+accuracy (up to 1.6 points, IPM 4 points) and still leaves ASR at 0.15-0.98. Why (``--probe``, receiver peer00,
+and the stage's own debug log): the cosine of two honest histories tends to the overlap of the two peers' label
+skews, 0.37-0.49 for the most similar honest pair (highest in rounds 2-5, decaying as the round noise averages
+out), while the backdoor group's best history cosine is 0.45-0.47 on seed 1 and 0.40-0.53 (pairwise min, mean)
+on seed 0 without the stage. Once a receiver rejects the group the model stops learning the trigger, the
+attackers' backdoor gradient stays large and their histories align further (seed 0: 0.47 → 0.69 in 10 rounds),
+so the stage works when it catches the group early and fails when it does not. On this task the honest pairs
+with similar label mixes sit at the backdoor group's level: a history cosine alone cannot separate them.
+Not measured: an attacker aware of the stage (the white-box ``adaptive`` simulates the guard with an empty
+history, so it never sees it); it could add a private persistent offset to its residual to dilute the cosine.
 """
 
 from __future__ import annotations
@@ -71,17 +105,22 @@ from p2p_guard.guard.centre import robust_centre
 from p2p_guard.guard.linalg import cosines_to, row_norms, scalar_median
 
 N, F = 10, 3
-ATTACKS = ("sign_flip:scale=10", "ipm:epsilon=0.1", "alie")
+ATTACKS = ("sign_flip:scale=10", "ipm:epsilon=0.1", "alie", "adaptive")
+FLOOR_ATTACK = "backdoor:fraction=0.001"
+"""One "attacker" that poisons ⌊0.001 · 32⌋ = 0 examples of each batch: an honest peer whose run still measures
+the trigger's ASR, the floor of the backdoor target (triggered clean inputs that land on the target anyway)."""
 Params = tuple[tuple[str, Any], ...]
 
 
 def parse_params(text: str) -> Params:
-    """``k=v,...`` → sorted pairs; ``True``/``False`` are booleans, anything else a float."""
+    """``k=v,...`` → sorted pairs; ``True``/``False`` are booleans, integers ints, anything else a float."""
     params: list[tuple[str, Any]] = []
     for item in filter(None, text.split(",")):
         key, _, raw = item.partition("=")
         value: Any = {"True": True, "False": False}.get(raw)
-        params.append((key, float(raw) if value is None else value))
+        if value is None:
+            value = int(raw) if raw.lstrip("-").isdigit() else float(raw)
+        params.append((key, value))
     return tuple(sorted(params))
 
 
@@ -152,9 +191,9 @@ def prototype(name: str | None, params: dict[str, Any]) -> Iterator[None]:
         semantic.SemanticGuard._aggregate = original  # type: ignore[method-assign]
 
 
-def final(guard: str, params: Params, attack: str | None, seed: int) -> dict[str, Any]:
-    """The ``final`` record (accuracy, loss, asr) of one cell."""
-    spec = CellSpec(task="digits", guard=guard, attack=attack, n=N, f=F if attack else 0,
+def final(guard: str, params: Params, attack: str | None, seed: int, f: int = F) -> dict[str, Any]:
+    """The ``final`` record (accuracy, loss, asr) of one cell (``f`` attackers when ``attack`` is set)."""
+    spec = CellSpec(task="digits", guard=guard, attack=attack, n=N, f=f if attack else 0,
                     partition="dirichlet:0.5", seed=seed, rounds=12, guard_params=params)
     return dict(run_bench_cell(spec)["final"])
 
@@ -164,9 +203,9 @@ def cell(values: list[float]) -> str:
     return f"{sum(values) / len(values):.3f} ({', '.join(f'{v:.3f}' for v in values)})"
 
 
-def table(arms: list[str], seeds: list[int]) -> None:
-    """Print the table of the arms."""
-    head = ["guard", "clean acc", "backdoor ASR", "backdoor acc", *ATTACKS]
+def table(arms: list[str], seeds: list[int], attacks: tuple[str, ...] = ATTACKS) -> None:
+    """Print the table of the arms (clean, backdoor, then each of ``attacks``)."""
+    head = ["guard", "clean acc", "backdoor ASR", "backdoor acc", *attacks]
     print("| " + " | ".join(head) + " |")  # noqa: T201
     print("|" + "---|" * len(head))  # noqa: T201
     for arm in arms:
@@ -174,10 +213,22 @@ def table(arms: list[str], seeds: list[int]) -> None:
         with prototype(proto, proto_params):
             clean = [final(guard, params, None, s)["accuracy"] for s in seeds]
             bd = [final(guard, params, "backdoor", s) for s in seeds]
-            rest = [[final(guard, params, a, s)["accuracy"] for s in seeds] for a in ATTACKS]
+            rest = [[final(guard, params, a, s)["accuracy"] for s in seeds] for a in attacks]
         row = [label, cell(clean), cell([b["asr"] for b in bd]), cell([b["accuracy"] for b in bd]),
                *(cell(r) for r in rest)]
         print("| " + " | ".join(row) + " |", flush=True)  # noqa: T201
+
+
+def floor(arms: list[str], seeds: list[int]) -> None:
+    """Print each arm's backdoor ASR with no attacker (:data:`FLOOR_ATTACK` at 1 of 10) and its accuracy."""
+    print("| guard | ASR floor | accuracy |")  # noqa: T201
+    print("|---|---|---|")  # noqa: T201
+    for arm in arms:
+        label, guard, params, proto, proto_params = parse_arm(arm)
+        with prototype(proto, proto_params):
+            runs = [final(guard, params, FLOOR_ATTACK, s, f=1) for s in seeds]
+        print(f"| {label} | {cell([r['asr'] for r in runs])} | {cell([r['accuracy'] for r in runs])} |",  # noqa: T201
+              flush=True)
 
 
 def probe(seeds: list[int]) -> None:
@@ -190,13 +241,15 @@ def probe(seeds: list[int]) -> None:
             seen.append((ctx.round, list(ctx.senders), updates.clone()))
         return original(self, updates, ctx)
 
-    print("| seed | round | norm h / b | cos to centre h / b | residual cos h-h / b-b | max h-h |")  # noqa: T201
-    print("|---|---|---|---|---|---|")  # noqa: T201
+    print("| seed | round | norm h / b | cos to centre h / b | residual cos h-h / b-b | max h-h "  # noqa: T201
+          "| history cos h-h max / b-b min, mean |")
+    print("|---|---|---|---|---|---|---|")  # noqa: T201
     semantic.SemanticGuard.judge = judge  # type: ignore[method-assign]
     try:
         for seed in seeds:
             seen.clear()
             final("semantic", (), "backdoor", seed)
+            history: torch.Tensor | None = None  # Σ_r unit residual per row, as guard/collusion.py accumulates
             for round_, senders, rows in seen:
                 bad = [int(s[4:]) >= N - F for s in senders]
                 f_hat = (len(rows) - 1) // 2
@@ -207,13 +260,19 @@ def probe(seeds: list[int]) -> None:
                 pair = unit @ unit.T
                 hh = [float(pair[i, j]) for i in range(len(rows)) for j in range(i) if not bad[i] and not bad[j]]
                 bb = [float(pair[i, j]) for i in range(len(rows)) for j in range(i) if bad[i] and bad[j]]
+                history = unit if history is None else history + unit
+                hunit = history / torch.linalg.vector_norm(history, dim=1)[:, None]
+                hpair = hunit @ hunit.T
+                hh_hist = [float(hpair[i, j]) for i in range(len(rows)) for j in range(i) if not bad[i] and not bad[j]]
+                bb_hist = [float(hpair[i, j]) for i in range(len(rows)) for j in range(i) if bad[i] and bad[j]]
 
                 def med(x: torch.Tensor, b: bool, bad: list[bool] = bad) -> float:
                     return statistics.median(float(v) for v, q in zip(x, bad, strict=True) if q == b)
 
                 print(f"| {seed} | {round_} | {med(norms, False):.3f} / {med(norms, True):.3f} | "  # noqa: T201
                       f"{med(cos, False):.2f} / {med(cos, True):.2f} | {statistics.mean(hh):.2f} / "
-                      f"{statistics.mean(bb):.2f} | {max(hh):.2f} |", flush=True)
+                      f"{statistics.mean(bb):.2f} | {max(hh):.2f} | {max(hh_hist):.2f} / {min(bb_hist):.2f}, "
+                      f"{statistics.mean(bb_hist):.2f} |", flush=True)
     finally:
         semantic.SemanticGuard.judge = original  # type: ignore[method-assign]
 
@@ -224,11 +283,16 @@ def main() -> None:
     p.add_argument("--arm", action="append", default=None, help="[LABEL=]GUARD[:k=v,...][+PROTO[:k=v]]")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     p.add_argument("--probe", action="store_true", help="print what the semantic guard saw instead")
+    p.add_argument("--floor", action="store_true", help="print the backdoor's ASR with no attacker instead")
+    p.add_argument("--attacks", nargs="*", default=None, help=f"the other attacks (default: {' '.join(ATTACKS)})")
     args = p.parse_args()
     if args.probe:
         probe(args.seeds)
+    elif args.floor:
+        floor(args.arm or ["mean", "semantic"], args.seeds)
     else:
-        table(args.arm or ["semantic", "median", "mean"], args.seeds)
+        table(args.arm or ["semantic", "median", "mean"], args.seeds,
+              ATTACKS if args.attacks is None else tuple(args.attacks))
 
 
 if __name__ == "__main__":

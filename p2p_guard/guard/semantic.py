@@ -16,6 +16,11 @@ a constructor flag so that its worth can be measured:
    (for reputation). Measured on digits (9 peers, Dirichlet 0.5, 12 rounds, seed 0): it cost 0 to 7 points
    (alie:z=search at 4 of 9: 77.4 % with it, 81.8 % without; clean 86.0 % both) and about 9 % of a round's
    compute, because non-IID honest rows also raise the receiver's loss; it stays available for the peer;
+4b. collusion (:mod:`~p2p_guard.guard.collusion`, **off by default**): reject a sender whose residual from the
+   centre, accumulated over rounds (per receiver and sender), points the way another sender's does (a backdoor
+   group; cross-round FoolsGold). Measured in ``docs/scripts/backdoor_cells.py`` (its table: seeds 0 and 1
+   only, thin margins between honest pairs with similar label mixes and the backdoor group), so it stays
+   available, not the default;
 5. aggregate: the mean of the accepted rows when the verdict rejected f̂ rows or more; otherwise one step of
    centered clipping around the robust centre, which caps the pull of hidden inliers (ALIE); if every row
    was rejected, the own row (else the centre). With f unknown, f̂ = ⌊(n − 1)/2⌋ almost always exceeds the
@@ -38,7 +43,7 @@ applied after self-anchoring; :class:`Anchor`).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -54,6 +59,7 @@ from p2p_guard.guard.base import (
 )
 from p2p_guard.guard.baselines.centered_clipping import centered_clip
 from p2p_guard.guard.centre import robust_centre
+from p2p_guard.guard.collusion import CollusionCheck
 from p2p_guard.guard.linalg import cosines_to, row_norms, scalar_median
 from p2p_guard.guard.loss_score import LOSS_WORSE, loss_rejections, score_rows
 from p2p_guard.guard.magnitude import clip_rows
@@ -161,6 +167,11 @@ class SemanticGuard:
         c_loss: loss tolerance in units of our own gain, ``> 0``.
         c_mad: loss-outlier tolerance in robust standard deviations of the rows' losses, ``> 0``.
         c_anchor: anchor radius in units of the own row's norm, ``> 0``.
+        collusion: run the collusion stage (default off); its history is state this guard object keeps
+            across rounds, keyed by (receiver, sender) PeerID and bounded (:class:`~p2p_guard.guard.collusion.
+            ResidualHistory`).
+        c_collusion: τ of the collusion stage, the history cosine at which a sender is rejected, in (0, 1].
+        collusion_rounds: rounds of history a sender needs before the collusion stage compares it, ``>= 1``.
         checks: extension point, per-row tests run after the verdict stage (empty by default).
         anchor: extension point, applied to the final aggregate (``None`` by default).
 
@@ -192,14 +203,18 @@ class SemanticGuard:
     c_loss: float = 1.0
     c_mad: float = 3.0
     c_anchor: float = 2.0
+    collusion: bool = False
+    c_collusion: float = 0.6
+    collusion_rounds: int = 3
     checks: tuple[RowCheck, ...] = ()
     anchor: Anchor | None = None
+    _collusion: CollusionCheck | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        """Check the fields (ValueError naming the field and its value)."""
+        """Check the fields (ValueError naming the field and its value); build the collusion stage's state."""
         if self.f is not None:
             check_int("f", self.f, minimum=0)
-        for flag in ("magnitude", "mixing", "verdict", "clip_remaining", "loss_check", "anchoring"):
+        for flag in ("magnitude", "mixing", "verdict", "clip_remaining", "loss_check", "anchoring", "collusion"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
         check_real("c_clip", self.c_clip, minimum=0.0)
@@ -214,6 +229,11 @@ class SemanticGuard:
                 raise ValueError(f"checks must hold RowCheck objects (reason, __call__), got {check!r}")
         if self.anchor is not None and not callable(self.anchor):
             raise ValueError(f"anchor must be callable, got {self.anchor!r}")
+        if self.collusion:
+            stage = CollusionCheck(tau=self.c_collusion, min_rounds=self.collusion_rounds)
+            object.__setattr__(self, "_collusion", stage)
+        else:  # still check the parameters, so a bad value fails whether or not the stage is on
+            CollusionCheck(tau=self.c_collusion, min_rounds=self.collusion_rounds)
 
     def __call__(self, updates: torch.Tensor, ctx: AggregationContext) -> torch.Tensor:
         """Return only the aggregate of :meth:`judge`.
@@ -263,7 +283,10 @@ class SemanticGuard:
             scores = score_rows(updates, own, ctx.loss_at)
             for i, detail in loss_rejections(scores, own, c_loss=self.c_loss, c_mad=self.c_mad).items():
                 rejected.setdefault(i, (LOSS_WORSE, detail))
-        for check in self.checks:
+        stages: tuple[RowCheck, ...] = self.checks
+        if self._collusion is not None:
+            stages = (*stages, self._collusion)
+        for check in stages:
             for i, detail in check(updates, centre, ctx).items():
                 if i != own:
                     rejected.setdefault(i, (check.reason, detail))

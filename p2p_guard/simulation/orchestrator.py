@@ -37,6 +37,7 @@ from typing import Any
 import psutil
 import torch
 
+from p2p_guard.simulation.asr import backdoor_asr
 from p2p_guard.simulation.config import SimulationConfig
 from p2p_guard.simulation.events import Event, EventReader
 from p2p_guard.simulation.faults import FaultInjector, FaultPlan, faketime_prefix
@@ -976,9 +977,19 @@ def run_simulation(
     watchers.tracker.update(swarm.positions(), final=True)
     observations = _observations(swarm, watchers, faults, fault_records)
     report_config = {**config.to_dict(), "workdir": str(swarm.workdir)}
-    report = build_report(report_config, swarm.peer_logs(), _honest_thetas(swarm), observations)
+    thetas = _honest_thetas(swarm)
+    report = build_report(report_config, swarm.peer_logs(), thetas, observations)
+    _add_asr(report, config, thetas)
     write_report(report, swarm.workdir / "report.json")
     return report
+
+
+def _add_asr(report: dict[str, Any], config: SimulationConfig, thetas: Sequence[torch.Tensor]) -> None:
+    """Add the backdoor's attack success rate (``asr``: per honest peer and mean; ``final.asr``) to ``report``."""
+    asr = backdoor_asr(config.task, config.attack if config.byzantine else None, config.seed, thetas)
+    if asr is not None:
+        report["asr"] = asr
+        report["final"]["asr"] = asr["mean"]
 
 
 def _observations(swarm: LocalSwarm, watchers: _Watchers, faults: FaultPlan | None,
@@ -1004,7 +1015,9 @@ def _partial_report(swarm: LocalSwarm, watchers: _Watchers, faults: FaultPlan | 
         watchers.tracker.update(swarm.positions(), final=True)
         observations = _observations(swarm, watchers, faults, fault_records)
         report_config = {**config.to_dict(), "workdir": str(swarm.workdir)}
-        report = build_report(report_config, swarm.peer_logs(), _honest_thetas(swarm, partial=True), observations)
+        thetas = _honest_thetas(swarm, partial=True)
+        report = build_report(report_config, swarm.peer_logs(), thetas, observations)
+        _add_asr(report, config, thetas)
         done = min((swarm.rounds_done(i) for i in range(config.honest)), default=0)
         report["interrupted"] = {"rounds_completed": done, "rounds_planned": config.rounds}
         path = swarm.workdir / "report.json"

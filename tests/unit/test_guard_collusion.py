@@ -1,0 +1,171 @@
+"""The collusion stage: per-(receiver, sender) residual histories across rounds, and its rejections."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from p2p_guard.guard import AggregationContext, SemanticGuard
+from p2p_guard.guard.collusion import COLLUDING, CollusionCheck, ResidualHistory
+
+
+def ctx(round_: int, n: int = 4, own: int | None = 0) -> AggregationContext:
+    return AggregationContext(senders=tuple(f"p{i}" for i in range(n)), round=round_,
+                              generator=torch.Generator().manual_seed(0), own_index=own)
+
+
+E = torch.eye(4, dtype=torch.float64)
+
+
+class TestResidualHistory:
+    def test_sum_then_decay(self) -> None:
+        h = ResidualHistory(decay=0.5)
+        out, terms = h.add("me", "a", 0, E[0])
+        assert torch.equal(out, E[0])
+        assert terms == 1
+        out, terms = h.add("me", "a", 1, E[1])  # 0.5·e0 + e1
+        assert torch.equal(out, torch.tensor([0.5, 1.0, 0.0, 0.0], dtype=torch.float64))
+        assert terms == 2
+
+    def test_second_call_in_a_round_replaces_that_rounds_term(self) -> None:
+        h = ResidualHistory()
+        h.add("me", "a", 0, E[0])
+        h.add("me", "a", 1, E[1])
+        out, terms = h.add("me", "a", 1, E[2])  # e0 + e2, not e0 + e1 + e2
+        assert torch.equal(out, E[0] + E[2])
+        assert terms == 2
+        out, terms = h.add("me", "a", 0, E[3])  # a stale round changes nothing
+        assert torch.equal(out, E[0] + E[2])
+        assert terms == 2
+
+    def test_first_round_called_twice(self) -> None:
+        h = ResidualHistory()
+        h.add("me", "a", 3, E[0])
+        out, terms = h.add("me", "a", 3, E[1])
+        assert torch.equal(out, E[1])
+        assert terms == 1
+
+    def test_keyed_by_receiver_and_sender(self) -> None:
+        h = ResidualHistory()
+        h.add("r1", "a", 0, E[0])
+        out, _ = h.add("r2", "a", 0, E[1])
+        assert torch.equal(out, E[1])
+        assert len(h) == 2
+
+    def test_bounded_least_recent_forgotten(self) -> None:
+        h = ResidualHistory(max_entries=2)
+        h.add("me", "a", 0, E[0])
+        h.add("me", "b", 0, E[1])
+        h.add("me", "a", 1, E[0])  # a is now the most recent
+        h.add("me", "c", 1, E[2])  # b goes
+        assert len(h) == 2
+        out, terms = h.add("me", "b", 2, E[3])
+        assert torch.equal(out, E[3])
+        assert terms == 1
+
+    def test_state_dict_round_trip(self) -> None:
+        h = ResidualHistory()
+        h.add("me", "a", 0, E[0])
+        h.add("me", "a", 1, E[1])
+        g = ResidualHistory()
+        g.load_state_dict(h.state_dict())
+        assert torch.equal(g.add("me", "a", 1, E[2])[0], E[0] + E[2])
+        with pytest.raises(ValueError, match="version"):
+            g.load_state_dict({"version": 99, "entries": []})
+
+    @pytest.mark.parametrize(("kwargs", "name"), [({"decay": 0.0}, "decay"), ({"decay": 1.5}, "decay"),
+                                                  ({"max_entries": 0}, "max_entries")])
+    def test_rejects_bad_parameters(self, kwargs: dict[str, float], name: str) -> None:
+        with pytest.raises(ValueError, match=name):
+            ResidualHistory(**kwargs)  # type: ignore[arg-type]
+
+
+class TestCollusionCheck:
+    def test_aligned_pair_rejected_after_min_rounds(self) -> None:
+        # residuals from a zero centre: rows 2 and 3 both along e3 (plus their own e0 / e1 part), row 1 along e2
+        rows = torch.tensor([[1.0, 0, 0, 0], [0, 0, 1, 0], [1, 0, 0, 1], [0, 1, 0, 1]])
+        check = CollusionCheck(tau=0.5, min_rounds=2)
+        assert check(rows, torch.zeros(4), ctx(0)) == {}  # one round of history: nobody compared yet
+        out = check(rows, torch.zeros(4), ctx(1))
+        # cos(e0 + e3, e1 + e3) = 1/2 ≥ 0.5; row 1 is orthogonal to both; row 0 is ours (never a partner)
+        assert sorted(out) == [2, 3]
+        assert out[2] == "residual history cosine 0.500 >= 0.5 with p3"
+
+    def test_own_row_never_rejected_nor_a_partner(self) -> None:
+        rows = torch.tensor([[0.0, 0, 0, 1], [0, 0, 0, 1], [1, 0, 0, 0], [0, 1, 0, 0]])
+        out = CollusionCheck(tau=0.5, min_rounds=1)(rows, torch.zeros(4), ctx(0, own=0))
+        assert out == {}  # row 1 agrees only with our own row
+        out = CollusionCheck(tau=0.5, min_rounds=1)(rows, torch.zeros(4), ctx(0, own=None))
+        assert sorted(out) == [0, 1]
+
+    def test_below_tau_kept(self) -> None:
+        rows = torch.tensor([[1.0, 0, 0, 0], [0, 0, 1, 0], [1, 0, 0, 1], [0, 1, 0, 1]])
+        assert CollusionCheck(tau=0.51, min_rounds=1)(rows, torch.zeros(4), ctx(0)) == {}
+
+    def test_noise_averages_out_across_rounds(self) -> None:
+        # per round: a shared direction b plus independent noise of 4× its size; within a round the pair's
+        # cosine is ~1/17, after 64 rounds the histories' cosine is ~0.8
+        g = torch.Generator().manual_seed(1)
+        d = 400
+        b = torch.zeros(d)
+        b[0] = 1.0
+        check = CollusionCheck(tau=0.5, min_rounds=1)
+        first = last = None
+        for r in range(64):
+            rows = torch.randn(6, d, generator=g) * (4 / math.sqrt(d))
+            rows[4:] += b
+            out = check(rows, torch.zeros(d), ctx(r, n=6))
+            first = out if first is None else first
+            last = out
+        assert first == {}
+        assert sorted(last or {}) == [4, 5]
+
+    def test_rows_equal_to_the_centre_have_zero_history(self) -> None:
+        rows = torch.ones(3, 4)
+        assert CollusionCheck(tau=0.1, min_rounds=1)(rows, torch.ones(4), ctx(0, n=3)) == {}
+
+    def test_input_not_mutated(self) -> None:
+        rows = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+        centre = torch.tensor([0.5, 0.5])
+        before = rows.clone(), centre.clone()
+        CollusionCheck(min_rounds=1)(rows, centre, ctx(0, n=3))
+        assert torch.equal(rows, before[0])
+        assert torch.equal(centre, before[1])
+
+    @pytest.mark.parametrize(("kwargs", "name"), [({"tau": 0.0}, "tau"), ({"tau": 1.1}, "tau"),
+                                                  ({"min_rounds": 0}, "min_rounds"), ({"decay": 2.0}, "decay")])
+    def test_rejects_bad_parameters(self, kwargs: dict[str, float], name: str) -> None:
+        with pytest.raises(ValueError, match=name):
+            CollusionCheck(**kwargs)  # type: ignore[arg-type]
+
+
+class TestInSemanticGuard:
+    def test_switch_and_reason(self) -> None:
+        g = torch.Generator().manual_seed(2)
+        base = torch.randn(6, 50, generator=g)
+        shared = torch.randn(50, generator=g)
+        on = SemanticGuard(collusion=True, c_collusion=0.5, collusion_rounds=1)
+        off = SemanticGuard(collusion=False)
+        rows = base.clone()
+        rows[4:] = base[4:] * 0.1 + shared  # two rows with the same residual direction
+        senders = tuple(f"p{i}" for i in range(6))
+        c = AggregationContext(senders=senders, round=0, generator=g, own_index=0)
+        result = on.judge(rows, c)
+        reasons = {v.sender: v.reason for v in result.verdicts if not v.accepted}
+        assert reasons == {"p4": COLLUDING, "p5": COLLUDING}
+        assert all(v.accepted or v.reason != COLLUDING for v in off.judge(rows, c).verdicts)
+
+    def test_each_guard_has_its_own_history(self) -> None:
+        a, b = SemanticGuard(collusion=True), SemanticGuard(collusion=True)
+        assert a._collusion is not None
+        assert b._collusion is not None
+        assert a._collusion.history is not b._collusion.history
+
+    @pytest.mark.parametrize(("kwargs", "name"), [({"c_collusion": 0.0}, "tau"),
+                                                  ({"collusion_rounds": 0}, "min_rounds"),
+                                                  ({"collusion": 1}, "collusion")])
+    def test_rejects_bad_parameters(self, kwargs: dict[str, object], name: str) -> None:
+        with pytest.raises(ValueError, match=name):
+            SemanticGuard(**kwargs)  # type: ignore[arg-type]
