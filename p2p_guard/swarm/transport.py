@@ -732,10 +732,7 @@ async def fetch(p2p: P2P, peer: PeerID, run_id: str, request: list[object], *, m
     Raises:
         ValueError: ``idle_timeout_s`` or ``min_bytes_per_s`` is not finite and > 0 (a local bug).
     """
-    for name, value in (("idle_timeout_s", idle_timeout_s), ("min_bytes_per_s", min_bytes_per_s)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-            raise ValueError(f"{name} must be finite and > 0; got {name}={value!r}")
-    pace = _Pace(float(idle_timeout_s), float(min_bytes_per_s), max_bytes)
+    pace = _make_pace(idle_timeout_s, min_bytes_per_s, max_bytes)
     try:
         return await asyncio.wait_for(_fetch(p2p, peer, run_id, request, max_bytes, pace), timeout_s)
     except _TooSlow as e:
@@ -748,6 +745,14 @@ async def fetch(p2p: P2P, peer: PeerID, run_id: str, request: list[object], *, m
 
 class _TooSlow(Exception):
     """Raised inside :func:`fetch` when the server stalls or sends below the rate floor."""
+
+
+def _make_pace(idle_timeout_s: float, min_bytes_per_s: float, max_bytes: int) -> _Pace:
+    """The read limits of one fetch; ValueError unless both limits are finite and > 0 (a local bug)."""
+    for name, value in (("idle_timeout_s", idle_timeout_s), ("min_bytes_per_s", min_bytes_per_s)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise ValueError(f"{name} must be finite and > 0; got {name}={value!r}")
+    return _Pace(float(idle_timeout_s), float(min_bytes_per_s), max_bytes)
 
 
 @dataclass
@@ -847,12 +852,9 @@ async def fetch_payload(p2p: P2P, peer: PeerID, run_id: str, round_: int, verifi
     Raises:
         ValueError: ``idle_timeout_s`` or ``min_bytes_per_s`` is not finite and > 0 (a local bug).
     """
-    for name, value in (("idle_timeout_s", idle_timeout_s), ("min_bytes_per_s", min_bytes_per_s)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-            raise ValueError(f"{name} must be finite and > 0; got {name}={value!r}")
     verifier.restart()
     expected = verifier.digests_bytes + verifier.payload_bytes - verifier.resume_offset()
-    pace = _Pace(float(idle_timeout_s), float(min_bytes_per_s), expected)
+    pace = _make_pace(idle_timeout_s, min_bytes_per_s, expected)
     try:
         return await asyncio.wait_for(_fetch_payload(p2p, peer, run_id, round_, verifier, pace), timeout_s)
     except _TooSlow as e:
