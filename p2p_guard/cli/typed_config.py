@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import enum
 import inspect
 import json
@@ -386,8 +387,8 @@ def load_config(
         file_values = read_table(config_path, table)
         unknown = sorted(set(file_values) - known)
         if unknown:
-            raise ValueError(f"config file {config_path}: unknown setting(s) {unknown}; known settings: "
-                             f"{', '.join(sorted(known))}")
+            raise ValueError(f"config file {config_path}: unknown setting(s) {unknown}"
+                             f"{_unknown_hints(unknown, known)}")
         try:
             values.update(type_check(cls, file_values))
         except ValueError as e:
@@ -411,3 +412,23 @@ def load_config(
 def _named(error: Exception, known: set[str]) -> set[str]:
     """Field names an error message mentions (to say where a bad value came from)."""
     return {word for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", str(error)) if word in known}
+
+
+#: Settings that were renamed, with what replaces them (a file written for an older version gets this hint).
+RENAMED_SETTINGS: dict[str, str] = {
+    "max_payload_bytes": "max_parameters (a parameter count; each codec's byte cap follows from it, protocol 3)",
+}
+
+
+def _unknown_hints(unknown: list[str], known: set[str]) -> str:
+    """'; did you mean …' for each unknown key: its new name if it was renamed, else the closest known names."""
+    hints = []
+    for key in unknown:
+        if key in RENAMED_SETTINGS and RENAMED_SETTINGS[key].split()[0] in known:
+            hints.append(f"{key} was renamed: use {RENAMED_SETTINGS[key]}")
+        else:
+            close = difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.6)
+            if close:
+                hints.append(f"{key}: did you mean {' or '.join(close)}?")
+    tail = "; see --help for every setting"
+    return ("; " + "; ".join(hints) + tail) if hints else tail

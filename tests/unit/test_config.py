@@ -482,8 +482,16 @@ class TestSimulateSettings:
         config = simulate_cmd._config(build_parser().parse_args(["simulate", "--config", str(path), "--rounds", "5"]))
         assert (config.honest, config.rounds, config.byzantine) == (4, 5, 2)
         path.write_text('[simulate]\nhonst = 4\n', encoding="utf-8")
-        with pytest.raises(ValueError, match=r"unknown setting\(s\) \['honst'\]"):
+        with pytest.raises(ValueError, match=r"unknown setting\(s\) \['honst'\]; honst: did you mean honest\?; "
+                                             r"see --help for every setting$"):
             simulate_cmd._config(build_parser().parse_args(["simulate", "--config", str(path)]))
+
+    def test_a_renamed_key_names_its_new_name(self, tmp_path: Path) -> None:
+        path = tmp_path / "p.toml"
+        path.write_text('[peer]\nmax_payload_bytes = 4\nzzz = 1\n', encoding="utf-8")
+        with pytest.raises(ValueError, match=r"\['max_payload_bytes', 'zzz'\]; max_payload_bytes was renamed: use "
+                                             r"max_parameters \(.*\); see --help for every setting$"):
+            peer_cmd.resolve_config(build_parser().parse_args(["peer", "--config", str(path)]))
 
     @pytest.mark.parametrize(("honest", "byzantine", "warned"), [(1, 3, True), (2, 2, True), (3, 2, False),
                                                                  (1, 0, False)])
