@@ -67,6 +67,7 @@ __all__ = [
     "FetchResult",
     "PayloadServer",
     "ServerStats",
+    "failure_detail",
     "fetch",
     "fetch_payload",
 ]
@@ -740,11 +741,20 @@ async def fetch(p2p: P2P, peer: PeerID, run_id: str, request: list[object], *, m
     except asyncio.TimeoutError:
         return FetchResult(-1, detail=f"no complete answer within {timeout_s:.1f} s")
     except Exception as e:  # noqa: BLE001 - any transport failure is reported, not raised
-        return FetchResult(-1, detail=f"{type(e).__name__}: {e}"[:200])
+        return FetchResult(-1, detail=failure_detail(e))
 
 
 class _TooSlow(Exception):
     """Raised inside :func:`fetch` when the server stalls or sends below the rate floor."""
+
+
+def failure_detail(error: BaseException, limit: int = 200) -> str:
+    """One line naming a transport failure, at most ``limit`` characters.
+
+    ``Type: message`` with every run of whitespace made one space: the daemon's dial errors span several lines,
+    and a rejection's detail goes into one log line (README: one log line per line) and the event file.
+    """
+    return " ".join(f"{type(error).__name__}: {error}".split())[:limit]
 
 
 def _make_pace(idle_timeout_s: float, min_bytes_per_s: float, max_bytes: int) -> _Pace:
@@ -863,7 +873,7 @@ async def fetch_payload(p2p: P2P, peer: PeerID, run_id: str, round_: int, verifi
         return FetchResult(-1, detail=f"no complete answer within {timeout_s:.1f} s ({verifier.next_chunk} of "
                                       f"{verifier.chunks} chunks verified)")
     except Exception as e:  # noqa: BLE001 - any transport failure is reported, not raised
-        return FetchResult(-1, detail=f"{type(e).__name__}: {e}"[:200])
+        return FetchResult(-1, detail=failure_detail(e))
 
 
 async def _fetch_payload(p2p: P2P, peer: PeerID, run_id: str, round_: int, verifier: ChunkVerifier,

@@ -98,3 +98,13 @@ def test_unreachable_needs_both_the_tries_and_the_time() -> None:
     assert [count.failed(-1, now) for now in (0.0, 5.0)] == [False, False]  # two tries: never enough
     assert count.failed(NOT_READY, 6.0) is False
     assert [count.failed(-1, now) for now in (7.0, 7.1, 7.3)] == [False, False, True]  # counted from 7.0
+
+
+def test_a_multi_line_transport_error_is_one_line() -> None:
+    """The daemon's dial errors span lines; a rejection's detail must stay one log line."""
+    from p2p_guard.swarm.transport import failure_detail
+
+    error = ConnectionError("failed to dial: all dials failed\n  * [/ip4/127.0.0.1/tcp/39233] dial backoff")
+    assert failure_detail(error) == ("ConnectionError: failed to dial: all dials failed * [/ip4/127.0.0.1/tcp/39233] "
+                                     "dial backoff")
+    assert failure_detail(error, limit=15) == "ConnectionError"
