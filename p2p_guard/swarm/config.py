@@ -361,12 +361,12 @@ def _type_names(allowed: tuple[type, ...]) -> str:
 
 def _check_codec(codec: str) -> None:
     # torch: imported only once every cheap check has passed
-    from p2p_guard.protocol.codecs import CODECS, parse_codec
+    from p2p_guard.protocol.codecs import parse_codec
     from p2p_guard.protocol.reasons import Rejected
 
-    if isinstance(parse_codec(codec), Rejected):
-        raise ValueError(f"codec must be one of {CODECS} (topk:density=RHO sets topk's density); "
-                         f"got codec={codec!r}")
+    parsed = parse_codec(codec)
+    if isinstance(parsed, Rejected):
+        raise ValueError(parsed.detail)  # names what is wrong: an unknown name (and the known ones) or a bad ρ
 
 
 def _check_positive(name: str, value: int) -> None:

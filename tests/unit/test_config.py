@@ -98,6 +98,8 @@ class TestPeerConfigValidation:
         ({"early_mix_steps": 9}, "early_mix_steps"),
         ({"early_mix_rounds": -1}, "early_mix_rounds must be >= 0"),
         ({"overlap_warmup_rounds": -1}, "overlap_warmup_rounds must be >= 0; got overlap_warmup_rounds=-1"),
+        ({"codec": "topk:density=0"}, r"codec 'topk:density=0': expected topk:density=ρ with ρ in \(0, 1\]"),
+        ({"codec": "int3"}, r"unknown codec 'int3'; known: fp32, fp16, int8, int4, topk"),
     ])
     def test_constructor_rejects(self, changes: dict[str, Any], name: str) -> None:
         with pytest.raises(ValueError, match=name):
