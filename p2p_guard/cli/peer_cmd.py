@@ -116,6 +116,12 @@ def _precheck(values: Mapping[str, Any]) -> None:
             raise ValueError(f"--metrics-port {metrics_port}: cannot listen on {host} (already in use?); pick "
                              "another") from None
     task, guard, attack = values["task"], values["guard"], values["attack"]
+    if isinstance(attack, str):
+        from p2p_guard.simulation.config import split_attack_mix
+
+        if len(split_attack_mix(attack)) > 1:
+            raise ValueError(f"--attack {attack!r}: an attack mix (A+B) is for `simulate`, which splits its Byzantine "
+                             "peers into groups; a peer runs one attack")
     if isinstance(task, str) and isinstance(guard, str) and (attack is None or isinstance(attack, str)):
         preflight.check_names(task, guard, attack)
     if not values["initial_peers"]:

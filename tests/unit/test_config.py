@@ -602,6 +602,9 @@ def _cli(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
      "p2p-guard peer: error: command line: metrics_port must differ from port; got both 45690"),
     (["peer", "--initial-peers", MADDR, "--bogus"], None,
      "p2p-guard peer: error: unrecognized arguments: --bogus (see --help)"),
+    (["peer", "--attack", "adaptive+vote_smear"], None,
+     "p2p-guard peer: error: --attack 'adaptive+vote_smear': an attack mix (A+B) is for `simulate`, which splits "
+     "its Byzantine peers into groups; a peer runs one attack"),
     (["status", "--log-level", "DEBUG"], None,
      "p2p-guard status: error: unrecognized arguments: --log-level DEBUG (--log-level goes before the command: "
      "p2p-guard --log-level DEBUG peer ...) (see --help)"),
