@@ -361,7 +361,10 @@ class NaNPayload(WireBehaviour):
 class Oversized(WireBehaviour):
     """Declare the real payload size, then serve the real payload plus ``extra_bytes`` more.
 
-    A correct receiver stops reading at the first byte past the declared size and rejects: ``OVERSIZE``.
+    The server sends the chunk digests of what it serves ahead of the payload (protocol 3), and those of the
+    longer payload do not hash to the committed root: a correct receiver rejects it as ``DIGEST_MISMATCH`` before
+    reading the payload. (A correct digest list followed by extra bytes is cut at the first byte past the declared
+    size, ``OVERSIZE``; the transport tests send that.)
 
     Args:
         extra_bytes: Bytes appended to the served payload (default 4 MiB).

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from p2p_guard.protocol.chunks import CHUNK_DIGEST_BYTES, chunk_count
 from p2p_guard.protocol.codecs import expected_payload_bytes
 from p2p_guard.simulation.events import read_events
 from p2p_guard.simulation.orchestrator import peer_paths
@@ -52,7 +53,8 @@ def test_simulate_int8_reports_int8_bytes_per_round(tmp_path: Path) -> None:
         rounds = [e for e in events if e["event"] == "round"]
         assert len(rounds) == 2
         for e in rounds:
-            states = e["bytes_sent"] - e["served"] * b
+            # a served payload is its chunk digests (protocol 3) and then its bytes
+            states = e["bytes_sent"] - e["served"] * (CHUNK_DIGEST_BYTES * chunk_count(b) + b)
             assert states >= 0 and states % (4 * d) == 0, (e["bytes_sent"], e["served"], b, d)
             served_total += e["served"]
             sent.append(e["bytes_sent"])
