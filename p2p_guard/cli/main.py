@@ -12,6 +12,7 @@ from typing import NoReturn
 
 from p2p_guard.cli import bench_cmd, bootstrap_cmd, peer_cmd, simulate_cmd, status_cmd, verify_proof_cmd
 from p2p_guard.cli.errors import EXIT_USAGE, print_error
+from p2p_guard.cli.lean_imports import defer_scipy_optimize
 from p2p_guard.cli.logging_setup import setup_logging
 
 __all__ = ["build_parser", "main"]
@@ -33,6 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # hivemind's default ("file_system") starts a torch_shm_manager daemon per process that outlives it;
     # file descriptors need no daemon. Set before hivemind is imported (the subcommands import it lazily).
     os.environ.setdefault("HIVEMIND_MEMORY_SHARING_STRATEGY", "file_descriptor")
+    defer_scipy_optimize()  # about 30 MiB per process that hivemind's unused load balancing would cost
     args, unknown = build_parser().parse_known_args(argv)
     if unknown:
         print_error(args.command, _unknown_message(unknown))

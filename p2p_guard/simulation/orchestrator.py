@@ -74,6 +74,9 @@ logger = logging.getLogger(__name__)
 POLL_INTERVAL_S = 0.5
 # start-up allowance per peer starting at once (8 peers together took ~60 s each on the loaded 2-core machine)
 STARTING_S_PER_PEER = 30.0
+#: Seconds a peer may run on alone after every other peer exited before the simulator stops it (it would pause,
+#: never training alone, until the run's timeout).
+STRANDED_GRACE_S = 30.0
 _PSUTIL_GONE = (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied)
 LOG_TAIL_LINES = 20
 DEFAULT_ENTRY = (sys.executable, "-m", "p2p_guard.cli.main")
@@ -360,6 +363,8 @@ class LocalSwarm:
         self._prefix: dict[int, list[str]] = {}  # command prefix of each peer (faketime after a clock shift)
         self.memory_samples: dict[int, list[int]] = {i: [] for i in range(config.num_peers)}
         self.injector: FaultInjector | None = None
+        self.stranded: list[int] = []  # peers stopped because every other peer had finished (stop_stranded)
+        self._alone_since: float | None = None
 
     # -- starting ---------------------------------------------------------------------------------------
     def __enter__(self) -> LocalSwarm:
@@ -613,6 +618,39 @@ class LocalSwarm:
                 for child in psutil.Process(proc.pid).children():
                     with contextlib.suppress(*_PSUTIL_GONE):
                         child.terminate()
+
+    def stop_stranded(self, grace_s: float = STRANDED_GRACE_S) -> list[int]:
+        """SIGTERM the peers left running alone once the others have exited (a peer never trains alone).
+
+        A peer that fell behind (SIGSTOPped past the others' last round, say) pauses once fewer than 2 peers
+        (``min_peers``, self included) are present, and would wait for the run's timeout. Once fewer than 2 peers
+        are running and at least one has exited, the rest get ``grace_s`` seconds, then a SIGTERM (they leave
+        cleanly, exit code 0); each is logged and listed in :attr:`stranded` (the report's ``stranded_peers``).
+
+        Returns:
+            The indices stopped by this call.
+        """
+        running = [i for i, p in self.peers.items() if p.returncode() is None]
+        if not running or len(running) >= 2 or len(running) == len(self.peers):
+            self._alone_since = None
+            return []
+        now = time.monotonic()
+        if self._alone_since is None:
+            self._alone_since = now
+        if now - self._alone_since < grace_s:
+            return []
+        positions = self.positions()
+        for index in running:
+            logger.warning("peer%d is alone: every other peer has finished; stopping it at round %s of %d", index,
+                           positions.get(index, "?"), self.config.rounds)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.peers[index].pid, signal.SIGCONT)
+            self._terminate_wrapped([self.peers[index]])
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.peers[index].pid, signal.SIGTERM)
+            self.stranded.append(index)
+        self._alone_since = None
+        return running
 
     # -- measuring ----------------------------------------------------------------------------------------
     def positions(self) -> dict[int, int]:
@@ -900,6 +938,7 @@ def _drive(
     while True:
         swarm.retry_failed_starts()  # also reads the new events
         swarm.check_processes()
+        swarm.stop_stranded()
         watchers.step(swarm)
         current = swarm.progress()
         if on_progress is not None and current != last:
@@ -1003,6 +1042,7 @@ def _observations(swarm: LocalSwarm, watchers: _Watchers, faults: FaultPlan | No
         memory_samples=swarm.memory_samples,
         fault_plan=faults.to_dict() if faults is not None else None,
         faults=fault_records,
+        stranded=tuple(swarm.stranded),
     )
 
 

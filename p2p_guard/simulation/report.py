@@ -119,6 +119,8 @@ class RunObservations:
         memory_samples: ``index -> PSS samples in bytes`` (process and children).
         fault_plan: the plan as :meth:`FaultPlan.to_dict` gives it (None: no plan).
         faults: the fault records (:meth:`FaultRecord.to_dict`), in plan order.
+        stranded: peers the simulator stopped because every other peer had finished (they would have paused
+            until the run's timeout; ``LocalSwarm.stop_stranded``).
     """
 
     round_distances: Mapping[int, tuple[float | None, int]] = field(default_factory=dict)
@@ -128,6 +130,7 @@ class RunObservations:
     memory_samples: Mapping[int, Sequence[int]] = field(default_factory=dict)
     fault_plan: Mapping[str, Any] | None = None
     faults: Sequence[Mapping[str, Any]] = ()
+    stranded: Sequence[int] = ()
 
 
 def round_summaries(
@@ -316,4 +319,5 @@ def build_report(
         "start_retries": {str(i): n - 1 for i, n in sorted(seen.start_attempts.items()) if n > 1},
         "fault_plan": dict(seen.fault_plan) if seen.fault_plan is not None else None,
         "faults": _fault_recovery(seen.faults, rounds),
+        "stranded_peers": sorted(seen.stranded),
     }

@@ -65,6 +65,11 @@ NUM_REPLICAS = 16
 #: Seconds a DHT RPC may take (hivemind's default is 3). A node slower than that is blacklisted for a while
 #: (5 s, doubling), so on loaded volunteers' machines 3 s left each peer with a partial view of the presence key.
 DHT_RPC_TIMEOUT_S = 8.0
+#: Seconds a DHT node that missed ``DHT_RPC_TIMEOUT_S`` is left out of our searches, doubling with each further
+#: miss (hivemind's default is 5). A frozen or sleeping peer (SIGSTOP, a closed laptop lid) still holds its
+#: connections open, so every read that asks it waits the whole RPC timeout; with 5 s it was asked again every
+#: 13 s and stalled every peer's round by about its freeze. Its records stay readable on the other replicas.
+DHT_BLACKLIST_S = 30.0
 #: How long ``SwarmDHT.shutdown`` waits for the DHT node and for ``p2pd`` (seconds each).
 SHUTDOWN_TIMEOUT_S = 10.0
 
@@ -269,7 +274,8 @@ async def _create_node(p2p: P2P, initial_peers: Sequence[str], record_validators
     try:
         return await DHTNode.create(p2p=p2p, initial_peers=list(initial_peers) or None,
                                     num_replicas=NUM_REPLICAS, record_validator=CompositeValidator(record_validators),
-                                    wait_timeout=DHT_RPC_TIMEOUT_S, client_mode=client_mode)
+                                    wait_timeout=DHT_RPC_TIMEOUT_S, blacklist_time=DHT_BLACKLIST_S,
+                                    client_mode=client_mode)
     except RuntimeError as e:  # hivemind: "DHTNode bootstrap failed: none of the initial_peers responded"
         raise TimeoutError(f"none of the initial peers answered the DHT ({e}); check --initial-peers") from None
 
@@ -347,10 +353,15 @@ class SwarmDHT:
         return merged_report(self.record_validators)
 
     async def store(self, key: str, subkey: str, value: bytes, ttl_s: float) -> bool:
-        """Store ``value`` under ``key``/``subkey`` for ``ttl_s`` seconds; False if no node accepted it."""
+        """Store ``value`` under ``key``/``subkey`` for ``ttl_s`` seconds; False if the first replica refused it.
+
+        Returns after the first replica's answer; the others are stored in the background.
+        """
         expiration = hivemind.utils.get_dht_time() + ttl_s
         try:
-            return bool(await self.node.store(key, value, expiration, subkey=subkey))
+            # Returns once one replica (often our own node) holds it; the other replicas' stores go on in the
+            # background, so a frozen storage node (its RPC times out after DHT_RPC_TIMEOUT_S) delays no round.
+            return bool(await self.node.store(key, value, expiration, subkey=subkey, await_all_replicas=False))
         except Exception as e:  # noqa: BLE001 - a failed store is reported, the round goes on
             logger.warning("DHT store of %s failed: %s", key, e)
             return False

@@ -66,7 +66,7 @@ from p2p_guard.swarm.slowloris import server_for, start_slow_client
 from p2p_guard.swarm.suspects import Suspects
 from p2p_guard.swarm.upload import upload_cap_warning
 from p2p_guard.swarm.standing import VoteBook
-from p2p_guard.swarm.transport import OK, TOO_SLOW, PayloadServer, fetch
+from p2p_guard.swarm.transport import NO_ANSWER_DETAIL, OK, TOO_SLOW, PayloadServer, fetch
 from p2p_guard.swarm.validator import RecordValidator
 from p2p_guard.swarm.verdicts import SenderVerdict, finite_or_none
 from p2p_guard.tasks import load_task
@@ -542,12 +542,17 @@ class Peer:
         return outcome
 
     def _note_reachability(self, rows: Mapping[str, object], verdicts: Sequence[IntegrityVerdict]) -> None:
-        """Senders whose payload came are no suspects; senders given up as unreachable are (``swarm.suspects``)."""
+        """Senders whose payload came are no suspects; senders given up as unreachable are (``swarm.suspects``).
+
+        So are senders that never answered at all (not even the status byte within ``fetch_idle_timeout_s``):
+        a frozen or sleeping peer keeps its connections open, so its fetches time out instead of failing.
+        """
         for sender in rows:
             self.suspects.answered(sender)
         now = time.monotonic()
         for v in verdicts:
-            if v.reason is RejectReason.UNAVAILABLE and v.detail.startswith(UNREACHABLE_DETAIL):
+            if (v.reason is RejectReason.UNAVAILABLE and v.detail.startswith(UNREACHABLE_DETAIL)) or \
+                    (v.reason is RejectReason.TIMEOUT and NO_ANSWER_DETAIL in v.detail):
                 self.suspects.failed(v.sender, now)
 
     def _drop_departed(self, commits: dict[str, bytes], round_: int) -> None:
@@ -620,8 +625,11 @@ class Peer:
                                           min_bytes_per_s=self.config.min_fetch_bytes_per_s), stop, gone)
             if result is None:
                 return None
-            if result.status == -1:  # no answer at all: a killed peer is not waited for (swarm.suspects)
+            silent = result.status == TOO_SLOW and result.detail.startswith(NO_ANSWER_DETAIL)
+            if result.status == -1 or silent:  # no answer at all: a killed or frozen peer is not waited for
                 self.suspects.failed(peer, time.monotonic())
+                if silent:
+                    return None
                 failures += 1
                 if failures >= 2:
                     return None

@@ -67,6 +67,7 @@ __all__ = [
     "FetchResult",
     "PayloadServer",
     "ServerStats",
+    "NO_ANSWER_DETAIL",
     "failure_detail",
     "fetch",
     "fetch_payload",
@@ -81,6 +82,9 @@ TOO_SLOW = -2
 #: :attr:`FetchResult.status` of a payload :func:`fetch_payload` cut because its bytes failed a check against the
 #: committed root (a bad digest list or chunk, bytes past the declared size); :attr:`FetchResult.rejected` says why.
 BAD_DATA = -3
+#: Start of a :data:`TOO_SLOW` detail when not even the status byte came: the server never answered (frozen,
+#: asleep, or overloaded past ``idle_timeout_s``), as opposed to one that answered and then stalled or trickled.
+NO_ANSWER_DETAIL = "no status byte"
 #: Largest request body, in bytes.
 MAX_REQUEST_BYTES = 256
 #: Size of one stream write or read, in bytes (1 MiB).
@@ -779,7 +783,7 @@ class _Pace:
         try:
             return (await asyncio.wait_for(reader.readexactly(1), self.idle_timeout_s))[0]
         except asyncio.TimeoutError:
-            raise _TooSlow(f"no status byte within {self.idle_timeout_s:.1f} s") from None
+            raise _TooSlow(f"{NO_ANSWER_DETAIL} within {self.idle_timeout_s:.1f} s") from None
 
     async def read_body(self, reader: asyncio.StreamReader, size: int, received: int) -> bytes:
         """Read up to ``size`` bytes within both limits, ``received`` body bytes so far; else :class:`_TooSlow`."""

@@ -548,3 +548,29 @@ def test_the_documented_chaos_soak_plan_is_valid() -> None:
         "clock_shift",
         "kill_bootstrap",
     ]
+
+
+_INDEX_1_EXITS = (
+    "import json, sys, time; a = sys.argv; p = a[a.index('--events') + 1]; "
+    "open(p, 'a').write(json.dumps({'event': 'ready', 'peer_id': p, 'time': time.time()}) + '\\n'); "
+    "time.sleep(0 if a[a.index('--peer-index') + 1] == '1' else 60)"
+)
+
+
+def test_stop_stranded_ends_a_peer_left_alone_after_the_grace_only(tmp_path: Path) -> None:
+    config = SimulationConfig(honest=2, byzantine=0, stop_grace_s=2.0)
+    swarm = LocalSwarm(config, tmp_path / "run", entry=(sys.executable, "-c", _INDEX_1_EXITS))
+    swarm.initial_peers = ["/ip4/127.0.0.1/tcp/1/p2p/QmFake"]
+    try:
+        swarm.start_peers()
+        swarm.wait_ready(20.0)
+        _wait(lambda: swarm.peers[1].returncode() is not None)
+        assert swarm.stop_stranded(grace_s=0.5) == []  # the grace starts now
+        assert swarm.peers[0].returncode() is None
+        time.sleep(0.6)
+        assert swarm.stop_stranded(grace_s=0.5) == [0]
+        _wait(lambda: swarm.peers[0].returncode() is not None)
+        assert swarm.stranded == [0]
+        assert swarm.stop_stranded(grace_s=0.5) == []  # nobody left running
+    finally:
+        swarm.stop()
