@@ -181,9 +181,10 @@ def upload_cap_warning(config: PeerConfig, numel: int) -> str | None:
     """One line saying that ``config.max_upload_mbit`` is below :func:`min_upload_bytes_per_s`, else None.
 
     Two loads are checked, the larger bound wins: the payload of ``config.codec`` (``expected_payload_bytes``)
-    to ``fanout`` receivers, and, with mixing on, the fp32 θ (4·d bytes) to ``mix_peers`` receivers (θ and
-    momentum are fetched one after the other); all with the receivers' ``fetch_timeout_s``,
-    ``fetch_idle_timeout_s`` and ``min_fetch_bytes_per_s`` taken to be ours. Counts per :func:`upload_receivers`.
+    to ``fanout`` receivers within the payload's largest deadline, ``max(fetch_timeout_s, fetch_idle_timeout_s +
+    b / min_fetch_bytes_per_s)`` (``swarm.pacing``), and, with mixing on, the fp32 θ (4·d bytes) to ``mix_peers``
+    receivers within ``fetch_timeout_s`` (θ and momentum are fetched one after the other); the receivers' limits
+    taken to be ours. Counts per :func:`upload_receivers`.
 
     Args:
         config: The peer's settings.
@@ -196,14 +197,19 @@ def upload_cap_warning(config: PeerConfig, numel: int) -> str | None:
         return None
     from p2p_guard.protocol.codecs import expected_payload_bytes
 
-    loads = [(f"{config.codec} payloads", expected_payload_bytes(config.codec, numel),
-              upload_receivers(config, config.fanout))]
+    payload = expected_payload_bytes(config.codec, numel)
+    # A payload's deadline grows with its size and its sender's measured rate up to idle + b / ρ_min
+    # (swarm.pacing.fetch_deadline_s); a state is fetched whole within fetch_timeout_s.
+    payload_deadline = max(config.fetch_timeout_s,
+                           config.fetch_idle_timeout_s + payload / config.min_fetch_bytes_per_s)
+    loads = [(f"{config.codec} payloads", payload, upload_receivers(config, config.fanout), payload_deadline)]
     if config.mix_every > 0:
-        loads.append(("fp32 states (mixing)", 4 * numel, upload_receivers(config, config.mix_peers)))
-    need, what, size, k = max((min_upload_bytes_per_s(b, k, fetch_timeout_s=config.fetch_timeout_s,
+        loads.append(("fp32 states (mixing)", 4 * numel, upload_receivers(config, config.mix_peers),
+                      config.fetch_timeout_s))
+    need, what, size, k = max((min_upload_bytes_per_s(b, k, fetch_timeout_s=t,
                                                       fetch_idle_timeout_s=config.fetch_idle_timeout_s,
                                                       min_fetch_bytes_per_s=config.min_fetch_bytes_per_s),
-                               what, b, k) for what, b, k in loads)
+                               what, b, k) for what, b, k, t in loads)
     cap = mbit_to_bytes_per_s(config.max_upload_mbit)
     if cap >= need:
         return None

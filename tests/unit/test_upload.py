@@ -189,11 +189,16 @@ def test_start_up_warning() -> None:
     d = 1_000_000
     base = PeerConfig(num_peers=9, fanout=8, mix_peers=4)
     assert upload_cap_warning(base, d) is None  # no cap
-    # fp32: 4,000,000-byte payloads to 8: 8 · 4e6 / 30 B/s = 8.53 Mbit/s; the states (to 4) need half that.
-    line = upload_cap_warning(base.replace(max_upload_mbit=8.0), d)
+    # fp32: 4,000,000-byte payloads to 8 within their deadline max(30, 5 + 4e6 / 65536) = 66.0 s: the rate rule
+    # binds, 8 · 4e6 / (5 + (4e6 − 16384) / 65536) B/s = 3.89 Mbit/s; the states (4e6 bytes to 4 within 30 s,
+    # 4.27 Mbit/s) need more.
+    line = upload_cap_warning(base.replace(max_upload_mbit=4.0), d)
     assert line is not None and "\n" not in line
-    assert "below 8.53 Mbit/s" in line and "4,000,000-byte fp32 payloads to 8 at once" in line
-    assert upload_cap_warning(base.replace(max_upload_mbit=8.6), d) is None
+    assert "below 4.27 Mbit/s" in line and "fp32 states (mixing) to 4 at once" in line
+    assert upload_cap_warning(base.replace(max_upload_mbit=4.3), d) is None
+    line = upload_cap_warning(base.replace(max_upload_mbit=3.0, mix_every=0), d)
+    assert line is not None and "below 3.89 Mbit/s" in line and "4,000,000-byte fp32 payloads to 8 at once" in line
+    assert upload_cap_warning(base.replace(max_upload_mbit=3.9, mix_every=0), d) is None
     # int8: 1,003,908-byte payloads, the rate rule binds: 8 · b / (5 + (b − 16384) / 65536) B/s = 3.2 Mbit/s;
     # but θ (4e6 bytes to 4 receivers: 4.27 Mbit/s) needs more.
     line = upload_cap_warning(base.replace(codec="int8", max_upload_mbit=1.0), d)
