@@ -38,9 +38,10 @@ a constructor flag so that its worth can be measured:
    never bound in the cells measured, so it costs nothing there; c_anchor = 1 bound and cost 10 points
    under alie:z=search at 4 of 9).
 
-Stages 3, 3b, 4 and 6 read ``ctx.own_index`` (and 3b ``ctx.own_reference``) (and 4 the receiver's private data), so two honest peers given the
-same rows may apply different updates (round protocol version 2 allows it: each peer owns its model). Without
-``own_index`` and ``loss_at`` the guard is a deterministic function of the rows.
+Stages 3, 3b, 4 and 6 read ``ctx.own_index`` (3b also ``ctx.own_reference``, 4 the receiver's private data), so
+two honest peers given the same rows may apply different updates (round protocol version 2 allows it: each peer
+owns its model). Without ``own_index``, ``own_reference`` and ``loss_at`` the guard is a deterministic function
+of the rows.
 
 Extension points: ``checks`` (extra per-row tests after the verdict; :class:`RowCheck`) and ``anchor`` (a map
 applied after self-anchoring; :class:`Anchor`).
@@ -301,8 +302,8 @@ class SemanticGuard:
                     updates, ctx.own_reference, cos_min=self.cos_min, sparse_max=self.sparse_max
                 )
                 for i, detail in sparse.items():
-                    if i != own:
-                        rejected.setdefault(i, (OUTLIER, detail))
+                    if i != own:  # one reason, every figure that decided
+                        rejected[i] = (OUTLIER, f"{rejected[i][1]}; {detail}" if i in rejected else detail)
         scores = None
         if self.loss_check and ctx.loss_at is not None:
             scores = score_rows(updates, own, ctx.loss_at)
