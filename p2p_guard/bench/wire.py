@@ -18,7 +18,8 @@ Two parts, both in one process:
 3. **The guard per codec** (:func:`convergence` with ``guard`` and ``attack``; :func:`guard_worst_case`). The
    same run with the last f workers Byzantine (``sign_flip:scale=10`` and ``alie``, :data:`GUARD_ATTACKS`), their
    attack vectors encoded with the codec, and every honest worker running the guard (default ``semantic``, f
-   not told) on the decoded rows with its own row marked. Reported per codec: the accuracy under each attack,
+   not told) on the decoded rows with its own row marked and its own Δ before the codec as
+   ``own_reference`` (as a swarm peer does). Reported per codec: the accuracy under each attack,
    the worst case, and its difference to fp32's worst case (issue 10: within 2 points).
 
 The swarm-level figures of issue 10 (8 peers over loopback, upload caps) need the live swarm and are not
@@ -264,6 +265,7 @@ class _Rounds:
             if kind != "update":
                 raise ValueError(f"attack {attack!r} has kind {kind!r}: only update attacks run here")
         self.known_previous: list[torch.Tensor] = []
+        self.own_deltas: dict[int, torch.Tensor] = {}  # each honest worker's Δ of the round, before its codec
         self.rejected = [0, 0, 0, 0]
 
     def encode(self, i: int, delta: torch.Tensor, feedback: ErrorFeedback, r: int, workers: int) -> bytes:
@@ -274,6 +276,7 @@ class _Rounds:
 
         slot = i - (workers - self.byzantine)
         if slot < 0:
+            self.own_deltas[i] = delta
             return feedback.encode(delta)
         ctx = AttackContext(round=r, n=workers, f=self.byzantine, guard_name=self.guard_spec,
                             generator=round_generator(self.run_id, self.seed, i, r, _SALT_ATTACK))
@@ -294,7 +297,7 @@ class _Rounds:
         honest = len(peers) - self.byzantine
         senders = tuple(f"worker{i:03d}" for i in range(len(peers)))
         for j in range(honest):
-            ctx = AggregationContext(senders=senders, round=r, own_index=j,
+            ctx = AggregationContext(senders=senders, round=r, own_index=j, own_reference=self.own_deltas[j],
                                      generator=round_generator(self.run_id, self.seed, j, r, _SALT_GUARD))
             result = self.guard(rows, ctx)
             for i, verdict in enumerate(result.verdicts):

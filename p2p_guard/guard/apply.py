@@ -14,7 +14,8 @@ __all__ = ["judge_rows"]
 def judge_rows(guard: object, rows: dict[str, torch.Tensor], *, me: str | None, round_: int,
                previous_aggregate: torch.Tensor | None, f: int | None,
                generator: torch.Generator,
-               loss_at: Callable[[torch.Tensor], float] | None = None) -> GuardResult:
+               loss_at: Callable[[torch.Tensor], float] | None = None,
+               own_reference: torch.Tensor | None = None) -> GuardResult:
     """Aggregate ``rows`` with ``guard`` in sender order.
 
     Args:
@@ -30,6 +31,8 @@ def judge_rows(guard: object, rows: dict[str, torch.Tensor], *, me: str | None, 
             batch of our own held-out data drawn fresh for this round (the same batch for every call of the
             round; η e.g. outer_lr / len(rows)); the model must be restored to θ_i afterwards by the caller.
             None: the ``semantic`` guard skips its loss stage.
+        own_reference: ``(d,)`` float32, our own pseudo-gradient before our codec and error feedback (dense);
+            the ``semantic`` guard judges sparse (``topk``) rows against it. None: that test is skipped.
 
     Returns:
         The guard's aggregate and one verdict per sender (in sorted sender order).
@@ -42,5 +45,6 @@ def judge_rows(guard: object, rows: dict[str, torch.Tensor], *, me: str | None, 
     senders = tuple(sorted(rows))
     ctx = AggregationContext(senders=senders, round=round_, generator=generator,
                              own_index=senders.index(me) if me in rows else None,
-                             previous_aggregate=previous_aggregate, f=f, loss_at=loss_at)
+                             previous_aggregate=previous_aggregate, f=f, loss_at=loss_at,
+                             own_reference=own_reference)
     return guard(torch.stack([rows[s] for s in senders]), ctx)  # type: ignore[operator,no-any-return]

@@ -71,9 +71,15 @@ class AggregationContext:
         loss_at: the receiver's private loss, ``loss_at(delta: (d,) float32) -> float``: its loss on a fresh
             batch of its own held-out data at θ_i − η·delta (η chosen by the caller). ``None``: the
             ``semantic`` guard skips its loss stage (:mod:`p2p_guard.guard.loss_score`).
+        own_reference: ``(d,)`` float tensor, the receiver's own pseudo-gradient Δ_i of this round as it computed
+            it, before its codec and error feedback (dense), or ``None``. With a lossy codec the own row is what
+            the others decode (for ``topk``, 1-5 % of the coordinates); this is the dense update it came from.
+            The ``semantic`` guard judges sparse rows against it (:func:`~p2p_guard.guard.verdict.
+            support_outliers`); ``None``: that test is skipped. The baselines never read it.
 
     Raises:
-        ValueError: on an out-of-range ``own_index``, ``round`` or ``f``, or on duplicate senders.
+        ValueError: on an out-of-range ``own_index``, ``round`` or ``f``, on duplicate senders, or on an
+            ``own_reference`` that is not a 1-D floating-point tensor.
     """
 
     senders: tuple[str, ...]
@@ -83,6 +89,7 @@ class AggregationContext:
     previous_aggregate: torch.Tensor | None = None
     f: int | None = None
     loss_at: Callable[[torch.Tensor], float] | None = None
+    own_reference: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         """Check the fields (ValueError naming the field and its value)."""
@@ -95,6 +102,10 @@ class AggregationContext:
         check_int("round", self.round, minimum=0)
         if self.f is not None:
             check_int("f", self.f, minimum=0)
+        ref = self.own_reference
+        if ref is not None and (not isinstance(ref, torch.Tensor) or ref.dim() != 1 or not ref.is_floating_point()):
+            shape = tuple(ref.shape) if isinstance(ref, torch.Tensor) else type(ref).__name__
+            raise ValueError(f"own_reference must be a (d,) floating-point tensor, got {shape}")
 
 
 @dataclass(frozen=True)

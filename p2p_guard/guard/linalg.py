@@ -35,6 +35,7 @@ __all__ = [
     "row_norms",
     "scalar_median",
     "stable_argsort",
+    "support_cosines",
 ]
 
 BLOCK = 65536
@@ -163,6 +164,44 @@ def cosines_to(updates: torch.Tensor, reference: torch.Tensor, norms: torch.Tens
         if denom > 0:
             out[i] = torch.clamp(dots[i] / denom, -1.0, 1.0)
     return out
+
+
+def support_cosines(updates: torch.Tensor, reference: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cosine of each row with the reference restricted to the row's own support, and each row's support size.
+
+    c_i = ⟨x_i, r ⊙ 1[x_i ≠ 0]⟩ / (‖x_i‖₂ ‖r ⊙ 1[x_i ≠ 0]‖₂) = ⟨x_i, r⟩ / (‖x_i‖₂ ‖r ⊙ 1[x_i ≠ 0]‖₂)
+
+    (0 where either factor of the denominator is 0). For a dense row this is the plain cosine; for a sparse row
+    (a decoded ``topk`` payload) it measures whether the values the sender chose to send agree with the
+    reference on those coordinates, whatever the coordinates are, so that a support that differs from the
+    reference's does not drag it to 0. Dot products and norms in float64, block by block (module docstring).
+
+    Args:
+        updates: ``(n, d)`` float tensor; not mutated.
+        reference: ``(d,)`` float tensor; not mutated.
+
+    Returns:
+        ``(c, nnz)``: ``(n,)`` float64 cosines in ``[-1, 1]`` and ``(n,)`` int64 counts of non-zero entries.
+    """
+    n = len(updates)
+    dots = torch.zeros(n, dtype=torch.float64)
+    nnz = torch.zeros(n, dtype=torch.int64)
+    row_partials, ref_partials = [], []
+    for cols in column_blocks(updates.shape[1] if updates.dim() == 2 else 0):
+        block = updates[:, cols].to(torch.float64)
+        ref = reference[cols].to(torch.float64)
+        support = block != 0
+        nnz += support.sum(dim=1)
+        dots += block @ ref
+        row_partials.append(torch.linalg.vector_norm(block, dim=1))
+        ref_partials.append(torch.linalg.vector_norm(torch.where(support, ref, 0.0), dim=1))
+    out = torch.zeros(n, dtype=torch.float64)
+    if n == 0:
+        return out, nnz
+    denom = combine_norms(row_partials) * combine_norms(ref_partials)
+    positive = denom > 0
+    out[positive] = torch.clamp(dots[positive] / denom[positive], -1.0, 1.0)
+    return out, nnz
 
 
 def scalar_median(values: torch.Tensor) -> float:

@@ -482,7 +482,8 @@ class Peer:
     # -- communicate: close, reveal, sample, fetch, judge, mix ---------------------------------------------------
 
     async def communicate(self, round_: int, own_update: torch.Tensor, sealed: bytes, serve: bytes,
-                          stop: asyncio.Event, *, mix: bool) -> RoundOutcome:
+                          stop: asyncio.Event, *, mix: bool,
+                          own_reference: torch.Tensor | None = None) -> RoundOutcome:
         """Round ``round_``'s communication after our commit; returns what to apply (never applies it itself).
 
         Args:
@@ -492,6 +493,8 @@ class Peer:
             serve: the payload we reveal after the close gate.
             stop: set on shutdown (a partial round is never applied).
             mix: run a mixing step this round.
+            own_reference: ``(d,)`` float32, our Δ before our codec and error feedback (dense); our guard judges
+                sparse (``topk``) rows against it. None: that test is skipped.
         """
         outcome = RoundOutcome(round_)
         suspects = self.suspects.current(time.monotonic())
@@ -535,7 +538,7 @@ class Peer:
             rows[self.me] = own_update
         self._record_rejections(rejected + more + late, round_, outcome)
         if any(s != self.me for s in rows):
-            await asyncio.to_thread(self._judge, rows, weights, envelopes, outcome)
+            await asyncio.to_thread(self._judge, rows, weights, envelopes, outcome, own_reference)
         else:
             self.log.warning("no other peer's update arrived this round; the model is left unchanged")
         outcome.mix = mix
@@ -573,10 +576,11 @@ class Peer:
                     self.log.warning("rejected %s: %s (%s)", v.sender[-8:], v.reason.value, v.detail)
 
     def _judge(self, rows: dict[str, torch.Tensor], weights: dict[str, float], envelopes: dict[str, Envelope],
-               outcome: RoundOutcome) -> None:
+               outcome: RoundOutcome, own_reference: torch.Tensor | None = None) -> None:
         result = judge_rows(self.guard, rows, me=self.me, round_=outcome.round,
                             previous_aggregate=self.local.previous_aggregate, f=self.config.assumed_byzantine,
-                            generator=self._generator(outcome.round, 4))
+                            generator=self._generator(outcome.round, 4),
+                            own_reference=own_reference if self.me in rows else None)
         for verdict in result.verdicts:
             env = envelopes.get(verdict.sender)
             outcome.verdicts.append(SenderVerdict.judged(
@@ -1092,7 +1096,8 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
             with clock.timed("commit"):
                 sealed, serve, sent = await peer.commit(round_, inner)
             mix = config.mix_every > 0 and (round_ % config.mix_every == 0 or target > inner.base_round + 1)
-            pending = asyncio.create_task(peer.communicate(round_, sent, sealed, serve, stop, mix=mix))
+            pending = asyncio.create_task(peer.communicate(round_, sent, sealed, serve, stop, mix=mix,
+                                                           own_reference=inner.delta))
             pending_inner = inner
             next_round, pending_step = round_ + 1, True
             if peer.jumped:

@@ -1,0 +1,183 @@
+"""The semantic guard on sparse rows: decoded ``topk`` payloads judged against the receiver's own dense update.
+
+The rows are built as in ``bench wire``: honest workers send their Δ through their own error feedback for a number
+of rounds (which lengthens their rows), the attackers send ``−10 · Δ`` encoded without it (``sign_flip:scale=10``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from p2p_guard.guard import AggregationContext, SemanticGuard
+from p2p_guard.guard.apply import judge_rows
+from p2p_guard.guard.linalg import cosines_to, support_cosines
+from p2p_guard.guard.verdict import OUTLIER, SPARSE_MAX, support_outliers
+from p2p_guard.protocol import decode_update, encode_update
+from p2p_guard.training.error_feedback import ErrorFeedback
+
+TOPK = ("topk:density=0.01", "topk:density=0.02", "topk:density=0.05")
+D = 3 * 4096
+
+
+def make_ctx(n: int, **kwargs: object) -> AggregationContext:
+    return AggregationContext(
+        senders=tuple(f"peer{i}" for i in range(n)), round=1, generator=torch.Generator().manual_seed(0),
+        **kwargs,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def decoded_rows(codec: str, rounds: int, *, honest: int = 6, byzantine: int = 2,
+                 seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(honest + byzantine, D)`` decoded rows of the last of ``rounds`` rounds, and row 0's dense Δ.
+
+    Every sender's Δ is one shared gradient g (one scale per 4096-block, 10^U(−2, 0)) plus its own Gaussian noise
+    of the mean |g|, fresh each round; honest rows go through an :class:`ErrorFeedback` per sender, the
+    Byzantine rows are ``encode(−10 · Δ)`` decoded.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    scales = torch.pow(10.0, -2 * torch.rand(D // 4096, generator=gen)).repeat_interleave(4096)
+    g = torch.randn(D, generator=gen) * scales
+    feedback = [ErrorFeedback(codec, D) for _ in range(honest)]
+    for _ in range(rounds):
+        deltas = [g + g.abs().mean() * torch.randn(D, generator=gen) for _ in range(honest + byzantine)]
+        sent = [feedback[j].compress(deltas[j])[1] for j in range(honest)]
+    attacks = []
+    for k in range(byzantine):
+        row = decode_update(encode_update(-10.0 * deltas[honest + k], codec), codec, D)
+        assert isinstance(row, torch.Tensor)
+        attacks.append(row)
+    return torch.stack(sent + attacks), deltas[0]
+
+
+def accepted(result: object) -> str:
+    return "".join("." if v.accepted else "x" for v in result.verdicts)  # type: ignore[attr-defined]
+
+
+class TestSupportCosines:
+    def test_values_by_hand(self) -> None:
+        rows = torch.tensor([[1.0, 0, 0, 0], [0, 2, -2, 0], [0, 0, 0, 0], [1, 1, 1, 1]])
+        ref = torch.tensor([3.0, 4.0, 0.0, -1.0])
+        cos, nnz = support_cosines(rows, ref)
+        # row 0: 3 / (1·3); row 1: 8 / (2√2 · 4); row 2: zero row; row 3: 6 / (2 · √26), r whole
+        expected = torch.tensor([1.0, 1 / math.sqrt(2), 0.0, 6 / (2 * math.sqrt(26))], dtype=torch.float64)
+        assert cos.dtype == torch.float64 and nnz.dtype == torch.int64
+        assert torch.allclose(cos, expected, rtol=0, atol=1e-15)
+        assert nnz.tolist() == [1, 2, 0, 4]
+
+    def test_dense_rows_give_the_plain_cosine(self) -> None:
+        rows = torch.randn(5, 300, generator=torch.Generator().manual_seed(1))
+        ref = torch.randn(300, generator=torch.Generator().manual_seed(2))
+        cos, nnz = support_cosines(rows, ref)
+        assert nnz.tolist() == [300] * 5
+        assert torch.allclose(cos, cosines_to(rows, ref), rtol=0, atol=1e-12)
+
+    def test_reference_zero_on_the_support_gives_zero(self) -> None:
+        cos, _ = support_cosines(torch.tensor([[0.0, 5.0]]), torch.tensor([1.0, 0.0]))
+        assert cos.tolist() == [0.0]
+
+    def test_column_blocks_do_not_change_the_figures(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        rows, ref = decoded_rows("topk:density=0.02", 2)
+        whole = support_cosines(rows, ref)
+        monkeypatch.setattr("p2p_guard.guard.linalg.BLOCK", 512)
+        blocked = support_cosines(rows, ref)
+        assert torch.equal(whole[1], blocked[1])
+        assert torch.allclose(whole[0], blocked[0], rtol=0, atol=1e-12)
+
+
+class TestSupportOutliers:
+    def test_only_sparse_rows_are_tested(self) -> None:
+        # d = 4, ρ_max = 0.25: only rows with at most 1 non-zero entry are tested
+        rows = torch.tensor([[-1.0, 0, 0, 0], [-1.0, -1, 0, 0], [-1.0, -1, -1, -1]])
+        rejected, cos = support_outliers(rows, torch.ones(4), cos_min=-0.2, sparse_max=0.25)
+        assert list(rejected) == [0]
+        assert torch.allclose(cos, torch.full((3,), -1.0, dtype=torch.float64), rtol=0, atol=1e-15)
+        assert rejected[0] == "cosine to own update on its support -1.000 < -0.2 (sparse row, 1 of 4 non-zero)"
+        assert list(support_outliers(rows, torch.ones(4), cos_min=-0.2, sparse_max=0.5)[0]) == [0, 1]
+        assert list(support_outliers(rows, torch.ones(4), cos_min=-0.2, sparse_max=1.0)[0]) == [0, 1, 2]
+
+    def test_threshold_is_strict(self) -> None:
+        rows = torch.tensor([[1.0, 0, 0, 0, 0, 0, 0, 0]])
+        ref = torch.zeros(8)
+        ref[0] = -1.0
+        assert list(support_outliers(rows, ref, cos_min=-1.0)[0]) == []  # cos = −1, not below −1
+        assert list(support_outliers(rows, ref, cos_min=-0.99)[0]) == [0]
+
+    def test_reference_of_the_wrong_length(self) -> None:
+        with pytest.raises(ValueError, match=r"reference must be \(4,\)"):
+            support_outliers(torch.zeros(2, 4), torch.zeros(5), cos_min=-0.2)
+
+
+class TestSemanticGuardOnTopk:
+    @pytest.mark.parametrize("codec", TOPK)
+    def test_sign_flip_x10_rows_are_rejected_honest_rows_are_not(self, codec: str) -> None:
+        rows, own = decoded_rows(codec, 16)
+        ctx = make_ctx(8, own_index=0, own_reference=own)
+        result = SemanticGuard().judge(rows, ctx)
+        assert accepted(result) == "......xx"
+        for v in result.verdicts[6:]:
+            assert v.reason == OUTLIER and "on its support" in v.detail
+
+    @pytest.mark.parametrize("codec", TOPK[:2])
+    def test_without_the_support_check_the_flips_pass(self, codec: str) -> None:
+        # the hole of issue 10: after 16 rounds of error feedback honest rows are long enough that a ×10 flip
+        # passes the norm test, and its cosine with the centre stays above −0.2
+        rows, own = decoded_rows(codec, 16)
+        ctx = make_ctx(8, own_index=0, own_reference=own)
+        assert accepted(SemanticGuard(support_check=False).judge(rows, ctx)) == "........"
+        assert accepted(SemanticGuard().judge(rows, make_ctx(8, own_index=0))) == "........"  # no reference
+
+    @pytest.mark.parametrize("codec", TOPK)
+    @pytest.mark.parametrize("rounds", [1, 16])
+    def test_honest_rows_alone_are_all_accepted(self, codec: str, rounds: int) -> None:
+        rows, own = decoded_rows(codec, rounds, honest=8, byzantine=0, seed=3)
+        result = SemanticGuard().judge(rows, make_ctx(8, own_index=0, own_reference=own))
+        assert accepted(result) == "........"
+
+    def test_the_own_row_is_never_rejected(self) -> None:
+        rows, own = decoded_rows("topk:density=0.01", 4)
+        result = SemanticGuard().judge(rows, make_ctx(8, own_index=7, own_reference=own))  # own: a flip row
+        assert result.verdicts[7].accepted and not result.verdicts[6].accepted
+
+    @pytest.mark.parametrize("codec", ["fp32", "fp16", "int8", "int4"])
+    def test_dense_codecs_are_unchanged(self, codec: str) -> None:
+        rows, own = decoded_rows(codec, 4)
+        with_ref = SemanticGuard().judge(rows, make_ctx(8, own_index=0, own_reference=own))
+        before = SemanticGuard(support_check=False).judge(rows, make_ctx(8, own_index=0))
+        assert torch.equal(with_ref.aggregate, before.aggregate)
+        assert with_ref.verdicts == before.verdicts
+        assert accepted(before) == "......xx"
+
+    def test_judge_rows_passes_the_reference(self) -> None:
+        rows, own = decoded_rows("topk:density=0.01", 16)
+        by_sender = {f"peer{i}": row for i, row in enumerate(rows)}
+        from p2p_guard.guard.registry import build_guard
+
+        guard = build_guard("semantic")
+        kwargs = dict(me="peer0", round_=1, previous_aggregate=None, f=None,
+                      generator=torch.Generator().manual_seed(0))  # fmt: skip
+        assert accepted(judge_rows(guard, by_sender, own_reference=own, **kwargs)) == "......xx"  # type: ignore[arg-type]
+        assert accepted(judge_rows(guard, by_sender, **kwargs)) == "........"  # type: ignore[arg-type]
+
+
+class TestParameters:
+    def test_context_checks_the_reference(self) -> None:
+        with pytest.raises(ValueError, match="own_reference must be a"):
+            make_ctx(2, own_reference=torch.zeros(2, 3))
+        with pytest.raises(ValueError, match="own_reference must be a"):
+            make_ctx(2, own_reference=torch.zeros(3, dtype=torch.int64))
+        with pytest.raises(ValueError, match="own_reference must be a"):
+            make_ctx(2, own_reference=[0.0, 1.0])
+
+    @pytest.mark.parametrize("value", [0.0, -0.1, 1.5, math.nan, True])
+    def test_sparse_max_out_of_range(self, value: object) -> None:
+        with pytest.raises(ValueError, match="sparse_max"):
+            SemanticGuard(sparse_max=value)  # type: ignore[arg-type]
+
+    def test_defaults(self) -> None:
+        guard = SemanticGuard()
+        assert guard.support_check is True and guard.sparse_max == SPARSE_MAX == 0.25
+        with pytest.raises(ValueError, match="support_check must be a bool"):
+            SemanticGuard(support_check=1)  # type: ignore[arg-type]
