@@ -100,6 +100,8 @@ class SimulationConfig:
             ``topk[:density=ρ]``; ``PeerConfig.codec``).
         max_upload_mbit: upload cap of every peer, in Mbit/s (None: unlimited; ``PeerConfig.max_upload_mbit``):
             emulates home uplinks on loopback.
+        overlap: every peer overlaps round r's communication with round r + 1's inner phase
+            (``PeerConfig.overlap``, after its ``overlap_warmup_rounds``).
     """
 
     task: str = "digits"
@@ -124,6 +126,7 @@ class SimulationConfig:
     keep_snapshots: bool = False
     codec: str = "fp32"
     max_upload_mbit: float | None = None
+    overlap: bool = False
 
     def __post_init__(self) -> None:
         """Check every setting.
