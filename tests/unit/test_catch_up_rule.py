@@ -81,3 +81,12 @@ def test_a_jumped_update_catches_up_before_its_round_is_applied(
     next_round, apply_step = asyncio.run(_catch_up_after_jump(peer, 7, asyncio.Event()))  # type: ignore[arg-type]
     assert (next_round, apply_step, peer.jumped) == expected
     assert peer.min_rounds == ([7] if present else [])
+
+
+def test_a_finished_peer_lingers_two_of_its_last_rounds_within_bounds() -> None:
+    from p2p_guard.swarm.peer import MAX_LINGER_S, linger_seconds
+
+    assert linger_seconds(30.0, 2.5) == 30.0  # short rounds: the fetch timeout
+    assert linger_seconds(30.0, 75.6) == 151.2  # a loaded machine's 75.6 s rounds: two of them
+    assert linger_seconds(30.0, 1e6) == MAX_LINGER_S == 600.0
+    assert linger_seconds(30.0, -1.0) == 30.0
