@@ -19,7 +19,14 @@ An arm is ``[LABEL=]GUARD[:key=value,...][+PROTOTYPE[:key=value,...]]``. A proto
   arXiv:1808.04866) computed within the round on their deviations from the robust centre (own row weight 1),
   then the guard's (weighted) centered clipping or mean;
 - ``sign_mask:agree=A``: zero every coordinate of the aggregate where the accepted rows' mean sign has absolute
-  value below A (the robust learning rate of Ozdayi, Kantarcioglu, Gel, AAAI 2021, with zeroing, not flipping).
+  value below A (the robust learning rate of Ozdayi, Kantarcioglu, Gel, AAAI 2021, with zeroing, not flipping);
+- ``hdbscan``: FLAME's clustering step (Nguyen et al., USENIX Security 2022, arXiv:2101.02281): HDBSCAN
+  (scikit-learn, ``min_cluster_size = ⌊n/2⌋ + 1``, ``min_samples = 1``, one cluster allowed) on the rows' cosine
+  distances; every row outside the largest cluster, except the own row, is rejected (reason ``cluster``).
+
+FLAME's other two steps are guard parameters: clipping to the median norm is ``magnitude=True,c_clip=1`` and its
+noise ``noise=λ`` (``p2p_guard/guard/noise.py``), e.g. ``--arm "flame=semantic:magnitude=True,c_clip=1,noise=0.001
++hdbscan"``.
 
 Probe mode runs the semantic guard under ``backdoor`` at 3 of 10 and prints, per round, what receiver
 ``peer00`` saw: the median norm and cosine with the robust centre of honest and of backdoor rows, and the mean
@@ -154,6 +161,20 @@ def foolsgold_weights(rows: torch.Tensor, centre: torch.Tensor, kappa: float) ->
     return torch.clamp(kappa * (torch.log(torch.clamp(alpha, min=1e-300) / (1.0 - alpha)) + 0.5), 0.0, 1.0)
 
 
+def hdbscan_outliers(rows: torch.Tensor) -> list[int]:
+    """Rows outside the largest HDBSCAN cluster of the cosine distances (FLAME's clustering step)."""
+    from sklearn.cluster import HDBSCAN  # noqa: PLC0415 (scikit-learn: only this prototype needs it here)
+
+    r = rows.to(torch.float64)
+    unit = r / torch.clamp(torch.linalg.vector_norm(r, dim=1), min=1e-300)[:, None]
+    distances = torch.clamp(1.0 - unit @ unit.T, min=0.0).numpy()
+    labels = HDBSCAN(metric="precomputed", min_cluster_size=len(rows) // 2 + 1, min_samples=1,
+                     allow_single_cluster=True, copy=True).fit(distances).labels_
+    found = [int(v) for v in labels if v >= 0]
+    largest = max(set(found), key=found.count) if found else None
+    return [i for i, v in enumerate(labels) if v != largest]
+
+
 @contextlib.contextmanager
 def prototype(name: str | None, params: dict[str, Any]) -> Iterator[None]:
     """Wrap ``SemanticGuard._aggregate`` with a prototype defence while the block runs."""
@@ -164,6 +185,11 @@ def prototype(name: str | None, params: dict[str, Any]) -> Iterator[None]:
 
     def aggregate(self: Any, clipped: torch.Tensor, centre: torch.Tensor, rejected: dict[int, tuple[str, str]],
                   f: int, ctx: Any) -> torch.Tensor:
+        if name == "hdbscan":
+            for i in hdbscan_outliers(clipped):
+                if i != ctx.own_index:
+                    rejected.setdefault(i, ("cluster", "outside the largest HDBSCAN cluster"))
+            return original(self, clipped, centre, rejected, f, ctx)
         accepted = [i for i in range(len(clipped)) if i not in rejected]
         kept = clipped[accepted]
         if name == "sign_mask":
@@ -192,10 +218,12 @@ def prototype(name: str | None, params: dict[str, Any]) -> Iterator[None]:
 
 
 def final(guard: str, params: Params, attack: str | None, seed: int, f: int = F) -> dict[str, Any]:
-    """The ``final`` record (accuracy, loss, asr) of one cell (``f`` attackers when ``attack`` is set)."""
+    """The ``final`` record (accuracy, loss, asr) of one cell (``f`` attackers when ``attack`` is set), with
+    the honest false-positive rate ``fp_rate`` (rejected honest rows / honest rows judged by honest peers)."""
     spec = CellSpec(task="digits", guard=guard, attack=attack, n=N, f=f if attack else 0,
                     partition="dirichlet:0.5", seed=seed, rounds=12, guard_params=params)
-    return dict(run_bench_cell(spec)["final"])
+    result = run_bench_cell(spec)
+    return {**result["final"], "fp_rate": result["verdicts"]["fp_rate"]}
 
 
 def cell(values: list[float]) -> str:
@@ -205,16 +233,17 @@ def cell(values: list[float]) -> str:
 
 def table(arms: list[str], seeds: list[int], attacks: tuple[str, ...] = ATTACKS) -> None:
     """Print the table of the arms (clean, backdoor, then each of ``attacks``)."""
-    head = ["guard", "clean acc", "backdoor ASR", "backdoor acc", *attacks]
+    head = ["guard", "clean acc", "clean honest FP", "backdoor ASR", "backdoor acc", *attacks]
     print("| " + " | ".join(head) + " |")  # noqa: T201
     print("|" + "---|" * len(head))  # noqa: T201
     for arm in arms:
         label, guard, params, proto, proto_params = parse_arm(arm)
         with prototype(proto, proto_params):
-            clean = [final(guard, params, None, s)["accuracy"] for s in seeds]
+            clean = [final(guard, params, None, s) for s in seeds]
             bd = [final(guard, params, "backdoor", s) for s in seeds]
             rest = [[final(guard, params, a, s)["accuracy"] for s in seeds] for a in attacks]
-        row = [label, cell(clean), cell([b["asr"] for b in bd]), cell([b["accuracy"] for b in bd]),
+        row = [label, cell([c["accuracy"] for c in clean]), cell([c["fp_rate"] for c in clean]),
+               cell([b["asr"] for b in bd]), cell([b["accuracy"] for b in bd]),
                *(cell(r) for r in rest)]
         print("| " + " | ".join(row) + " |", flush=True)  # noqa: T201
 
