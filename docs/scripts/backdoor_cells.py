@@ -19,7 +19,14 @@ An arm is ``[LABEL=]GUARD[:key=value,...][+PROTOTYPE[:key=value,...]]``. A proto
   arXiv:1808.04866) computed within the round on their deviations from the robust centre (own row weight 1),
   then the guard's (weighted) centered clipping or mean;
 - ``sign_mask:agree=A``: zero every coordinate of the aggregate where the accepted rows' mean sign has absolute
-  value below A (the robust learning rate of Ozdayi, Kantarcioglu, Gel, AAAI 2021, with zeroing, not flipping).
+  value below A (the robust learning rate of Ozdayi, Kantarcioglu, Gel, AAAI 2021, with zeroing, not flipping);
+- ``hdbscan``: FLAME's clustering step (Nguyen et al., USENIX Security 2022, arXiv:2101.02281): HDBSCAN
+  (scikit-learn, ``min_cluster_size = ⌊n/2⌋ + 1``, ``min_samples = 1``, one cluster allowed) on the rows' cosine
+  distances; every row outside the largest cluster, except the own row, is rejected (reason ``cluster``).
+
+FLAME's other two steps are guard parameters: clipping to the median norm is ``magnitude=True,c_clip=1`` and its
+noise ``noise=λ`` (``p2p_guard/guard/noise.py``), e.g. ``--arm "flame=semantic:magnitude=True,c_clip=1,noise=0.001
++hdbscan"``.
 
 Probe mode runs the semantic guard under ``backdoor`` at 3 of 10 and prints, per round, what receiver
 ``peer00`` saw: the median norm and cosine with the robust centre of honest and of backdoor rows, and the mean
@@ -85,6 +92,60 @@ so the stage works when it catches the group early and fails when it does not. O
 with similar label mixes sit at the backdoor group's level: a history cosine alone cannot separate them.
 Not measured: an attacker aware of the stage (the white-box ``adaptive`` simulates the guard with an empty
 history, so it never sees it); it could add a private persistent offset to its residual to dilute the cosine.
+
+
+FLAME, clipping, noise, clustering and the loss probe, measured 2026-12-03 by a third helper (seeds 0-2; each
+entry the mean, then seeds 0, 1, 2; "clean honest FP" = honest rows rejected by honest receivers / honest rows
+judged, in the clean run). Rows marked * are from this script:
+
+    python docs/scripts/backdoor_cells.py --seeds 0 1 2 --attacks \
+        --arm "clip=semantic:magnitude=True,c_clip=1" --arm "noise0.001=semantic:noise=0.001" \
+        --arm "noise0.01=semantic:noise=0.01" --arm "flame=semantic:magnitude=True,c_clip=1,noise=0.001+hdbscan"
+
+(the default row with ``--attacks sign_flip:scale=10 alie --arm semantic``). The rows marked + ran the same
+cells (``run_bench_cell``, the same ``CellSpec``) from a scratch loop, with FLAME's clustering as a ``RowCheck``
+(the same rejections as the ``+hdbscan`` prototype) and ``semantic:loss_check=True`` (loss batch 64),
+``semantic:c_anchor=A`` and ``semantic:collusion=True,c_collusion=0.5`` as guard parameters.
+
+| arm | clean acc | clean honest FP | backdoor ASR | backdoor acc |
+|---|---|---|---|---|
+| semantic (default) * | 0.926 (0.936, 0.936, 0.906) | 0 (0, 0, 0) | 0.914 (0.852, 0.920, 0.969) | 0.918 |
+| clip to median norm (``c_clip=1``) * | 0.926 (0.933, 0.936, 0.908) | 0 | 0.903 (0.852, 0.904, 0.954) | 0.913 |
+| noise λ = 0.001 (FLAME's λ) * | 0.924 (0.931, 0.936, 0.906) | 0.003 | 0.908 (0.843, 0.908, 0.972) | 0.915 |
+| noise λ = 0.01 * | 0.747 (0.789, 0.755, 0.696) | 0 | 0.645 (0.463, 0.696, 0.776) | 0.702 |
+| FLAME (clip, λ .001, HDBSCAN) * | 0.756 (0.810, 0.764, 0.694) | 0.342 | 0.329 (0.147, 0.537, 0.302) | 0.708 |
+| HDBSCAN alone + | 0.802 (0.816, 0.840, 0.749) | 0.33 (369, 369, 333 /1080) | 0.406 (0.575, 0.415, 0.227) | 0.727 |
+| loss probe + | 0.914 (0.936, 0.900, 0.906) | 0.005 (0, 17, 0 /1080) | 0.889 (0.829, 0.868, 0.969) | 0.900 |
+| collusion τ 0.5 + | 0.904 (0.936, 0.936, 0.841) | 0.011 (0, 0, 36 /1080) | 0.593 (0.009, 0.920, 0.850) | 0.871 |
+| self-anchor c_anchor = 1 + | 0.926 (0.936, 0.936, 0.906) | 0 | 0.914 (0.852, 0.920, 0.969) | 0.917 |
+| self-anchor c_anchor = 0.5 + | 0.660 (0.723, 0.648, 0.610) | 0 | 0.031 (0.023, 0.020, 0.051) | 0.615 |
+
+Default: sign_flip:scale=10 0.901 (0.925, 0.856, 0.922), alie 0.892 (0.897, 0.856, 0.922).
+
+Result: nothing meets the target (ASR ≤ 10 % on seeds 0-2 with clean accuracy within 1 point and honest FP
+≤ 1 %), so every stage stays off and the default guard is unchanged. Why each fails:
+- clipping to the median norm never binds: the backdoor rows are 0.90-0.99 × the median norm (``--probe``);
+- noise: at FLAME's λ = 0.001 it changes nothing; at λ = 0.01 it costs 15-21 clean points (the noise enters
+  the outer Nesterov momentum every round and, in the cell, no mixing pulls the honest models back together)
+  and still leaves ASR at 0.46-0.78: noise does not cancel a push that the group repeats every round;
+- HDBSCAN on cosine distances: under Dirichlet(0.5) the honest rows do not form one dense cluster, so a third
+  of the honest rows fall outside the majority cluster, and the backdoor rows are often inside it;
+- loss probe on the receiver's own held-out batch (Zeno++): it sees only the clean-loss effect of a row; the
+  backdoor rows train the main task on half of each batch, so their clean-loss effect is an honest non-IID
+  row's (it rejected 5 of 756 attacker verdicts). It cannot see the trigger → target mapping, since none of
+  the receiver's inputs carries the trigger. A scratch check that probed each row's step with every bright
+  2×2 patch (the trigger's family, which a receiver would not know) on the receiver's held-out inputs did not
+  separate either: the largest patch → class shift of honest rows (0.25-0.54 per round) reached the backdoor
+  rows' (0.12-0.38), since once the model has learned the backdoor the attackers' steps no longer add to it;
+- collusion (cross-round residual histories): the accumulated residual-history cosine of the backdoor group
+  (least pair 0.17-0.40 by round 11 in the undefended runs, receiver peer00) stays below the most aligned
+  honest pair (0.33-0.49; clean runs 0.33-0.44) on seeds 1 and 2; requiring two aligned partners (a group of
+  three) does not separate seed 2 either (0.20 against 0.24);
+- a tight self-anchor (c_anchor = 0.5) starves the backdoor (ASR 0.02-0.05) because each peer mostly applies
+  its own update, and costs 21-30 clean points for the same reason.
+At 3 of 10 the backdoor group holds 30 % of every aggregate with rows that are, in norm, direction, clean loss
+and residual alignment, inside the honest spread under Dirichlet(0.5); none of these per-row statistics can
+remove it without removing honest rows with it.
 """
 
 from __future__ import annotations
@@ -154,6 +215,20 @@ def foolsgold_weights(rows: torch.Tensor, centre: torch.Tensor, kappa: float) ->
     return torch.clamp(kappa * (torch.log(torch.clamp(alpha, min=1e-300) / (1.0 - alpha)) + 0.5), 0.0, 1.0)
 
 
+def hdbscan_outliers(rows: torch.Tensor) -> list[int]:
+    """Rows outside the largest HDBSCAN cluster of the cosine distances (FLAME's clustering step)."""
+    from sklearn.cluster import HDBSCAN  # noqa: PLC0415 (scikit-learn: only this prototype needs it here)
+
+    r = rows.to(torch.float64)
+    unit = r / torch.clamp(torch.linalg.vector_norm(r, dim=1), min=1e-300)[:, None]
+    distances = torch.clamp(1.0 - unit @ unit.T, min=0.0).numpy()
+    labels = HDBSCAN(metric="precomputed", min_cluster_size=len(rows) // 2 + 1, min_samples=1,
+                     allow_single_cluster=True, copy=True).fit(distances).labels_
+    found = [int(v) for v in labels if v >= 0]
+    largest = max(set(found), key=found.count) if found else None
+    return [i for i, v in enumerate(labels) if v != largest]
+
+
 @contextlib.contextmanager
 def prototype(name: str | None, params: dict[str, Any]) -> Iterator[None]:
     """Wrap ``SemanticGuard._aggregate`` with a prototype defence while the block runs."""
@@ -164,6 +239,11 @@ def prototype(name: str | None, params: dict[str, Any]) -> Iterator[None]:
 
     def aggregate(self: Any, clipped: torch.Tensor, centre: torch.Tensor, rejected: dict[int, tuple[str, str]],
                   f: int, ctx: Any) -> torch.Tensor:
+        if name == "hdbscan":
+            for i in hdbscan_outliers(clipped):
+                if i != ctx.own_index:
+                    rejected.setdefault(i, ("cluster", "outside the largest HDBSCAN cluster"))
+            return original(self, clipped, centre, rejected, f, ctx)
         accepted = [i for i in range(len(clipped)) if i not in rejected]
         kept = clipped[accepted]
         if name == "sign_mask":
@@ -192,10 +272,14 @@ def prototype(name: str | None, params: dict[str, Any]) -> Iterator[None]:
 
 
 def final(guard: str, params: Params, attack: str | None, seed: int, f: int = F) -> dict[str, Any]:
-    """The ``final`` record (accuracy, loss, asr) of one cell (``f`` attackers when ``attack`` is set)."""
+    """The ``final`` record (accuracy, loss, asr) of one cell, with its honest false-positive rate ``fp_rate``.
+
+    ``f`` attackers when ``attack`` is set; ``fp_rate`` = honest rows rejected / honest rows judged by honest peers.
+    """
     spec = CellSpec(task="digits", guard=guard, attack=attack, n=N, f=f if attack else 0,
                     partition="dirichlet:0.5", seed=seed, rounds=12, guard_params=params)
-    return dict(run_bench_cell(spec)["final"])
+    result = run_bench_cell(spec)
+    return {**result["final"], "fp_rate": result["verdicts"]["fp_rate"]}
 
 
 def cell(values: list[float]) -> str:
@@ -205,16 +289,17 @@ def cell(values: list[float]) -> str:
 
 def table(arms: list[str], seeds: list[int], attacks: tuple[str, ...] = ATTACKS) -> None:
     """Print the table of the arms (clean, backdoor, then each of ``attacks``)."""
-    head = ["guard", "clean acc", "backdoor ASR", "backdoor acc", *attacks]
+    head = ["guard", "clean acc", "clean honest FP", "backdoor ASR", "backdoor acc", *attacks]
     print("| " + " | ".join(head) + " |")  # noqa: T201
     print("|" + "---|" * len(head))  # noqa: T201
     for arm in arms:
         label, guard, params, proto, proto_params = parse_arm(arm)
         with prototype(proto, proto_params):
-            clean = [final(guard, params, None, s)["accuracy"] for s in seeds]
+            clean = [final(guard, params, None, s) for s in seeds]
             bd = [final(guard, params, "backdoor", s) for s in seeds]
             rest = [[final(guard, params, a, s)["accuracy"] for s in seeds] for a in attacks]
-        row = [label, cell(clean), cell([b["asr"] for b in bd]), cell([b["accuracy"] for b in bd]),
+        row = [label, cell([c["accuracy"] for c in clean]), cell([c["fp_rate"] for c in clean]),
+               cell([b["asr"] for b in bd]), cell([b["accuracy"] for b in bd]),
                *(cell(r) for r in rest)]
         print("| " + " | ".join(row) + " |", flush=True)  # noqa: T201
 
