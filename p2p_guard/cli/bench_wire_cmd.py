@@ -32,7 +32,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help="every codec: bytes per parameter, encode/decode time, error, and DiLoCo accuracy on digits",
         description="For each codec: bytes per parameter per round, encode and decode time and relative "
         "reconstruction error at d = 1e5, 1e6, 1e7 (--quick: 1e5, 1e6), then an in-process DiLoCo run on "
-        "digits (n workers, mean aggregation, outer Nesterov, error feedback per worker) giving the final "
+        "digits (n workers, mean aggregation, error feedback per worker, each codec's outer step: DiLoCo's "
+        "Nesterov for fp32/fp16/int8/int4, SparseLoCo's decayed error feedback without outer momentum for topk) "
+        "giving the final "
         "accuracy per codec against fp32, and the guard (default semantic) per codec under sign_flip:scale=10 "
         "and alie from a minority of workers, its worst case against fp32's. No swarm, no network.",
         formatter_class=DefaultsOnceFormatter,
@@ -52,6 +54,19 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--byzantine", type=int, default=None, help="Byzantine workers of part 3 (default: a quarter, at least 1)"
     )
+    parser.add_argument(
+        "--topk-ef-decay", type=float, default=None, metavar="BETA",
+        help="error-feedback decay β of the topk codecs, in [0, 1] (default: the peer's, 0.95; 1: plain EF)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--topk-outer-lr", type=float, default=None, metavar="ALPHA",
+        help="outer learning rate α with the topk codecs (default: the peer's, training.outer.TOPK_OUTER_LR)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--topk-outer-momentum", type=float, default=None, metavar="MU",
+        help="outer Nesterov momentum μ with the topk codecs, in [0, 1) (default: the peer's, 0; 0.9 with "
+        "--topk-ef-decay 1 --topk-outer-lr 0.7 is the scheme before SparseLoCo)",
+    )  # fmt: skip
     parser.add_argument(
         "--out", type=Path, default=None,
         help="also write the tables as a Markdown report, with a plot of quality against bytes in the folder of "
@@ -98,19 +113,32 @@ def run_wire(args: argparse.Namespace) -> int:
         print(f"p2p-guard bench wire: error: --byzantine must be >= 1 and a minority of --workers {workers}; got "
               f"{byzantine}", file=sys.stderr)
         return EXIT_USAGE
+    topk = {
+        "topk_ef_decay": getattr(args, "topk_ef_decay", None),
+        "topk_outer_lr": getattr(args, "topk_outer_lr", None),
+        "topk_outer_momentum": getattr(args, "topk_outer_momentum", None),
+    }
+    decay, lr, momentum = topk.values()
+    if (decay is not None and not 0.0 <= decay <= 1.0) or (lr is not None and not 0.0 < lr < float("inf")) or (
+        momentum is not None and not 0.0 <= momentum < 1.0
+    ):
+        print("p2p-guard bench wire: error: --topk-ef-decay must be in [0, 1], --topk-outer-lr finite and > 0, "
+              "--topk-outer-momentum in [0, 1)", file=sys.stderr)
+        return EXIT_USAGE
     torch.set_num_threads(args.threads)
 
     def note(line: str) -> None:
         print(f"  {line} ...", file=sys.stderr, flush=True)
 
     sizes = measure_codecs(codecs, QUICK_SIZES if args.quick else FULL_SIZES, seed=args.seed, progress=note)
-    quality = convergence(codecs, workers=workers, rounds=rounds, seed=args.seed, progress=note)
+    quality = convergence(codecs, workers=workers, rounds=rounds, seed=args.seed, progress=note, **topk)
     guarded = [
         row
         for codec in codecs
         for attack in guard_attacks
         for row in convergence([codec], workers=workers, rounds=rounds, seed=args.seed, progress=note,
-                               guard=getattr(args, "guard", "semantic"), attack=attack, byzantine=byzantine)
+                               guard=getattr(args, "guard", "semantic"), attack=attack, byzantine=byzantine,
+                               **topk)
     ]
     tables = format_tables(sizes, quality)
     if guarded:
