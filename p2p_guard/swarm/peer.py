@@ -879,7 +879,7 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
     identity = Identity.load_or_create(config.identity)
     task = load_task(config.task)
     local = LocalModel(task, seed=config.seed, num_shards=config.num_peers, shard_index=config.peer_index,
-                       partition=config.partition, outer_lr=config.outer_lr,
+                       partition=config.partition, outer_lr=config.resolved_outer_lr,
                        outer_momentum=config.resolved_outer_momentum,
                        device=pick_device(config.device), mixed_precision=config.bf16_autocast)
     events = EventLog(config.events)
