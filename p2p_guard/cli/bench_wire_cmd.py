@@ -113,12 +113,9 @@ def run_wire(args: argparse.Namespace) -> int:
         print(f"p2p-guard bench wire: error: --byzantine must be >= 1 and a minority of --workers {workers}; got "
               f"{byzantine}", file=sys.stderr)
         return EXIT_USAGE
-    topk = {
-        "topk_ef_decay": getattr(args, "topk_ef_decay", None),
-        "topk_outer_lr": getattr(args, "topk_outer_lr", None),
-        "topk_outer_momentum": getattr(args, "topk_outer_momentum", None),
-    }
-    decay, lr, momentum = topk.values()
+    decay: float | None = getattr(args, "topk_ef_decay", None)
+    lr: float | None = getattr(args, "topk_outer_lr", None)
+    momentum: float | None = getattr(args, "topk_outer_momentum", None)
     if (decay is not None and not 0.0 <= decay <= 1.0) or (lr is not None and not 0.0 < lr < float("inf")) or (
         momentum is not None and not 0.0 <= momentum < 1.0
     ):
@@ -131,14 +128,15 @@ def run_wire(args: argparse.Namespace) -> int:
         print(f"  {line} ...", file=sys.stderr, flush=True)
 
     sizes = measure_codecs(codecs, QUICK_SIZES if args.quick else FULL_SIZES, seed=args.seed, progress=note)
-    quality = convergence(codecs, workers=workers, rounds=rounds, seed=args.seed, progress=note, **topk)
+    quality = convergence(codecs, workers=workers, rounds=rounds, seed=args.seed, progress=note,
+                          topk_ef_decay=decay, topk_outer_lr=lr, topk_outer_momentum=momentum)
     guarded = [
         row
         for codec in codecs
         for attack in guard_attacks
         for row in convergence([codec], workers=workers, rounds=rounds, seed=args.seed, progress=note,
                                guard=getattr(args, "guard", "semantic"), attack=attack, byzantine=byzantine,
-                               **topk)
+                               topk_ef_decay=decay, topk_outer_lr=lr, topk_outer_momentum=momentum)
     ]
     tables = format_tables(sizes, quality)
     if guarded:
