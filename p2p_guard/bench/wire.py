@@ -11,9 +11,14 @@ Two parts, both in one process:
 2. **Convergence** (:func:`convergence`). n simulated DiLoCo workers on the digits task, each a
    :class:`~p2p_guard.training.local.LocalModel` from the same θ_0 with its own shard, each sending through
    its own :class:`~p2p_guard.training.error_feedback.ErrorFeedback`; every round the decoded payloads are
-   averaged (mean aggregation, no guard, no attack) and every worker applies the mean with its outer
-   Nesterov step (so all keep one θ). Reported per codec: test accuracy and loss after the last round,
-   the accuracy difference to fp32 in points, and bytes per parameter per round of one worker's payload.
+   averaged (mean aggregation, no guard, no attack) and every worker applies the mean with its outer step
+   (so all keep one θ). The outer step and the error feedback are the codec's defaults, as a peer uses them:
+   DiLoCo's Nesterov (lr 0.7, momentum 0.9) with plain error feedback (β = 1) for fp32/fp16/int8/int4, and
+   SparseLoCo's for topk (error feedback decayed by β, no outer momentum; ``training.outer.outer_defaults``,
+   ``training.error_feedback.default_ef_decay``); ``topk_ef_decay``, ``topk_outer_lr`` and
+   ``topk_outer_momentum`` override topk's (the sweep behind the defaults). Reported per codec: test accuracy
+   and loss after the last round, the accuracy difference to fp32 in points, bytes per parameter per round of
+   one worker's payload, the residual norm and the mean norm of the decoded rows in the last round.
 
 3. **The guard per codec** (:func:`convergence` with ``guard`` and ``attack``; :func:`guard_worst_case`). The
    same run with the last f workers Byzantine (``sign_flip:scale=10`` and ``alie``, :data:`GUARD_ATTACKS`), their
@@ -38,11 +43,14 @@ from typing import Any
 import torch
 
 from p2p_guard.protocol import Rejected, decode_update, encode_update
-from p2p_guard.training.error_feedback import ErrorFeedback
+from p2p_guard.protocol.codecs import codec_spec
+from p2p_guard.training.error_feedback import ErrorFeedback, default_ef_decay
+from p2p_guard.training.outer import outer_defaults
 
 __all__ = [
     "GUARD_ATTACKS",
     "WIRE_CODECS",
+    "codec_hparams",
     "convergence",
     "format_guard_table",
     "format_tables",
@@ -83,6 +91,27 @@ def synthetic_update(numel: int, seed: int) -> torch.Tensor:
     scales = torch.pow(10.0, torch.rand(blocks, generator=generator) * 2 - 3)
     values = torch.randn(numel, generator=generator)
     return values * scales.repeat_interleave(_BLOCK)[:numel]
+
+
+def codec_hparams(
+    codec: str,
+    *,
+    topk_ef_decay: float | None = None,
+    topk_outer_lr: float | None = None,
+    topk_outer_momentum: float | None = None,
+) -> tuple[float, float, float]:
+    """``(β, outer lr, outer momentum)`` a worker sending ``codec`` uses: the codec's defaults, topk's overridden.
+
+    Raises:
+        ValueError: Unknown codec.
+    """
+    decay = default_ef_decay(codec)
+    lr, momentum = outer_defaults(codec)
+    if codec_spec(codec).name == "topk":
+        decay = decay if topk_ef_decay is None else topk_ef_decay
+        lr = lr if topk_outer_lr is None else topk_outer_lr
+        momentum = momentum if topk_outer_momentum is None else topk_outer_momentum
+    return decay, lr, momentum
 
 
 def measure_codecs(
@@ -154,6 +183,9 @@ def convergence(
     guard: str | None = None,
     attack: str | None = None,
     byzantine: int = 0,
+    topk_ef_decay: float | None = None,
+    topk_outer_lr: float | None = None,
+    topk_outer_momentum: float | None = None,
 ) -> list[dict[str, Any]]:
     """Final digits accuracy of in-process DiLoCo per codec, with error feedback (part 2 of the docstring).
 
@@ -175,11 +207,16 @@ def convergence(
         guard: Guard spec each honest worker runs (None: the mean, no guard).
         attack: Update-attack spec of the Byzantine workers (needs ``guard`` and ``byzantine >= 1``).
         byzantine: Byzantine workers, the last indices, ``0 <= byzantine < workers``.
+        topk_ef_decay: β of the topk codecs' error feedback (None: ``default_ef_decay``).
+        topk_outer_lr: outer lr of the workers when the codec is topk (None: ``outer_defaults``).
+        topk_outer_momentum: outer momentum of the workers when the codec is topk (None: ``outer_defaults``).
 
     Returns:
         One dict per codec: ``codec``, ``numel``, ``workers``, ``rounds``, ``accuracy``, ``loss``,
         ``accuracy_vs_fp32`` (points, None without fp32), ``bytes_per_param`` (one worker, one round),
-        ``residual_norm`` (mean over workers of ‖e‖ after the last round), ``seconds``, and ``guard``,
+        ``residual_norm`` (mean over the honest workers of ‖e‖ after the last round), ``row_norm`` (mean over
+        the honest workers of ‖ŝ‖, their decoded row, in the last round), ``ef_decay``, ``outer_lr``,
+        ``outer_momentum`` (what the workers used), ``seconds``, and ``guard``,
         ``attack``, ``byzantine`` and ``rejected`` (rows the honest workers' guards rejected, Byzantine and
         honest: ``[byzantine rejected, byzantine judged, honest rejected, honest judged]``).
 
@@ -203,11 +240,14 @@ def convergence(
         if progress is not None:
             progress(f"convergence {codec}" + (f" ({guard}, {attack} x {byzantine})" if attack else ""))
         started = time.monotonic()
+        decay, lr, momentum = codec_hparams(codec, topk_ef_decay=topk_ef_decay, topk_outer_lr=topk_outer_lr,
+                                            topk_outer_momentum=topk_outer_momentum)
         peers = [
-            LocalModel(task, seed=seed, num_shards=workers, shard_index=i, partition=partition)
+            LocalModel(task, seed=seed, num_shards=workers, shard_index=i, partition=partition, outer_lr=lr,
+                       outer_momentum=momentum)
             for i in range(workers)
         ]
-        feedback = [ErrorFeedback(codec, peers[0].numel) for _ in peers]
+        feedback = [ErrorFeedback(codec, peers[0].numel, decay) for _ in peers]
         rounds_run = _Rounds(codec, guard, attack, byzantine, run_id, seed)
         sent_bytes = 0
         for r in range(rounds):
@@ -232,7 +272,12 @@ def convergence(
                 "accuracy": sum(m.accuracy for m in metrics) / len(metrics),
                 "loss": sum(m.loss for m in metrics) / len(metrics),
                 "bytes_per_param": sent_bytes / (workers * rounds * peers[0].numel),
-                "residual_norm": sum(float(f.residual.norm()) for f in feedback) / workers,
+                "residual_norm": sum(float(f.residual.norm()) for f in feedback[: workers - byzantine])
+                / (workers - byzantine),
+                "row_norm": sum(float(row.norm()) for row in decoded[: workers - byzantine]) / (workers - byzantine),
+                "ef_decay": decay,
+                "outer_lr": lr,
+                "outer_momentum": momentum,
                 "seconds": time.monotonic() - started,
                 "guard": guard,
                 "attack": attack,
@@ -348,18 +393,22 @@ def format_tables(sizes: Sequence[dict[str, Any]], quality: Sequence[dict[str, A
         first = quality[0]
         lines += [
             "",
-            f"Digits, {first['workers']} workers, {first['rounds']} rounds, mean aggregation, outer Nesterov,"
-            f" error feedback per worker (d = {first['numel']}):",
+            f"Digits, {first['workers']} workers, {first['rounds']} rounds, mean aggregation, error feedback per"
+            f" worker with decay β, outer step θ ← θ − α · (Nesterov momentum μ of the aggregate) (d ="
+            f" {first['numel']}); residual norm ‖e‖ after the last round and row norm ‖ŝ‖ of the last round's"
+            f" decoded rows are means over the workers:",
             "",
-            "| codec | bytes/param/round | accuracy | vs fp32 (points) | loss | residual norm |",
-            "|---|---:|---:|---:|---:|---:|",
+            "| codec | β | α | μ | bytes/param/round | accuracy | vs fp32 (points) | loss | residual norm "
+            "| row norm |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for row in quality:
             delta = row["accuracy_vs_fp32"]
             lines.append(
-                f"| {row['codec']} | {row['bytes_per_param']:.4f} | {row['accuracy']:.4f} | "
+                f"| {row['codec']} | {row['ef_decay']:g} | {row['outer_lr']:g} | {row['outer_momentum']:g} | "
+                f"{row['bytes_per_param']:.4f} | {row['accuracy']:.4f} | "
                 f"{'' if delta is None else f'{delta:+.2f}'} | {row['loss']:.4f} | "
-                f"{row['residual_norm']:.3g} |"
+                f"{row['residual_norm']:.3g} | {row['row_norm']:.3g} |"
             )
     return "\n".join(lines)
 

@@ -47,8 +47,15 @@ class PeerConfig:
         attack: attack spec for a simulated adversarial peer (``NAME:key=value,...`` or ``module:Class``).
         byzantine_count: how many Byzantine peers the attack may assume collude (omniscient attacks use it).
         codec: wire codec of pseudo-gradients (``fp32``, ``fp16``, ``int8``, ``int4``, ``topk[:density=ρ]``).
-        outer_lr: outer Nesterov learning rate (DiLoCo: 0.7).
-        outer_momentum: outer Nesterov momentum (DiLoCo: 0.9).
+        outer_lr: outer learning rate α, finite and > 0 (None: from the codec, 0.7 as in DiLoCo for fp32, fp16,
+            int8 and int4, ``training.outer.TOPK_OUTER_LR`` for topk, measured with SparseLoCo's step without
+            momentum in docs/wire.md; ``training.outer.outer_defaults``).
+        outer_momentum: outer Nesterov momentum, in [0, 1) (None: from the codec, 0.9 as in DiLoCo for fp32,
+            fp16, int8 and int4, 0 for topk as in SparseLoCo, whose decayed error feedback ``ef_decay`` takes
+            the momentum's place; ``training.outer.outer_defaults``).
+        ef_decay: decay β of the error feedback of a lossy codec, in [0, 1]: e ← β·e + Δ before encoding
+            (None: from the codec, 0.95 for topk as in SparseLoCo, 1 (plain error feedback) for fp16, int8 and
+            int4; fp32 keeps no residual; ``training.error_feedback.default_ef_decay``).
         min_peers: the first round starts once this many peers (self included) are present.
         quorum_fraction: a round closes after a grace window once this fraction of present peers committed.
         grace_s: grace window after the quorum is reached, in seconds.
@@ -172,8 +179,9 @@ class PeerConfig:
     attack: str | None = None
     byzantine_count: int = 0
     codec: str = "fp32"
-    outer_lr: float = 0.7
-    outer_momentum: float = 0.9
+    outer_lr: float | None = None
+    outer_momentum: float | None = None
+    ef_decay: float | None = None
     min_peers: int = 2
     quorum_fraction: float = 2.0 / 3.0
     grace_s: float = 2.0
@@ -250,15 +258,19 @@ class PeerConfig:
         if not 0.0 < self.quorum_fraction <= 1.0:
             raise ValueError(f"quorum_fraction must be in (0, 1]; got quorum_fraction={self.quorum_fraction}")
         for name in ("grace_s", "commit_timeout_s", "reveal_wait_s", "fetch_timeout_s", "join_timeout_s",
-                     "outer_lr", "max_requests_per_peer_per_s", "serve_timeout_s", "request_timeout_s",
+                     "max_requests_per_peer_per_s", "serve_timeout_s", "request_timeout_s",
                      "fetch_idle_timeout_s"):
             if not math.isfinite(getattr(self, name)) or getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be finite and > 0; got {name}={getattr(self, name)}")
         if self.max_upload_mbit is not None and not 0 < self.max_upload_mbit < math.inf:
             raise ValueError(f"max_upload_mbit must be finite and > 0 (omit it for no cap); "
                              f"got max_upload_mbit={self.max_upload_mbit}")
-        if not 0.0 <= self.outer_momentum < 1.0:
+        if self.outer_lr is not None and not (math.isfinite(self.outer_lr) and self.outer_lr > 0):
+            raise ValueError(f"outer_lr must be finite and > 0; got outer_lr={self.outer_lr}")
+        if self.outer_momentum is not None and not 0.0 <= self.outer_momentum < 1.0:
             raise ValueError(f"outer_momentum must be in [0, 1); got outer_momentum={self.outer_momentum}")
+        if self.ef_decay is not None and not 0.0 <= self.ef_decay <= 1.0:
+            raise ValueError(f"ef_decay must be in [0, 1]; got ef_decay={self.ef_decay}")
         _check_positive("max_parameters", self.max_parameters)
         _check_positive("max_envelope_bytes", self.max_envelope_bytes)
         for name in ("max_inbound_streams", "max_inbound_streams_per_peer", "request_burst",
@@ -298,6 +310,33 @@ class PeerConfig:
         if self.proof_dir is not None:
             return Path(self.proof_dir)
         return Path(self.events if self.events is not None else self.identity).resolve().parent / "proofs"
+
+    @property
+    def resolved_outer_lr(self) -> float:
+        """``outer_lr``, or the codec's default when None (0.7; ``TOPK_OUTER_LR`` for topk)."""
+        if self.outer_lr is not None:
+            return self.outer_lr
+        from p2p_guard.training.outer import outer_defaults  # torch: only once a peer is built
+
+        return outer_defaults(self.codec)[0]
+
+    @property
+    def resolved_outer_momentum(self) -> float:
+        """``outer_momentum``, or the codec's default when None (0.9; 0 for topk: SparseLoCo, arXiv:2508.15706)."""
+        if self.outer_momentum is not None:
+            return self.outer_momentum
+        from p2p_guard.training.outer import outer_defaults  # torch: only once a peer is built
+
+        return outer_defaults(self.codec)[1]
+
+    @property
+    def resolved_ef_decay(self) -> float:
+        """``ef_decay``, or the codec's default when None (0.95 for topk as in SparseLoCo, else 1)."""
+        if self.ef_decay is not None:
+            return self.ef_decay
+        from p2p_guard.training.error_feedback import default_ef_decay  # torch: only once a peer is built
+
+        return default_ef_decay(self.codec)
 
     @property
     def commit_phase(self) -> CommitPhase:

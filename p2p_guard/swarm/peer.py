@@ -235,7 +235,7 @@ class Peer:
         self.log = _PeerLog(logger, {"peer": self.me[-8:], "round": 0})
         self.inner_steps = config.inner_steps or local.task.default_hparams.inner_steps
         self.wire = wire_behaviour(self.attack)
-        self.error_feedback = ErrorFeedback(config.codec, local.numel)
+        self.error_feedback = ErrorFeedback(config.codec, local.numel, config.resolved_ef_decay)
         self.votes = _vote_book(config, identity, dht, self.wire, allowed) if config.reputation else None
         self.rng = random.SystemRandom()
         self.paused = False
@@ -896,7 +896,8 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
     identity = Identity.load_or_create(config.identity)
     task = load_task(config.task)
     local = LocalModel(task, seed=config.seed, num_shards=config.num_peers, shard_index=config.peer_index,
-                       partition=config.partition, outer_lr=config.outer_lr, outer_momentum=config.outer_momentum,
+                       partition=config.partition, outer_lr=config.resolved_outer_lr,
+                       outer_momentum=config.resolved_outer_momentum,
                        device=pick_device(config.device), mixed_precision=config.bf16_autocast)
     events = EventLog(config.events)
     initial_peers = (*config.initial_peers, *_known_peers(config.checkpoint_dir, config.initial_peers))

@@ -11,6 +11,7 @@ import torch
 
 from p2p_guard.bench.wire import (
     WIRE_CODECS,
+    codec_hparams,
     convergence,
     format_guard_table,
     format_tables,
@@ -51,8 +52,31 @@ def test_convergence_matches_fp32_exactly_for_fp32_twice() -> None:
     assert rows[0]["accuracy_vs_fp32"] == 0.0 and rows[0]["residual_norm"] == 0.0
     assert rows[0]["bytes_per_param"] == 4.0 and rows[2]["bytes_per_param"] < 0.05
     assert rows[2]["residual_norm"] > 0
+    # each codec's own outer step and error feedback: DiLoCo's for fp32, SparseLoCo's for topk
+    assert (rows[0]["ef_decay"], rows[0]["outer_lr"], rows[0]["outer_momentum"]) == (1.0, 0.7, 0.9)
+    assert (rows[2]["ef_decay"], rows[2]["outer_momentum"]) == (0.95, 0.0)
+    assert rows[0]["row_norm"] > 0 and rows[2]["row_norm"] > 0
     table = format_tables([], rows)
-    assert "| topk:density=0.01 |" in table and "2 workers, 2 rounds" in table
+    assert "| topk:density=0.01 | 0.95 |" in table and "2 workers, 2 rounds" in table
+    assert "| fp32 | 1 | 0.7 | 0.9 | 4.0000 |" in table
+
+
+def test_codec_hparams_overrides_only_topk() -> None:
+    from p2p_guard.training.outer import TOPK_OUTER_LR
+
+    assert codec_hparams("int4") == (1.0, 0.7, 0.9)
+    assert codec_hparams("topk") == (0.95, TOPK_OUTER_LR, 0.0)
+    old = {"topk_ef_decay": 1.0, "topk_outer_lr": 0.7, "topk_outer_momentum": 0.9}  # the scheme before SparseLoCo
+    assert codec_hparams("topk:density=0.05", **old) == (1.0, 0.7, 0.9)
+    assert codec_hparams("int8", topk_ef_decay=0.5, topk_outer_lr=1.0, topk_outer_momentum=0.0) == (1.0, 0.7, 0.9)
+
+
+def test_cli_rejects_bad_topk_settings(capsys: pytest.CaptureFixture[str]) -> None:
+    args = argparse.Namespace(codecs=["topk"], quick=True, workers=4, rounds=1, seed=0, threads=1, json=None,
+                              guard_attacks=[], byzantine=None, out=None, topk_ef_decay=1.5, topk_outer_lr=None,
+                              topk_outer_momentum=None)
+    assert bench_wire_cmd.run_wire(args) == bench_wire_cmd.EXIT_USAGE
+    assert "--topk-ef-decay must be in [0, 1]" in capsys.readouterr().err
 
 
 def test_cli_rejects_unknown_codec(capsys: pytest.CaptureFixture[str]) -> None:

@@ -19,7 +19,7 @@ from p2p_guard.protocol import (
     parse_codec,
 )
 from p2p_guard.protocol.sparse import TOPK_CHUNK, topk_kept, topk_per_chunk
-from p2p_guard.training.error_feedback import ErrorFeedback
+from p2p_guard.training.error_feedback import TOPK_EF_DECAY, ErrorFeedback, check_ef_decay, default_ef_decay
 
 X5 = torch.tensor([1.0, -2.0, 3.0, 0.5, -0.25])
 
@@ -269,8 +269,74 @@ class TestErrorFeedback:
         assert payload == encode_update(X5, "fp32")
         assert torch.equal(sent, X5) and not ef.residual.any()
 
+    @pytest.mark.parametrize("decay", [0.0, 0.5, 0.95, 1.0])
+    def test_fp32_is_a_no_op_whatever_the_decay(self, decay: float) -> None:
+        ef = ErrorFeedback("fp32", 5, decay)
+        for _ in range(2):
+            payload, sent = ef.compress(X5)
+            assert payload == encode_update(X5, "fp32")
+            assert torch.equal(sent, X5) and not ef.residual.any()
+
+    def test_default_decay_per_codec(self) -> None:
+        """SparseLoCo's β for topk (any density); plain error feedback (β = 1) for the dense codecs."""
+        assert TOPK_EF_DECAY == 0.95
+        for codec in ("topk", "topk:density=0.01", "topk:density=0.05"):
+            assert default_ef_decay(codec) == TOPK_EF_DECAY == ErrorFeedback(codec, 3).decay
+        for codec in ("fp32", "fp16", "int8", "int4"):
+            assert default_ef_decay(codec) == 1.0 == ErrorFeedback(codec, 3).decay
+        assert ErrorFeedback("topk", 3, 0.5).decay == 0.5 and ErrorFeedback("int8", 3, 0).decay == 0.0
+
+    @pytest.mark.parametrize("decay", [-0.1, 1.01, float("nan"), True, "0.9"])
+    def test_decay_out_of_range_raises(self, decay: object) -> None:
+        with pytest.raises(ValueError, match="decay"):
+            check_ef_decay(decay)
+        with pytest.raises(ValueError, match="decay"):
+            ErrorFeedback("topk", 3, decay)  # type: ignore[arg-type]
+
+    def test_decayed_recursion_by_hand(self) -> None:
+        """SparseLoCo: a = β·e + Δ, ŝ = D(C(a)), e ← a − ŝ; β = 0.5 keeps every number exact in float32."""
+        ef = ErrorFeedback("topk:density=0.0001", 3, decay=0.5)  # one value per (short) chunk
+        inputs = [torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.5, 0.0, 1.0]), torch.tensor([0.0, 0.0, 0.25])]
+        # a_0 = [1, 2, 3]; a_1 = 0.5·[1, 2, 0] + [1.5, 0, 1] = [2, 1, 1]; a_2 = 0.5·[0, 1, 1] + [0, 0, 0.25]
+        sent = []
+        for delta, want_sent, want_residual in zip(
+            inputs,
+            [[0.0, 0.0, 3.0], [2.0, 0.0, 0.0], [0.0, 0.0, 0.75]],
+            [[1.0, 2.0, 0.0], [0.0, 1.0, 1.0], [0.0, 0.5, 0.0]],
+            strict=True,
+        ):
+            payload, decoded = ef.compress(delta)
+            assert decode_update(payload, ef.codec, 3).tolist() == want_sent  # type: ignore[union-attr]
+            assert decoded.tolist() == want_sent and ef.residual.tolist() == want_residual
+            sent.append(decoded)
+        # e_R = Σ_r β^(R−1−r) (Δ_r − ŝ_r): what was not sent fades by β per round
+        faded = sum(0.5 ** (2 - r) * (inputs[r] - sent[r]) for r in range(3))
+        assert isinstance(faded, torch.Tensor) and faded.tolist() == ef.residual.tolist()
+
+    @pytest.mark.parametrize("codec", ["int8", "int4", "topk:density=0.02"])
+    def test_decay_one_is_plain_error_feedback_bit_for_bit(self, codec: str) -> None:
+        generator = torch.Generator().manual_seed(5)
+        ef = ErrorFeedback(codec, 5000, decay=1.0)
+        residual = torch.zeros(5000)
+        for _ in range(4):
+            delta = torch.randn(5000, generator=generator) * 1e-2
+            payload, sent = ef.compress(delta)
+            target = delta + residual  # the recursion before β existed
+            assert payload == encode_update(target, codec)
+            residual = target - sent
+            assert torch.equal(ef.residual, residual)
+
+    def test_decayed_residual_stays_bounded(self) -> None:
+        """With β < 1 a constant Δ never sent in part weighs at most |Δ| / (1 − β): the residual cannot grow."""
+        generator = torch.Generator().manual_seed(6)
+        delta = torch.randn(3 * TOPK_CHUNK, generator=generator)
+        ef = ErrorFeedback("topk:density=0.01", delta.numel(), decay=0.9)
+        for _ in range(60):
+            ef.compress(delta)
+        assert float(ef.residual.abs().max()) <= float(delta.abs().max()) / (1 - 0.9) + 1e-4
+
     def test_residual_carries_over_exactly(self) -> None:
-        ef = ErrorFeedback("topk:density=0.0001", 3)  # one value per (short) chunk
+        ef = ErrorFeedback("topk:density=0.0001", 3, decay=1.0)  # one value per (short) chunk
         inputs = [torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.5, 0.0, 1.0]), torch.zeros(3)]
         sent = []
         for delta, want_sent, want_residual in zip(
@@ -287,8 +353,9 @@ class TestErrorFeedback:
 
     @pytest.mark.parametrize("codec", ["fp16", "int8", "int4", "topk"])
     def test_nothing_is_lost(self, codec: str) -> None:
+        """β = 1 (the default of fp16/int8/int4; topk's is SparseLoCo's 0.95, so it is set here)."""
         generator = torch.Generator().manual_seed(3)
-        ef = ErrorFeedback(codec, 5000)
+        ef = ErrorFeedback(codec, 5000, decay=1.0)
         inputs = [torch.randn(5000, generator=generator) * 1e-2 for _ in range(6)]
         total_sent = torch.zeros(5000, dtype=torch.float64)
         for delta in inputs:

@@ -45,8 +45,28 @@ class TestPeerConfigValidation:
     def test_defaults_are_valid(self) -> None:
         config = PeerConfig()
         assert config.codec in CODECS
-        assert config.outer_lr == 0.7
-        assert config.outer_momentum == 0.9
+        assert config.outer_lr is None and config.outer_momentum is None and config.ef_decay is None  # the codec's
+        assert (config.resolved_outer_lr, config.resolved_outer_momentum, config.resolved_ef_decay) == (0.7, 0.9, 1.0)
+
+    @pytest.mark.parametrize("codec", ["fp32", "fp16", "int8", "int4"])
+    def test_dense_codecs_keep_diloco_momentum_and_plain_error_feedback(self, codec: str) -> None:
+        config = PeerConfig(codec=codec)
+        assert (config.resolved_outer_lr, config.resolved_outer_momentum, config.resolved_ef_decay) == (0.7, 0.9, 1.0)
+
+    @pytest.mark.parametrize("codec", ["topk", "topk:density=0.01", "topk:density=0.05"])
+    def test_topk_defaults_to_sparseloco(self, codec: str) -> None:
+        """SparseLoCo (arXiv:2508.15706): no outer momentum, error feedback decayed by 0.95."""
+        from p2p_guard.training.outer import TOPK_OUTER_LR
+
+        config = PeerConfig(codec=codec)
+        assert (config.resolved_outer_lr, config.resolved_outer_momentum, config.resolved_ef_decay) == (
+            TOPK_OUTER_LR, 0.0, 0.95)
+
+    def test_explicit_momentum_and_decay_win_over_the_codec(self) -> None:
+        config = PeerConfig(codec="topk", outer_lr=0.7, outer_momentum=0.9, ef_decay=1.0)  # the scheme before
+        assert (config.resolved_outer_lr, config.resolved_outer_momentum, config.resolved_ef_decay) == (0.7, 0.9, 1.0)
+        config = PeerConfig(codec="int8", outer_momentum=0.0, ef_decay=0.5)
+        assert (config.resolved_outer_momentum, config.resolved_ef_decay) == (0.0, 0.5)
 
     def test_read_limit_defaults_cut_a_hopeless_sender_well_before_the_fetch_deadline(self) -> None:
         config = PeerConfig()
@@ -90,6 +110,13 @@ class TestPeerConfigValidation:
         ({"min_fetch_bytes_per_s": 0}, "min_fetch_bytes_per_s"),
         ({"min_fetch_bytes_per_s": 1.5}, "min_fetch_bytes_per_s"),
         ({"min_fetch_bytes_per_s": True}, "min_fetch_bytes_per_s"),
+        ({"outer_lr": 0.0}, "outer_lr"),
+        ({"outer_lr": math.inf}, "outer_lr"),
+        ({"outer_momentum": 1.0}, "outer_momentum"),
+        ({"outer_momentum": -0.1}, "outer_momentum"),
+        ({"ef_decay": 1.5}, "ef_decay"),
+        ({"ef_decay": -0.1}, "ef_decay"),
+        ({"ef_decay": math.nan}, "ef_decay"),
         ({"device": "tpu"}, "device"),
         ({"device": "CUDA"}, "device"),
         ({"port": -1}, "port"),
@@ -359,7 +386,7 @@ class TestGenerator:
     def test_help_shows_real_defaults(self) -> None:
         commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
         helps = {a.dest: a.help or "" for a in commands["peer"]._actions}
-        assert helps["outer_lr"].endswith("(default: 0.7)")
+        assert "(None: from the codec, 0.7 as in DiLoCo" in helps["outer_lr"]  # topk's differs (SparseLoCo)
         assert helps["quorum_fraction"].endswith("(default: 0.666667)")
         assert helps["max_parameters"].endswith("(default: 268435456)")
         assert helps["reputation"].endswith("(default: on)")
@@ -427,14 +454,14 @@ class TestEveryPeerSettingIsAFlagAndATomlKey:
 
     @pytest.mark.parametrize(("name", "flag_value", "toml_value"), [
         ("grace_s", "3.5", "1.5"), ("quorum_fraction", "0.5", "0.75"), ("outer_lr", "0.5", "0.25"),
-        ("outer_momentum", "0.5", "0.25"), ("max_parameters", "1000", "2000"),
+        ("outer_momentum", "0.5", "0.25"), ("ef_decay", "0.5", "0.25"), ("max_parameters", "1000", "2000"),
         ("max_envelope_bytes", "5000", "6000"),
     ])
     def test_flag_overrides_toml_overrides_default(self, tmp_path: Path, name: str, flag_value: str,
                                                    toml_value: str) -> None:
         path = tmp_path / "p.toml"
         path.write_text(f"[peer]\n{name} = {toml_value}\n", encoding="utf-8")
-        kind = type(getattr(PeerConfig(), name))
+        kind = type(getattr(PeerConfig(), name)) if getattr(PeerConfig(), name) is not None else float
         default = peer_cmd.resolve_config(peer_args("--initial-peers", MADDR))
         from_file = peer_cmd.resolve_config(peer_args("--config", str(path), "--initial-peers", MADDR))
         from_flag = peer_cmd.resolve_config(peer_args("--config", str(path), "--initial-peers", MADDR,

@@ -30,17 +30,18 @@ def make_ctx(n: int, **kwargs: object) -> AggregationContext:
 
 
 def decoded_rows(codec: str, rounds: int, *, honest: int = 6, byzantine: int = 2,
-                 seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+                 seed: int = 0, decay: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(honest + byzantine, D)`` decoded rows of the last of ``rounds`` rounds, and row 0's dense Δ.
 
     Every sender's Δ is one shared gradient g (one scale per 4096-block, 10^U(−2, 0)) plus its own Gaussian noise
     of the mean |g|, fresh each round; honest rows go through an :class:`ErrorFeedback` per sender, the
-    Byzantine rows are ``encode(−10 · Δ)`` decoded.
+    Byzantine rows are ``encode(−10 · Δ)`` decoded. ``decay``: the error feedback's β (None: topk's default, 0.95
+    as in SparseLoCo; 1: plain error feedback).
     """
     gen = torch.Generator().manual_seed(seed)
     scales = torch.pow(10.0, -2 * torch.rand(D // 4096, generator=gen)).repeat_interleave(4096)
     g = torch.randn(D, generator=gen) * scales
-    feedback = [ErrorFeedback(codec, D) for _ in range(honest)]
+    feedback = [ErrorFeedback(codec, D, decay) for _ in range(honest)]
     for _ in range(rounds):
         deltas = [g + g.abs().mean() * torch.randn(D, generator=gen) for _ in range(honest + byzantine)]
         sent = [feedback[j].compress(deltas[j])[1] for j in range(honest)]
@@ -122,12 +123,20 @@ class TestSemanticGuardOnTopk:
 
     @pytest.mark.parametrize("codec", TOPK[:2])
     def test_without_the_support_check_the_flips_pass(self, codec: str) -> None:
-        # the hole of issue 10: after 16 rounds of error feedback honest rows are long enough that a ×10 flip
-        # passes the norm test, and its cosine with the centre stays above −0.2
-        rows, own = decoded_rows(codec, 16)
+        # the hole of issue 10: after 16 rounds of plain error feedback (β = 1) honest rows are long enough that a
+        # ×10 flip passes the norm test, and its cosine with the centre stays above −0.2
+        rows, own = decoded_rows(codec, 16, decay=1.0)
         ctx = make_ctx(8, own_index=0, own_reference=own)
         assert accepted(SemanticGuard(support_check=False).judge(rows, ctx)) == "........"
         assert accepted(SemanticGuard().judge(rows, make_ctx(8, own_index=0))) == "........"  # no reference
+
+    def test_decayed_error_feedback_shortens_the_rows_enough_for_the_norm_test_at_2_percent(self) -> None:
+        """SparseLoCo's β = 0.95 bounds the residual: at 2 % the norm test alone rejects the flips again (not at 1 %)."""
+        rows, own = decoded_rows("topk:density=0.02", 16)
+        ctx = make_ctx(8, own_index=0, own_reference=own)
+        assert accepted(SemanticGuard(support_check=False).judge(rows, ctx)) == "......xx"
+        plain, _ = decoded_rows("topk:density=0.02", 16, decay=1.0)
+        assert float(rows[:6].norm(dim=1).median()) < float(plain[:6].norm(dim=1).median())
 
     @pytest.mark.parametrize("codec", TOPK)
     @pytest.mark.parametrize("rounds", [1, 16])

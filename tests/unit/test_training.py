@@ -14,10 +14,13 @@ from p2p_guard.training import (
     autocast_dtype,
     inner_autocast,
     OuterNesterov,
+    TOPK_OUTER_LR,
+    TOPK_OUTER_MOMENTUM,
     flatten,
     load_flat,
     make_inner_optimizer,
     num_params,
+    outer_defaults,
     param_shapes,
     run_inner_steps,
 )
@@ -81,6 +84,26 @@ def test_outer_nesterov_matches_torch_sgd(lr: float, momentum: float) -> None:
             assert outer.momentum_buffer is not None
             assert torch.equal(outer.momentum_buffer, sgd.state[param]["momentum_buffer"])
         theta = new
+
+
+@pytest.mark.parametrize("codec", ["fp32", "fp16", "int8", "int4"])
+def test_outer_defaults_dense_codecs_are_diloco(codec: str) -> None:
+    assert outer_defaults(codec) == (0.7, 0.9)
+
+
+@pytest.mark.parametrize("codec", ["topk", "topk:density=0.01", "topk:density=0.05"])
+def test_outer_defaults_topk_is_sparseloco_without_momentum(codec: str) -> None:
+    assert TOPK_OUTER_MOMENTUM == 0.0
+    assert outer_defaults(codec) == (TOPK_OUTER_LR, 0.0)
+
+
+def test_outer_without_momentum_is_theta_minus_lr_times_aggregate() -> None:
+    """SparseLoCo's outer step θ ← θ − α · mean(Δ̂): exact numbers, and no buffer kept."""
+    outer = OuterNesterov(lr=0.5, momentum=0.0)
+    theta = torch.tensor([1.0, -2.0, 0.25])
+    for aggregate, want in [([2.0, 0.0, -0.5], [0.0, -2.0, 0.5]), ([1.0, 1.0, 1.0], [-0.5, -2.5, 0.0])]:
+        theta = outer.step(theta, torch.tensor(aggregate))
+        assert theta.tolist() == want and outer.momentum_buffer is None
 
 
 def test_outer_nesterov_state_round_trip_and_determinism() -> None:
