@@ -66,7 +66,7 @@ from p2p_guard.swarm.slowloris import server_for, start_slow_client
 from p2p_guard.swarm.suspects import Suspects
 from p2p_guard.swarm.upload import upload_cap_warning
 from p2p_guard.swarm.standing import VoteBook
-from p2p_guard.swarm.transport import NO_ANSWER_DETAIL, OK, TOO_SLOW, PayloadServer, fetch
+from p2p_guard.swarm.transport import OK, TOO_SLOW, PayloadServer, fetch, is_no_answer
 from p2p_guard.swarm.validator import RecordValidator
 from p2p_guard.swarm.verdicts import SenderVerdict, finite_or_none
 from p2p_guard.tasks import load_task
@@ -560,7 +560,7 @@ class Peer:
         now = time.monotonic()
         for v in verdicts:
             if (v.reason is RejectReason.UNAVAILABLE and v.detail.startswith(UNREACHABLE_DETAIL)) or \
-                    (v.reason is RejectReason.TIMEOUT and NO_ANSWER_DETAIL in v.detail):
+                    (v.reason is RejectReason.TIMEOUT and is_no_answer(v.detail)):
                 self.suspects.failed(v.sender, now)
 
     def _drop_departed(self, commits: dict[str, bytes], round_: int) -> None:
@@ -634,7 +634,7 @@ class Peer:
                                           min_bytes_per_s=self.config.min_fetch_bytes_per_s), stop, gone)
             if result is None:
                 return None
-            silent = result.status == TOO_SLOW and result.detail.startswith(NO_ANSWER_DETAIL)
+            silent = result.status == TOO_SLOW and is_no_answer(result.detail)
             if result.status == -1 or silent:  # no answer at all: a killed or frozen peer is not waited for
                 self.suspects.failed(peer, time.monotonic())
                 if silent:

@@ -69,6 +69,7 @@ __all__ = [
     "ServerStats",
     "NO_ANSWER_DETAIL",
     "failure_detail",
+    "is_no_answer",
     "fetch",
     "fetch_payload",
 ]
@@ -85,6 +86,15 @@ BAD_DATA = -3
 #: Start of a :data:`TOO_SLOW` detail when not even the status byte came: the server never answered (frozen,
 #: asleep, or overloaded past ``idle_timeout_s``), as opposed to one that answered and then stalled or trickled.
 NO_ANSWER_DETAIL = "no status byte"
+
+
+def is_no_answer(detail: str) -> bool:
+    """True if a failure detail says the server never answered at all (:data:`NO_ANSWER_DETAIL`).
+
+    ``detail``: a :class:`FetchResult`'s detail, or a verdict's detail that quotes it.
+    """
+    return NO_ANSWER_DETAIL in detail
+
 #: Largest request body, in bytes.
 MAX_REQUEST_BYTES = 256
 #: Size of one stream write or read, in bytes (1 MiB).
