@@ -222,7 +222,7 @@ class PeerConfig:
     fanout: int = 8
     max_staleness: int = 4
     overlap: bool = False
-    overlap_warmup_rounds: int = 3
+    overlap_warmup_rounds: int = 1
     mix_every: int = 1
     mix_peers: int = 8
     mix_radius: float = 0.05

@@ -24,7 +24,7 @@ import os
 import random
 import signal
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -164,6 +164,30 @@ class InnerResult:
     compute_s: float
 
 
+@dataclass
+class PhaseHead:
+    """The first τ inner steps of an overlapped round, run while the previous round's communication goes on.
+
+    Attributes:
+        round: the round r whose inner phase this is.
+        start: ``(d,)`` float32, where the head started: the end of the previous inner phase (the phase continues
+            the local trajectory) or θ (after a catch-up, or in the first overlapped round).
+        end: ``(d,)`` float32, where the head's τ steps ended.
+        steps: τ, the head's inner steps (``1 <= τ <= H``).
+        loss: mean inner loss over the head (nats).
+        generator: the round's batch generator; the tail continues its stream.
+        compute_s: the head's wall time, seconds.
+    """
+
+    round: int
+    start: torch.Tensor
+    end: torch.Tensor
+    steps: int
+    loss: float
+    generator: torch.Generator
+    compute_s: float
+
+
 async def choose_commit_round(round_: int, presence_rounds: Sequence[int],
                               closed: Callable[[int], Awaitable[bool]]) -> int:
     """The round a peer at ``round_`` commits into, given the others' presence rounds.
@@ -238,6 +262,8 @@ class Peer:
         self.error_feedback = ErrorFeedback(config.codec, local.numel, config.resolved_ef_decay)
         self.votes = _vote_book(config, identity, dht, self.wire, allowed) if config.reputation else None
         self.rng = random.SystemRandom()
+        # (θ, where our last inner phase ended): an overlapped round's head continues from there while θ is unchanged
+        self._continue: tuple[torch.Tensor, torch.Tensor] | None = None
         self.paused = False
         self.resumed = False  # set when a pause (not the first join) ended; _maybe_catch_up clears it
         self.jumped = False  # set when our update went into a round catch_up_behind or more past its base
@@ -316,16 +342,55 @@ class Peer:
     # -- inner ---------------------------------------------------------------------------------------------------
 
     async def inner(self, round_: int) -> InnerResult:
-        """H inner AdamW steps from our θ (in a thread, so the previous round's communication goes on)."""
+        """H inner AdamW steps from our θ (a sequential round: the previous round's step is applied)."""
+        started = time.monotonic()
+        end, loss = await self._train(self.local.theta, self.inner_steps, self._generator(round_, 1))
+        self._continue = None
+        return InnerResult(round_, self.local.theta - end, loss, time.monotonic() - started)
+
+    async def inner_head(self, round_: int, steps: int) -> PhaseHead:
+        """The first ``steps`` (τ) inner steps of an overlapped round, beside the previous round's communication.
+
+        The head continues the local trajectory from where our previous inner phase ended, when θ is still the θ
+        that phase was measured from (no catch-up since); else it starts from θ. :meth:`inner_tail` moves what
+        the head learned onto θ after the previous round's step and runs the other H − τ steps (Streaming DiLoCo's
+        overlap of τ inner steps with the outer communication, Douillard et al. 2025, arXiv:2501.18512).
+        """
+        steps = max(1, min(steps, self.inner_steps))
+        start = self.local.theta
+        if self._continue is not None and self._continue[0] is self.local.theta:
+            start = self._continue[1]
+        generator = self._generator(round_, 1)
+        started = time.monotonic()
+        end, loss = await self._train(start, steps, generator)
+        return PhaseHead(round_, start, end, steps, loss, generator, time.monotonic() - started)
+
+    async def inner_tail(self, head: PhaseHead) -> InnerResult:
+        """The other H − τ steps of an overlapped round, from θ + (head end − head start); Δ is measured from θ.
+
+        θ here is after the previous round's step (and any mixing correction applied with it), so the round's
+        pseudo-gradient Δ = θ − θ_after is measured from the model every receiver's aggregate will be applied to,
+        and only the head's τ steps were computed on the older base (their progress is kept, rebased onto θ).
+        """
+        theta = self.local.theta
+        rest = self.inner_steps - head.steps
+        started = time.monotonic()
+        end, loss = await self._train(theta + (head.end - head.start), rest, head.generator)
+        compute_s = head.compute_s + time.monotonic() - started
+        self._continue = (theta, end)
+        mean = head.loss if rest == 0 else (head.loss * head.steps + loss * rest) / self.inner_steps
+        return InnerResult(head.round, theta - end, mean, compute_s)
+
+    async def _train(self, start: torch.Tensor, steps: int, generator: torch.Generator
+                     ) -> tuple[torch.Tensor, float]:
+        """``LocalModel.train_from`` in a thread (the event loop goes on serving and fetching meanwhile)."""
         data_attack = self.attack if self.attack_kind == "data" else None
         started = time.monotonic()
-        delta, loss = await asyncio.to_thread(
-            self.local.train_round, self.inner_steps, self._generator(round_, 1), data_attack)
-        compute_s = time.monotonic() - started
+        end, loss = await asyncio.to_thread(self.local.train_from, start, steps, generator, data_attack)
         slowdown = _read_slowdown(self.config.control_file)
         if slowdown > 1.0:  # fault injection (simulations): an F times slower volunteer
-            await asyncio.sleep((slowdown - 1.0) * compute_s)
-        return InnerResult(round_, delta, loss, time.monotonic() - started)
+            await asyncio.sleep((slowdown - 1.0) * (time.monotonic() - started))
+        return end, loss
 
     # -- step ----------------------------------------------------------------------------------------------------
 
@@ -1086,6 +1151,7 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
     pending_step = True
     clock = _RoundClock(peer)
     deferred = _DeferredMix()
+    reports = _Reports()
     with bar:
         while not stop.is_set() and (last is None or round_ < last):
             with clock.timed("presence"):
@@ -1094,14 +1160,22 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
                     break
                 round_ = await _maybe_catch_up(peer, round_, others, stop)
             peer._set_round(round_)
+            head: PhaseHead | None = None
             with clock.timed("inner"):
-                inner = await peer.inner(round_)
+                if pending is None:
+                    inner = await peer.inner(round_)
+                else:  # overlap: the head of this phase runs beside the previous round's communication
+                    head = await peer.inner_head(round_, head_steps(clock.comm_s, clock.step_s, peer.inner_steps))
             if pending is not None:
-                completed += await _finish(peer, pending, pending_inner, clock, bar, stop, deferred, fresh=inner,
-                                           apply_step=pending_step)
+                completed += await _finish(peer, pending, pending_inner, clock, bar, stop, deferred, reports,
+                                           overlapped=True, apply_step=pending_step)
                 pending = None
             if stop.is_set() or (last is not None and round_ >= last):
                 break
+            if head is not None:
+                with clock.timed("inner"):
+                    inner = await peer.inner_tail(head)
+            clock.step_s = inner.compute_s / peer.inner_steps
             with clock.timed("commit"):
                 target = await peer.open_round(round_)
             if target - inner.base_round > config.max_staleness:
@@ -1114,20 +1188,20 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
             with clock.timed("commit"):
                 sealed, serve, sent = await peer.commit(round_, inner)
             mix = config.mix_every > 0 and (round_ % config.mix_every == 0 or target > inner.base_round + 1)
-            pending = asyncio.create_task(peer.communicate(round_, sent, sealed, serve, stop, mix=mix,
-                                                           own_reference=inner.delta))
+            pending = asyncio.create_task(clock.time_communication(
+                peer.communicate(round_, sent, sealed, serve, stop, mix=mix, own_reference=inner.delta)))
             pending_inner = inner
             next_round, pending_step = round_ + 1, True
             if peer.jumped:
                 with clock.timed("presence"):
                     next_round, pending_step = await _catch_up_after_jump(peer, round_, stop)
             if not config.overlap or round_ < config.overlap_warmup_rounds:
-                completed += await _finish(peer, pending, pending_inner, clock, bar, stop, deferred,
+                completed += await _finish(peer, pending, pending_inner, clock, bar, stop, deferred, reports,
                                            apply_step=pending_step)
                 pending = None
             round_ = next_round
         if pending is not None and not stop.is_set():
-            completed += await _finish(peer, pending, pending_inner, clock, bar, stop, deferred,
+            completed += await _finish(peer, pending, pending_inner, clock, bar, stop, deferred, reports,
                                        apply_step=pending_step)
         elif pending is not None:
             pending.cancel()
@@ -1137,6 +1211,7 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
             await deferred.cancel()
         else:
             await deferred.apply(peer, RoundOutcome(round=round_))
+        await reports.wait(timeout_s=_Reports.SHUTDOWN_WAIT_S if stop.is_set() else None)
     peer._set_round(round_)
     if not stop.is_set():
         record = sign_record("presence", config.run_id, round_, round_, peer.identity)
@@ -1221,6 +1296,16 @@ class _RoundClock:
         self.served = peer.server.stats.payloads_served
         self.phases = dict.fromkeys(self.PHASES, 0.0)
         self.last_round_s = 0.0  # wall time of the last round (the last lap), in seconds
+        self.comm_s: float | None = None  # how long the last round's communication took, seconds (None: none yet)
+        self.step_s = 0.0  # wall time of one inner step in the last inner phase, seconds
+
+    async def time_communication(self, communication: Awaitable[RoundOutcome]) -> RoundOutcome:
+        """Await a round's communication and keep its duration in ``comm_s`` (it sizes the overlap's head)."""
+        started = time.monotonic()
+        try:
+            return await communication
+        finally:
+            self.comm_s = time.monotonic() - started
 
     @contextlib.contextmanager
     def timed(self, phase: str) -> Iterator[None]:
@@ -1243,30 +1328,54 @@ class _RoundClock:
         return lap
 
 
+MAX_HEAD_FRACTION = 0.5
+"""With ``--overlap``, at most this fraction of the H inner steps runs before the previous round's step arrives."""
+
+HEAD_MARGIN = 1.25
+"""The head is sized to last this many times the previous round's communication."""
+
+
+def head_steps(comm_s: float | None, step_s: float, inner_steps: int) -> int:
+    """τ, the inner steps an overlapped round runs beside the previous round's communication.
+
+    Enough steps to outlast the last round's communication (``HEAD_MARGIN`` × ``comm_s`` ÷ ``step_s``), so that its
+    step is there when the head ends, but at most ``MAX_HEAD_FRACTION`` of H: the head's progress is computed on
+    the base before that step, and the more of the phase runs there the more of it is stale (Shakespeare, 4 peers
+    in one process, 12 rounds: τ = 10 of 50 trailed the sequential rounds' loss by 0.02-0.04, τ = 25 by 0.03-0.06).
+    When the communication outlasts the cap, the rest of it is waited for.
+
+    Args:
+        comm_s: the last round's communication time, seconds (None: none measured yet: H/4).
+        step_s: the last inner phase's wall time per step, seconds (<= 0: none yet: H/4).
+        inner_steps: H.
+
+    Returns:
+        τ with ``1 <= τ <= ceil(MAX_HEAD_FRACTION · H)``.
+    """
+    cap = max(1, math.ceil(MAX_HEAD_FRACTION * inner_steps))
+    if comm_s is None or step_s <= 0.0 or not math.isfinite(comm_s):
+        return max(1, min(cap, inner_steps // 4))
+    return max(1, min(cap, math.ceil(HEAD_MARGIN * comm_s / step_s)))
+
+
 async def _finish(peer: Peer, pending: asyncio.Task[RoundOutcome], inner: InnerResult | None, clock: _RoundClock,
-                  bar: tqdm, stop: asyncio.Event, deferred: _DeferredMix, *,  # type: ignore[type-arg]
-                  fresh: InnerResult | None = None, apply_step: bool = True) -> int:
+                  bar: tqdm, stop: asyncio.Event, deferred: _DeferredMix, reports: _Reports, *,  # type: ignore[type-arg]
+                  overlapped: bool = False, apply_step: bool = True) -> int:
     """Await a round's communication, apply it (outer step + mixing), checkpoint, snapshot, report. 1 if done.
 
     Without ``apply_step`` the round's aggregate is not applied: a catch-up after a jump
     (:func:`_catch_up_after_jump`) adopted the swarm's state of a later round, which holds this round's step.
 
-    With ``fresh`` (overlap) the round's mixing is deferred (:class:`_DeferredMix`): it runs beside the next inner
-    phase and is applied here at the next round's end, before that round's step.
-
-    With ``fresh`` (overlap: the next inner phase has already run), the aggregate of the finished round gets the
-    *eager* correction: our own stale row's share is replaced by our fresh update's,
-    agg + (Δ_fresh − Δ_stale)/m with m the rows aggregated (Kale et al., "Eager updates for overlapped
-    communication and computation in DiLoCo", arXiv:2502.12996). Measured on digits (4 peers, 10 rounds, mean):
-    plain one-round delay diverges at DiLoCo's outer momentum 0.9; the eager form does not.
+    ``overlapped``: we are between the head and the tail of the next round's inner phase (``--overlap``). Then the
+    round's mixing is deferred (:class:`_DeferredMix`: it runs beside the tail and is applied at the next round's
+    end, before that round's step), and its checkpoint, evaluation and events run in the background
+    (:class:`_Reports`), so that only the step itself sits between the head and the tail.
     """
     with clock.timed("wait"):
         outcome = await pending
     if stop.is_set():
         return 0
-    if fresh is not None and inner is not None and outcome.aggregate is not None and outcome.rows:
-        outcome.aggregate = outcome.aggregate + (fresh.delta - inner.delta) / len(outcome.rows)
-    deferring = fresh is not None and outcome.mix
+    deferring = overlapped and outcome.mix
     with clock.timed("mix"):
         await deferred.apply(peer, outcome)
         if apply_step:
@@ -1277,30 +1386,103 @@ async def _finish(peer: Peer, pending: asyncio.Task[RoundOutcome], inner: InnerR
             await peer.mix(outcome, stop)
     if stop.is_set():
         return 0
-    with clock.timed("save"):
-        snapshot = await _save_round(peer, outcome, snapshot=not deferring)
-    with clock.timed("eval"):
-        metrics = await asyncio.to_thread(peer.local.evaluate)
-    seconds, sent, served, phases = clock.lap()
     if inner is not None:
         outcome.train_loss, outcome.compute_s = inner.loss, inner.compute_s
-    _emit_round(peer, peer.events, outcome, metrics, seconds, sent, served, snapshot, phases)
-    bar.update(1)
-    bar.set_postfix_str(_metric_text(metrics))
+    record = _RoundRecord.capture(peer, outcome.round, snapshot=not deferring)
+    with clock.timed("save"):
+        await reports.wait()  # the previous round's report first: events stay in round order
+    if overlapped:
+        reports.start(_report(peer, outcome, record, bar, clock, lap=clock.lap()))
+    else:
+        await _report(peer, outcome, record, bar, clock)
     return 1
 
 
-async def _save_round(peer: Peer, outcome: RoundOutcome, *, snapshot: bool = True) -> str | None:
+@dataclass(frozen=True)
+class _RoundRecord:
+    """What a finished round leaves on disk and in its event, captured when its step is done.
+
+    ``theta``, ``momentum`` and ``ef_residual`` are ``(d,)`` float32 copies (θ and b are replaced, never changed in
+    place, but the error-feedback residual is updated in place by the next commit).
+    """
+
+    round: int
+    theta: torch.Tensor
+    momentum: torch.Tensor
+    ef_residual: torch.Tensor
+    state_hash: str
+    snapshot: bool
+
+    @classmethod
+    def capture(cls, peer: Peer, round_: int, *, snapshot: bool) -> _RoundRecord:
+        return cls(round_, peer.local.theta, peer.local.momentum, peer.error_feedback.residual.clone(),
+                   peer.local.state_hash().hex(), snapshot)
+
+
+async def _report(peer: Peer, outcome: RoundOutcome, record: _RoundRecord, bar: tqdm,  # type: ignore[type-arg]
+                  clock: _RoundClock, lap: tuple[float, int, int, dict[str, float]] | None = None) -> None:
+    """Checkpoint, snapshot, evaluation and events of a finished round.
+
+    With ``lap`` (the round's figures, taken when its step was done) this runs in the background beside the next
+    inner phase, evaluating on the model's second copy (``LocalModel.evaluate_at``); without, it runs on the round
+    loop's critical path and its time goes into the ``save`` and ``eval`` phases.
+    """
+    timed = clock.timed if lap is None else _untimed
+    with timed("save"):
+        snapshot = await _save_round(peer, outcome, record)
+    with timed("eval"):
+        if lap is None:
+            metrics = await asyncio.to_thread(peer.local.evaluate)
+        else:
+            metrics = await asyncio.to_thread(peer.local.evaluate_at, record.theta)
+    seconds, sent, served, phases = lap if lap is not None else clock.lap()
+    _emit_round(peer, peer.events, outcome, metrics, seconds, sent, served, snapshot, phases, record.state_hash)
+    bar.update(1)
+    bar.set_postfix_str(_metric_text(metrics))
+
+
+@contextlib.contextmanager
+def _untimed(phase: str) -> Iterator[None]:
+    """A ``_RoundClock.timed`` that counts nothing (work off the round's critical path)."""
+    yield
+
+
+class _Reports:
+    """The background report (:func:`_report`) of the last overlapped round: at most one at a time."""
+
+    SHUTDOWN_WAIT_S = 10.0  # how long a stopping peer waits for the last report (its checkpoint) before dropping it
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self, report: Coroutine[Any, Any, None]) -> None:
+        """Run ``report`` in the background (the previous one must have been awaited)."""
+        self.task = asyncio.create_task(report)
+
+    async def wait(self, timeout_s: float | None = None) -> None:
+        """Await the pending report, if any; one that fails is logged, one past ``timeout_s`` is cancelled."""
+        task, self.task = self.task, None
+        if task is None:
+            return
+        try:
+            await asyncio.wait_for(task, timeout_s)
+        except asyncio.TimeoutError:
+            logger.warning("the last round's report did not finish within %.0f s; dropped", timeout_s)
+        except Exception as e:  # noqa: BLE001 - a failed report (disk full, DHT down) must not stop the rounds
+            logger.warning("the report of a round failed (%s); training goes on", e)
+
+
+async def _save_round(peer: Peer, outcome: RoundOutcome, record: _RoundRecord) -> str | None:
     """Checkpoint (round + 1), θ snapshot, known peers and our votes of the finished round; the snapshot's path.
 
-    Without ``snapshot`` the deferred mixing writes the snapshot when it is done (:class:`_DeferredMix`).
+    Without ``record.snapshot`` the deferred mixing writes the snapshot when it is done (:class:`_DeferredMix`).
     """
     config = peer.config
     if config.checkpoint_dir:
-        save_checkpoint(config.checkpoint_dir, Checkpoint(config.run_id, outcome.round + 1, peer.local.theta,
-                                                          peer.local.momentum,
-                                                          {"ef_residual": peer.error_feedback.residual}))
-    path = (_write_snapshot(config.snapshot_dir, outcome.round, peer.local.theta) if snapshot
+        await asyncio.to_thread(save_checkpoint, config.checkpoint_dir,
+                                Checkpoint(config.run_id, outcome.round + 1, record.theta, record.momentum,
+                                           {"ef_residual": record.ef_residual}))
+    path = (_write_snapshot(config.snapshot_dir, outcome.round, record.theta) if record.snapshot
             else _snapshot_path(config.snapshot_dir, outcome.round))
     if config.checkpoint_dir:
         await _remember_peers(peer, config.checkpoint_dir)
@@ -1390,7 +1572,8 @@ def _metric_text(metrics: Any) -> str:
 
 
 def _emit_round(peer: Peer, events: EventLog, outcome: RoundOutcome, metrics: Any, seconds: float,
-                bytes_sent: int, served: int, snapshot: str | None, phases: dict[str, float]) -> None:
+                bytes_sent: int, served: int, snapshot: str | None, phases: dict[str, float],
+                state_hash: str) -> None:
     for verdict in outcome.verdicts:
         events.emit("verdict", round=outcome.round, **verdict.as_event())
     others = [v for v in outcome.verdicts if v.sender != peer.me]
@@ -1401,7 +1584,7 @@ def _emit_round(peer: Peer, events: EventLog, outcome: RoundOutcome, metrics: An
                 seconds=seconds, compute_s=outcome.compute_s, bytes_sent=bytes_sent,
                 bytes_received=outcome.bytes_received, fetched=outcome.fetched, served=served,
                 mixed_from=outcome.mixed_from, applied=outcome.aggregate is not None,
-                state_hash=peer.local.state_hash().hex(), peers_seen=len(outcome.verdicts),
+                state_hash=state_hash, peers_seen=len(outcome.verdicts),
                 train_loss=outcome.train_loss, snapshot=snapshot, phases=phases)
     if peer.metrics is not None:
         peer.metrics.observe_round(

@@ -7,6 +7,7 @@ their SHA-256 (``protocol.state_hash``) is the *base hash* every envelope of rou
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import logging
 
@@ -77,6 +78,7 @@ class LocalModel:
         self.momentum = torch.zeros_like(self.theta)
         self.previous_aggregate = torch.zeros_like(self.theta)
         self.shapes = param_shapes(self.model)
+        self._eval_model: torch.nn.Module | None = None
 
     @property
     def numel(self) -> int:
@@ -108,12 +110,40 @@ class LocalModel:
     def train_round(self, steps: int, generator: torch.Generator, data_attack: object | None = None
                     ) -> tuple[torch.Tensor, float]:
         """Run H inner steps from θ_r and return (Δ = θ_r − θ_after_H as (d,) float32 CPU, mean loss)."""
-        load_flat(self.model, self.theta)
+        end, loss = self.train_from(self.theta, steps, generator, data_attack)
+        return self.theta - end, loss
+
+    def train_from(self, start: torch.Tensor, steps: int, generator: torch.Generator,
+                   data_attack: object | None = None) -> tuple[torch.Tensor, float]:
+        """Run ``steps`` inner steps from the working point ``start`` (not necessarily θ); the model holds θ after.
+
+        The inner AdamW state carries on as in :meth:`train_round`. The overlapped round runs one inner phase in
+        two parts with this (``swarm.peer.Peer.inner_head`` and ``inner_tail``).
+
+        Args:
+            start: ``(d,)`` float32, the parameters to start from.
+            steps: inner steps, ``>= 0`` (0 returns a copy of ``start`` and loss nan).
+            generator: the batch generator (advanced; a second call continues its stream).
+            data_attack: optional batch rewrite (a simulated data-poisoning peer).
+
+        Returns:
+            (end point ``(d,)`` float32, mean inner loss over the steps).
+
+        Raises:
+            ValueError: on a shape mismatch of ``start`` or a negative ``steps``.
+        """
+        if start.shape != self.theta.shape:
+            raise ValueError(f"start must have shape {tuple(self.theta.shape)}; got {tuple(start.shape)}")
+        if steps < 0:
+            raise ValueError(f"steps must be >= 0; got {steps}")
+        if steps == 0:
+            return start.clone(), float("nan")
+        load_flat(self.model, start)
         loss = run_inner_steps(self.model, self.task, self.shard, steps, self.inner_optimizer, generator,
                                self.device, data_attack, mixed_precision=self.mixed_precision)
-        delta = self.theta - flatten(self.model)
+        end = flatten(self.model)
         load_flat(self.model, self.theta)
-        return delta, loss
+        return end, loss
 
     def apply(self, aggregate: torch.Tensor) -> None:
         """Outer Nesterov step on the robust aggregate: θ_{r+1} = outer(θ_r, aggregate)."""
@@ -188,3 +218,15 @@ class LocalModel:
         """Metrics of θ on the task's held-out split (``tasks.Metrics``)."""
         load_flat(self.model, self.theta)
         return self.task.evaluate(self.model, self.device)
+
+    def evaluate_at(self, theta: torch.Tensor) -> object:
+        """Metrics of ``theta`` (``(d,)`` float32) on the held-out split, on a second copy of the model.
+
+        Safe to run in one thread while :meth:`train_from` runs in another (the overlapped round evaluates the
+        finished round beside the next inner phase). The copy is made on first use and kept: one more set of
+        parameters (4·d bytes) in memory.
+        """
+        if self._eval_model is None:
+            self._eval_model = copy.deepcopy(self.model)
+        load_flat(self._eval_model, theta)
+        return self.task.evaluate(self._eval_model, self.device)
