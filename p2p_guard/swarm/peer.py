@@ -118,6 +118,8 @@ class RoundOutcome:
             states (θ and momentum) the mixing step fetched.
         mixed_from: how many peers' states the mixing step used (0: no mixing this round).
         mix_distance: the mixing step's largest ‖θ_j − θ_i‖ / ‖θ_i‖ over those states, before mixing (None: none).
+        skipped: the outcome of the round before, when we skipped it (our update went into this one:
+            ``Peer.receive``); its aggregate is applied before this round's.
     """
 
     round: int
@@ -131,6 +133,7 @@ class RoundOutcome:
     mixed_from: int = 0
     mix_distance: float | None = None
     rows: dict[str, torch.Tensor] = field(default_factory=dict)
+    skipped: RoundOutcome | None = None
 
 
 @dataclass
@@ -588,6 +591,54 @@ class Peer:
         not_before = time.monotonic() + watch_s
         envelopes, rejected = open_commits({s: raw for s, raw in commits.items() if s != self.me},
                                            self.config.commit_phase)
+        rows, more = await self._fetch_sample(round_, envelopes, stop, outcome)
+        late = await late_commits(self.dht, self.config.commit_phase, round_, commits, not_before=not_before,
+                                  stop=stop, exclude=frozenset(self.banned) | excluded, allowed=self.allowed)
+        if stop.is_set():
+            return outcome
+        self._record_rejections(rejected + more + late, round_, outcome)
+        await self._aggregate(rows, envelopes, own_update, own_reference, outcome)
+        outcome.mix = mix
+        return outcome
+
+    async def receive(self, round_: int, own_update: torch.Tensor, stop: asyncio.Event,
+                      own_reference: torch.Tensor | None = None) -> RoundOutcome:
+        """The aggregate of a round we skipped: our update went into round ``round_ + 1`` (we were slow).
+
+        The others applied round ``round_``'s aggregate; without it our θ would lack one outer step of theirs
+        (measured: a peer that skipped one round of a 4-peer Shakespeare swarm sat 0.18 away in consensus distance,
+        and the clipped mixing closes about 0.04 a round). Its commit phase is over and its payloads are revealed,
+        so we read its commits once, sample k, fetch and judge them with our own update as the trusted root, as in
+        :meth:`communicate`; we commit, reveal and vote nothing in it. Reading happens after our own commit, so our
+        update cannot depend on these payloads (and they are of an earlier round anyway).
+
+        Args:
+            round_: the skipped round.
+            own_update: ``(d,)`` float32, our update as committed into ``round_ + 1`` (our guard's trusted root).
+            stop: set on shutdown.
+            own_reference: ``(d,)`` float32, our dense Δ (see :meth:`communicate`).
+
+        Returns:
+            The round's outcome (aggregate None: nothing arrived, nothing to apply).
+        """
+        outcome = RoundOutcome(round_)
+        raw = await self.dht.read(commit_key(self.config.run_id, round_))
+        self._watch_commits(raw)
+        commits = {s: r for s, r in filter_allowed(raw, self.allowed).items()
+                   if s != self.me and s not in self.banned and s not in self.departures.left}
+        envelopes, rejected = open_commits(commits, self.config.commit_phase)
+        rows, more = await self._fetch_sample(round_, envelopes, stop, outcome)
+        if stop.is_set():
+            return outcome
+        self._record_rejections(rejected + more, round_, outcome)
+        if not rows:
+            return outcome
+        await self._aggregate(rows, envelopes, own_update, own_reference, outcome)
+        return outcome
+
+    async def _fetch_sample(self, round_: int, envelopes: dict[str, Envelope], stop: asyncio.Event,
+                            outcome: RoundOutcome) -> tuple[dict[str, torch.Tensor], list[IntegrityVerdict]]:
+        """Sample k of the round's opened commits with our private randomness, fetch and check their payloads."""
         expect = RoundExpectation(run_id=self.config.run_id, round=round_, shapes=self.local.shapes, codecs=CODECS,
                                   max_payload_bytes=max(payload_cap_bytes(c, self.config.max_parameters)
                                                         for c in CODECS),
@@ -598,21 +649,19 @@ class Peer:
         self._note_reachability(rows, more)
         outcome.fetched = len(rows)
         outcome.bytes_received = sum(envelopes[s].payload_bytes for s in rows)
-        late = await late_commits(self.dht, self.config.commit_phase, round_, commits, not_before=not_before,
-                                  stop=stop, exclude=frozenset(self.banned) | excluded, allowed=self.allowed)
-        if stop.is_set():
-            return outcome
+        return rows, more
+
+    async def _aggregate(self, rows: dict[str, torch.Tensor], envelopes: dict[str, Envelope],
+                         own_update: torch.Tensor, own_reference: torch.Tensor | None, outcome: RoundOutcome) -> None:
+        """Weight the fetched rows by staleness, add our own row and run the guard; the result goes into ``outcome``."""
         weights = {s: staleness_weight(envelopes[s].staleness) for s in rows}
         rows = {s: row * weights[s] if weights[s] < 1.0 else row for s, row in rows.items()}
         if not self.wire.leaves_own_row_out:  # a slowloris is cut by others: it leaves its own row out too
             rows[self.me] = own_update
-        self._record_rejections(rejected + more + late, round_, outcome)
         if any(s != self.me for s in rows):
             await asyncio.to_thread(self._judge, rows, weights, envelopes, outcome, own_reference)
         else:
-            self.log.warning("no other peer's update arrived this round; the model is left unchanged")
-        outcome.mix = mix
-        return outcome
+            self.log.warning("no other peer's update arrived in round %d; the model is left unchanged", outcome.round)
 
     def _note_reachability(self, rows: Mapping[str, object], verdicts: Sequence[IntegrityVerdict]) -> None:
         """Senders whose payload came are no suspects; senders given up as unreachable are (``swarm.suspects``).
@@ -1188,8 +1237,10 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
             with clock.timed("commit"):
                 sealed, serve, sent = await peer.commit(round_, inner)
             mix = config.mix_every > 0 and (round_ % config.mix_every == 0 or target > inner.base_round + 1)
+            skipped = inner.base_round if target == inner.base_round + 1 else None
             pending = asyncio.create_task(clock.time_communication(
-                peer.communicate(round_, sent, sealed, serve, stop, mix=mix, own_reference=inner.delta)))
+                _communication(peer, round_, sent, sealed, serve, stop, mix=mix, own_reference=inner.delta,
+                               skipped=skipped)))
             pending_inner = inner
             next_round, pending_step = round_ + 1, True
             if peer.jumped:
@@ -1219,6 +1270,27 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
         await _linger(peer, round_ - 1, stop, linger_s=linger_seconds(config.fetch_timeout_s, clock.last_round_s))
     _save_state(peer, config, events, completed)
     return completed
+
+
+async def _communication(peer: Peer, round_: int, sent: torch.Tensor, sealed: bytes, serve: bytes,
+                         stop: asyncio.Event, *, mix: bool, own_reference: torch.Tensor,
+                         skipped: int | None) -> RoundOutcome:
+    """``Peer.communicate`` for ``round_``, and beside it ``Peer.receive`` for the round we skipped, if any."""
+    backlog = asyncio.create_task(peer.receive(skipped, sent, stop, own_reference)) if skipped is not None else None
+    try:
+        outcome = await peer.communicate(round_, sent, sealed, serve, stop, mix=mix, own_reference=own_reference)
+    except BaseException:
+        if backlog is not None:
+            backlog.cancel()
+            with contextlib.suppress(BaseException):
+                await backlog
+        raise
+    if backlog is not None:
+        try:
+            outcome.skipped = await backlog
+        except Exception as e:  # noqa: BLE001 - the skipped round is a bonus; its failure must not cost this one
+            peer.log.warning("could not receive the round %d we skipped (%s)", skipped, e)
+    return outcome
 
 
 class _DeferredMix:
@@ -1379,6 +1451,7 @@ async def _finish(peer: Peer, pending: asyncio.Task[RoundOutcome], inner: InnerR
     with clock.timed("mix"):
         await deferred.apply(peer, outcome)
         if apply_step:
+            _apply_skipped(peer, outcome.skipped)
             peer.step(outcome)
         if deferring:
             deferred.start(peer, outcome.round, stop)
@@ -1396,6 +1469,20 @@ async def _finish(peer: Peer, pending: asyncio.Task[RoundOutcome], inner: InnerR
     else:
         await _report(peer, outcome, record, bar, clock)
     return 1
+
+
+def _apply_skipped(peer: Peer, skipped: RoundOutcome | None) -> None:
+    """The outer step of a round we skipped (``Peer.receive``), before the step of the round our update went into."""
+    if skipped is None:
+        return
+    for verdict in skipped.verdicts:
+        peer.events.emit("verdict", round=skipped.round, **verdict.as_event())
+    applied = skipped.aggregate is not None
+    if skipped.aggregate is not None:
+        peer.local.apply(skipped.aggregate)
+    peer.log.info("round %d, which we skipped (our update went into the next): %s", skipped.round,
+                  f"applied its aggregate of {len(skipped.rows)} rows" if applied else "nothing arrived; not applied")
+    peer.events.emit("skipped_round", round=skipped.round, fetched=skipped.fetched, applied=applied)
 
 
 @dataclass(frozen=True)
