@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -372,3 +373,36 @@ def test_local_model_shift_momentum_feeds_the_next_outer_step(digits: Task) -> N
         model.shift_momentum(torch.full_like(model.theta, float("nan")))
     with pytest.raises(ValueError, match="finite"):
         model.shift_momentum(torch.zeros(3))
+
+
+def test_train_from_runs_from_the_given_point_and_leaves_theta_in_the_model(digits: Task) -> None:
+    from p2p_guard.training.local import LocalModel, round_generator
+    from p2p_guard.training.params import flatten
+
+    a = LocalModel(digits, seed=0, num_shards=2, shard_index=0, partition="iid")
+    b = LocalModel(digits, seed=0, num_shards=2, shard_index=0, partition="iid")
+    delta, loss = a.train_round(5, round_generator("r", 0, 0, 0, 1))
+    end, loss_b = b.train_from(b.theta, 5, round_generator("r", 0, 0, 0, 1))
+    assert torch.equal(delta, b.theta - end)  # train_round is train_from θ
+    assert loss == loss_b
+    assert torch.equal(flatten(b.model), b.theta)  # the model holds θ afterwards, not the end point
+    start = b.theta + 0.01
+    same, nan = b.train_from(start, 0, round_generator("r", 0, 0, 0, 1))
+    assert torch.equal(same, start) and same is not start and math.isnan(nan)
+    with pytest.raises(ValueError, match="shape"):
+        b.train_from(torch.zeros(3), 1, round_generator("r", 0, 0, 0, 1))
+    with pytest.raises(ValueError, match="steps must be >= 0"):
+        b.train_from(b.theta, -1, round_generator("r", 0, 0, 0, 1))
+
+
+def test_evaluate_at_scores_the_given_theta_on_a_second_copy(digits: Task) -> None:
+    from p2p_guard.training.local import LocalModel
+    from p2p_guard.training.params import flatten
+
+    model = LocalModel(digits, seed=0, num_shards=2, shard_index=0, partition="iid")
+    other = model.theta * 0.5
+    at = model.evaluate_at(other)
+    assert torch.equal(flatten(model.model), model.theta)  # the training copy is untouched
+    model.adopt(other)
+    assert at == model.evaluate()
+    assert model.evaluate_at(model.theta) == model.evaluate()

@@ -1,0 +1,152 @@
+"""Unit tests for the overlapped round (``--overlap``) and its neighbours.
+
+Head and tail of an inner phase, the head's length, the background reports, the skipped round's step, and the
+simulation's thread share.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from p2p_guard.simulation.orchestrator import peer_threads, run_env
+from p2p_guard.swarm.peer import Peer, RoundOutcome, _apply_skipped, _Reports, head_steps
+from p2p_guard.tasks import load_task
+from p2p_guard.training.local import LocalModel, round_generator
+
+
+@dataclass
+class _Config:
+    run_id: str = "t"
+    seed: int = 0
+    peer_index: int = 0
+    control_file: str | None = None
+
+
+def _peer(steps: int = 6) -> Peer:
+    """A ``Peer`` with only what the inner phase uses: a digits model, H, the config, no attack."""
+    peer = object.__new__(Peer)
+    peer.local = LocalModel(load_task("digits"), seed=0, num_shards=2, shard_index=0, partition="iid")
+    peer.inner_steps = steps
+    peer.config = _Config()  # type: ignore[assignment]
+    peer.attack = None
+    peer._continue = None
+    return peer
+
+
+def test_head_and_tail_measure_delta_from_the_stepped_theta_and_keep_the_heads_progress() -> None:
+    peer, twin = _peer(), _peer()
+    head = asyncio.run(peer.inner_head(3, 2))
+    assert head.steps == 2 and torch.equal(head.start, peer.local.theta)
+    stepped = peer.local.theta - 0.01  # the previous round's step, applied between head and tail
+    peer.local.adopt(stepped)
+    result = asyncio.run(peer.inner_tail(head))
+    # The same on a twin by hand: 2 steps from θ, the progress moved onto the stepped θ, 4 more steps.
+    gen = round_generator("t", 0, 0, 3, 1)
+    end2, _ = twin.local.train_from(twin.local.theta, 2, gen)
+    rebased = stepped + (end2 - twin.local.theta)
+    end6, _ = twin.local.train_from(rebased, 4, gen)
+    assert torch.allclose(result.delta, stepped - end6, atol=1e-6)
+    assert result.base_round == 3
+    # θ unchanged since the tail: the next head continues from where the tail ended ...
+    nxt = asyncio.run(peer.inner_head(4, 1))
+    assert torch.allclose(nxt.start, stepped - result.delta, atol=1e-6)
+    assert not torch.allclose(nxt.start, stepped, atol=1e-6)
+    # ... and starts from θ once θ was replaced (a catch-up).
+    peer.local.adopt(stepped + 1.0)
+    assert torch.equal(asyncio.run(peer.inner_head(5, 1)).start, peer.local.theta)
+
+
+def test_a_head_is_clamped_to_the_phase_and_a_full_head_leaves_an_empty_tail() -> None:
+    peer = _peer(steps=4)
+    head = asyncio.run(peer.inner_head(0, 99))
+    assert head.steps == 4
+    result = asyncio.run(peer.inner_tail(head))
+    assert torch.equal(result.delta, head.start - head.end)  # θ did not move: Δ is the head's own progress
+    assert result.loss == head.loss
+
+
+@pytest.mark.parametrize(("comm_s", "step_s", "h", "expected"), [
+    (None, 0.2, 50, 12),   # nothing measured yet: H/4
+    (2.0, 0.0, 50, 12),    # no step time yet: H/4
+    (2.0, 0.2, 50, 13),    # ceil(1.25 · 2 / 0.2)
+    (100.0, 0.2, 50, 25),  # at most half the phase
+    (0.0, 0.2, 50, 1),     # at least one step
+    (1.0, 0.5, 1, 1),
+    (float("inf"), 0.2, 50, 12),
+])
+def test_head_steps(comm_s: float | None, step_s: float, h: int, expected: int) -> None:
+    assert head_steps(comm_s, step_s, h) == expected
+
+
+def test_reports_run_one_at_a_time_and_survive_a_failed_or_stuck_report(caplog: pytest.LogCaptureFixture) -> None:
+    done: list[int] = []
+
+    async def ok(i: int) -> None:
+        await asyncio.sleep(0.01)
+        done.append(i)
+
+    async def boom() -> None:
+        raise OSError("disk full")
+
+    async def stuck() -> None:
+        await asyncio.sleep(60)
+
+    async def scenario() -> None:
+        reports = _Reports()
+        await reports.wait()  # none pending
+        reports.start(ok(1))
+        await reports.wait()
+        reports.start(boom())
+        await reports.wait()  # logged, not raised
+        reports.start(stuck())
+        await reports.wait(timeout_s=0.05)  # dropped
+        assert reports.task is None
+
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(scenario())
+    assert done == [1]
+    assert "disk full" in caplog.text and "did not finish within 0 s" in caplog.text
+
+
+class _Events:
+    def __init__(self) -> None:
+        self.emitted: list[tuple[str, dict[str, object]]] = []
+
+    def emit(self, kind: str, **fields: object) -> None:
+        self.emitted.append((kind, fields))
+
+
+def test_a_skipped_rounds_aggregate_is_applied_and_reported() -> None:
+    peer = _peer()
+    peer.events = _Events()  # type: ignore[assignment]
+    peer.log = logging.getLogger("test")  # type: ignore[assignment]
+    before = peer.local.theta
+    agg = torch.full_like(before, 0.1)
+    _apply_skipped(peer, RoundOutcome(round=7, aggregate=agg, fetched=3, rows={"a": agg, "b": agg}))
+    twin = _peer()
+    twin.local.apply(agg)
+    assert torch.equal(peer.local.theta, twin.local.theta)
+    assert peer.events.emitted == [("skipped_round", {"round": 7, "fetched": 3, "applied": True})]  # type: ignore[attr-defined]
+    _apply_skipped(peer, RoundOutcome(round=8))  # nothing arrived: θ unchanged
+    assert torch.equal(peer.local.theta, twin.local.theta)
+    _apply_skipped(peer, None)
+
+
+def test_simulated_peers_share_the_cores() -> None:
+    assert peer_threads(4, cores=2) == 1
+    assert peer_threads(3, cores=16) == 5
+    assert peer_threads(1, cores=16) == 16
+    assert peer_threads(0, cores=4) == 4
+
+
+def test_run_env_sets_the_thread_share_unless_the_user_did(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert "OMP_NUM_THREADS" not in run_env(tmp_path)
+    assert run_env(tmp_path, peers=10_000)["OMP_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert run_env(tmp_path, peers=10_000)["OMP_NUM_THREADS"] == "3"
