@@ -129,14 +129,13 @@ class PeerConfig:
             (all of them in a swarm of at most k + 1 peers).
         max_staleness: largest round − base_round of an update that is still applied (with weight
             1/sqrt(1 + staleness)); a slower peer commits into the swarm's open round instead of being dropped.
-        overlap: run the communication of round r (close, reveal, fetch, guard) while the inner phase of round
-            r + 1 computes, and apply round r's aggregate one inner phase late with the eager correction (Streaming
-            DiLoCo; arXiv:2502.12996). Off by default: on digits it cost accuracy (docs/protocol.md §7.8); turn it
-            on when the inner phase dominates the round (large models).
-        overlap_warmup_rounds: with ``overlap``, rounds 0 .. overlap_warmup_rounds − 1 still run sequentially: the
-            pseudo-gradients are largest then, and a step applied one inner phase late with outer momentum 0.9 costs
-            most there (digits, 4 peers, 10 rounds, in one process: sequential 0.953, eager 0.894, eager after 3
-            sequential rounds 0.942; docs/protocol.md §7.8).
+        overlap: run the communication of round r (close, reveal, fetch, guard) beside the head of round r + 1's
+            inner phase: its first τ steps (sized to outlast the last round's communication, at most H/2) continue
+            from where round r's phase ended; when round r's step is applied, the head's progress is moved onto
+            the new θ and the other H − τ steps run from there, so Δ is measured from the stepped θ (Streaming
+            DiLoCo's overlap, arXiv:2501.18512). Checkpoint, evaluation and events run in the background. Off by
+            default (docs/protocol.md §7.8 gives the measured cost and gain).
+        overlap_warmup_rounds: with ``overlap``, rounds 0 .. overlap_warmup_rounds − 1 still run sequentially.
         mix_every: every this many rounds, after the outer step, move toward the post-step states of
             ``mix_peers`` sampled peers by clipped differences (ClippedGossip); 0 turns mixing off.
         mix_peers: how many peers' states one mixing step fetches (8: with 4, three sign-flip attackers of 10

@@ -74,7 +74,7 @@ from p2p_guard.training.error_feedback import ErrorFeedback
 from p2p_guard.training.inner import autocast_dtype
 from p2p_guard.training.local import LocalModel, pick_device, round_generator
 
-__all__ = ["Peer", "choose_commit_round", "linger_seconds", "run_peer"]
+__all__ = ["EarlierSessionCommit", "Peer", "choose_commit_round", "linger_seconds", "run_peer"]
 
 #: A peer that finished its rounds keeps serving for this many of its last round's durations at most
 #: (:func:`linger_seconds`), and never longer than MAX_LINGER_S seconds.
@@ -189,6 +189,10 @@ class PhaseHead:
     loss: float
     generator: torch.Generator
     compute_s: float
+
+
+class EarlierSessionCommit(RuntimeError):
+    """Our identity already committed to this round in an earlier session: committing again would equivocate."""
 
 
 async def choose_commit_round(round_: int, presence_rounds: Sequence[int],
@@ -540,6 +544,7 @@ class Peer:
                        round_, self.me)
         draft = await self.wire.before_commit(draft, poll, timeout_s=self.config.commit_timeout_s)
         sealed = self.wire.replay(seal(draft, self.identity))
+        await self._refuse_equivocation(round_, sealed)
         if self.config.checkpoint_dir:  # before it can reach anyone: a restart never commits this round again
             mark_committed(self.config.checkpoint_dir, round_)
         await self.dht.store(commit_key(self.config.run_id, round_), self.me, sealed, COMMIT_TTL_S)
@@ -551,6 +556,26 @@ class Peer:
             await self.dht.store(commit_key(self.config.run_id, round_), self.me, seal(second, self.identity),
                                  COMMIT_TTL_S + 1)
         return sealed, draft.serve_payload, sent
+
+    async def _refuse_equivocation(self, round_: int, sealed: bytes) -> None:
+        """Stop rather than sign a second, different commit for ``round_`` (an equivocation: everyone bans us).
+
+        Within a session a peer commits once per round, and with a ``checkpoint_dir`` a restart knows its last
+        commit (``last_commit``). Without one, an earlier session of the same identity and run id (a re-run of
+        the same command within the commits' 10-minute TTL) left its commits in the DHT; an honest peer
+        re-running found itself banned for equivocation by every other peer (user test, stop 19). So we read the
+        round's commits first; an identical envelope (a deterministic re-run) is no conflict.
+
+        Raises:
+            EarlierSessionCommit: our PeerID already has a different commit under this round's key.
+        """
+        existing = (await self.dht.read(commit_key(self.config.run_id, round_))).get(self.me)
+        if existing is not None and existing != sealed:
+            raise EarlierSessionCommit(
+                f"this identity already signed a different commit for run {self.config.run_id!r} round {round_} "
+                f"in an earlier session (commits stay in the DHT for {COMMIT_TTL_S // 60:.0f} min); signing a "
+                "second would be an equivocation and every peer would ban us. Resume that session with its "
+                "--checkpoint-dir, or start a new run with another --run-id")
 
     # -- communicate: close, reveal, sample, fetch, judge, mix ---------------------------------------------------
 
@@ -1715,7 +1740,7 @@ async def _run_with_signals(config: PeerConfig, progress: bool) -> int:
         loop.add_signal_handler(sig, _request_stop, stop, sig)
     try:
         completed = await _main(config, progress, stop)
-    except (TimeoutError, ValueError, OSError, P2PDaemonError) as e:
+    except (TimeoutError, ValueError, OSError, P2PDaemonError, EarlierSessionCommit) as e:
         logger.error("peer stopped: %s", e)
         return 1
     finally:

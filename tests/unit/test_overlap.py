@@ -150,3 +150,30 @@ def test_run_env_sets_the_thread_share_unless_the_user_did(monkeypatch: pytest.M
     assert run_env(tmp_path, peers=10_000)["OMP_NUM_THREADS"] == "1"
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert run_env(tmp_path, peers=10_000)["OMP_NUM_THREADS"] == "3"
+
+
+class _DHT:
+    def __init__(self, stored: dict[str, bytes]) -> None:
+        self.stored = stored
+        self.keys: list[str] = []
+
+    async def read(self, key: str) -> dict[str, bytes]:
+        self.keys.append(key)
+        return dict(self.stored)
+
+
+def test_a_peer_refuses_to_sign_a_second_commit_left_by_an_earlier_session() -> None:
+    from p2p_guard.swarm.peer import EarlierSessionCommit
+    from p2p_guard.swarm.records import commit_key
+
+    peer = object.__new__(Peer)
+    peer.me = "12D3KooWme"
+    peer.config = _Config()  # type: ignore[assignment]
+    peer.dht = _DHT({"12D3KooWother": b"theirs"})  # type: ignore[assignment]
+    asyncio.run(peer._refuse_equivocation(0, b"ours"))  # nobody else's commit matters
+    assert peer.dht.keys == [commit_key("t", 0)]  # type: ignore[attr-defined]
+    peer.dht = _DHT({"12D3KooWme": b"ours"})  # type: ignore[assignment]
+    asyncio.run(peer._refuse_equivocation(0, b"ours"))  # the same bytes (a deterministic re-run): no conflict
+    peer.dht = _DHT({"12D3KooWme": b"earlier"})  # type: ignore[assignment]
+    with pytest.raises(EarlierSessionCommit, match="run 't' round 3 in an earlier session"):
+        asyncio.run(peer._refuse_equivocation(3, b"ours"))
