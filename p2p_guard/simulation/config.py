@@ -100,8 +100,8 @@ class SimulationConfig:
             ``topk[:density=ρ]``; ``PeerConfig.codec``).
         max_upload_mbit: upload cap of every peer, in Mbit/s (None: unlimited; ``PeerConfig.max_upload_mbit``):
             emulates home uplinks on loopback.
-        overlap: every peer overlaps round r's communication with round r + 1's inner phase
-            (``PeerConfig.overlap``, after its ``overlap_warmup_rounds``).
+        overlap: every peer overlaps round r's communication with round r + 1's inner phase (on), never (off),
+            or decides round by round (unset, the default; ``PeerConfig.overlap``).
     """
 
     task: str = "digits"
@@ -126,7 +126,7 @@ class SimulationConfig:
     keep_snapshots: bool = False
     codec: str = "fp32"
     max_upload_mbit: float | None = None
-    overlap: bool = False
+    overlap: bool | None = None
 
     def __post_init__(self) -> None:
         """Check every setting.

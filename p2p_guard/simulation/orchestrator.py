@@ -284,8 +284,8 @@ def peer_command(
         command += ["--max-upload-mbit", repr(float(config.max_upload_mbit))]
     if not config.reputation:
         command += ["--no-reputation"]
-    if config.overlap:
-        command += ["--overlap"]
+    if config.overlap is not None:
+        command += ["--overlap" if config.overlap else "--no-overlap"]
     command += ["--reputation-exclusion" if config.reputation_exclusion else "--no-reputation-exclusion"]
     chosen = config.attack_of(index)
     if chosen is not None:

@@ -1271,7 +1271,9 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
             if peer.jumped:
                 with clock.timed("presence"):
                     next_round, pending_step = await _catch_up_after_jump(peer, round_, stop)
-            if not config.overlap or round_ < config.overlap_warmup_rounds:
+            overlapped = config.overlap if config.overlap is not None else \
+                overlap_pays(clock.comm_s, clock.step_s, peer.inner_steps)
+            if not overlapped or round_ < config.overlap_warmup_rounds:
                 completed += await _finish(peer, pending, pending_inner, clock, bar, stop, deferred, reports,
                                            apply_step=pending_step)
                 pending = None
@@ -1453,6 +1455,24 @@ def head_steps(comm_s: float | None, step_s: float, inner_steps: int) -> int:
     if comm_s is None or step_s <= 0.0 or not math.isfinite(comm_s):
         return max(1, min(cap, inner_steps // 4))
     return max(1, min(cap, math.ceil(HEAD_MARGIN * comm_s / step_s)))
+
+
+def overlap_pays(comm_s: float | None, step_s: float, inner_steps: int) -> bool:
+    """The automatic overlap (``PeerConfig.overlap`` unset): does the last communication fit in half the phase?
+
+    True when a head of :func:`head_steps` would outlast ``HEAD_MARGIN`` × ``comm_s`` within its cap of
+    ``MAX_HEAD_FRACTION`` × H: then the overlap hides the communication and only that short head is computed on
+    the older base. Otherwise (communication-bound rounds, e.g. digits: 4 s of communication against 0.1 s of
+    inner phase) the overlap would hide little and cost accuracy (measured: −0.8 points on digits, 12 rounds).
+
+    Args:
+        comm_s: the last round's communication time, seconds (None: not measured yet: False).
+        step_s: the last inner phase's wall time per step, seconds.
+        inner_steps: H.
+    """
+    if comm_s is None or step_s <= 0.0 or not math.isfinite(comm_s):
+        return False
+    return HEAD_MARGIN * comm_s / step_s <= MAX_HEAD_FRACTION * inner_steps
 
 
 async def _finish(peer: Peer, pending: asyncio.Task[RoundOutcome], inner: InnerResult | None, clock: _RoundClock,

@@ -177,3 +177,18 @@ def test_a_peer_refuses_to_sign_a_second_commit_left_by_an_earlier_session() -> 
     peer.dht = _DHT({"12D3KooWme": b"earlier"})  # type: ignore[assignment]
     with pytest.raises(EarlierSessionCommit, match="run 't' round 3 in an earlier session"):
         asyncio.run(peer._refuse_equivocation(3, b"ours"))
+
+
+@pytest.mark.parametrize(("comm_s", "step_s", "h", "expected"), [
+    (None, 0.2, 50, False),  # nothing measured: sequential
+    (2.0, 0.0, 50, False),
+    (4.0, 0.2, 50, True),    # 1.25 · 4 / 0.2 = 25 steps <= 25
+    (4.1, 0.2, 50, False),   # 25.6 steps > 25
+    (4.0, 0.005, 20, False),  # digits: 1000 steps of communication against H = 20
+    (float("nan"), 0.2, 50, False),
+])
+def test_the_automatic_overlap_runs_only_where_half_a_phase_hides_the_communication(
+        comm_s: float | None, step_s: float, h: int, expected: bool) -> None:
+    from p2p_guard.swarm.peer import overlap_pays
+
+    assert overlap_pays(comm_s, step_s, h) is expected

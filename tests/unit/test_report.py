@@ -298,8 +298,9 @@ def test_peer_commands_put_honest_peers_first_and_give_attackers_the_attack(tmp_
     assert honest[honest.index("--start-peers") + 1] == "3"
     assert honest[honest.index("--inner-steps") + 1] == "5"
     assert honest[honest.index("--events") + 1] == str(tmp_path / "peer1.events.jsonl")
-    assert "--attack" not in honest and "--overlap" not in honest
+    assert "--attack" not in honest and "--overlap" not in honest and "--no-overlap" not in honest  # automatic
     assert "--overlap" in peer_command(replace(config, overlap=True), 1, maddrs, tmp_path)
+    assert "--no-overlap" in peer_command(replace(config, overlap=False), 1, maddrs, tmp_path)
     assert attacker[attacker.index("--attack") + 1] == "sign_flip:scale=10"
     assert attacker[attacker.index("--byzantine-count") + 1] == "1"
 
