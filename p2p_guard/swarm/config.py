@@ -134,10 +134,10 @@ class PeerConfig:
             from where round r's phase ended; when round r's step is applied, the head's progress is moved onto
             the new θ and the other H − τ steps run from there, so Δ is measured from the stepped θ (Streaming
             DiLoCo's overlap, arXiv:2501.18512). Checkpoint, evaluation and events run in the background. Unset
-            (the default): automatic, round by round: overlap when the last round's communication fits in at most
-            half the inner phase (``peer.overlap_pays``: then the head is short and little of Δ is computed on the
-            older base), else run the round sequentially (on digits, where communication is 30x the inner phase,
-            overlap cost 0.8 points of accuracy and gained nothing). docs/protocol.md §7.8 has the measurements.
+            (the default): automatic, round by round: overlap when the head would hide at least a tenth of a
+            sequential round (``peer.overlap_pays``), else run the round sequentially (on digits, where
+            communication is 30x the inner phase, overlap cost 0.8 points of accuracy and hid almost nothing).
+            docs/protocol.md §7.8 has the measurements.
         overlap_warmup_rounds: with ``overlap``, rounds 0 .. overlap_warmup_rounds − 1 still run sequentially.
         mix_every: every this many rounds, after the outer step, move toward the post-step states of
             ``mix_peers`` sampled peers by clipped differences (ClippedGossip); 0 turns mixing off.

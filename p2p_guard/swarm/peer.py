@@ -1457,13 +1457,19 @@ def head_steps(comm_s: float | None, step_s: float, inner_steps: int) -> int:
     return max(1, min(cap, math.ceil(HEAD_MARGIN * comm_s / step_s)))
 
 
-def overlap_pays(comm_s: float | None, step_s: float, inner_steps: int) -> bool:
-    """The automatic overlap (``PeerConfig.overlap`` unset): does the last communication fit in half the phase?
+MIN_HIDDEN_FRACTION = 0.1
+"""The automatic overlap runs a round overlapped when it hides at least this fraction of a sequential round."""
 
-    True when a head of :func:`head_steps` would outlast ``HEAD_MARGIN`` × ``comm_s`` within its cap of
-    ``MAX_HEAD_FRACTION`` × H: then the overlap hides the communication and only that short head is computed on
-    the older base. Otherwise (communication-bound rounds, e.g. digits: 4 s of communication against 0.1 s of
-    inner phase) the overlap would hide little and cost accuracy (measured: −0.8 points on digits, 12 rounds).
+
+def overlap_pays(comm_s: float | None, step_s: float, inner_steps: int) -> bool:
+    """The automatic overlap (``PeerConfig.overlap`` unset): is the communication a head can hide worth it?
+
+    The head (:func:`head_steps`, at most ``MAX_HEAD_FRACTION`` × H steps) hides min(``comm_s``, its own length)
+    of the communication; a sequential round lasts about ``comm_s`` + H · ``step_s``. Overlap when the hidden part
+    is at least ``MIN_HIDDEN_FRACTION`` of that: compute-heavy rounds gain a tenth or more of their time (4-peer
+    Shakespeare on this machine: compute utilization 78 % sequential, 94 % overlapped), while in
+    communication-bound rounds (digits: 4 s of communication against 0.1 s of inner phase) the head hides almost
+    nothing and its steps on the older base cost accuracy (measured: −0.8 points on digits, 12 rounds).
 
     Args:
         comm_s: the last round's communication time, seconds (None: not measured yet: False).
@@ -1472,7 +1478,8 @@ def overlap_pays(comm_s: float | None, step_s: float, inner_steps: int) -> bool:
     """
     if comm_s is None or step_s <= 0.0 or not math.isfinite(comm_s):
         return False
-    return HEAD_MARGIN * comm_s / step_s <= MAX_HEAD_FRACTION * inner_steps
+    head_s = head_steps(comm_s, step_s, inner_steps) * step_s
+    return min(comm_s, head_s) >= MIN_HIDDEN_FRACTION * (comm_s + inner_steps * step_s)
 
 
 async def _finish(peer: Peer, pending: asyncio.Task[RoundOutcome], inner: InnerResult | None, clock: _RoundClock,

@@ -180,14 +180,16 @@ def test_a_peer_refuses_to_sign_a_second_commit_left_by_an_earlier_session() -> 
 
 
 @pytest.mark.parametrize(("comm_s", "step_s", "h", "expected"), [
-    (None, 0.2, 50, False),  # nothing measured: sequential
+    (None, 0.2, 50, False),   # nothing measured: sequential
     (2.0, 0.0, 50, False),
-    (4.0, 0.2, 50, True),    # 1.25 · 4 / 0.2 = 25 steps <= 25
-    (4.1, 0.2, 50, False),   # 25.6 steps > 25
-    (4.0, 0.005, 20, False),  # digits: 1000 steps of communication against H = 20
+    (4.0, 0.2, 50, True),     # hides 4 s of a 14 s round
+    (30.0, 0.2, 50, True),    # the head (25 steps, 5 s) hides 5 s of a 40 s round: 12.5 %
+    (50.0, 0.2, 50, False),   # 5 s of a 60 s round: 8 %
+    (4.0, 0.005, 20, False),  # digits: the head (10 steps, 0.05 s) hides 1 % of the round
+    (0.1, 0.2, 50, False),    # a 0.1 s communication is 1 % of the round
     (float("nan"), 0.2, 50, False),
 ])
-def test_the_automatic_overlap_runs_only_where_half_a_phase_hides_the_communication(
+def test_the_automatic_overlap_runs_where_the_head_hides_a_tenth_of_the_round(
         comm_s: float | None, step_s: float, h: int, expected: bool) -> None:
     from p2p_guard.swarm.peer import overlap_pays
 
