@@ -367,6 +367,19 @@ class TestGenerator:
         assert docs["count"] == "how many, over two lines."
         assert "ValueError" not in docs
 
+    def test_help_is_plain_text_without_sphinx_roles(self) -> None:
+        from p2p_guard.cli.typed_config import plain_text
+
+        assert plain_text("a mix (:func:`split_attack_mix`) of ``SPEC``") == "a mix (split_attack_mix) of SPEC"
+        assert plain_text(":class:`~p2p_guard.guard.Guard`, :py:meth:`a.b`") == "Guard, a.b"
+        assert plain_text(":func:`the mix <split_attack_mix>`\n  and :data:`!X`") == "the mix and X"
+        assert field_docs(SimulationConfig)["attack"].startswith("attack spec of the Byzantine peers")
+        assert "(split_attack_mix)" in field_docs(SimulationConfig)["attack"]
+        commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+        for command, parser in commands.items():
+            for action in parser._actions:
+                assert ":`" not in (action.help or "") and "``" not in (action.help or ""), (command, action.dest)
+
     def test_every_field_of_every_command_is_a_flag_with_its_doc_and_one_default(self) -> None:
         commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
         for command, cls in CONFIG_CLASSES.items():
