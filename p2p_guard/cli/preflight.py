@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import os
+import re
 import socket
 from pathlib import Path
 
@@ -43,7 +44,7 @@ def check_identity_file(path: str | Path, *, flag: str = "--identity") -> None:
             raise ValueError(f"{flag} {e}") from None
         return
     parent = _first_existing(path.parent)
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+    if not _writable_dir(parent):
         raise ValueError(f"{flag} {path}: cannot be created ({parent} is not a writable directory)")
 
 
@@ -111,7 +112,9 @@ def check_output_file(path: str | Path | None, *, flag: str) -> None:
     parent = _first_existing(path.parent)
     if not parent.is_dir():
         raise ValueError(f"{flag} {path}: {parent} is a file, not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+    if not _writable_dir(parent):
+        raise ValueError(f"{flag} {path}: cannot be created ({parent} is not a writable directory)")
+    if path.exists() and not os.access(path, os.W_OK):
         raise ValueError(f"{flag} {path}: not writable")
 
 
@@ -132,8 +135,45 @@ def check_output_dir(path: str | Path | None, *, flag: str) -> None:
     parent = _first_existing(path)
     if not parent.is_dir():
         raise ValueError(f"{flag} {path}: {parent} is a file, not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
+    if not _writable_dir(parent):
         raise ValueError(f"{flag} {path}: {parent} is not writable")
+
+
+_MOUNTS = Path("/proc/self/mounts")
+"""The mount table read by :func:`_on_pseudo_filesystem` (Linux; elsewhere it is missing and nothing is pseudo)."""
+
+_PSEUDO_FILESYSTEMS = frozenset({
+    "proc", "sysfs", "cgroup", "cgroup2", "devpts", "securityfs", "debugfs", "tracefs", "configfs", "pstore",
+    "bpf", "efivarfs", "fusectl", "binfmt_misc",
+})
+"""Kernel filesystems where no ordinary file or folder can be created, whatever ``access(2)`` says (root)."""
+
+
+def _writable_dir(path: Path) -> bool:
+    """True if ``path`` is a directory a new file or folder can be created in (checked without creating one).
+
+    ``os.access`` answers yes to root everywhere except on a read-only mount, also in ``/proc`` or ``/sys``,
+    where creating fails later; those kernel filesystems are looked up in the mount table.
+    """
+    return path.is_dir() and os.access(path, os.W_OK | os.X_OK) and not _on_pseudo_filesystem(path)
+
+
+def _on_pseudo_filesystem(path: Path) -> bool:
+    """True if ``path`` lies on a kernel filesystem of :data:`_PSEUDO_FILESYSTEMS` (by its longest mount point)."""
+    try:
+        lines = _MOUNTS.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return False
+    real = Path(os.path.realpath(path))
+    best: tuple[int, str] | None = None
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        mount_point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[1])
+        if real.is_relative_to(mount_point) and (best is None or len(mount_point) >= best[0]):
+            best = (len(mount_point), fields[2])
+    return best is not None and best[1] in _PSEUDO_FILESYSTEMS
 
 
 def _first_existing(path: Path) -> Path:

@@ -54,6 +54,7 @@ __all__ = [
     "flag_name",
     "given_flags",
     "load_config",
+    "plain_text",
     "type_check",
 ]
 
@@ -61,6 +62,26 @@ T = TypeVar("T")
 
 _SECTION = re.compile(r"^(\s*)Attributes:\s*$")
 _ENTRY = re.compile(r"^(\s*)([A-Za-z_][A-Za-z0-9_]*)(?:\s*\([^)]*\))?:\s*(.*)$")
+_ROLE = re.compile(r":(?:[a-z]+:)?[a-z]+:`([^`]*)`")
+"""A Sphinx cross-reference such as ``:func:`x``` or ``:py:class:`~a.B```; group 1 is its target."""
+
+
+def plain_text(text: str) -> str:
+    """``text`` of a docstring as plain help text: Sphinx roles become their names, double backticks go.
+
+    ``:func:`split_attack_mix``` gives ``split_attack_mix``, ``:class:`~a.b.Guard``` gives ``Guard`` (the
+    ``~`` form shows the last part, as Sphinx does) and ``:func:`the mix <split_attack_mix>``` gives
+    ``the mix``. Whitespace is collapsed.
+    """
+
+    def name(match: re.Match[str]) -> str:
+        target = match.group(1).strip()
+        titled = re.fullmatch(r"(.*?)\s*<[^>]*>", target)
+        if titled:
+            return titled.group(1)
+        return target[1:].rsplit(".", 1)[-1] if target.startswith("~") else target.lstrip("!")
+
+    return re.sub(r"\s+", " ", _ROLE.sub(name, text).replace("``", "")).strip()
 
 
 def flag_name(field: str) -> str:
@@ -72,7 +93,8 @@ def field_docs(cls: type) -> dict[str, str]:
     """Each field's entry in the ``Attributes:`` section of ``cls``'s Google-style docstring.
 
     An entry starts with ``name: text`` at the section's item indentation; deeper-indented lines continue it.
-    RST double backticks are dropped and whitespace is collapsed.
+    The text is plain (:func:`plain_text`): Sphinx roles become their names, RST double backticks are dropped
+    and whitespace is collapsed.
 
     Args:
         cls: a class with a docstring.
@@ -104,7 +126,7 @@ def field_docs(cls: type) -> dict[str, str]:
             current.append(entry.group(3))
         elif current is not None:
             current.append(line.strip())
-    return {name: re.sub(r"\s+", " ", " ".join(parts)).replace("``", "").strip() for name, parts in docs.items()}
+    return {name: plain_text(" ".join(parts)) for name, parts in docs.items()}
 
 
 def _strip_optional(hint: Any) -> tuple[Any, bool]:

@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,20 @@ logger = logging.getLogger(__name__)
 FILE_NAME = "checkpoint.pt"
 COMMIT_MARK = "last_commit"
 FORMAT = 1
+
+
+def _brief(text: str, limit: int = 120) -> str:
+    """The first sentence of an exception's text, cut at a word boundary with ``…`` if longer than ``limit``.
+
+    ``_brief("failed finding central directory. This is an internal error...")`` gives
+    ``"failed finding central directory"``.
+    """
+    text = " ".join(text.split())
+    sentence = re.split(r"(?<=[.!?])\s", text, maxsplit=1)[0].rstrip(".")
+    if len(sentence) <= limit:
+        return sentence
+    cut = sentence[:limit].rsplit(" ", 1)[0] if " " in sentence[:limit] else sentence[:limit]
+    return cut.rstrip(" ,;:") + "…"
 
 
 class CheckpointError(ValueError):
@@ -116,7 +131,7 @@ def load_checkpoint(folder: str | Path, *, run_id: str, numel: int) -> Checkpoin
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unpickling failure is a corrupt file
-        raise CheckpointError(f"{path}: unreadable checkpoint ({type(e).__name__}: {str(e)[:100]})") from None
+        raise CheckpointError(f"{path}: unreadable checkpoint ({type(e).__name__}: {_brief(str(e))})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a p2p_guard checkpoint of format {FORMAT}")
     try:

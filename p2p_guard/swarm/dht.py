@@ -215,9 +215,9 @@ async def start_dht(
         check_port_free(host, port)
     try:
         p2p = await asyncio.wait_for(
-            _p2p_class(network).create(initial_peers=list(initial_peers) or None, host_maddrs=host_maddrs,
-                       announce_maddrs=announce_maddrs, identity_path=identity_path, check_if_identity_free=False,
-                       startup_timeout=startup_timeout_s, **_p2p_network_kwargs(network)),
+            _create_p2p(_p2p_class(network), initial_peers=list(initial_peers) or None, host_maddrs=host_maddrs,
+                        announce_maddrs=announce_maddrs, identity_path=identity_path, check_if_identity_free=False,
+                        startup_timeout=startup_timeout_s, **_p2p_network_kwargs(network)),
             startup_timeout_s)
     except P2PDaemonError as e:
         if "failed to connect to bootstrap peers" in str(e):
@@ -256,6 +256,32 @@ class _StaticRelayP2P(P2P):
 def _p2p_class(network: NetworkOptions) -> type[P2P]:
     """``P2P`` class to start ``p2pd`` with (static relays need one more daemon flag than hivemind passes)."""
     return _StaticRelayP2P if network.relays else P2P
+
+
+async def _create_p2p(base: type[P2P], **kwargs: Any) -> P2P:
+    """``base.create(**kwargs)``; if it fails or is cancelled, the ``p2pd`` it launched is stopped and reaped.
+
+    hivemind's ``P2P.create`` leaves its daemon to ``__del__`` when the daemon exits at start-up (unreachable
+    bootstrap peers) or when the start is cancelled (a timeout), so nobody awaits the child: asyncio's child
+    watcher then reaps it after ``asyncio.run`` closed the loop and logs ``Loop <...> that handles pid N is
+    closed`` under the command's error line. Here the instance ``create`` builds is kept, and on failure its
+    ``shutdown()`` (terminate, then wait for the exit) runs in the loop, bounded by ``SHUTDOWN_TIMEOUT_S``.
+    """
+    started: list[P2P] = []
+
+    class _Kept(base):  # type: ignore[valid-type,misc]  # a subclass per call: create() calls cls()
+        def __init__(self) -> None:
+            super().__init__()
+            started.append(self)
+
+    _Kept.__name__ = _Kept.__qualname__ = base.__name__
+    try:
+        return await _Kept.create(**kwargs)
+    except BaseException:
+        for p2p in started:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(p2p.shutdown(), SHUTDOWN_TIMEOUT_S)
+        raise
 
 
 def _p2p_network_kwargs(network: NetworkOptions) -> dict[str, Any]:

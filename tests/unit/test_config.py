@@ -367,6 +367,19 @@ class TestGenerator:
         assert docs["count"] == "how many, over two lines."
         assert "ValueError" not in docs
 
+    def test_help_is_plain_text_without_sphinx_roles(self) -> None:
+        from p2p_guard.cli.typed_config import plain_text
+
+        assert plain_text("a mix (:func:`split_attack_mix`) of ``SPEC``") == "a mix (split_attack_mix) of SPEC"
+        assert plain_text(":class:`~p2p_guard.guard.Guard`, :py:meth:`a.b`") == "Guard, a.b"
+        assert plain_text(":func:`the mix <split_attack_mix>`\n  and :data:`!X`") == "the mix and X"
+        assert field_docs(SimulationConfig)["attack"].startswith("attack spec of the Byzantine peers")
+        assert "(split_attack_mix)" in field_docs(SimulationConfig)["attack"]
+        commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+        for command, parser in commands.items():
+            for action in parser._actions:
+                assert ":`" not in (action.help or "") and "``" not in (action.help or ""), (command, action.dest)
+
     def test_every_field_of_every_command_is_a_flag_with_its_doc_and_one_default(self) -> None:
         commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
         for command, cls in CONFIG_CLASSES.items():
@@ -723,6 +736,64 @@ class TestPreflight:
             check_output_file(tmp_path / "file" / "e.jsonl", flag="--events")
         with pytest.raises(ValueError, match="is a directory, not a file"):
             check_output_file(tmp_path, flag="--report")
+
+    def test_no_file_in_a_kernel_filesystem(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        # /proc and /sys: access(2) lets root write there, creating fails later; the mount table says so first
+        from p2p_guard.cli import preflight
+
+        kernel = tmp_path / "kernel"
+        kernel.mkdir()
+        mounts = tmp_path / "mounts"
+        mounts.write_text(f"/dev/sda1 / ext4 rw 0 0\nproc {kernel} proc rw 0 0\n", encoding="utf-8")
+        monkeypatch.setattr(preflight, "_MOUNTS", mounts)
+        with pytest.raises(ValueError, match=rf"^--identity {kernel}/no/id\.key: cannot be created \({kernel} is "
+                                             r"not a writable directory\)$"):
+            preflight.check_identity_file(kernel / "no" / "id.key")
+        with pytest.raises(ValueError, match=rf"^--report {kernel}/r\.json: cannot be created \({kernel} is not a "
+                                             r"writable directory\)$"):
+            preflight.check_output_file(kernel / "r.json", flag="--report")
+        with pytest.raises(ValueError, match=rf"^--proof-dir {kernel}/p: {kernel} is not writable$"):
+            preflight.check_output_dir(kernel / "p", flag="--proof-dir")
+        preflight.check_identity_file(tmp_path / "new" / "id.key")  # beside it, an ordinary folder
+        preflight.check_output_file(tmp_path / "new" / "r.json", flag="--report")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["kernel", "mounts"]  # nothing was created
+        assert list(kernel.iterdir()) == []
+
+    def test_real_proc_is_refused(self) -> None:
+        from p2p_guard.cli import preflight
+
+        if not Path("/proc/self/mounts").is_file():
+            pytest.skip("no /proc here")
+        with pytest.raises(ValueError, match=r"^--identity /proc/nonexistent/x\.key: cannot be created"):
+            preflight.check_identity_file("/proc/nonexistent/x.key")
+        with pytest.raises(ValueError, match=r"^--report /proc/r\.json: cannot be created"):
+            preflight.check_output_file("/proc/r.json", flag="--report")
+
+    def test_commands_refuse_a_kernel_filesystem_up_front(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+        import p2p_guard.simulation.orchestrator as orchestrator
+        import p2p_guard.swarm.peer as peer_module
+        from p2p_guard.cli import preflight
+
+        kernel = tmp_path / "kernel"
+        kernel.mkdir()
+        mounts = tmp_path / "mounts"
+        mounts.write_text(f"proc {kernel} proc rw 0 0\n", encoding="utf-8")
+        monkeypatch.setattr(preflight, "_MOUNTS", mounts)
+        started: list[str] = []
+        monkeypatch.setattr(peer_module, "run_peer", lambda *a, **k: started.append("peer") or 0)
+        monkeypatch.setattr(orchestrator, "run_simulation", lambda *a, **k: started.append("simulate"))
+        args = peer_args("--initial-peers", MADDR, "--identity", str(kernel / "no" / "id.key"))
+        assert peer_cmd.run(args) == 2
+        assert capsys.readouterr().err == (f"p2p-guard peer: error: --identity {kernel}/no/id.key: cannot be "
+                                           f"created ({kernel} is not a writable directory)\n")
+        args = build_parser().parse_args(["simulate", "--report", str(kernel / "r.json"), "--workdir",
+                                          str(tmp_path / "work")])
+        assert simulate_cmd.run(args) == 2
+        assert capsys.readouterr().err == (f"p2p-guard simulate: error: cannot write there: --report {kernel}/r.json: "
+                                           f"cannot be created ({kernel} is not a writable directory)\n")
+        assert started == []
+        assert not (tmp_path / "work").exists()
 
     def test_device_cuda_without_a_gpu(self, monkeypatch: pytest.MonkeyPatch) -> None:
         import torch

@@ -68,3 +68,38 @@ def test_a_loopback_peer_asks_no_router_for_a_port_and_seeks_no_relay() -> None:
     assert (public.nat_port_map, public.use_auto_relay) == (True, True)
     relayed = network_options(PeerConfig(host="127.0.0.1", relays=(RELAY,)))
     assert (relayed.nat_port_map, relayed.use_auto_relay, relayed.relays) == (False, True, (RELAY,))
+
+
+class _FakeP2P:
+    """Stands in for hivemind's P2P: ``create`` builds ``cls()`` (as hivemind does), then fails or returns it."""
+
+    fail = True
+    shutdowns: list[_FakeP2P] = []
+
+    @classmethod
+    async def create(cls, **_kwargs: object) -> _FakeP2P:
+        self = cls()
+        if cls.fail:
+            raise dht.P2PDaemonError("Daemon failed to start: failed to connect to bootstrap peers")
+        return self
+
+    async def shutdown(self) -> None:
+        _FakeP2P.shutdowns.append(self)
+
+
+def test_a_daemon_that_fails_at_start_is_shut_down_in_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    # otherwise asyncio reaps p2pd after asyncio.run closed the loop: "Loop <...> that handles pid N is closed"
+    import asyncio
+
+    monkeypatch.setattr(dht, "_p2p_class", lambda _network: _FakeP2P)
+    monkeypatch.setattr(_FakeP2P, "shutdowns", [])
+    with pytest.raises(dht.P2PDaemonError, match=r"^cannot reach any of the --initial-peers"):
+        asyncio.run(dht.start_dht(identity_path=None, initial_peers=[RELAY], host="127.0.0.1"))
+    assert len(_FakeP2P.shutdowns) == 1
+    assert isinstance(_FakeP2P.shutdowns[0], _FakeP2P)
+
+    monkeypatch.setattr(_FakeP2P, "fail", False)
+    monkeypatch.setattr(_FakeP2P, "shutdowns", [])
+    p2p = asyncio.run(dht._create_p2p(_FakeP2P))
+    assert isinstance(p2p, _FakeP2P)
+    assert _FakeP2P.shutdowns == []

@@ -169,6 +169,37 @@ class TestCheckpoint:
         with pytest.raises(CheckpointError, match="unreadable"):
             load_checkpoint(tmp_path, run_id="run-1", numel=4)
 
+    def test_corrupt_message_keeps_the_first_sentence(self, tmp_path: Path) -> None:
+        path = save_checkpoint(tmp_path, self.ckpt())
+        path.write_bytes(path.read_bytes()[:200])  # cut short: no zip central directory
+        with pytest.raises(CheckpointError) as info:
+            load_checkpoint(tmp_path, run_id="run-1", numel=4)
+        message = str(info.value)
+        assert message.startswith(f"{path}: unreadable checkpoint (RuntimeError: ")
+        assert message.endswith(")")
+        assert "This is an" not in message  # torch's second sentence (the old cut ended "This is an interna")
+
+    def test_corrupt_message_is_cut_at_a_word(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        path = save_checkpoint(tmp_path, self.ckpt())
+
+        def fails(*_args: object, **_kwargs: object) -> None:
+            raise RuntimeError("PytorchStreamReader failed reading zip archive: failed finding central directory. "
+                               "This is an internal error, please report it")
+
+        monkeypatch.setattr(torch, "load", fails)
+        with pytest.raises(CheckpointError) as info:
+            load_checkpoint(tmp_path, run_id="run-1", numel=4)
+        assert str(info.value) == (f"{path}: unreadable checkpoint (RuntimeError: PytorchStreamReader failed reading "
+                                   "zip archive: failed finding central directory)")
+
+        def fails_long(*_args: object, **_kwargs: object) -> None:
+            raise RuntimeError("word " * 40)
+
+        monkeypatch.setattr(torch, "load", fails_long)
+        with pytest.raises(CheckpointError) as info:
+            load_checkpoint(tmp_path, run_id="run-1", numel=4)
+        assert str(info.value) == f"{path}: unreadable checkpoint (RuntimeError: {'word ' * 23}word…)"
+
     def test_commit_mark(self, tmp_path: Path) -> None:
         assert last_committed(tmp_path) is None and last_committed(None) is None
         mark_committed(tmp_path, 3)
