@@ -239,7 +239,9 @@ class Peer:
         commit → sign and store the envelope of Δ in the swarm's open round
         communicate (background task): close → reveal → sample k → fetch → judge → mix
 
-    ``overlap = False`` awaits ``communicate`` before the next inner phase (strictly sequential rounds).
+    A sequential round awaits ``communicate`` before the next inner phase. An overlapped round (``overlap``; by
+    default automatic, :func:`overlap_pays`) splits the next inner phase into :meth:`inner_head`, run while
+    ``communicate`` finishes, and :meth:`inner_tail`, run after the step from the stepped θ.
     """
 
     def __init__(self, config: PeerConfig, identity: Identity, local: LocalModel, dht: SwarmDHT, p2p: P2P,
