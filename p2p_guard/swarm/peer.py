@@ -1234,7 +1234,10 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
                 others = await peer.wait_for_peers(stop, timeout_s=None)
                 if stop.is_set():
                     break
+                before = peer.local.theta
                 round_ = await _maybe_catch_up(peer, round_, others, stop)
+                if pending is not None and peer.local.theta is not before:
+                    pending_step = False  # the adopted state is the swarm's, past the pending round: its step is in it
             peer._set_round(round_)
             head: PhaseHead | None = None
             with clock.timed("inner"):
