@@ -1518,7 +1518,7 @@ async def _finish(peer: Peer, pending: asyncio.Task[RoundOutcome], inner: InnerR
         return 0
     if inner is not None:
         outcome.train_loss, outcome.compute_s = inner.loss, inner.compute_s
-    record = _RoundRecord.capture(peer, outcome.round, snapshot=not deferring)
+    record = _RoundRecord.capture(peer, snapshot=not deferring)
     with clock.timed("save"):
         await reports.wait()  # the previous round's report first: events stay in round order
     if overlapped:
@@ -1550,7 +1550,6 @@ class _RoundRecord:
     place, but the error-feedback residual is updated in place by the next commit).
     """
 
-    round: int
     theta: torch.Tensor
     momentum: torch.Tensor
     ef_residual: torch.Tensor
@@ -1558,8 +1557,8 @@ class _RoundRecord:
     snapshot: bool
 
     @classmethod
-    def capture(cls, peer: Peer, round_: int, *, snapshot: bool) -> _RoundRecord:
-        return cls(round_, peer.local.theta, peer.local.momentum, peer.error_feedback.residual.clone(),
+    def capture(cls, peer: Peer, *, snapshot: bool) -> _RoundRecord:
+        return cls(peer.local.theta, peer.local.momentum, peer.error_feedback.residual.clone(),
                    peer.local.state_hash().hex(), snapshot)
 
 
@@ -1571,7 +1570,7 @@ async def _report(peer: Peer, outcome: RoundOutcome, record: _RoundRecord, bar: 
     inner phase, evaluating on the model's second copy (``LocalModel.evaluate_at``); without, it runs on the round
     loop's critical path and its time goes into the ``save`` and ``eval`` phases.
     """
-    timed = clock.timed if lap is None else _untimed
+    timed = clock.timed if lap is None else (lambda _phase: contextlib.nullcontext())
     with timed("save"):
         snapshot = await _save_round(peer, outcome, record)
     with timed("eval"):
@@ -1583,12 +1582,6 @@ async def _report(peer: Peer, outcome: RoundOutcome, record: _RoundRecord, bar: 
     _emit_round(peer, peer.events, outcome, metrics, seconds, sent, served, snapshot, phases, record.state_hash)
     bar.update(1)
     bar.set_postfix_str(_metric_text(metrics))
-
-
-@contextlib.contextmanager
-def _untimed(phase: str) -> Iterator[None]:
-    """A ``_RoundClock.timed`` that counts nothing (work off the round's critical path)."""
-    yield
 
 
 class _Reports:
