@@ -7,7 +7,7 @@
    than follow, garbage msgpack, valid msgpack of the wrong types (maps, ext types, bools for rounds, ints for
    hashes, over-long strings and bins, 3-item arrays) and a few valid requests. Every complete request must get
    exactly one status byte with the meaning ``docs/protocol.md`` §6 gives it (an ``OK`` carries exactly the
-   revealed bytes), the handler must never raise (it is wrapped to record any exception, ``CancelledError``
+   revealed bytes; one with bytes past its announced length may instead be reset, §6, in at most a tenth of cases), the handler must never raise (it is wrapped to record any exception, ``CancelledError``
    included), no handler may be left running, and afterwards a valid payload and state fetch must still work.
 2. ``test_malformed_commits_get_one_reason_each``: pure (no network): hypothesis-generated commit values
    (byte mutations of an honest commit, re-signed envelopes with wrong fields, impersonation, unsigned, future
@@ -253,6 +253,12 @@ def expected_status(data: bytes) -> tuple[int, bytes | None]:
     return BAD_REQUEST, None
 
 
+def overframed(data: bytes) -> bool:
+    """A request with bytes past its announced length (within ``MAX_REQUEST_BYTES``): a framing error."""
+    length = int.from_bytes(data[:4], "big")
+    return length <= MAX_REQUEST_BYTES and len(data) > 4 + length
+
+
 async def send_raw(client: Any, server: Any, data: bytes, mode: str) -> bytes | None:
     """Send raw bytes to the handler; read the whole answer for a complete request, else hang up at once."""
     _, reader, writer = await client.call_binary_stream_handler(server.peer_id, handler_name(RUN))
@@ -288,8 +294,12 @@ def _fuzz_stream(requests: list[tuple[bytes, str]]) -> None:
             COUNTS["truncated"] += 1
             continue
         COUNTS["complete"] += 1
+        COUNTS["overframed"] += overframed(data)
         want_status, want_data = expected_status(data)
-        assert answer, f"no status byte for a complete request {data[:40]!r}"
+        if not answer and overframed(data):  # docs/protocol.md §6: a reset may overtake the status byte
+            COUNTS["reset (bytes past the announced length)"] += 1
+            continue
+        assert answer, f"no status byte for a complete request {data[:40]!r}; server {served.server.stats}"
         assert answer[0] == want_status, f"status {answer[0]}, expected {want_status} for {data[:40]!r}"
         assert answer[1:] == (want_data or b""), f"wrong bytes after status {answer[0]} for {data[:40]!r}"
         COUNTS[f"status {answer[0]}"] += 1
@@ -321,12 +331,16 @@ def test_stream_handler_survives_hostile_requests(live: tuple[LoopThread, Any, A
     sent = COUNTS["stream requests"]
     summary = (f"{sent} hostile requests ({COUNTS['complete']} complete, {COUNTS['truncated']} hung up) in "
                f"{fuzz_s:.1f} s; statuses {[(k, v) for k, v in COUNTS.items() if k.startswith('status')]}; "
+               f"{COUNTS['reset (bytes past the announced length)']} of {COUNTS['overframed']} with bytes past "
+               "their announced length reset before the status byte; "
                f"handler calls {served.handled}, handler exceptions {len(served.errors)}, "
                f"still running {served.in_flight}")
     print(f"[fuzz] stream handler: {summary}")
     assert sent >= 1000, summary
     assert not served.errors, f"the stream handler raised: {served.errors[:5]}; {summary}"
     assert served.in_flight == 0, summary
+    # A reset is a rare race (bytes still arriving as the server closes), not the rule.
+    assert COUNTS["reset (bytes past the announced length)"] * 10 <= COUNTS["overframed"], summary
     assert payload.status == OK and payload.data == SERVED_DIGESTS + PAYLOAD, \
         f"valid payload fetch failed: {payload}; {summary}"
     assert state.status == OK and state.data == STATE, f"valid state fetch failed: {state}; {summary}"
