@@ -8,7 +8,8 @@ Two parts, both in one process:
    ``len(payload) / d`` (one copy of one round's update), encode and decode wall time (decode is the
    receiver's ``decode_update``, all checks included), and the relative reconstruction error
    ‖x − D(C(x))‖₂ / ‖x‖₂ of a single round (no error feedback).
-2. **Convergence** (:func:`convergence`). n simulated DiLoCo workers on the digits task, each a
+2. **Convergence** (:func:`convergence`). n simulated DiLoCo workers on a task (digits by default,
+   ``--task shakespeare`` for the char-GPT), each a
    :class:`~p2p_guard.training.local.LocalModel` from the same θ_0 with its own shard, each sending through
    its own :class:`~p2p_guard.training.error_feedback.ErrorFeedback`; every round the decoded payloads are
    averaged (mean aggregation, no guard, no attack) and every worker applies the mean with its outer step
@@ -17,8 +18,9 @@ Two parts, both in one process:
    SparseLoCo's for topk (error feedback decayed by β, no outer momentum; ``training.outer.outer_defaults``,
    ``training.error_feedback.default_ef_decay``); ``topk_ef_decay``, ``topk_outer_lr`` and
    ``topk_outer_momentum`` override topk's (the sweep behind the defaults). Reported per codec: test accuracy
-   and loss after the last round, the accuracy difference to fp32 in points, bytes per parameter per round of
-   one worker's payload, the residual norm and the mean norm of the decoded rows in the last round.
+   and loss after the last round (validation perplexity for a language model), the difference to fp32 (accuracy:
+   in points; perplexity: in percent of fp32's, positive is worse), bytes per parameter per round of one
+   worker's payload, the residual norm and the mean norm of the decoded rows in the last round.
 
 3. **The guard per codec** (:func:`convergence` with ``guard`` and ``attack``; :func:`guard_worst_case`). The
    same run with the last f workers Byzantine (``sign_flip:scale=10`` and ``alie``, :data:`GUARD_ATTACKS`), their
@@ -186,8 +188,11 @@ def convergence(
     topk_ef_decay: float | None = None,
     topk_outer_lr: float | None = None,
     topk_outer_momentum: float | None = None,
+    task: str = "digits",
 ) -> list[dict[str, Any]]:
-    """Final digits accuracy of in-process DiLoCo per codec, with error feedback (part 2 of the docstring).
+    """Final quality (accuracy; perplexity for a language model) of in-process DiLoCo per codec, with error feedback.
+
+    Part 2 of the module docstring.
 
     Without ``guard``: every worker applies the mean of the decoded payloads (one shared θ). With ``guard``
     (part 3): the last ``byzantine`` workers send ``attack``'s update instead of their own (each computed from
@@ -210,10 +215,14 @@ def convergence(
         topk_ef_decay: β of the topk codecs' error feedback (None: ``default_ef_decay``).
         topk_outer_lr: outer lr of the workers when the codec is topk (None: ``outer_defaults``).
         topk_outer_momentum: outer momentum of the workers when the codec is topk (None: ``outer_defaults``).
+        task: Task spec (``tasks.load_task``: ``digits``, ``shakespeare``, ``shakespeare:n_layers=2``, ...).
 
     Returns:
-        One dict per codec: ``codec``, ``numel``, ``workers``, ``rounds``, ``accuracy``, ``loss``,
-        ``accuracy_vs_fp32`` (points, None without fp32), ``bytes_per_param`` (one worker, one round),
+        One dict per codec: ``codec``, ``task``, ``numel``, ``workers``, ``rounds``, ``accuracy`` (None for a
+        language model), ``perplexity`` (None for a classifier), ``loss``, ``metric`` (``"accuracy"`` or
+        ``"perplexity"``), ``quality`` (the metric's value), ``quality_vs_fp32`` (accuracy: points; perplexity:
+        percent of fp32's, positive is worse; None without fp32), ``accuracy_vs_fp32`` (points, None without
+        fp32 or accuracy), ``bytes_per_param`` (one worker, one round),
         ``residual_norm`` (mean over the honest workers of ‖e‖ after the last round), ``row_norm`` (mean over
         the honest workers of ‖ŝ‖, their decoded row, in the last round), ``ef_decay``, ``outer_lr``,
         ``outer_momentum`` (what the workers used), ``seconds``, and ``guard``,
@@ -232,9 +241,10 @@ def convergence(
     if not 0 <= byzantine < workers or (attack is None) != (byzantine == 0) or (attack and guard is None):
         raise ValueError(f"an attack needs a guard and 1 <= byzantine < workers; got guard={guard!r}, "
                          f"attack={attack!r}, byzantine={byzantine}, workers={workers}")
-    task = load_task("digits")
-    steps = inner_steps or task.default_hparams.inner_steps
-    run_id = f"bench-wire-digits-seed{seed}"
+    task_spec = task
+    model_task = load_task(task_spec)
+    steps = inner_steps or model_task.default_hparams.inner_steps
+    run_id = f"bench-wire-{task_spec}-seed{seed}" if task_spec != "digits" else f"bench-wire-digits-seed{seed}"
     results = []
     for codec in codecs:
         if progress is not None:
@@ -243,7 +253,7 @@ def convergence(
         decay, lr, momentum = codec_hparams(codec, topk_ef_decay=topk_ef_decay, topk_outer_lr=topk_outer_lr,
                                             topk_outer_momentum=topk_outer_momentum)
         peers = [
-            LocalModel(task, seed=seed, num_shards=workers, shard_index=i, partition=partition, outer_lr=lr,
+            LocalModel(model_task, seed=seed, num_shards=workers, shard_index=i, partition=partition, outer_lr=lr,
                        outer_momentum=momentum)
             for i in range(workers)
         ]
@@ -263,13 +273,19 @@ def convergence(
             rounds_run.apply(peers, decoded, r)
         honest = range(workers - byzantine)
         metrics: list[Any] = [peers[j].evaluate() for j in (honest if guard is not None else [0])]
+        metric = "accuracy" if metrics[0].accuracy is not None else "perplexity"
+        value = sum(getattr(m, metric) for m in metrics) / len(metrics)
         results.append(
             {
                 "codec": codec,
+                "task": task_spec,
                 "numel": peers[0].numel,
                 "workers": workers,
                 "rounds": rounds,
-                "accuracy": sum(m.accuracy for m in metrics) / len(metrics),
+                "metric": metric,
+                "quality": value,
+                "accuracy": value if metric == "accuracy" else None,
+                "perplexity": value if metric == "perplexity" else None,
                 "loss": sum(m.loss for m in metrics) / len(metrics),
                 "bytes_per_param": sent_bytes / (workers * rounds * peers[0].numel),
                 "residual_norm": sum(float(f.residual.norm()) for f in feedback[: workers - byzantine])
@@ -285,10 +301,28 @@ def convergence(
                 "rejected": rounds_run.rejected,
             }
         )
-    reference = next((result["accuracy"] for result in results if result["codec"] == "fp32"), None)
+    reference = next((result["quality"] for result in results if result["codec"] == "fp32"), None)
     for result in results:
-        result["accuracy_vs_fp32"] = None if reference is None else 100 * (result["accuracy"] - reference)
+        result["quality_vs_fp32"] = None if reference is None else quality_difference(
+            result["metric"], result["quality"], reference)
+        result["accuracy_vs_fp32"] = result["quality_vs_fp32"] if result["metric"] == "accuracy" else None
     return results
+
+
+def quality_difference(metric: str, value: float, reference: float) -> float:
+    """``value`` against ``reference`` (floats): the difference in the metric's unit.
+
+    Accuracy: points, 100 · (value − reference), negative is worse. Perplexity: percent of the reference,
+    100 · (value − reference) / reference, positive is worse.
+    """
+    if metric == "accuracy":
+        return 100 * (value - reference)
+    return 100 * (value - reference) / reference
+
+
+def _worse(metric: str, value: float, than: float) -> bool:
+    """Whether ``value`` is worse than ``than``: lower accuracy, higher perplexity."""
+    return value < than if metric == "accuracy" else value > than
 
 
 class _Rounds:
@@ -356,24 +390,29 @@ class _Rounds:
 
 
 def guard_worst_case(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per codec, the guard's worst accuracy over the attacks, and its difference to fp32's worst case.
+    """Per codec, the guard's worst quality over the attacks, and its difference to fp32's worst case.
 
     Args:
-        rows: :func:`convergence` results with a guard and an attack (several attacks per codec).
+        rows: :func:`convergence` results with a guard and an attack (several attacks per codec); a row
+            without ``metric`` is an accuracy row.
 
     Returns:
-        One dict per codec, in first-seen order: ``codec``, ``worst_accuracy``, ``worst_attack``,
-        ``worst_vs_fp32`` (points; None without fp32 rows).
+        One dict per codec, in first-seen order: ``codec``, ``metric``, ``worst_quality`` (the lowest accuracy
+        or the highest perplexity), ``worst_attack``, ``worst_vs_fp32`` (:func:`quality_difference`: points
+        or percent; None without fp32 rows).
     """
     worst: dict[str, dict[str, Any]] = {}
     for row in rows:
+        metric = row.get("metric", "accuracy")
+        value = row[metric]
         best = worst.get(row["codec"])
-        if best is None or row["accuracy"] < best["worst_accuracy"]:
-            worst[row["codec"]] = {"codec": row["codec"], "worst_accuracy": row["accuracy"],
+        if best is None or _worse(metric, value, best["worst_quality"]):
+            worst[row["codec"]] = {"codec": row["codec"], "metric": metric, "worst_quality": value,
                                    "worst_attack": row["attack"]}
-    reference = worst.get("fp32", {}).get("worst_accuracy")
+    reference = worst.get("fp32", {}).get("worst_quality")
     for entry in worst.values():
-        entry["worst_vs_fp32"] = None if reference is None else 100 * (entry["worst_accuracy"] - reference)
+        entry["worst_vs_fp32"] = None if reference is None else quality_difference(
+            entry["metric"], entry["worst_quality"], reference)
     return list(worst.values())
 
 
@@ -391,22 +430,25 @@ def format_tables(sizes: Sequence[dict[str, Any]], quality: Sequence[dict[str, A
         )
     if quality:
         first = quality[0]
+        metric = first.get("metric", "accuracy")
+        unit = "points" if metric == "accuracy" else "%"
         lines += [
             "",
-            f"Digits, {first['workers']} workers, {first['rounds']} rounds, mean aggregation, error feedback per"
+            f"{_task_title(first)}, {first['workers']} workers, {first['rounds']} rounds,"
+            f" mean aggregation, error feedback per"
             f" worker with decay β, outer step θ ← θ − α · (Nesterov momentum μ of the aggregate) (d ="
             f" {first['numel']}); residual norm ‖e‖ after the last round and row norm ‖ŝ‖ of the last round's"
             f" decoded rows are means over the workers:",
             "",
-            "| codec | β | α | μ | bytes/param/round | accuracy | vs fp32 (points) | loss | residual norm "
+            f"| codec | β | α | μ | bytes/param/round | {metric} | vs fp32 ({unit}) | loss | residual norm "
             "| row norm |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for row in quality:
-            delta = row["accuracy_vs_fp32"]
+            delta = row.get("quality_vs_fp32", row.get("accuracy_vs_fp32"))
             lines.append(
                 f"| {row['codec']} | {row['ef_decay']:g} | {row['outer_lr']:g} | {row['outer_momentum']:g} | "
-                f"{row['bytes_per_param']:.4f} | {row['accuracy']:.4f} | "
+                f"{row['bytes_per_param']:.4f} | {row[metric]:.4f} | "
                 f"{'' if delta is None else f'{delta:+.2f}'} | {row['loss']:.4f} | "
                 f"{row['residual_norm']:.3g} | {row['row_norm']:.3g} |"
             )
@@ -418,14 +460,17 @@ def format_guard_table(rows: Sequence[dict[str, Any]]) -> str:
     if not rows:
         return ""
     first = rows[0]
+    metric = first.get("metric", "accuracy")
+    unit, limit = ("points", 2.0) if metric == "accuracy" else ("%", 3.0)
     attacks = list(dict.fromkeys(row["attack"] for row in rows))
     lines = [
-        f"Guard `{first['guard']}` on digits, {first['workers']} workers of which {first['byzantine']} Byzantine "
+        f"Guard `{first['guard']}` on {_task_title(first)}, {first['workers']} workers of"
+        f" which {first['byzantine']} Byzantine "
         f"(the last; f not told to the guard), {first['rounds']} rounds; each honest worker judges the decoded "
-        f"rows with its own row marked and applies its own aggregate. Accuracy is the honest workers' mean; "
+        f"rows with its own row marked and applies its own aggregate. The {metric} is the honest workers' mean; "
         f"rejected is Byzantine rows rejected / judged, then honest rows rejected / judged, over all rounds:",
         "",
-        "| codec | " + " | ".join(attacks) + " | worst | worst vs fp32 (points) | within 2 points |",
+        "| codec | " + " | ".join(attacks) + f" | worst | worst vs fp32 ({unit}) | within {limit:g} {unit} |",
         "|---|" + "---:|" * len(attacks) + "---:|---:|---|",
     ]
     by_cell = {(row["codec"], row["attack"]): row for row in rows}
@@ -437,17 +482,24 @@ def format_guard_table(rows: Sequence[dict[str, Any]]) -> str:
                 cells.append("")
                 continue
             rej = row["rejected"]
-            cells.append(f"{row['accuracy']:.4f} ({rej[0]}/{rej[1]}, {rej[2]}/{rej[3]})")
+            cells.append(f"{row[metric]:.4f} ({rej[0]}/{rej[1]}, {rej[2]}/{rej[3]})")
         delta = worst["worst_vs_fp32"]
-        gap, within = ("", "") if delta is None else (f"{delta:+.2f}", "yes" if delta >= -2 else "no")
+        held = delta is not None and (delta >= -limit if metric == "accuracy" else delta <= limit)
+        gap, within = ("", "") if delta is None else (f"{delta:+.2f}", "yes" if held else "no")
         lines.append(
-            f"| {worst['codec']} | " + " | ".join(cells) + f" | {worst['worst_accuracy']:.4f} | {gap} | {within} |"
+            f"| {worst['codec']} | " + " | ".join(cells) + f" | {worst['worst_quality']:.4f} | {gap} | {within} |"
         )
     return "\n".join(lines)
 
 
+def _task_title(row: dict[str, Any]) -> str:
+    """``Digits`` for the default task, else the task spec in backticks."""
+    task = row.get("task", "digits")
+    return "Digits" if task == "digits" else f"`{task}`"
+
+
 def write_quality_plot(quality: Sequence[dict[str, Any]], guarded: Sequence[dict[str, Any]], path: Path) -> Path:
-    """Accuracy against bytes per parameter per round, per codec: the mean (no attack) and the guard's worst case.
+    """Accuracy (or perplexity) against bytes per parameter per round, per codec: mean and guard's worst case.
 
     Args:
         quality: :func:`convergence` rows without a guard.
@@ -465,20 +517,23 @@ def write_quality_plot(quality: Sequence[dict[str, Any]], guarded: Sequence[dict
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     sizes = {row["codec"]: row["bytes_per_param"] for row in [*guarded, *quality]}  # the honest payloads win
-    ax.plot([sizes[r["codec"]] for r in quality], [100 * r["accuracy"] for r in quality], "o",
+    metric = quality[0].get("metric", "accuracy") if quality else "accuracy"
+    scale = 100 if metric == "accuracy" else 1
+    ax.plot([sizes[r["codec"]] for r in quality], [scale * r[metric] for r in quality], "o",
             label="mean, no attack")
     worst = guard_worst_case(guarded)
-    ax.plot([sizes[w["codec"]] for w in worst], [100 * w["worst_accuracy"] for w in worst], "s",
+    ax.plot([sizes[w["codec"]] for w in worst], [scale * w["worst_quality"] for w in worst], "s",
             label="guard, worst attack")
     for codec, size in sizes.items():
         ax.annotate(codec.replace("topk:density=", "topk "), (size, 0), xycoords=("data", "axes fraction"),
                     rotation=90, fontsize=7, va="bottom", ha="right")
     ax.set_xscale("log")
     ax.set_xlabel("bytes per parameter per round (one payload)")
-    ax.set_ylabel("test accuracy (%)")
+    ax.set_ylabel("test accuracy (%)" if metric == "accuracy" else "validation perplexity (lower is better)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    ax.set_title("digits: quality against bytes, per codec", fontsize=10)
+    task = quality[0].get("task", "digits") if quality else "digits"
+    ax.set_title(f"{task}: quality against bytes, per codec", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -29,13 +29,14 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Register ``bench wire`` on the ``bench`` sub-command's subparsers."""
     parser: argparse.ArgumentParser = sub.add_parser(
         "wire",
-        help="every codec: bytes per parameter, encode/decode time, error, and DiLoCo accuracy on digits",
+        help="every codec: bytes per parameter, encode/decode time, error, and DiLoCo quality on a task",
         description="For each codec: bytes per parameter per round, encode and decode time and relative "
         "reconstruction error at d = 1e5, 1e6, 1e7 (--quick: 1e5, 1e6), then an in-process DiLoCo run on "
-        "digits (n workers, mean aggregation, error feedback per worker, each codec's outer step: DiLoCo's "
+        "digits or --task (n workers, mean aggregation, error feedback per worker, each codec's outer step: DiLoCo's "
         "Nesterov for fp32/fp16/int8/int4, SparseLoCo's decayed error feedback without outer momentum for topk) "
         "giving the final "
-        "accuracy per codec against fp32, and the guard (default semantic) per codec under sign_flip:scale=10 "
+        "accuracy (perplexity for a language model) per codec against fp32, and the guard (default semantic) "
+        "per codec under sign_flip:scale=10 "
         "and alie from a minority of workers, its worst case against fp32's. No swarm, no network.",
         formatter_class=DefaultsOnceFormatter,
     )
@@ -45,6 +46,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=None, help="outer rounds (default 20; --quick 10)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the updates and of the run")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument(
+        "--task", default="digits",
+        help="task spec of parts 2 and 3 (digits, shakespeare, shakespeare:n_layers=2, module:Class, ...); "
+        "a language model reports validation perplexity",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the results here")
     parser.add_argument("--guard", default="semantic", help="guard spec of part 3 (the guard per codec)")
     parser.add_argument(
@@ -122,19 +128,27 @@ def run_wire(args: argparse.Namespace) -> int:
         print("p2p-guard bench wire: error: --topk-ef-decay must be in [0, 1], --topk-outer-lr finite and > 0, "
               "--topk-outer-momentum in [0, 1)", file=sys.stderr)
         return EXIT_USAGE
+    task = getattr(args, "task", "digits")
+    try:
+        from p2p_guard.tasks import load_task
+
+        load_task(task)
+    except ValueError as error:
+        print(f"p2p-guard bench wire: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
     torch.set_num_threads(args.threads)
 
     def note(line: str) -> None:
         print(f"  {line} ...", file=sys.stderr, flush=True)
 
     sizes = measure_codecs(codecs, QUICK_SIZES if args.quick else FULL_SIZES, seed=args.seed, progress=note)
-    quality = convergence(codecs, workers=workers, rounds=rounds, seed=args.seed, progress=note,
+    quality = convergence(codecs, workers=workers, rounds=rounds, seed=args.seed, progress=note, task=task,
                           topk_ef_decay=decay, topk_outer_lr=lr, topk_outer_momentum=momentum)
     guarded = [
         row
         for codec in codecs
         for attack in guard_attacks
-        for row in convergence([codec], workers=workers, rounds=rounds, seed=args.seed, progress=note,
+        for row in convergence([codec], workers=workers, rounds=rounds, seed=args.seed, progress=note, task=task,
                                guard=getattr(args, "guard", "semantic"), attack=attack, byzantine=byzantine,
                                topk_ef_decay=decay, topk_outer_lr=lr, topk_outer_momentum=momentum)
     ]
@@ -185,8 +199,8 @@ def _report(tables: str, meta: dict[str, Any], plot: str) -> str:
 def _quick_checks(sizes: list[dict[str, Any]], quality: list[dict[str, Any]]) -> list[str]:
     """What --quick asserts (the failed checks, empty when all hold).
 
-    fp32 is exact and the others smaller; fp16/int8 within 1 point of fp32's accuracy; every codec learns
-    (accuracy ≥ 0.8; chance is 0.1).
+    fp32 is exact and the others smaller; fp16/int8 within 1 point of fp32's accuracy (1 % of its perplexity
+    for a language model); every classifier learns (accuracy ≥ 0.8; chance is 0.1).
     """
     failed = []
     for row in sizes:
@@ -195,6 +209,11 @@ def _quick_checks(sizes: list[dict[str, Any]], quality: list[dict[str, Any]]) ->
         if row["codec"] != "fp32" and row["bytes_per_param"] >= 4.0:
             failed.append(f"{row['codec']} at d={row['numel']} is not smaller than fp32")
     for row in quality:
+        if row.get("metric") == "perplexity":
+            delta = row["quality_vs_fp32"]
+            if row["codec"] in ("fp16", "int8") and delta is not None and delta > 1.0:
+                failed.append(f"{row['codec']}: perplexity {row['perplexity']:.3f} is {delta:.2f}% over fp32's")
+            continue
         delta = row["accuracy_vs_fp32"]
         if row["codec"] in ("fp16", "int8") and delta is not None and delta < -1.0:
             failed.append(

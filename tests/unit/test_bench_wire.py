@@ -140,3 +140,29 @@ def test_cli_rejects_a_byzantine_majority(capsys: pytest.CaptureFixture[str]) ->
                               guard_attacks=None, byzantine=2, out=None)
     assert bench_wire_cmd.run_wire(args) == bench_wire_cmd.EXIT_USAGE
     assert "--byzantine must be >= 1 and a minority of --workers 4; got 2" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(300)
+def test_convergence_on_a_language_model_reports_perplexity() -> None:
+    task = "shakespeare:d_model=16,n_layers=1,n_heads=2,context=16,eval_windows=4"
+    rows = convergence(["fp32", "int8", "fp32"], workers=2, rounds=1, inner_steps=2, task=task)
+    assert [(r["task"], r["metric"], r["accuracy"]) for r in rows] == [(task, "perplexity", None)] * 3
+    assert rows[0]["perplexity"] == rows[2]["perplexity"] == rows[0]["quality"] > 1.0
+    assert rows[0]["quality_vs_fp32"] == 0.0 and rows[0]["accuracy_vs_fp32"] is None
+    assert rows[1]["quality_vs_fp32"] == pytest.approx(100 * (rows[1]["perplexity"] / rows[0]["perplexity"] - 1))
+    table = format_tables([], rows)
+    assert f"`{task}`, 2 workers, 1 rounds" in table and "| perplexity | vs fp32 (%) |" in table
+
+
+def test_guard_worst_case_of_perplexity_is_the_highest() -> None:
+    def row(codec: str, attack: str, perplexity: float) -> dict[str, object]:
+        return {"codec": codec, "attack": attack, "metric": "perplexity", "perplexity": perplexity,
+                "task": "shakespeare", "guard": "semantic", "workers": 8, "byzantine": 2, "rounds": 20,
+                "rejected": [1, 2, 3, 4]}
+
+    rows = [row("fp32", "a", 8.0), row("fp32", "b", 10.0), row("topk", "a", 10.5), row("topk", "b", 9.0)]
+    assert [(w["codec"], w["worst_attack"], w["worst_quality"], round(w["worst_vs_fp32"], 6))
+            for w in guard_worst_case(rows)] == [("fp32", "b", 10.0, 0.0), ("topk", "a", 10.5, 5.0)]
+    table = format_guard_table(rows)
+    assert "| worst vs fp32 (%) | within 3 % |" in table
+    assert "| topk | 10.5000 (1/2, 3/4) | 9.0000 (1/2, 3/4) | 10.5000 | +5.00 | no |" in table
