@@ -57,6 +57,7 @@ from p2p_guard.swarm.checkpoint import Checkpoint, CheckpointError, last_committ
     save_checkpoint
 from p2p_guard.swarm.pacing import RateBook
 from p2p_guard.swarm.mixing import MOMENTUM_MIX_RADIUS, clipped_gossip, gossip_steps, robust_centre
+from p2p_guard.swarm.model_match import ModelMismatch, ShapeWatch
 from p2p_guard.swarm.records import COMMIT_TTL_S, PRESENCE_TTL_S, commit_key, presence_key, publish_leave, \
     publish_proof, read_closes, read_presence, read_proofs
 from p2p_guard.swarm.rounds import UNREACHABLE_DETAIL, Departures, IntegrityVerdict, await_commits, check_rows, \
@@ -279,6 +280,7 @@ class Peer:
         self.metrics: PeerMetrics | None = None  # the Prometheus endpoint's (``metrics_port``); None: off
         self.departures = Departures(dht, config.run_id)  # peers that left (signed leave records)
         self.suspects = Suspects()  # peers we could not reach lately (killed ones): not waited for, not mixed with
+        self.shape_watch = ShapeWatch()  # stops us when the swarm's updates keep being for another model
         self.rates = RateBook()  # each sender's measured payload rate: its next fetch deadline (swarm.pacing)
 
     @property
@@ -1504,6 +1506,7 @@ async def _finish(peer: Peer, pending: asyncio.Task[RoundOutcome], inner: InnerR
         outcome = await pending
     if stop.is_set():
         return 0
+    _check_model_match(peer, outcome)
     deferring = overlapped and outcome.mix
     with clock.timed("mix"):
         await deferred.apply(peer, outcome)
@@ -1526,6 +1529,21 @@ async def _finish(peer: Peer, pending: asyncio.Task[RoundOutcome], inner: InnerR
     else:
         await _report(peer, outcome, record, bar, clock)
     return 1
+
+
+def _check_model_match(peer: Peer, outcome: RoundOutcome) -> None:
+    """Warn, then stop, when the swarm's updates keep having other shapes than our model (``swarm.model_match``).
+
+    Raises:
+        ModelMismatch: after ``MISMATCH_ROUNDS`` such rounds in a row; ``run_peer`` exits 1 with its message.
+    """
+    said = peer.shape_watch.observe(outcome.verdicts, peer.me)
+    if said is None:
+        return
+    stop, message = said
+    if stop:
+        raise ModelMismatch(message)
+    peer.log.warning(message)
 
 
 def _apply_skipped(peer: Peer, skipped: RoundOutcome | None) -> None:
@@ -1765,7 +1783,7 @@ async def _run_with_signals(config: PeerConfig, progress: bool) -> int:
         loop.add_signal_handler(sig, _request_stop, stop, sig)
     try:
         completed = await _main(config, progress, stop)
-    except (TimeoutError, ValueError, OSError, P2PDaemonError, EarlierSessionCommit) as e:
+    except (TimeoutError, ValueError, OSError, P2PDaemonError, EarlierSessionCommit, ModelMismatch) as e:
         logger.error("peer stopped: %s", e)
         return 1
     finally:
