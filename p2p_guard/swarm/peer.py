@@ -121,6 +121,8 @@ class RoundOutcome:
         mix_distance: the mixing step's largest ‖θ_j − θ_i‖ / ‖θ_i‖ over those states, before mixing (None: none).
         skipped: the outcome of the round before, when we skipped it (our update went into this one:
             ``Peer.receive``); its aggregate is applied before this round's.
+        overlapped: its communication ran beside the next round's inner phase (its head), and its step came
+            between the head and the tail (``--overlap``, or the automatic overlap chose it).
     """
 
     round: int
@@ -135,6 +137,7 @@ class RoundOutcome:
     mix_distance: float | None = None
     rows: dict[str, torch.Tensor] = field(default_factory=dict)
     skipped: RoundOutcome | None = None
+    overlapped: bool = False
 
 
 @dataclass
@@ -1507,6 +1510,7 @@ async def _finish(peer: Peer, pending: asyncio.Task[RoundOutcome], inner: InnerR
     if stop.is_set():
         return 0
     _check_model_match(peer, outcome)
+    outcome.overlapped = overlapped
     deferring = overlapped and outcome.mix
     with clock.timed("mix"):
         await deferred.apply(peer, outcome)
@@ -1740,16 +1744,17 @@ def _emit_round(peer: Peer, events: EventLog, outcome: RoundOutcome, metrics: An
                 bytes_received=outcome.bytes_received, fetched=outcome.fetched, served=served,
                 mixed_from=outcome.mixed_from, applied=outcome.aggregate is not None,
                 state_hash=state_hash, peers_seen=len(outcome.verdicts),
-                train_loss=outcome.train_loss, snapshot=snapshot, phases=phases)
+                train_loss=outcome.train_loss, snapshot=snapshot, phases=phases, overlapped=outcome.overlapped)
     if peer.metrics is not None:
         peer.metrics.observe_round(
             verdicts=outcome.verdicts, me=peer.me, applied=outcome.aggregate is not None, fetched=outcome.fetched,
             served=served, bytes_sent=bytes_sent, bytes_received=outcome.bytes_received, seconds=seconds,
             compute_s=outcome.compute_s, mix_distance=outcome.mix_distance, mixed_from=outcome.mixed_from,
             loss=finite_or_none(metrics.loss), accuracy=metrics.accuracy)
-    peer.log.info("round %d: %s | fetched %d | accepted %d | rejected %d%s | compute %.1f of %.1f s",
+    peer.log.info("round %d: %s | fetched %d | accepted %d | rejected %d%s | compute %.1f of %.1f s%s",
                   outcome.round, _metric_text(metrics), outcome.fetched, accepted, len(others) - accepted,
-                  f" ({', '.join(reasons)})" if reasons else "", outcome.compute_s, seconds)
+                  f" ({', '.join(reasons)})" if reasons else "", outcome.compute_s, seconds,
+                  " | overlapped" if outcome.overlapped else "")
 
 
 def _save_state(peer: Peer, config: PeerConfig, events: EventLog, completed: int) -> None:

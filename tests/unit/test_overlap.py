@@ -194,3 +194,23 @@ def test_the_automatic_overlap_runs_where_the_head_hides_a_tenth_of_the_round(
     from p2p_guard.swarm.peer import overlap_pays
 
     assert overlap_pays(comm_s, step_s, h) is expected
+
+
+def test_the_round_event_and_log_line_say_whether_the_round_was_overlapped(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from types import SimpleNamespace
+
+    from p2p_guard.swarm.peer import _emit_round
+    from p2p_guard.tasks.base import Metrics
+
+    emitted: list[tuple[str, dict[str, object]]] = []
+    events = SimpleNamespace(emit=lambda kind, **fields: emitted.append((kind, fields)))
+    peer = SimpleNamespace(me="me", metrics=None, log=logging.getLogger("test-overlap-event"))
+    with caplog.at_level(logging.INFO, logger="test-overlap-event"):
+        for overlapped in (False, True):
+            outcome = RoundOutcome(3, overlapped=overlapped)
+            _emit_round(peer, events, outcome, Metrics(1.0, 0.5, None), 2.0, 0, 0, None, {}, "ab")  # type: ignore[arg-type]
+    rounds = [fields for kind, fields in emitted if kind == "round"]
+    assert [r["overlapped"] for r in rounds] == [False, True]
+    lines = [r.getMessage() for r in caplog.records]
+    assert [line.endswith("| overlapped") for line in lines] == [False, True]
