@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from p2p_guard.protocol.reasons import CIRCUMSTANTIAL_REASONS
 from p2p_guard.simulation import figures
 from p2p_guard.simulation.events import Event
 from p2p_guard.simulation.peerlog import PeerLog, honest_round_events, mean_of, sender_roles
@@ -62,7 +63,11 @@ def guard_confusion(peers: Sequence[PeerLog]) -> dict[str, Any]:
     Returns:
         ``true_positive``, ``false_positive``, ``true_negative``, ``false_negative``, ``unknown_sender``
         (verdicts about a PeerID no peer announced), ``false_positive_rate`` = FP / (FP + TN) and
-        ``true_positive_rate`` = TP / (TP + FN) (None when undefined), and ``reasons``: rejections per reason.
+        ``true_positive_rate`` = TP / (TP + FN) (None when undefined), ``reasons``: rejections per reason, and
+        ``false_positive_circumstantial``: the false positives whose reason says when or whether the update
+        arrived, not what it holds (``protocol.reasons.CIRCUMSTANTIAL_REASONS``: a stopped, slowed or late honest
+        peer earns them), with ``false_positive_rate_on_content`` = (FP − those) / (FP − those + TN), the
+        guard's and the integrity checks' own false positives.
     """
     roles = sender_roles(peers)
     counts = Counter[str]()
@@ -77,6 +82,7 @@ def guard_confusion(peers: Sequence[PeerLog]) -> dict[str, Any]:
             counts["true_positive" if rejected else "false_negative"] += 1
         else:
             counts["false_positive" if rejected else "true_negative"] += 1
+            counts["circumstantial"] += rejected and str(verdict.get("reason")) in CIRCUMSTANTIAL_REASONS
     tp, fp = counts["true_positive"], counts["false_positive"]
     tn, fn = counts["true_negative"], counts["false_negative"]
     return {
@@ -86,6 +92,9 @@ def guard_confusion(peers: Sequence[PeerLog]) -> dict[str, Any]:
         "false_negative": fn,
         "unknown_sender": counts["unknown_sender"],
         "false_positive_rate": fp / (fp + tn) if fp + tn else None,
+        "false_positive_circumstantial": counts["circumstantial"],
+        "false_positive_rate_on_content": (fp - counts["circumstantial"]) / (fp - counts["circumstantial"] + tn)
+        if fp - counts["circumstantial"] + tn else None,
         "true_positive_rate": tp / (tp + fn) if tp + fn else None,
         "reasons": dict(sorted(reasons.items())),
     }

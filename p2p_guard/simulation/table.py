@@ -53,7 +53,10 @@ def _guard_lines(guard: Mapping[str, Any]) -> list[str]:
         ["honest", str(guard.get("false_positive", 0)), str(guard.get("true_negative", 0))],
     ]
     lines = _grid(header, rows)
-    lines.append(f"false positive rate: {_cell(guard.get('false_positive_rate'), '{:.2%}')}")
+    circumstantial = guard.get("false_positive_circumstantial") or 0
+    lines.append(f"false positive rate: {_cell(guard.get('false_positive_rate'), '{:.2%}')}" + (
+        f" ({circumstantial} circumstantial: timing or reachability; on content "
+        f"{_cell(guard.get('false_positive_rate_on_content'), '{:.2%}')})" if circumstantial else ""))
     lines.append(f"detection rate:      {_cell(guard.get('true_positive_rate'), '{:.2%}')}")
     if guard.get("unknown_sender"):
         lines.append(f"verdicts about unknown senders: {guard['unknown_sender']}")

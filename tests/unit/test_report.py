@@ -124,6 +124,17 @@ def test_confusion_counts_honest_receivers_only_and_skips_self_verdicts() -> Non
     assert guard["reasons"] == {"outlier": 4}
 
 
+def test_confusion_separates_circumstantial_false_positives() -> None:
+    peers = _swarm()
+    late = dict(_verdict(2, "B", False), reason="timeout")  # a stopped honest peer: not the guard's fault
+    peers[0].events.insert(-1, late)
+    guard = guard_confusion(peers)
+    assert (guard["false_positive"], guard["false_positive_circumstantial"], guard["true_negative"]) == (2, 1, 3)
+    assert guard["false_positive_rate"] == pytest.approx(2 / 5)
+    assert guard["false_positive_rate_on_content"] == pytest.approx(1 / 4)
+    assert guard_confusion(_swarm())["false_positive_circumstantial"] == 0
+
+
 def test_confusion_counts_unknown_senders_apart() -> None:
     peers = [PeerLog(0, False, [_ready("A", False), _verdict(0, "X", False)])]
     guard = guard_confusion(peers)
