@@ -23,6 +23,8 @@ import math
 import os
 import random
 import signal
+import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -71,7 +73,7 @@ from p2p_guard.swarm.validator import RecordValidator
 from p2p_guard.swarm.verdicts import SenderVerdict, finite_or_none
 from p2p_guard.tasks import load_task
 from p2p_guard.training.error_feedback import ErrorFeedback
-from p2p_guard.training.inner import autocast_dtype
+from p2p_guard.training.inner import InnerPhaseStopped, autocast_dtype
 from p2p_guard.training.local import LocalModel, pick_device, round_generator
 
 __all__ = ["EarlierSessionCommit", "Peer", "choose_commit_round", "linger_seconds", "run_peer"]
@@ -280,6 +282,8 @@ class Peer:
         self.departures = Departures(dht, config.run_id)  # peers that left (signed leave records)
         self.suspects = Suspects()  # peers we could not reach lately (killed ones): not waited for, not mixed with
         self.rates = RateBook()  # each sender's measured payload rate: its next fetch deadline (swarm.pacing)
+        # set once a stop is requested (_relay_stop): the inner phase's thread stops at its next step boundary
+        self.halt = threading.Event()
 
     @property
     def attack_kind(self) -> str | None:
@@ -392,10 +396,15 @@ class Peer:
 
     async def _train(self, start: torch.Tensor, steps: int, generator: torch.Generator
                      ) -> tuple[torch.Tensor, float]:
-        """``LocalModel.train_from`` in a thread (the event loop goes on serving and fetching meanwhile)."""
+        """``LocalModel.train_from`` in a thread (the event loop goes on serving and fetching meanwhile).
+
+        Raises:
+            InnerPhaseStopped: a stop was requested (``self.halt``); the partial phase is no update.
+        """
         data_attack = self.attack if self.attack_kind == "data" else None
         started = time.monotonic()
-        end, loss = await asyncio.to_thread(self.local.train_from, start, steps, generator, data_attack)
+        end, loss = await asyncio.to_thread(self.local.train_from, start, steps, generator, data_attack,
+                                            halt=self.halt)
         slowdown = _read_slowdown(self.config.control_file)
         if slowdown > 1.0:  # fault injection (simulations): an F times slower volunteer
             await asyncio.sleep((slowdown - 1.0) * (time.monotonic() - started))
@@ -1045,6 +1054,7 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
     dht = await start_dht(identity_path=str(config.identity), initial_peers=initial_peers,
                           host=config.host, port=config.port, announce_host=config.announce_host,
                           record_validators=[RecordValidator([config.run_id])], network=network_options(config))
+    relay: asyncio.Task[None] | None = None
     announcer: asyncio.Task[None] | None = None
     watcher: asyncio.Task[None] | None = None
     slow_client: asyncio.Task[Any] | None = None
@@ -1070,6 +1080,7 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
                     ", ".join(maddrs), config.task, local.device, ", bf16 autocast" if autocast else "", local.numel)
         events.emit("ready", peer_id=identity.peer_id_b58, byzantine=config.attack is not None,
                     attack=config.attack, maddrs=maddrs, numel=local.numel)
+        relay = asyncio.create_task(_relay_stop(stop, peer.halt))
         announcer = asyncio.create_task(peer.announce(stop))
         announcer.add_done_callback(_log_task_failure)
         watcher = asyncio.create_task(_watch_network(dht, events, stop))
@@ -1078,7 +1089,7 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
         return await _round_loop(peer, config, progress, stop, events)
     finally:
         stop.set()
-        for background in (announcer, watcher, slow_client):
+        for background in (relay, announcer, watcher, slow_client):
             if background is not None:
                 with contextlib.suppress(BaseException):
                     await asyncio.wait_for(background, LEAVE_TIMEOUT_S)
@@ -1240,11 +1251,16 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
                     pending_step = False  # the adopted state is the swarm's, past the pending round: its step is in it
             peer._set_round(round_)
             head: PhaseHead | None = None
-            with clock.timed("inner"):
-                if pending is None:
-                    inner = await peer.inner(round_)
-                else:  # overlap: the head of this phase runs beside the previous round's communication
-                    head = await peer.inner_head(round_, head_steps(clock.comm_s, clock.step_s, peer.inner_steps))
+            try:
+                with clock.timed("inner"):
+                    if pending is None:
+                        inner = await peer.inner(round_)
+                    else:  # overlap: the head of this phase runs beside the previous round's communication
+                        head = await peer.inner_head(round_, head_steps(clock.comm_s, clock.step_s,
+                                                                        peer.inner_steps))
+            except InnerPhaseStopped as e:
+                _log_inner_stopped(peer, round_, e)
+                break
             if pending is not None:
                 completed += await _finish(peer, pending, pending_inner, clock, bar, stop, deferred, reports,
                                            overlapped=True, apply_step=pending_step)
@@ -1252,8 +1268,12 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
             if stop.is_set() or (last is not None and round_ >= last):
                 break
             if head is not None:
-                with clock.timed("inner"):
-                    inner = await peer.inner_tail(head)
+                try:
+                    with clock.timed("inner"):
+                        inner = await peer.inner_tail(head)
+                except InnerPhaseStopped as e:
+                    _log_inner_stopped(peer, round_, e)
+                    break
             clock.step_s = inner.compute_s / peer.inner_steps
             with clock.timed("commit"):
                 target = await peer.open_round(round_)
@@ -1302,6 +1322,18 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
         await _linger(peer, round_ - 1, stop, linger_s=linger_seconds(config.fetch_timeout_s, clock.last_round_s))
     _save_state(peer, config, events, completed)
     return completed
+
+
+def _log_inner_stopped(peer: Peer, round_: int, stopped: InnerPhaseStopped) -> None:
+    """One line: the inner phase of ``round_`` stopped for a stop request; nothing of it is committed."""
+    peer.log.info("inner phase of round %d stopped after %d step(s) for the stop request: nothing committed for it",
+                  round_, stopped.steps_done)
+
+
+async def _relay_stop(stop: asyncio.Event, halt: threading.Event) -> None:
+    """Set ``halt`` (read by the inner phase's thread between steps) once ``stop`` is set."""
+    await stop.wait()
+    halt.set()
 
 
 async def _communication(peer: Peer, round_: int, sent: torch.Tensor, sealed: bytes, serve: bytes,
@@ -1776,8 +1808,25 @@ async def _run_with_signals(config: PeerConfig, progress: bool) -> int:
 
 
 def _request_stop(stop: asyncio.Event, sig: signal.Signals) -> None:
+    """The first SIGINT/SIGTERM stops the peer cleanly (``stop``); a second ends the process at once.
+
+    The clean stop interrupts the inner phase at its next step boundary (``Peer.halt``), leaves the swarm (signed
+    leave record) and shuts the DHT down, within seconds. A second signal does not wait for any of it: the
+    process exits with status 130 (``os._exit``), and the watchdog (``swarm.reaper``) stops our ``p2pd``.
+    """
     if not stop.is_set():
         logger.info("%s received: finishing cleanly (send again to force)", sig.name)
         stop.set()
     else:
-        raise KeyboardInterrupt
+        _force_exit(sig)
+
+
+def _force_exit(sig: signal.Signals) -> None:
+    """End the process now with status 130 after a second stop signal (log lines flushed first)."""
+    logger.warning("%s received again: exiting now, without a leave record (the others drop us when our presence "
+                   "expires, %.0f s)", sig.name, PRESENCE_TTL_S)
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(130)
