@@ -55,8 +55,7 @@ from p2p_guard.swarm.dht import NetworkOptions, SwarmDHT, is_relayed, relay_of, 
 from p2p_guard.swarm.events import EventLog
 from p2p_guard.swarm.metrics import PeerMetrics, start_metrics
 from p2p_guard.swarm.reaper import start_reaper, stop_reaper_if_clean
-from p2p_guard.swarm.checkpoint import Checkpoint, CheckpointError, last_committed, load_checkpoint, mark_committed, \
-    save_checkpoint
+from p2p_guard.swarm.checkpoint import Checkpoint, last_committed, load_resumable, mark_committed, save_checkpoint
 from p2p_guard.swarm.pacing import RateBook
 from p2p_guard.swarm.mixing import MOMENTUM_MIX_RADIUS, clipped_gossip, gossip_steps, robust_centre
 from p2p_guard.swarm.records import COMMIT_TTL_S, PRESENCE_TTL_S, commit_key, presence_key, publish_leave, \
@@ -1124,15 +1123,24 @@ async def _leave(peer: Peer) -> None:
 
 
 async def _start_round(peer: Peer, config: PeerConfig, stop: asyncio.Event) -> int:
-    """Where to start: our own checkpoint if there is one, then a robust catch-up if the swarm is ahead."""
+    """Where to start: our own checkpoint if there is one, then a robust catch-up if the swarm is ahead.
+
+    A refused ``checkpoint.pt`` (corrupt, another run or model) falls back to ``checkpoint.prev.pt``, one round
+    older (``swarm.checkpoint.load_resumable``); with neither, the peer starts from the initial model and catches
+    up from the swarm like a new late joiner, even when its commit mark puts it at the swarm's round.
+    """
     round_ = 0
     ckpt: Checkpoint | None = None
     if config.checkpoint_dir:
-        try:
-            ckpt = load_checkpoint(config.checkpoint_dir, run_id=config.run_id, numel=peer.local.numel)
-        except CheckpointError as e:
-            peer.log.warning("ignoring our checkpoint: %s", e)
-            ckpt = None
+        found = load_resumable(config.checkpoint_dir, run_id=config.run_id, numel=peer.local.numel)
+        ckpt = found.checkpoint
+        for problem in found.problems:
+            peer.log.warning("ignoring our checkpoint: %s", problem)
+        if found.previous and found.problems:
+            peer.log.warning("resuming from our previous checkpoint (round %d) instead", ckpt.round if ckpt else -1)
+        elif found.problems:
+            peer.log.warning("no usable checkpoint: starting from the initial model, and catching up from the "
+                             "swarm's states if it is past round 0")
         if ckpt is not None:
             peer.local.resume(ckpt.theta, ckpt.momentum)
             residual = ckpt.extra.get("ef_residual")
@@ -1151,15 +1159,18 @@ async def _start_round(peer: Peer, config: PeerConfig, stop: asyncio.Event) -> i
     peer._set_round(round_)
     peer.serve_state(round_)
     others = await peer.wait_for_peers(stop, timeout_s=config.join_timeout_s)
-    return await _maybe_catch_up(peer, round_, others, stop, checkpoint_round=None if ckpt is None else ckpt.round)
+    return await _maybe_catch_up(peer, round_, others, stop, checkpoint_round=None if ckpt is None else ckpt.round,
+                                 fresh=ckpt is None)
 
 
 async def _maybe_catch_up(peer: Peer, round_: int, others: dict[str, int], stop: asyncio.Event, *,
-                         checkpoint_round: int | None = None) -> int:
+                         checkpoint_round: int | None = None, fresh: bool = False) -> int:
     """Catch up (robust centre of sampled states) if we are far behind; return the round to continue from.
 
     Far behind: the swarm's median round is ahead of ours by ``catch_up_behind`` [2] rounds or more, or we join
-    a swarm already past round 0 with a fresh model, or we resume from a pause (§7.1) and the swarm went on
+    a swarm already past round 0 with a fresh model (``fresh``: no checkpoint was resumed, whatever round the commit
+    mark of an earlier session puts us at; a corrupt checkpoint once left such a peer at the swarm's round with an
+    untrained θ, whose updates dragged an honest peer 0.97 away), or we resume from a pause (§7.1) and the swarm went on
     without us, or we restarted from our checkpoint (θ at the start of ``checkpoint_round``) and the swarm is at
     that round or later: the checkpoint's θ missed the outer steps since, and the round we continue in may be
     later still (never a second commit for a round we committed before the crash). In the chaos soak of stop 15
@@ -1183,11 +1194,14 @@ async def _maybe_catch_up(peer: Peer, round_: int, others: dict[str, int], stop:
     swarm = rounds[(len(rounds) - 1) // 2]
     behind = swarm - round_
     restarted = checkpoint_round is not None and swarm >= checkpoint_round
+    untrained = fresh and swarm > 0  # our initial model, at any round (a commit mark may put us at the swarm's)
     if (behind >= peer.config.catch_up_behind or (round_ == 0 and behind > 0) or (resumed and behind > 0) or restarted
-            or jumped):
+            or jumped or untrained):
         if jumped and behind < peer.config.catch_up_behind:
             peer.log.info("our last update jumped rounds (we were frozen or slow): our state missed their outer "
                           "steps; catching up")
+        elif untrained and behind < peer.config.catch_up_behind:
+            peer.log.info("the swarm is at round %d and our model is the initial one: catching up", swarm)
         elif restarted and behind < peer.config.catch_up_behind:
             peer.log.info("the swarm is at round %d and our checkpoint's state at round %d: catching up", swarm,
                           checkpoint_round)
