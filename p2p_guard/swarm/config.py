@@ -43,7 +43,9 @@ class PeerConfig:
         peer_index: this peer's data shard index in ``[0, num_peers)``.
         num_peers: number of data shards (the intended swarm size).
         partition: ``iid`` or ``dirichlet:ALPHA`` (``by_work`` is implied for text).
-        rounds: outer rounds to run before leaving; 0 means run until stopped.
+        rounds: the run's round at which to leave: the peer takes part in rounds up to ``rounds`` − 1 of the run,
+            counted from the run's start (round 0), not from its own join, so a late joiner or a restarted peer
+            runs fewer; 0 means run until stopped.
         inner_steps: H, the number of inner AdamW steps per outer round, at most 10^6 (``MAX_INNER_STEPS``)
             (None: the task's default).
         guard: robust aggregation rule applied to received pseudo-gradients.

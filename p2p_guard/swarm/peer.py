@@ -193,7 +193,7 @@ class PhaseHead:
 
 
 class EarlierSessionCommit(RuntimeError):
-    """Our identity already committed to this round in an earlier session: committing again would equivocate."""
+    """Another session of our identity (running now or earlier) committed to this round: a second would equivocate."""
 
 
 async def choose_commit_round(round_: int, presence_rounds: Sequence[int],
@@ -583,8 +583,9 @@ class Peer:
         if existing is not None and existing != sealed:
             raise EarlierSessionCommit(
                 f"this identity already signed a different commit for run {self.config.run_id!r} round {round_} "
-                f"in an earlier session (commits stay in the DHT for {COMMIT_TTL_S // 60:.0f} min); signing a "
-                "second would be an equivocation and every peer would ban us. Resume that session with its "
+                f"in another session of this identity (running now or earlier; commits stay in the DHT for "
+                f"{COMMIT_TTL_S // 60:.0f} min); signing a second would be an equivocation and every peer would ban "
+                "us. Stop the other session if it still runs; to go on, resume that session with its "
                 "--checkpoint-dir, or start a new run with another --run-id")
 
     # -- communicate: close, reveal, sample, fetch, judge, mix ---------------------------------------------------
