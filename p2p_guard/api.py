@@ -102,7 +102,8 @@ def run_peer(config: PeerConfig, *, progress: bool = False) -> int:
     """Run one peer in this process (what ``p2p-guard peer`` runs) until its rounds are done or it is stopped.
 
     It installs SIGINT/SIGTERM handlers for its run (call it from the main thread): the first signal makes it
-    leave cleanly (signed leave record, serve withdrawn, DHT and ``p2pd`` shut down), a second forces the exit.
+    leave cleanly (an inner phase in progress stops at its next step, then signed leave record, serve withdrawn,
+    DHT and ``p2pd`` shut down), a second ends the process at once (``os._exit(130)``).
 
     Args:
         config: the peer's settings (:class:`PeerConfig`: ``initial_peers`` (multiaddrs of a bootstrap node),

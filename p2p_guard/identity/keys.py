@@ -154,10 +154,10 @@ class Identity:
             mode = os.fstat(handle.fileno()).st_mode
         if len(data) > MAX_KEY_FILE_BYTES:
             raise ValueError(f"{path}: larger than {MAX_KEY_FILE_BYTES} bytes; not a key file")
+        identity = cls.from_key_bytes(data, source=str(path))  # a bad file's error comes alone, without the warning
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
             logger.warning("identity file %s is accessible by group or others (mode %o); chmod 600 it",
                            path, stat.S_IMODE(mode))
-        identity = cls.from_key_bytes(data, source=str(path))
         identity.path = path
         return identity
 

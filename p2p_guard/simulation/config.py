@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from p2p_guard.swarm.config import check_seed
+from p2p_guard.swarm.config import check_inner_steps, check_seed
 
 __all__ = ["DEFAULT_TIMEOUT_S", "SimulationConfig", "check_partition", "split_attack_mix"]
 
@@ -74,7 +74,7 @@ class SimulationConfig:
         rounds: outer rounds every peer runs.
         seed: run seed (the same for every peer: they start from the same θ_0).
         guard: aggregation rule of every peer (``semantic``, ``mean``, ...).
-        inner_steps: H inner steps per round (None: the task's default).
+        inner_steps: H inner steps per round, 1 to ``swarm.config.MAX_INNER_STEPS`` (None: the task's default).
         partition: ``iid`` or ``dirichlet:ALPHA``.
         run_id: run name shared by the peers (None: derived from the task spec and seed, so reruns are
             comparable: ``sim-digits-seed0``, or for a spec with options or a ``MODULE:CLASS`` its name and 8 hex
@@ -139,7 +139,7 @@ class SimulationConfig:
         _at_least("rounds", self.rounds, 1)
         check_seed(self.seed)
         if self.inner_steps is not None:
-            _at_least("inner_steps", self.inner_steps, 1)
+            check_inner_steps(self.inner_steps)
         if self.byzantine > 0 and not self.attack:
             raise ValueError(f"byzantine={self.byzantine} needs an attack spec")
         if self.byzantine > 0 and self.attack and len(split_attack_mix(self.attack)) > self.byzantine:

@@ -12,6 +12,10 @@ File format (``checkpoint_dir/checkpoint.pt``, ``torch.save`` of a dict of plain
 It is written to a temporary file in the same folder, fsynced, then renamed over the old one (atomic on POSIX),
 so a kill at any instant leaves either the previous or the new checkpoint, never half of one. ``torch.load`` runs
 with ``weights_only=True``: a tampered file cannot execute code, and a wrong digest is refused.
+
+The checkpoint it replaces is kept as ``checkpoint_dir/checkpoint.prev.pt`` (one round older), so a checkpoint that
+was damaged afterwards (a disk error, a truncated copy) costs one round, not the whole training:
+:func:`load_resumable` falls back to it. A kill between the two renames leaves only ``checkpoint.prev.pt``.
 """
 
 from __future__ import annotations
@@ -27,11 +31,13 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["Checkpoint", "CheckpointError", "last_committed", "load_checkpoint", "mark_committed", "save_checkpoint"]
+__all__ = ["Checkpoint", "CheckpointError", "Resumable", "last_committed", "load_checkpoint", "load_resumable",
+           "mark_committed", "save_checkpoint"]
 
 logger = logging.getLogger(__name__)
 
 FILE_NAME = "checkpoint.pt"
+PREVIOUS_NAME = "checkpoint.prev.pt"
 COMMIT_MARK = "last_commit"
 FORMAT = 1
 
@@ -84,6 +90,8 @@ def _digest(run_id: str, round_: int, tensors: dict[str, torch.Tensor]) -> str:
 def save_checkpoint(folder: str | Path, ckpt: Checkpoint) -> Path:
     """Write ``ckpt`` atomically to ``folder/checkpoint.pt`` (the folder is created).
 
+    The checkpoint it replaces, if any, becomes ``checkpoint.prev.pt`` (the fallback of :func:`load_resumable`).
+
     Returns:
         The checkpoint's path.
 
@@ -103,6 +111,8 @@ def save_checkpoint(folder: str | Path, ckpt: Checkpoint) -> Path:
             torch.save(data, fh)
             fh.flush()
             os.fsync(fh.fileno())
+        if (path / FILE_NAME).exists():
+            os.replace(path / FILE_NAME, path / PREVIOUS_NAME)
         os.replace(tmp, path / FILE_NAME)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -125,7 +135,48 @@ def load_checkpoint(folder: str | Path, *, run_id: str, numel: int) -> Checkpoin
     Raises:
         CheckpointError: the file is unreadable, its digest does not match, or it is for another run or model.
     """
-    path = Path(folder) / FILE_NAME
+    return _load_file(Path(folder) / FILE_NAME, run_id=run_id, numel=numel)
+
+
+@dataclass
+class Resumable:
+    """What :func:`load_resumable` found.
+
+    Attributes:
+        checkpoint: the state to resume from (None: none usable, start from the initial model).
+        problems: one line per checkpoint file refused (path and why), newest first.
+        previous: True when ``checkpoint`` is ``checkpoint.prev.pt`` because ``checkpoint.pt`` was refused.
+    """
+
+    checkpoint: Checkpoint | None
+    problems: list[str] = field(default_factory=list)
+    previous: bool = False
+
+
+def load_resumable(folder: str | Path, *, run_id: str, numel: int) -> Resumable:
+    """Our latest usable checkpoint: ``checkpoint.pt``, else (missing or refused) ``checkpoint.prev.pt``.
+
+    Never raises for a bad file: each refused one is a line in ``problems``.
+
+    Args:
+        folder: the checkpoint folder.
+        run_id: the run we are in; a checkpoint of another run is refused.
+        numel: d of our model; a checkpoint of another model is refused.
+    """
+    problems: list[str] = []
+    for name in (FILE_NAME, PREVIOUS_NAME):
+        try:
+            ckpt = _load_file(Path(folder) / name, run_id=run_id, numel=numel)
+        except CheckpointError as e:
+            problems.append(str(e))
+            continue
+        if ckpt is not None:
+            return Resumable(ckpt, problems, previous=name == PREVIOUS_NAME)
+    return Resumable(None, problems)
+
+
+def _load_file(path: Path, *, run_id: str, numel: int) -> Checkpoint | None:
+    """Load and verify one checkpoint file (:func:`load_checkpoint`); None if it does not exist."""
     if not path.exists():
         return None
     try:

@@ -15,14 +15,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MAX_MIX_STEPS", "MAX_SEED", "REACHABILITY", "CommitPhase", "FetchLimits", "PeerConfig", "check_seed",
-           "config_from_mapping"]
+__all__ = ["MAX_INNER_STEPS", "MAX_MIX_STEPS", "MAX_SEED", "REACHABILITY", "CommitPhase", "FetchLimits", "PeerConfig",
+           "check_inner_steps", "check_seed", "config_from_mapping"]
 
 #: Values of ``reachability``: ``auto`` lets libp2p's AutoNAT decide; ``public`` / ``private`` force it.
 REACHABILITY = ("auto", "public", "private")
 #: Most gossip steps one mixing may run (``early_mix_steps`` plus the swarm-size extra of
 #: ``mixing.gossip_steps``); each costs a fetch of ``mix_peers`` states.
 MAX_MIX_STEPS = 8
+#: Most inner steps H one round may run (10^6): 2,000 times DiLoCo's H = 500. Far beyond any useful round, it
+#: catches a typo (``--inner-steps 100000000``) before the peer trains for days without ever committing.
+MAX_INNER_STEPS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -40,8 +43,11 @@ class PeerConfig:
         peer_index: this peer's data shard index in ``[0, num_peers)``.
         num_peers: number of data shards (the intended swarm size).
         partition: ``iid`` or ``dirichlet:ALPHA`` (``by_work`` is implied for text).
-        rounds: outer rounds to run before leaving; 0 means run until stopped.
-        inner_steps: H, the number of inner AdamW steps per outer round (None: the task's default).
+        rounds: the run's round at which to leave: the peer takes part in rounds up to ``rounds`` − 1 of the run,
+            counted from the run's start (round 0), not from its own join, so a late joiner or a restarted peer
+            runs fewer; 0 means run until stopped.
+        inner_steps: H, the number of inner AdamW steps per outer round, at most 10^6 (``MAX_INNER_STEPS``)
+            (None: the task's default).
         guard: robust aggregation rule applied to received pseudo-gradients.
         assumed_byzantine: f̂, how many Byzantine senders the guard is configured to tolerate (None: guard default).
         attack: attack spec for a simulated adversarial peer (``NAME:key=value,...`` or ``module:Class``).
@@ -254,7 +260,7 @@ class PeerConfig:
             raise ValueError(f"rounds must be >= 0; got rounds={self.rounds}")
         check_seed(self.seed)
         if self.inner_steps is not None:
-            _check_positive("inner_steps", self.inner_steps)
+            check_inner_steps(self.inner_steps)
         if self.metrics_port is not None and self.metrics_port != 0 and self.metrics_port == self.port:
             raise ValueError(f"metrics_port must differ from port; got both {self.port}")
         if not 0.0 < self.quorum_fraction <= 1.0:
@@ -457,6 +463,16 @@ class FetchLimits:
 
 #: Largest run seed: torch's generators take a signed 64-bit seed.
 MAX_SEED = 2**63 - 1
+
+
+def check_inner_steps(steps: int) -> None:
+    """Check H, the inner steps per round: an integer in ``[1, MAX_INNER_STEPS]``.
+
+    Raises:
+        ValueError: naming the value and the bound.
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_INNER_STEPS:
+        raise ValueError(f"inner_steps must be an integer in [1, {MAX_INNER_STEPS}] (10^6); got inner_steps={steps}")
 
 
 def check_seed(seed: int) -> None:

@@ -23,6 +23,8 @@ import math
 import os
 import random
 import signal
+import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,8 +55,7 @@ from p2p_guard.swarm.dht import NetworkOptions, SwarmDHT, is_relayed, relay_of, 
 from p2p_guard.swarm.events import EventLog
 from p2p_guard.swarm.metrics import PeerMetrics, start_metrics
 from p2p_guard.swarm.reaper import start_reaper, stop_reaper_if_clean
-from p2p_guard.swarm.checkpoint import Checkpoint, CheckpointError, last_committed, load_checkpoint, mark_committed, \
-    save_checkpoint
+from p2p_guard.swarm.checkpoint import Checkpoint, last_committed, load_resumable, mark_committed, save_checkpoint
 from p2p_guard.swarm.pacing import RateBook
 from p2p_guard.swarm.mixing import MOMENTUM_MIX_RADIUS, clipped_gossip, gossip_steps, robust_centre
 from p2p_guard.swarm.model_match import ModelMismatch, ShapeWatch
@@ -72,7 +73,7 @@ from p2p_guard.swarm.validator import RecordValidator
 from p2p_guard.swarm.verdicts import SenderVerdict, finite_or_none
 from p2p_guard.tasks import load_task
 from p2p_guard.training.error_feedback import ErrorFeedback
-from p2p_guard.training.inner import autocast_dtype
+from p2p_guard.training.inner import InnerPhaseStopped, autocast_dtype
 from p2p_guard.training.local import LocalModel, pick_device, round_generator
 
 __all__ = ["EarlierSessionCommit", "Peer", "choose_commit_round", "linger_seconds", "run_peer"]
@@ -196,7 +197,7 @@ class PhaseHead:
 
 
 class EarlierSessionCommit(RuntimeError):
-    """Our identity already committed to this round in an earlier session: committing again would equivocate."""
+    """Another session of our identity (running now or earlier) committed to this round: a second would equivocate."""
 
 
 async def choose_commit_round(round_: int, presence_rounds: Sequence[int],
@@ -285,6 +286,8 @@ class Peer:
         self.suspects = Suspects()  # peers we could not reach lately (killed ones): not waited for, not mixed with
         self.shape_watch = ShapeWatch()  # stops us when the swarm's updates keep being for another model
         self.rates = RateBook()  # each sender's measured payload rate: its next fetch deadline (swarm.pacing)
+        # set once a stop is requested (_relay_stop): the inner phase's thread stops at its next step boundary
+        self.halt = threading.Event()
 
     @property
     def attack_kind(self) -> str | None:
@@ -397,10 +400,15 @@ class Peer:
 
     async def _train(self, start: torch.Tensor, steps: int, generator: torch.Generator
                      ) -> tuple[torch.Tensor, float]:
-        """``LocalModel.train_from`` in a thread (the event loop goes on serving and fetching meanwhile)."""
+        """``LocalModel.train_from`` in a thread (the event loop goes on serving and fetching meanwhile).
+
+        Raises:
+            InnerPhaseStopped: a stop was requested (``self.halt``); the partial phase is no update.
+        """
         data_attack = self.attack if self.attack_kind == "data" else None
         started = time.monotonic()
-        end, loss = await asyncio.to_thread(self.local.train_from, start, steps, generator, data_attack)
+        end, loss = await asyncio.to_thread(self.local.train_from, start, steps, generator, data_attack,
+                                            halt=self.halt)
         slowdown = _read_slowdown(self.config.control_file)
         if slowdown > 1.0:  # fault injection (simulations): an F times slower volunteer
             await asyncio.sleep((slowdown - 1.0) * (time.monotonic() - started))
@@ -580,8 +588,9 @@ class Peer:
         if existing is not None and existing != sealed:
             raise EarlierSessionCommit(
                 f"this identity already signed a different commit for run {self.config.run_id!r} round {round_} "
-                f"in an earlier session (commits stay in the DHT for {COMMIT_TTL_S // 60:.0f} min); signing a "
-                "second would be an equivocation and every peer would ban us. Resume that session with its "
+                f"in another session of this identity (running now or earlier; commits stay in the DHT for "
+                f"{COMMIT_TTL_S // 60:.0f} min); signing a second would be an equivocation and every peer would ban "
+                "us. Stop the other session if it still runs; to go on, resume that session with its "
                 "--checkpoint-dir, or start a new run with another --run-id")
 
     # -- communicate: close, reveal, sample, fetch, judge, mix ---------------------------------------------------
@@ -1050,6 +1059,7 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
     dht = await start_dht(identity_path=str(config.identity), initial_peers=initial_peers,
                           host=config.host, port=config.port, announce_host=config.announce_host,
                           record_validators=[RecordValidator([config.run_id])], network=network_options(config))
+    relay: asyncio.Task[None] | None = None
     announcer: asyncio.Task[None] | None = None
     watcher: asyncio.Task[None] | None = None
     slow_client: asyncio.Task[Any] | None = None
@@ -1075,6 +1085,7 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
                     ", ".join(maddrs), config.task, local.device, ", bf16 autocast" if autocast else "", local.numel)
         events.emit("ready", peer_id=identity.peer_id_b58, byzantine=config.attack is not None,
                     attack=config.attack, maddrs=maddrs, numel=local.numel)
+        relay = asyncio.create_task(_relay_stop(stop, peer.halt))
         announcer = asyncio.create_task(peer.announce(stop))
         announcer.add_done_callback(_log_task_failure)
         watcher = asyncio.create_task(_watch_network(dht, events, stop))
@@ -1083,7 +1094,7 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
         return await _round_loop(peer, config, progress, stop, events)
     finally:
         stop.set()
-        for background in (announcer, watcher, slow_client):
+        for background in (relay, announcer, watcher, slow_client):
             if background is not None:
                 with contextlib.suppress(BaseException):
                     await asyncio.wait_for(background, LEAVE_TIMEOUT_S)
@@ -1118,15 +1129,24 @@ async def _leave(peer: Peer) -> None:
 
 
 async def _start_round(peer: Peer, config: PeerConfig, stop: asyncio.Event) -> int:
-    """Where to start: our own checkpoint if there is one, then a robust catch-up if the swarm is ahead."""
+    """Where to start: our own checkpoint if there is one, then a robust catch-up if the swarm is ahead.
+
+    A refused ``checkpoint.pt`` (corrupt, another run or model) falls back to ``checkpoint.prev.pt``, one round
+    older (``swarm.checkpoint.load_resumable``); with neither, the peer starts from the initial model and catches
+    up from the swarm like a new late joiner, even when its commit mark puts it at the swarm's round.
+    """
     round_ = 0
     ckpt: Checkpoint | None = None
     if config.checkpoint_dir:
-        try:
-            ckpt = load_checkpoint(config.checkpoint_dir, run_id=config.run_id, numel=peer.local.numel)
-        except CheckpointError as e:
-            peer.log.warning("ignoring our checkpoint: %s", e)
-            ckpt = None
+        found = load_resumable(config.checkpoint_dir, run_id=config.run_id, numel=peer.local.numel)
+        ckpt = found.checkpoint
+        for problem in found.problems:
+            peer.log.warning("ignoring our checkpoint: %s", problem)
+        if found.previous and found.problems:
+            peer.log.warning("resuming from our previous checkpoint (round %d) instead", ckpt.round if ckpt else -1)
+        elif found.problems:
+            peer.log.warning("no usable checkpoint: starting from the initial model, and catching up from the "
+                             "swarm's states if it is past round 0")
         if ckpt is not None:
             peer.local.resume(ckpt.theta, ckpt.momentum)
             residual = ckpt.extra.get("ef_residual")
@@ -1145,15 +1165,18 @@ async def _start_round(peer: Peer, config: PeerConfig, stop: asyncio.Event) -> i
     peer._set_round(round_)
     peer.serve_state(round_)
     others = await peer.wait_for_peers(stop, timeout_s=config.join_timeout_s)
-    return await _maybe_catch_up(peer, round_, others, stop, checkpoint_round=None if ckpt is None else ckpt.round)
+    return await _maybe_catch_up(peer, round_, others, stop, checkpoint_round=None if ckpt is None else ckpt.round,
+                                 fresh=ckpt is None)
 
 
 async def _maybe_catch_up(peer: Peer, round_: int, others: dict[str, int], stop: asyncio.Event, *,
-                         checkpoint_round: int | None = None) -> int:
+                         checkpoint_round: int | None = None, fresh: bool = False) -> int:
     """Catch up (robust centre of sampled states) if we are far behind; return the round to continue from.
 
     Far behind: the swarm's median round is ahead of ours by ``catch_up_behind`` [2] rounds or more, or we join
-    a swarm already past round 0 with a fresh model, or we resume from a pause (§7.1) and the swarm went on
+    a swarm already past round 0 with a fresh model (``fresh``: no checkpoint was resumed, whatever round the commit
+    mark of an earlier session puts us at; a corrupt checkpoint once left such a peer at the swarm's round with an
+    untrained θ, whose updates dragged an honest peer 0.97 away), or we resume from a pause (§7.1) and the swarm went on
     without us, or we restarted from our checkpoint (θ at the start of ``checkpoint_round``) and the swarm is at
     that round or later: the checkpoint's θ missed the outer steps since, and the round we continue in may be
     later still (never a second commit for a round we committed before the crash). In the chaos soak of stop 15
@@ -1177,11 +1200,14 @@ async def _maybe_catch_up(peer: Peer, round_: int, others: dict[str, int], stop:
     swarm = rounds[(len(rounds) - 1) // 2]
     behind = swarm - round_
     restarted = checkpoint_round is not None and swarm >= checkpoint_round
+    untrained = fresh and swarm > 0  # our initial model, at any round (a commit mark may put us at the swarm's)
     if (behind >= peer.config.catch_up_behind or (round_ == 0 and behind > 0) or (resumed and behind > 0) or restarted
-            or jumped):
+            or jumped or untrained):
         if jumped and behind < peer.config.catch_up_behind:
             peer.log.info("our last update jumped rounds (we were frozen or slow): our state missed their outer "
                           "steps; catching up")
+        elif untrained and behind < peer.config.catch_up_behind:
+            peer.log.info("the swarm is at round %d and our model is the initial one: catching up", swarm)
         elif restarted and behind < peer.config.catch_up_behind:
             peer.log.info("the swarm is at round %d and our checkpoint's state at round %d: catching up", swarm,
                           checkpoint_round)
@@ -1245,11 +1271,16 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
                     pending_step = False  # the adopted state is the swarm's, past the pending round: its step is in it
             peer._set_round(round_)
             head: PhaseHead | None = None
-            with clock.timed("inner"):
-                if pending is None:
-                    inner = await peer.inner(round_)
-                else:  # overlap: the head of this phase runs beside the previous round's communication
-                    head = await peer.inner_head(round_, head_steps(clock.comm_s, clock.step_s, peer.inner_steps))
+            try:
+                with clock.timed("inner"):
+                    if pending is None:
+                        inner = await peer.inner(round_)
+                    else:  # overlap: the head of this phase runs beside the previous round's communication
+                        head = await peer.inner_head(round_, head_steps(clock.comm_s, clock.step_s,
+                                                                        peer.inner_steps))
+            except InnerPhaseStopped as e:
+                _log_inner_stopped(peer, round_, e)
+                break
             if pending is not None:
                 completed += await _finish(peer, pending, pending_inner, clock, bar, stop, deferred, reports,
                                            overlapped=True, apply_step=pending_step)
@@ -1257,8 +1288,12 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
             if stop.is_set() or (last is not None and round_ >= last):
                 break
             if head is not None:
-                with clock.timed("inner"):
-                    inner = await peer.inner_tail(head)
+                try:
+                    with clock.timed("inner"):
+                        inner = await peer.inner_tail(head)
+                except InnerPhaseStopped as e:
+                    _log_inner_stopped(peer, round_, e)
+                    break
             clock.step_s = inner.compute_s / peer.inner_steps
             with clock.timed("commit"):
                 target = await peer.open_round(round_)
@@ -1307,6 +1342,18 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
         await _linger(peer, round_ - 1, stop, linger_s=linger_seconds(config.fetch_timeout_s, clock.last_round_s))
     _save_state(peer, config, events, completed)
     return completed
+
+
+def _log_inner_stopped(peer: Peer, round_: int, stopped: InnerPhaseStopped) -> None:
+    """One line: the inner phase of ``round_`` stopped for a stop request; nothing of it is committed."""
+    peer.log.info("inner phase of round %d stopped after %d step(s) for the stop request: nothing committed for it",
+                  round_, stopped.steps_done)
+
+
+async def _relay_stop(stop: asyncio.Event, halt: threading.Event) -> None:
+    """Set ``halt`` (read by the inner phase's thread between steps) once ``stop`` is set."""
+    await stop.wait()
+    halt.set()
 
 
 async def _communication(peer: Peer, round_: int, sent: torch.Tensor, sealed: bytes, serve: bytes,
@@ -1799,8 +1846,25 @@ async def _run_with_signals(config: PeerConfig, progress: bool) -> int:
 
 
 def _request_stop(stop: asyncio.Event, sig: signal.Signals) -> None:
+    """The first SIGINT/SIGTERM stops the peer cleanly (``stop``); a second ends the process at once.
+
+    The clean stop interrupts the inner phase at its next step boundary (``Peer.halt``), leaves the swarm (signed
+    leave record) and shuts the DHT down, within seconds. A second signal does not wait for any of it: the
+    process exits with status 130 (``os._exit``), and the watchdog (``swarm.reaper``) stops our ``p2pd``.
+    """
     if not stop.is_set():
         logger.info("%s received: finishing cleanly (send again to force)", sig.name)
         stop.set()
     else:
-        raise KeyboardInterrupt
+        _force_exit(sig)
+
+
+def _force_exit(sig: signal.Signals) -> None:
+    """End the process now with status 130 after a second stop signal (log lines flushed first)."""
+    logger.warning("%s received again: exiting now, without a leave record (the others drop us when our presence "
+                   "expires, %.0f s)", sig.name, PRESENCE_TTL_S)
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(130)

@@ -21,6 +21,7 @@ References:
 from p2p_guard.training.adamw import InnerAdamW
 from p2p_guard.training.inner import (
     DataTransform,
+    InnerPhaseStopped,
     autocast_dtype,
     inner_autocast,
     make_inner_optimizer,
@@ -41,6 +42,7 @@ __all__ = [
     "DILOCO_OUTER_MOMENTUM",
     "DataTransform",
     "InnerAdamW",
+    "InnerPhaseStopped",
     "OuterNesterov",
     "TOPK_OUTER_LR",
     "TOPK_OUTER_MOMENTUM",

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import threading
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -33,6 +34,7 @@ from p2p_guard.training.adamw import InnerAdamW
 __all__ = [
     "DataTransform",
     "InnerOptimizer",
+    "InnerPhaseStopped",
     "autocast_dtype",
     "inner_autocast",
     "make_inner_optimizer",
@@ -40,6 +42,20 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+
+class InnerPhaseStopped(Exception):
+    """The inner phase was stopped at a step boundary because a stop was requested (Ctrl+C, SIGTERM).
+
+    What it trained is no round's update: the caller drops it and commits nothing for the round.
+
+    Attributes:
+        steps_done: inner steps completed before the stop (0 to H − 1).
+    """
+
+    def __init__(self, steps_done: int) -> None:
+        super().__init__(f"inner phase stopped after {steps_done} step(s)")
+        self.steps_done = steps_done
 
 
 @runtime_checkable
@@ -156,6 +172,7 @@ def run_inner_steps(
     *,
     batch_size: int | None = None,
     mixed_precision: bool = True,
+    halt: threading.Event | None = None,
 ) -> float:
     """Run ``steps`` optimiser steps on batches from ``shard``; the model is updated in place.
 
@@ -177,6 +194,8 @@ def run_inner_steps(
         batch_size: Overrides ``task.default_hparams.batch_size``.
         mixed_precision: on a CUDA ``device``, run the forward pass and the loss under bf16 autocast
             (:func:`inner_autocast`); the backward pass and the optimiser step stay outside it. No effect on CPU.
+        halt: checked before every step (one ``Event.is_set``, no effect on the results): once set, the phase
+            stops at the next step boundary. Set it from another thread (the event loop, on a stop request).
 
     Returns:
         Mean training loss over the steps (nats; on the attacked labels when ``data_attack`` is set). NaN or
@@ -184,6 +203,7 @@ def run_inner_steps(
 
     Raises:
         ValueError: If ``steps < 1`` or ``batch_size < 1``.
+        InnerPhaseStopped: ``halt`` was set; the model and the optimiser hold the steps done so far.
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps={steps!r} must be an integer >= 1")
@@ -199,6 +219,8 @@ def run_inner_steps(
     model.train()
     losses = torch.zeros(steps, dtype=torch.float32, device=device)
     for step in range(steps):
+        if halt is not None and halt.is_set():
+            raise InnerPhaseStopped(step)
         x, y = task.sample_batch(shard, size, generator)
         if data_attack is not None:
             x, y = data_attack.transform(x, y, task.num_classes)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import logging
+import threading
 
 import torch
 
@@ -114,7 +115,8 @@ class LocalModel:
         return self.theta - end, loss
 
     def train_from(self, start: torch.Tensor, steps: int, generator: torch.Generator,
-                   data_attack: object | None = None) -> tuple[torch.Tensor, float]:
+                   data_attack: object | None = None, *, halt: threading.Event | None = None
+                   ) -> tuple[torch.Tensor, float]:
         """Run ``steps`` inner steps from the working point ``start`` (not necessarily θ); the model holds θ after.
 
         The inner AdamW state carries on as in :meth:`train_round`. The overlapped round runs one inner phase in
@@ -125,12 +127,16 @@ class LocalModel:
             steps: inner steps, ``>= 0`` (0 returns a copy of ``start`` and loss nan).
             generator: the batch generator (advanced; a second call continues its stream).
             data_attack: optional batch rewrite (a simulated data-poisoning peer).
+            halt: once set (from another thread), the phase stops at the next step boundary
+                (``training.inner.run_inner_steps``).
 
         Returns:
             (end point ``(d,)`` float32, mean inner loss over the steps).
 
         Raises:
             ValueError: on a shape mismatch of ``start`` or a negative ``steps``.
+            InnerPhaseStopped: ``halt`` was set; the model holds θ again and the partial phase is dropped (the
+                inner AdamW state keeps the steps done: the peer is stopping).
         """
         if start.shape != self.theta.shape:
             raise ValueError(f"start must have shape {tuple(self.theta.shape)}; got {tuple(start.shape)}")
@@ -139,10 +145,12 @@ class LocalModel:
         if steps == 0:
             return start.clone(), float("nan")
         load_flat(self.model, start)
-        loss = run_inner_steps(self.model, self.task, self.shard, steps, self.inner_optimizer, generator,
-                               self.device, data_attack, mixed_precision=self.mixed_precision)
-        end = flatten(self.model)
-        load_flat(self.model, self.theta)
+        try:
+            loss = run_inner_steps(self.model, self.task, self.shard, steps, self.inner_optimizer, generator,
+                                   self.device, data_attack, mixed_precision=self.mixed_precision, halt=halt)
+            end = flatten(self.model)
+        finally:
+            load_flat(self.model, self.theta)
         return end, loss
 
     def apply(self, aggregate: torch.Tensor) -> None:

@@ -57,6 +57,10 @@ def _decide(round_: int, swarm: int, **kwargs: object) -> tuple[int, int]:
     (9, 9, {"checkpoint_round": 8}, (9, 1)),     # restarted: our θ is of round 8, we continue in 9 (committed 8)
     (8, 8, {"checkpoint_round": 8}, (8, 1)),     # restarted level with the swarm: its robust centre anyway
     (8, 7, {"checkpoint_round": 8}, (8, 0)),     # restarted ahead of the swarm's median: keep our θ
+    (44, 44, {"fresh": True}, (44, 1)),          # no usable checkpoint, the commit mark put us level: initial θ
+    (44, 45, {"fresh": True}, (45, 1)),          # ... one round behind
+    (0, 0, {"fresh": True}, (0, 0)),             # a fresh swarm: everyone starts from θ_0
+    (44, 44, {"fresh": False}, (44, 0)),         # a trained model level with the swarm
 ])
 def test_when_a_peer_catches_up(round_: int, swarm: int, kwargs: dict[str, object], expected: tuple[int, int]) -> None:
     assert _decide(round_, swarm, **kwargs) == expected

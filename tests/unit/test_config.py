@@ -85,6 +85,7 @@ class TestPeerConfigValidation:
         ({"rounds": -1}, "rounds"),
         ({"inner_steps": 0}, "inner_steps"),
         ({"inner_steps": -5}, "inner_steps"),
+        ({"inner_steps": 1_000_001}, "inner_steps"),
         ({"quorum_fraction": 0.0}, "quorum_fraction"),
         ({"quorum_fraction": -0.5}, "quorum_fraction"),
         ({"quorum_fraction": 1.01}, "quorum_fraction"),
@@ -640,6 +641,15 @@ def _cli(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
      f"p2p-guard simulate: error: command line: seed must be in [0, 2**63 - 1]; got seed={2**64}"),
     (["peer", "--initial-peers", MADDR, "--port", "45690", "--metrics-port", "45690"], None,
      "p2p-guard peer: error: command line: metrics_port must differ from port; got both 45690"),
+    (["peer", "--initial-peers", MADDR, "--inner-steps", "100000000"], None,
+     "p2p-guard peer: error: command line: inner_steps must be an integer in [1, 1000000] (10^6); "
+     "got inner_steps=100000000"),
+    (["simulate", "--inner-steps", "1000001"], None,
+     "p2p-guard simulate: error: command line: inner_steps must be an integer in [1, 1000000] (10^6); "
+     "got inner_steps=1000001"),
+    (["peer", "--initial-peers", MADDR, "--config", "c.toml"], "[peer]\ninner_steps = 100000000\n",
+     "p2p-guard peer: error: config file c.toml: inner_steps must be an integer in [1, 1000000] (10^6); "
+     "got inner_steps=100000000"),
     (["peer", "--initial-peers", MADDR, "--bogus"], None,
      "p2p-guard peer: error: unrecognized arguments: --bogus (see --help)"),
     (["peer", "--attack", "adaptive+vote_smear"], None,

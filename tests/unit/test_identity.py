@@ -93,6 +93,16 @@ class TestKeyFile:
         assert Identity.load(path).public_key == RFC_PUBLIC
         assert "chmod 600" in caplog.text
 
+    def test_group_readable_garbage_is_only_the_error(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        path = tmp_path / "peer.key"
+        path.write_bytes(b"garbage!")
+        os.chmod(path, 0o644)
+        with pytest.raises(ValueError, match="not a libp2p PrivateKey"):
+            Identity.load(path)
+        assert "chmod 600" not in caplog.text
+
     def test_load_missing_file_raises(self, tmp_path: Path) -> None:
         with pytest.raises(FileNotFoundError):
             Identity.load(tmp_path / "absent.key")

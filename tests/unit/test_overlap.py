@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from dataclasses import dataclass
 
 import pytest
@@ -16,6 +17,7 @@ import torch
 from p2p_guard.simulation.orchestrator import peer_threads, run_env
 from p2p_guard.swarm.peer import Peer, RoundOutcome, _apply_skipped, _Reports, head_steps
 from p2p_guard.tasks import load_task
+from p2p_guard.training.inner import InnerPhaseStopped
 from p2p_guard.training.local import LocalModel, round_generator
 
 
@@ -35,6 +37,7 @@ def _peer(steps: int = 6) -> Peer:
     peer.config = _Config()  # type: ignore[assignment]
     peer.attack = None
     peer._continue = None
+    peer.halt = threading.Event()
     return peer
 
 
@@ -59,6 +62,29 @@ def test_head_and_tail_measure_delta_from_the_stepped_theta_and_keep_the_heads_p
     # ... and starts from θ once θ was replaced (a catch-up).
     peer.local.adopt(stepped + 1.0)
     assert torch.equal(asyncio.run(peer.inner_head(5, 1)).start, peer.local.theta)
+
+
+def test_a_stop_request_ends_every_inner_part_without_an_update() -> None:
+    peer = _peer(steps=1_000_000)
+    theta = peer.local.theta
+
+    async def stop_soon() -> None:  # as _relay_stop does on Ctrl+C, from the event loop while the thread trains
+        await asyncio.sleep(0.5)
+        peer.halt.set()
+
+    async def inner_with_stop() -> None:
+        stopper = asyncio.create_task(stop_soon())
+        try:
+            await peer.inner(0)
+        finally:
+            await stopper
+
+    with pytest.raises(InnerPhaseStopped) as stopped:
+        asyncio.run(inner_with_stop())
+    assert 0 < stopped.value.steps_done < 1_000_000
+    assert peer.local.theta is theta and peer._continue is None
+    with pytest.raises(InnerPhaseStopped):
+        asyncio.run(peer.inner_head(1, 3))
 
 
 def test_a_head_is_clamped_to_the_phase_and_a_full_head_leaves_an_empty_tail() -> None:
@@ -175,7 +201,7 @@ def test_a_peer_refuses_to_sign_a_second_commit_left_by_an_earlier_session() -> 
     peer.dht = _DHT({"12D3KooWme": b"ours"})  # type: ignore[assignment]
     asyncio.run(peer._refuse_equivocation(0, b"ours"))  # the same bytes (a deterministic re-run): no conflict
     peer.dht = _DHT({"12D3KooWme": b"earlier"})  # type: ignore[assignment]
-    with pytest.raises(EarlierSessionCommit, match="run 't' round 3 in an earlier session"):
+    with pytest.raises(EarlierSessionCommit, match=r"run 't' round 3 in another session of this identity \(running now or earlier"):
         asyncio.run(peer._refuse_equivocation(3, b"ours"))
 
 

@@ -274,6 +274,7 @@ def test_event_reader_keeps_an_unterminated_but_complete_last_line_at_the_end(tm
         {"byzantine": -1},
         {"rounds": 0},
         {"inner_steps": 0},
+        {"inner_steps": 1_000_001},
         {"byzantine": 1, "attack": None},
         {"partition": "dirichlet:0"},
         {"partition": "dirichlet:x"},

@@ -3,6 +3,7 @@ consensus distance and the peer's own checkpoint (exact values on tiny inputs)."
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 from p2p_guard.swarm.checkpoint import Checkpoint, CheckpointError, last_committed, load_checkpoint, \
-    mark_committed, save_checkpoint
+    load_resumable, mark_committed, save_checkpoint
 from p2p_guard.swarm.mixing import clipped_gossip, consensus_distance, gossip_steps, robust_centre
 from p2p_guard.swarm.sampling import sample_senders, staleness_weight
 
@@ -199,6 +200,35 @@ class TestCheckpoint:
         with pytest.raises(CheckpointError) as info:
             load_checkpoint(tmp_path, run_id="run-1", numel=4)
         assert str(info.value) == f"{path}: unreadable checkpoint (RuntimeError: {'word ' * 23}word…)"
+
+    def test_a_truncated_checkpoint_falls_back_to_the_previous_one(self, tmp_path: Path) -> None:
+        save_checkpoint(tmp_path, self.ckpt())
+        newer = dataclasses.replace(self.ckpt(), round=8, theta=torch.full((4,), 2.0))
+        path = save_checkpoint(tmp_path, newer)
+        found = load_resumable(tmp_path, run_id="run-1", numel=4)
+        assert found.checkpoint is not None and found.checkpoint.round == 8 and not found.problems
+        path.write_bytes(path.read_bytes()[:200])  # as `head -c 20000 checkpoint.pt.good > checkpoint.pt` did
+        found = load_resumable(tmp_path, run_id="run-1", numel=4)
+        assert found.previous and found.checkpoint is not None and found.checkpoint.round == 7
+        assert torch.equal(found.checkpoint.theta, torch.arange(4, dtype=torch.float32))
+        assert len(found.problems) == 1 and found.problems[0].startswith(f"{path}: unreadable checkpoint (")
+
+    def test_no_usable_checkpoint_is_a_fresh_start_with_the_reasons(self, tmp_path: Path) -> None:
+        assert load_resumable(tmp_path, run_id="run-1", numel=4).checkpoint is None
+        path = save_checkpoint(tmp_path, self.ckpt())
+        path.write_bytes(b"garbage")
+        found = load_resumable(tmp_path, run_id="run-1", numel=4)  # only one file ever written: no previous one
+        assert found.checkpoint is None and not found.previous and len(found.problems) == 1
+        save_checkpoint(tmp_path, self.ckpt())  # the garbage becomes checkpoint.prev.pt
+        found = load_resumable(tmp_path, run_id="run-2", numel=4)
+        assert found.checkpoint is None and len(found.problems) == 2
+
+    def test_a_kill_between_the_renames_leaves_the_previous_one(self, tmp_path: Path) -> None:
+        save_checkpoint(tmp_path, self.ckpt())
+        save_checkpoint(tmp_path, self.ckpt())
+        (tmp_path / "checkpoint.pt").unlink()
+        found = load_resumable(tmp_path, run_id="run-1", numel=4)
+        assert found.checkpoint is not None and found.previous and not found.problems
 
     def test_commit_mark(self, tmp_path: Path) -> None:
         assert last_committed(tmp_path) is None and last_committed(None) is None

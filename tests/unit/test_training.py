@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from torch import Tensor
 from p2p_guard.tasks import Task, load_task
 from p2p_guard.training import (
     InnerAdamW,
+    InnerPhaseStopped,
     autocast_dtype,
     inner_autocast,
     OuterNesterov,
@@ -306,6 +308,61 @@ def test_run_inner_steps_rejects(digits: Task) -> None:
         run_inner_steps(model, digits, shard, 0, opt, torch.Generator())
     with pytest.raises(ValueError, match="batch_size"):
         run_inner_steps(model, digits, shard, 1, opt, torch.Generator(), batch_size=0)
+
+
+class _HaltAfter:
+    """A no-op data transform that sets ``halt`` during step ``k`` (1-based): the phase must stop after it."""
+
+    def __init__(self, halt: threading.Event, k: int) -> None:
+        self.halt, self.k, self.calls = halt, k, 0
+
+    def transform(self, x: Tensor, y: Tensor, num_classes: int) -> tuple[Tensor, Tensor]:
+        self.calls += 1
+        if self.calls == self.k:
+            self.halt.set()
+        return x, y
+
+
+def test_halt_stops_the_inner_phase_within_one_step(digits: Task) -> None:
+    model = digits.build_model(0)
+    opt = make_inner_optimizer(model, digits)
+    shard = digits.shard(2, 0, "iid", seed=0)
+    halt = threading.Event()
+    stopper = _HaltAfter(halt, 3)
+    with pytest.raises(InnerPhaseStopped) as stopped:
+        run_inner_steps(model, digits, shard, 1_000_000, opt, torch.Generator().manual_seed(0), "cpu", stopper,
+                        halt=halt)
+    assert stopped.value.steps_done == 3
+    assert stopper.calls == 3
+    assert all(group["inner_step"] == 3 for group in opt.param_groups)
+    with pytest.raises(InnerPhaseStopped) as again:  # already set: not one step
+        run_inner_steps(model, digits, shard, 5, opt, torch.Generator(), halt=halt)
+    assert again.value.steps_done == 0
+    assert all(group["inner_step"] == 3 for group in opt.param_groups)
+
+
+def test_an_unset_halt_changes_nothing(digits: Task) -> None:
+    shard = digits.shard(2, 0, "iid", seed=0)
+    results = []
+    for halt in (None, threading.Event()):
+        model = digits.build_model(0)
+        opt = make_inner_optimizer(model, digits)
+        loss = run_inner_steps(model, digits, shard, 7, opt, torch.Generator().manual_seed(1), halt=halt)
+        results.append((loss, flatten(model)))
+    assert results[0][0] == results[1][0]
+    assert torch.equal(results[0][1], results[1][1])
+
+
+def test_a_stopped_train_from_restores_theta(digits: Task) -> None:
+    from p2p_guard.training.local import LocalModel
+
+    local = LocalModel(digits, seed=0, num_shards=2, shard_index=0, partition="iid")
+    theta = local.theta.clone()
+    halt = threading.Event()
+    with pytest.raises(InnerPhaseStopped):
+        local.train_from(theta + 0.01, 50, torch.Generator().manual_seed(0), _HaltAfter(halt, 2), halt=halt)
+    assert torch.equal(local.theta, theta)
+    assert torch.equal(flatten(local.model), theta)
 
 
 class _RecordingFlip:
