@@ -61,8 +61,8 @@ from p2p_guard.swarm.mixing import MOMENTUM_MIX_RADIUS, clipped_gossip, gossip_s
 from p2p_guard.swarm.model_match import ModelMismatch, ShapeWatch
 from p2p_guard.swarm.records import COMMIT_TTL_S, PRESENCE_TTL_S, commit_key, presence_key, publish_leave, \
     publish_proof, read_closes, read_presence, read_proofs
-from p2p_guard.swarm.rounds import UNREACHABLE_DETAIL, Departures, IntegrityVerdict, await_commits, check_rows, \
-    first_of, late_commits, open_commits, reveal_after_close, revealed_payloads
+from p2p_guard.swarm.rounds import TOO_SLOW_DETAIL, UNREACHABLE_DETAIL, Departures, IntegrityVerdict, await_commits, \
+    check_rows, first_of, late_commits, open_commits, reveal_after_close, revealed_payloads
 from p2p_guard.swarm.sampling import sample_senders, staleness_weight
 from p2p_guard.swarm.slowloris import server_for, start_slow_client
 from p2p_guard.swarm.suspects import Suspects
@@ -461,7 +461,9 @@ class Peer:
         and its outer momentum b toward theirs (``["momentum", r + 1]``, clipped at :data:`MOMENTUM_MIX_RADIUS`
         times ‖b‖), so that the momentum does not re-inject the disagreement in the next rounds (measured in one
         process: ``docs/scripts/consensus_sampling.py``). A neighbour not there yet is asked again for up to
-        2·``grace_s``; the mixing uses those that answered.
+        2·``grace_s``; the mixing uses those that answered. Suspects (``swarm.suspects``: unreachable, silent, or
+        cut as too slow, e.g. a slowloris) are not sampled, and a neighbour that gave no state in one gossip step
+        is not sampled in the later steps of the same mixing, so it costs one wait per mixing, not one per step.
 
         In the first ``early_mix_rounds`` rounds the θ mixing runs ``early_mix_steps`` gossip steps, and in a swarm
         of more than 2(m + 1) peers more (``mixing.gossip_steps``): after step s we serve our θ as
@@ -469,22 +471,27 @@ class Peer:
         contracts the disagreement geometrically; each step's move is clipped as the first's). Our final state is
         served for every later step too, for peers that see a larger swarm and run more steps.
         """
-        suspects = self.suspects.current(time.monotonic())
-        others = {p: r for p, r in (await self.others_present()).items() if p not in suspects}
+        others = self._mixable(await self.others_present())
         if not others:
             return None
         steps = gossip_steps(len(others) + 1, self.config.mix_peers, early=round_ < self.config.early_mix_rounds,
                              early_steps=self.config.early_mix_steps, max_steps=MAX_MIX_STEPS)
         start = own = self.local.theta  # θ is replaced, never modified in place: no copy needed
         result = MixCorrection(round=round_, theta=torch.zeros_like(start))
+        missed: set[str] = set()
         for step in range(steps):
             if step > 0:
                 self.server.publish_mixed(round_ + 1, step, own.numpy().tobytes())
-            chosen = sample_senders(others, self.config.mix_peers, self.rng)
+                # A neighbour without its state in an earlier step of this mixing (cut as too slow or silent, or
+                # still "not found" after wait_s: it lags) is not asked again in it: it costs one wait per mixing,
+                # not one per gossip step.
+                others = {p: r for p, r in self._mixable(others).items() if p not in missed}
+            chosen = sample_senders(others, self.config.mix_peers, self.rng) if others else []
             states = await self.fetch_thetas(chosen, stop, round_=round_ + 1, wait_s=self.config.grace_s * 2,
                                              kind="theta" if step == 0 else "mixed", step=step)
             if stop.is_set():
                 return None
+            missed.update(p for p in chosen if p not in states)
             if not states:
                 continue
             if step == 0:
@@ -503,6 +510,15 @@ class Peer:
         self.server.publish_mixed(round_ + 1, steps, own.numpy().tobytes(), last=True)
         result.theta = own - start
         return result
+
+    def _mixable(self, others: Mapping[str, int]) -> dict[str, int]:
+        """``others`` (PeerID → presence round) less our current suspects (``swarm.suspects``), for a mixing sample.
+
+        Read again before each gossip step, so that a peer cut as too slow or silent in one step is not sampled in
+        the next: one slowloris then costs a mixing at most one ``fetch_idle_timeout_s``, not one per step.
+        """
+        suspects = self.suspects.current(time.monotonic())
+        return {p: r for p, r in others.items() if p not in suspects}
 
     async def _momentum_correction(self, round_: int, sources: list[str], stop: asyncio.Event,
                                    result: MixCorrection) -> torch.Tensor | None:
@@ -611,7 +627,7 @@ class Peer:
                 sparse (``topk``) rows against it. None: that test is skipped.
         """
         outcome = RoundOutcome(round_)
-        suspects = self.suspects.current(time.monotonic())
+        suspects = self.suspects.unreachable(time.monotonic())  # slow suspects still commit in time: waited for
         commits, withheld = await await_commits(self.dht, self.config.commit_phase, round_, self.me, stop,
                                                 on_poll=self._watch_commits, exclude=frozenset(self.banned),
                                                 allowed=self.allowed, not_waited=suspects)
@@ -709,14 +725,19 @@ class Peer:
 
         So are senders that never answered at all (not even the status byte within ``fetch_idle_timeout_s``):
         a frozen or sleeping peer keeps its connections open, so its fetches time out instead of failing.
+        Senders we cut while reading because they stalled or trickled (``TOO_SLOW_DETAIL``, our own measurement)
+        become slow suspects: not sampled for mixing for a while. A sender that only missed its fetch deadline
+        while streaming above the rate floor (a large payload) does not.
         """
         for sender in rows:
-            self.suspects.answered(sender)
+            self.suspects.delivered(sender)
         now = time.monotonic()
         for v in verdicts:
             if (v.reason is RejectReason.UNAVAILABLE and v.detail.startswith(UNREACHABLE_DETAIL)) or \
                     (v.reason is RejectReason.TIMEOUT and is_no_answer(v.detail)):
                 self.suspects.failed(v.sender, now)
+            elif v.reason is RejectReason.TIMEOUT and v.detail.startswith(TOO_SLOW_DETAIL):
+                self.suspects.too_slow(v.sender, now)
 
     def _drop_departed(self, commits: dict[str, bytes], round_: int) -> None:
         """Drop the commits of senders that have left the swarm since (never fetched, no verdict: they are gone)."""
@@ -797,10 +818,15 @@ class Peer:
                 failures += 1
                 if failures >= 2:
                     return None
+            elif result.status == TOO_SLOW:  # it answered, then stalled or trickled: cut by us, not sampled again
+                self.suspects.answered(peer)
+                self.suspects.too_slow(peer, time.monotonic())
+                return None
             else:
                 self.suspects.answered(peer)
                 failures = 0
             if result.status == OK:
+                self.suspects.delivered(peer)
                 return result.data
             if time.monotonic() + 0.5 > deadline or result.status == TOO_SLOW:
                 return None

@@ -65,6 +65,8 @@ UNREACHABLE_GIVE_UP_S = 5.0
 UNREACHABLE_TRIES = 3
 #: How the detail of such a rejection starts (``swarm.suspects`` reads it).
 UNREACHABLE_DETAIL = "sender unreachable"
+#: How the detail of a sender cut while reading (``TOO_SLOW``: stalled or trickled) starts (``swarm.suspects``).
+TOO_SLOW_DETAIL = "sender too slow"
 
 _T = TypeVar("_T")
 
@@ -533,7 +535,7 @@ async def _payload(p2p: P2P, sender: str, env: Envelope, config: FetchLimits, ra
                 return None
         detail = result.detail or f"status {result.status}"
         if result.status == TOO_SLOW:  # it answered OK, then stalled or trickled: a slowloris is not retried
-            return Rejected(RejectReason.TIMEOUT, f"sender too slow, stream cut ({detail})")
+            return Rejected(RejectReason.TIMEOUT, f"{TOO_SLOW_DETAIL}, stream cut ({detail})")
         if result.status not in (NOT_READY, BUSY, -1):
             return Rejected(RejectReason.UNAVAILABLE, f"sender refused to serve its committed payload ({detail})")
         if unreachable.failed(result.status, time.monotonic()):

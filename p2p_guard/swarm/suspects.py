@@ -1,4 +1,4 @@
-"""Peers we could not reach at all lately: not waited for, not sampled for mixing, until they answer again.
+"""Peers we could not reach lately, or that we just cut as too slow: not sampled for mixing for a while.
 
 A peer killed with SIGKILL cannot withdraw: its presence record outlives it by up to ``PRESENCE_TTL_S``
 (30 s), and until then the others counted it. Each round's commit phase then waited for its commit until the
@@ -6,11 +6,22 @@ quorum and grace window, the late-commit re-read waited ``grace_s`` more, and ev
 and waited 2·``grace_s`` for its θ: a 4-peer swarm's rounds went from about 1.6 s to 8.3 s for 30 s after one
 peer was killed (measured by a user-test helper in stop 15).
 
-A peer becomes a suspect when a fetch from it fails at the transport (refused, dial failed, reset, no
-answer at all), not when it answers "not ready" or "busy". It stops being one when a fetch from it succeeds,
-or ``SUSPECT_S`` after the last failure. A suspect is only ever waited for less or sampled less; its commits
-are still read, fetched and judged like any other, so a wrong suspicion costs at most that peer's update in
-one round (it may land after our commit phase closed).
+A peer becomes an *unreachable* suspect when a fetch from it fails at the transport (refused, dial failed,
+reset, no answer at all), not when it answers "not ready" or "busy". It stops being one when a fetch from it
+gets any answer, or ``SUSPECT_S`` after the last failure. Unreachable suspects are not waited for in the commit
+phase and not sampled for mixing.
+
+A peer becomes a *slow* suspect when we cut a fetch from it while reading (``transport.TOO_SLOW`` with a status
+byte: it answered, then stalled or trickled below the rate floor; a slowloris). That is our own measurement,
+not anyone's claim. Without it a slowloris was sampled again at every gossip step of every mixing, and each
+time cost one ``fetch_idle_timeout_s`` (a 7-peer round went from about 5 s to 25 s). It stops being one when a
+fetch from it delivers a whole answer, or ``SUSPECT_S`` after the last cut, so an honest but slow volunteer is
+sampled again once it keeps up (or at the latest 30 s after). Slow suspects are only left out of mixing
+samples: the commit phase still waits for them (a slow link still commits in time).
+
+A suspect is only ever waited for less or sampled less; its commits are still read, fetched and judged like any
+other, and suspicion is never evidence for reputation or exclusion, so a wrong suspicion costs at most that
+peer's update in one round (it may land after our commit phase closed) and its θ in our mixing for a while.
 """
 
 from __future__ import annotations
@@ -19,28 +30,50 @@ from p2p_guard.swarm.records import PRESENCE_TTL_S
 
 __all__ = ["SUSPECT_S", "Suspects"]
 
-#: How long a transport failure keeps a peer a suspect, in seconds: the presence record's lifetime, after which a
-#: dead peer is gone from the presence key anyway.
+#: How long a transport failure or a too-slow cut keeps a peer a suspect, in seconds: the presence record's
+#: lifetime, after which a dead peer is gone from the presence key anyway.
 SUSPECT_S = PRESENCE_TTL_S
 
 
+def _current(since: dict[str, float], now: float) -> frozenset[str]:
+    """The keys of ``since`` stamped within :data:`SUSPECT_S` of ``now``; older entries are dropped."""
+    for peer in [p for p, t in since.items() if now - t > SUSPECT_S]:
+        del since[peer]
+    return frozenset(since)
+
+
 class Suspects:
-    """The peers (PeerID base58) whose last fetch failed at the transport, with the time of that failure."""
+    """The peers (PeerID base58) whose last fetch failed at the transport or was cut as too slow, with its time.
+
+    Times are monotonic seconds, given by the caller.
+    """
 
     def __init__(self) -> None:
         """An empty set."""
-        self._since: dict[str, float] = {}
+        self._since: dict[str, float] = {}  # unreachable: last transport failure
+        self._slow: dict[str, float] = {}  # too slow: last fetch we cut while reading
 
     def failed(self, peer: str, now: float) -> None:
         """Record a transport failure of ``peer`` at ``now`` (monotonic seconds)."""
         self._since[peer] = now
 
+    def too_slow(self, peer: str, now: float) -> None:
+        """Record that we cut a fetch from ``peer`` at ``now`` because it stalled or trickled (monotonic seconds)."""
+        self._slow[peer] = now
+
     def answered(self, peer: str) -> None:
-        """``peer`` answered a fetch: it is no suspect."""
+        """``peer`` answered a fetch (any status byte): it is no unreachable suspect (it may still be a slow one)."""
         self._since.pop(peer, None)
 
+    def delivered(self, peer: str) -> None:
+        """``peer`` delivered a whole answer: it is no suspect of either kind."""
+        self._since.pop(peer, None)
+        self._slow.pop(peer, None)
+
+    def unreachable(self, now: float) -> frozenset[str]:
+        """The unreachable suspects at ``now``: failed within :data:`SUSPECT_S` seconds and not answered since."""
+        return _current(self._since, now)
+
     def current(self, now: float) -> frozenset[str]:
-        """The suspects at ``now``: failed within the last :data:`SUSPECT_S` seconds and not answered since."""
-        for peer in [p for p, t in self._since.items() if now - t > SUSPECT_S]:
-            del self._since[peer]
-        return frozenset(self._since)
+        """Every suspect at ``now``: the unreachable ones and those cut as too slow within :data:`SUSPECT_S`."""
+        return self.unreachable(now) | _current(self._slow, now)

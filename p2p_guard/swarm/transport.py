@@ -788,6 +788,34 @@ class _Pace:
     max_bytes: int
     started: float = 0.0
 
+    async def open_and_send(self, p2p: P2P, peer: PeerID, run_id: str, request: list[object]
+                            ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Open a stream to ``peer``'s fetch handler and send ``request``; set ``started`` once it is sent.
+
+        The open is bounded by ``idle_timeout_s``: a frozen peer (SIGSTOP, a laptop asleep) keeps its connections
+        open, so the daemon's protocol negotiation waits on it with no bound of its own, and the whole fetch used
+        to wait its ``timeout_s`` (30 s) or until the peer resumed. Not even opening a stream is no answer at all.
+
+        Raises:
+            _TooSlow: the stream did not open within ``idle_timeout_s`` (detail with :data:`NO_ANSWER_DETAIL`).
+            Exception: any transport failure of the open or the write (the caller reports it as status -1).
+        """
+        body = msgpack.packb(request, use_bin_type=True)
+        try:
+            _, reader, writer = await asyncio.wait_for(p2p.call_binary_stream_handler(peer, handler_name(run_id)),
+                                                       self.idle_timeout_s)
+        except asyncio.TimeoutError:
+            raise _TooSlow(f"{NO_ANSWER_DETAIL} within {self.idle_timeout_s:.1f} s (the stream did not "
+                           "open)") from None
+        try:
+            writer.write(len(body).to_bytes(4, "big") + body)
+            await writer.drain()
+        except BaseException:
+            writer.close()
+            raise
+        self.started = time.monotonic()
+        return reader, writer
+
     async def read_status(self, reader: asyncio.StreamReader) -> int:
         """Read the status byte within ``idle_timeout_s``; raise :class:`_TooSlow` if it does not come."""
         try:
@@ -816,12 +844,8 @@ class _Pace:
 
 async def _fetch(p2p: P2P, peer: PeerID, run_id: str, request: list[object], max_bytes: int,
                  pace: _Pace) -> FetchResult:
-    _, reader, writer = await p2p.call_binary_stream_handler(peer, handler_name(run_id))
+    reader, writer = await pace.open_and_send(p2p, peer, run_id, request)
     try:
-        body = msgpack.packb(request, use_bin_type=True)
-        writer.write(len(body).to_bytes(4, "big") + body)
-        await writer.drain()
-        pace.started = time.monotonic()
         status = await pace.read_status(reader)
         if status != OK:
             return FetchResult(status)
@@ -892,12 +916,8 @@ async def fetch_payload(p2p: P2P, peer: PeerID, run_id: str, round_: int, verifi
 
 async def _fetch_payload(p2p: P2P, peer: PeerID, run_id: str, round_: int, verifier: ChunkVerifier,
                          pace: _Pace) -> FetchResult:
-    _, reader, writer = await p2p.call_binary_stream_handler(peer, handler_name(run_id))
+    reader, writer = await pace.open_and_send(p2p, peer, run_id, ["payload", round_, verifier.next_chunk])
     try:
-        body = msgpack.packb(["payload", round_, verifier.next_chunk], use_bin_type=True)
-        writer.write(len(body).to_bytes(4, "big") + body)
-        await writer.drain()
-        pace.started = time.monotonic()
         status = await pace.read_status(reader)
         if status != OK:
             return FetchResult(status)

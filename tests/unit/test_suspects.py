@@ -24,3 +24,27 @@ def test_a_suspicion_lapses_after_suspect_s_from_the_last_failure() -> None:
     assert s.current(10.0 + SUSPECT_S) == {"a"}
     assert s.current(10.0 + SUSPECT_S + 0.001) == frozenset()
     assert SUSPECT_S == 30.0
+
+
+def test_a_sender_cut_as_too_slow_is_left_out_of_mixing_but_still_waited_for() -> None:
+    s = Suspects()
+    s.too_slow("slow", 1.0)
+    assert s.current(2.0) == {"slow"}  # not sampled for mixing
+    assert s.unreachable(2.0) == frozenset()  # the commit phase still waits for it
+    s.answered("slow")  # a status byte is not enough: a slowloris answers OK, then trickles
+    assert s.current(2.0) == {"slow"}
+    s.delivered("slow")  # a whole answer is
+    assert s.current(2.0) == frozenset()
+
+
+def test_a_too_slow_suspicion_lapses_so_an_honest_slow_volunteer_is_sampled_again() -> None:
+    s = Suspects()
+    s.too_slow("slow", 0.0)
+    s.failed("dead", 0.0)
+    assert s.current(SUSPECT_S) == {"slow", "dead"}
+    assert s.current(SUSPECT_S + 0.001) == frozenset()
+    s.failed("both", 5.0)
+    s.too_slow("both", 5.0)
+    s.answered("both")  # reachable again, but still cut as too slow
+    assert s.current(6.0) == {"both"}
+    assert s.unreachable(6.0) == frozenset()

@@ -1,0 +1,145 @@
+"""Unit tests: a peer cut as too slow while we fetch its θ is not sampled again for mixing (``Peer.mixing``).
+
+One slowloris used to be sampled at every gossip step of every mixing, and each time cost one
+``fetch_idle_timeout_s``: 3 idle timeouts per early round. Stand-ins replace the network; ``transport.fetch`` is
+monkeypatched in ``swarm.peer``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import torch
+
+import p2p_guard.swarm.peer as peer_module
+from p2p_guard.swarm.peer import Peer
+from p2p_guard.swarm.rounds import Departures
+from p2p_guard.swarm.suspects import Suspects
+from p2p_guard.swarm.transport import NOT_FOUND, OK, TOO_SLOW, FetchResult
+
+D = 4
+SLOW = "12D3KooW" + "S" * 44
+FAST = ["12D3KooW" + c * 44 for c in "bcd"]
+
+
+@dataclass
+class _Config:
+    run_id: str = "run"
+    mix_peers: int = 8
+    early_mix_rounds: int = 5
+    early_mix_steps: int = 3
+    grace_s: float = 0.0
+    mix_radius: float = 0.05
+    fetch_timeout_s: float = 30.0
+    fetch_idle_timeout_s: float = 5.0
+    min_fetch_bytes_per_s: float = 65536.0
+
+
+@dataclass
+class _Local:
+    theta: torch.Tensor = field(default_factory=lambda: torch.ones(D))
+    momentum: torch.Tensor = field(default_factory=lambda: torch.zeros(D))
+    numel: int = D
+
+
+class _Server:
+    def publish_mixed(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+class _Events:
+    def emit(self, kind: str, **fields: Any) -> None:
+        pass
+
+
+class _Departures:
+    def watching(self, stop: asyncio.Event) -> contextlib.AbstractAsyncContextManager[None]:
+        return contextlib.nullcontext()
+
+    def event(self, peer: str) -> asyncio.Event:
+        return asyncio.Event()
+
+
+@dataclass
+class _Peer:
+    """What ``Peer.mixing`` and ``Peer.fetch_thetas`` read."""
+
+    config: _Config = field(default_factory=_Config)
+    local: _Local = field(default_factory=_Local)
+    server: _Server = field(default_factory=_Server)
+    events: _Events = field(default_factory=_Events)
+    departures: Departures = field(default_factory=_Departures)  # type: ignore[assignment]
+    suspects: Suspects = field(default_factory=Suspects)
+    rng: random.Random = field(default_factory=lambda: random.Random(0))  # noqa: S311 - a test
+    p2p: object = None
+    log: logging.Logger = field(default_factory=lambda: logging.getLogger("test"))
+
+    async def others_present(self) -> dict[str, int]:
+        return dict.fromkeys([SLOW, *FAST], 1)
+
+    fetch_thetas = Peer.fetch_thetas
+    _fetch_vector = Peer._fetch_vector
+    _mixable = Peer._mixable
+    _momentum_correction = Peer._momentum_correction
+
+
+def _fake_fetch(asked: list[tuple[str, object]]) -> Any:
+    """A ``transport.fetch`` under which SLOW answers OK, then trickles (cut: TOO_SLOW), and the others answer."""
+    async def fetch(p2p: object, peer: Any, run_id: str, request: list[Any], **kwargs: Any) -> FetchResult:
+        name = peer.to_base58()
+        asked.append((name, request[1]))
+        if name == SLOW:
+            return FetchResult(TOO_SLOW, detail="10 of 16 bytes in 5.0 s, below the rate floor")
+        return FetchResult(OK, data=torch.full((D,), 1.01).numpy().tobytes())
+    return fetch
+
+
+def test_a_slowloris_cut_in_the_first_gossip_step_is_not_asked_in_the_next(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple[str, object]] = []
+    monkeypatch.setattr(peer_module, "fetch", _fake_fetch(asked))
+    peer = _Peer()
+    result = asyncio.run(Peer.mixing(peer, 0, asyncio.Event()))  # type: ignore[arg-type]
+    assert result is not None and result.mixed_from == len(FAST)
+    assert [key for name, key in asked if name == SLOW] == [1]  # step 0's θ only: not the steps 1, 2 nor momentum
+    assert [key for name, key in asked if name == FAST[0]] == [1, 1, [1, 1], [1, 2]]  # θ, b, steps 1 and 2
+    assert peer.suspects.current(time.monotonic()) == {SLOW}
+    assert peer.suspects.unreachable(time.monotonic()) == frozenset()  # not counted as gone
+
+
+def test_a_slow_suspect_is_not_sampled_in_the_next_mixing_until_it_delivers(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple[str, object]] = []
+    monkeypatch.setattr(peer_module, "fetch", _fake_fetch(asked))
+    peer = _Peer()
+    asyncio.run(Peer.mixing(peer, 0, asyncio.Event()))  # type: ignore[arg-type]
+    asked.clear()
+    asyncio.run(Peer.mixing(peer, 6, asyncio.Event()))  # type: ignore[arg-type]
+    assert SLOW not in {name for name, _ in asked}
+    peer.suspects.delivered(SLOW)  # e.g. its payload came whole in a later round
+    asked.clear()
+    asyncio.run(Peer.mixing(peer, 7, asyncio.Event()))  # type: ignore[arg-type]
+    assert SLOW in {name for name, _ in asked}
+
+
+def test_a_lagging_neighbour_is_waited_for_once_per_mixing_not_once_per_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple[str, object]] = []
+
+    async def fetch(p2p: object, peer: Any, run_id: str, request: list[Any], **kwargs: Any) -> FetchResult:
+        name = peer.to_base58()
+        asked.append((name, request[1]))
+        if name == SLOW:  # a round behind: "not found" (it answers at once, so it is no suspect)
+            return FetchResult(NOT_FOUND)
+        return FetchResult(OK, data=torch.full((D,), 1.01).numpy().tobytes())
+
+    monkeypatch.setattr(peer_module, "fetch", fetch)
+    peer = _Peer()
+    result = asyncio.run(Peer.mixing(peer, 0, asyncio.Event()))  # type: ignore[arg-type]
+    assert result is not None and result.mixed_from == len(FAST)
+    assert {key for name, key in asked if name == SLOW} == {1}  # asked for its θ in step 0 only
+    assert peer.suspects.current(time.monotonic()) == frozenset()  # lagging is no suspicion
