@@ -318,7 +318,10 @@ class Peer:
         """Wait until ``min_peers`` (self included) are present; return the others with their rounds.
 
         Every round calls this, not only the first: with too few others a peer pauses (one line, one ``pause``
-        event, and the progress display says so) and resumes when they return; it never trains alone.
+        event, and the progress display says so) and resumes when they return; it never trains alone. A peer we
+        could not reach lately (an unreachable suspect: killed, frozen, cut off) does not count, although its
+        presence record lives on for up to 30 s: without this, a peer whose only partner was killed ran through
+        dozens of empty rounds (no update to apply) within those seconds.
 
         Args:
             stop: set on shutdown (returns what is present then).
@@ -332,7 +335,8 @@ class Peer:
         if timeout_s is not None and self.config.start_peers is not None:  # the first join
             needed = self.config.start_peers
         while True:
-            others = await self.others_present()
+            unreachable = self.suspects.unreachable(time.monotonic())
+            others = {p: r for p, r in (await self.others_present()).items() if p not in unreachable}
             if len(others) + 1 >= needed or stop.is_set():
                 if self.paused and not stop.is_set():  # stopping while paused is not a resume
                     paused_s = time.monotonic() - started
