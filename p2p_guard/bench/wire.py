@@ -244,7 +244,7 @@ def convergence(
     task_spec = task
     model_task = load_task(task_spec)
     steps = inner_steps or model_task.default_hparams.inner_steps
-    run_id = f"bench-wire-{task_spec}-seed{seed}" if task_spec != "digits" else f"bench-wire-digits-seed{seed}"
+    run_id = f"bench-wire-{task_spec}-seed{seed}"
     results = []
     for codec in codecs:
         if progress is not None:

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, S
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -84,6 +84,8 @@ LINGER_ROUNDS = 2.0
 MAX_LINGER_S = 600.0
 
 logger = logging.getLogger(__name__)
+
+_Phase = TypeVar("_Phase")  # what one part of an inner phase returns (InnerResult or PhaseHead)
 
 #: Seconds between two stores of our presence record (it lives ``PRESENCE_TTL_S``, 30 s).
 PRESENCE_REFRESH_S = 5.0
@@ -832,7 +834,7 @@ class Peer:
             if result.status == OK:
                 self.suspects.delivered(peer)
                 return result.data
-            if time.monotonic() + 0.5 > deadline or result.status == TOO_SLOW:
+            if time.monotonic() + 0.5 > deadline:
                 return None
             await asyncio.sleep(0.5)
         return None
@@ -1301,16 +1303,16 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
                     pending_step = False  # the adopted state is the swarm's, past the pending round: its step is in it
             peer._set_round(round_)
             head: PhaseHead | None = None
-            try:
-                with clock.timed("inner"):
-                    if pending is None:
-                        inner = await peer.inner(round_)
-                    else:  # overlap: the head of this phase runs beside the previous round's communication
-                        head = await peer.inner_head(round_, head_steps(clock.comm_s, clock.step_s,
-                                                                        peer.inner_steps))
-            except InnerPhaseStopped as e:
-                _log_inner_stopped(peer, round_, e)
-                break
+            if pending is None:
+                whole = await _inner_phase(peer, round_, clock, peer.inner(round_))
+                if whole is None:
+                    break
+                inner = whole
+            else:  # overlap: the head of this phase runs beside the previous round's communication
+                head = await _inner_phase(peer, round_, clock, peer.inner_head(
+                    round_, head_steps(clock.comm_s, clock.step_s, peer.inner_steps)))
+                if head is None:
+                    break
             if pending is not None:
                 completed += await _finish(peer, pending, pending_inner, clock, bar, stop, deferred, reports,
                                            overlapped=True, apply_step=pending_step)
@@ -1318,12 +1320,10 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
             if stop.is_set() or (last is not None and round_ >= last):
                 break
             if head is not None:
-                try:
-                    with clock.timed("inner"):
-                        inner = await peer.inner_tail(head)
-                except InnerPhaseStopped as e:
-                    _log_inner_stopped(peer, round_, e)
+                tail = await _inner_phase(peer, round_, clock, peer.inner_tail(head))
+                if tail is None:
                     break
+                inner = tail
             clock.step_s = inner.compute_s / peer.inner_steps
             with clock.timed("commit"):
                 target = await peer.open_round(round_)
@@ -1374,10 +1374,18 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
     return completed
 
 
-def _log_inner_stopped(peer: Peer, round_: int, stopped: InnerPhaseStopped) -> None:
-    """One line: the inner phase of ``round_`` stopped for a stop request; nothing of it is committed."""
-    peer.log.info("inner phase of round %d stopped after %d step(s) for the stop request: nothing committed for it",
-                  round_, stopped.steps_done)
+async def _inner_phase(peer: Peer, round_: int, clock: _RoundClock, phase: Awaitable[_Phase]) -> _Phase | None:
+    """Await one part of an inner phase (timed as ``inner``); None if a stop request stopped it (one line logged).
+
+    A stopped phase is no update: the caller leaves the round loop and commits nothing for ``round_``.
+    """
+    try:
+        with clock.timed("inner"):
+            return await phase
+    except InnerPhaseStopped as e:
+        peer.log.info("inner phase of round %d stopped after %d step(s) for the stop request: nothing committed "
+                      "for it", round_, e.steps_done)
+        return None
 
 
 async def _relay_stop(stop: asyncio.Event, halt: threading.Event) -> None:
