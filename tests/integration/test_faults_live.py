@@ -6,6 +6,7 @@ the plan fires from the harness's waits on real peers and that the swarm complet
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import psutil
@@ -31,4 +32,5 @@ def test_a_plan_fires_on_a_live_swarm_and_its_rounds_complete(swarm: Any) -> Non
     assert stop["fired"] is True and stop["fired_round"] >= 1 and stop["ended_time"] >= stop["fired_time"] + 3
     assert bootstrap["fired"] is True and s.bootstrap is not None and s.bootstrap.returncode() == -9
     assert never["fired"] is False  # its round never came
-    assert psutil.Process(s.peers[1].pid).status() != psutil.STATUS_STOPPED
+    with contextlib.suppress(psutil.NoSuchProcess):  # it may have finished its rounds and exited: not stopped either
+        assert psutil.Process(s.peers[1].pid).status() != psutil.STATUS_STOPPED
