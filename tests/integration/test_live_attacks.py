@@ -86,7 +86,8 @@ def test_a_slowloris_sender_and_client_cost_honest_peers_bounded_time(live: Swar
     requests at ``request_timeout_s``. So every honest round lasts at most ``IDLE_TIMEOUT_S + HONEST_ROUND_S``
     (12 s), below the 30 s fetch deadline that an uncut trickle (2.7 hours for its 19 KB) would reach. The
     attacker leaves its own row out of its aggregate, so its commit is on the honest base (not ``stale_base``)
-    in every round."""
+    in every round; on a loaded machine its round-1 commit may come after the honest peers closed the commit
+    phase (``late_commit``)."""
     n_honest, rounds = 2, 2
     n = n_honest + 1
     maddr = live.start_bootstrap()
@@ -103,9 +104,15 @@ def test_a_slowloris_sender_and_client_cost_honest_peers_bounded_time(live: Swar
     bound_s = IDLE_TIMEOUT_S + HONEST_ROUND_S
     assert bound_s < FETCH_TIMEOUT_S / 2
     for i in range(n_honest):
-        assert _verdicts(live, i, slow) == [(0, False, "timeout"), (1, False, "timeout")]
-        details = [v["detail"] for v in live.events(i, "verdict") if v["sender"] == slow]
-        assert all(d.startswith("sender too slow, stream cut (") for d in details), details
+        verdicts = _verdicts(live, i, slow)
+        # Round 0 starts together for every peer, so the slowloris's commit is in and its payload is cut. In round 1
+        # the slowloris may commit after the honest commit phase closed (CI, loaded: its own requests had been refused
+        # as busy by the servers its 12 slow streams hold), which is ``late_commit``, never fetched: also no cost.
+        assert verdicts[0] == (0, False, "timeout"), verdicts
+        assert verdicts[1] in {(1, False, "timeout"), (1, False, "late_commit")}, verdicts
+        assert len(verdicts) == 2, verdicts
+        details = [v["detail"] for v in live.events(i, "verdict") if v["sender"] == slow and v["reason"] == "timeout"]
+        assert details and all(d.startswith("sender too slow, stream cut (") for d in details), details
         summaries = live.events(i, "round")
         assert [(e["round"], e["accepted"], e["rejected"]) for e in summaries] == [(0, 1, 1), (1, 1, 1)]
         assert all(e["seconds"] < bound_s for e in summaries), [e["seconds"] for e in summaries]
