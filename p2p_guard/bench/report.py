@@ -227,7 +227,9 @@ def render(cfg: Any, summary: dict[str, Any], meta: dict[str, Any], plots_rel: s
             "",
             f"The tables above tell no rule the number of attackers (f unknown: `semantic` takes f̂ = ⌊(n − 1)/2⌋, "
             f"rules that need f get the user's default f̂). Here the rules that accept an f are told the true "
-            f"f = {f} (`--assumed-byzantine {f}`), a configuration no user of an open swarm can have.",
+            f"f = {f} (`--assumed-byzantine {f}`), a configuration no user of an open swarm can have. Final "
+            f"accuracy (%) after {cfg.rounds} outer rounds, "
+            f"{_seeds(cfg.seeds if cfg.expert_seeds is None else cfg.expert_seeds)} (mean if more).",
             "",
         ]
         arms = list(summary["expert"])
