@@ -222,7 +222,8 @@ async def start_dht(
     except P2PDaemonError as e:
         if "failed to connect to bootstrap peers" in str(e):
             raise P2PDaemonError(f"cannot reach any of the --initial-peers ({', '.join(initial_peers)}): is the "
-                                 "bootstrap node up, and its address and port reachable from here?") from None
+                                 "bootstrap node up, its address and port reachable from here, and the /p2p/ PeerID "
+                                 "the one it printed (a node that answers with another PeerID is refused)?") from None
         raise
     undo_clock: Callable[[], None] | None = None
     try:
