@@ -346,6 +346,8 @@ _NOT_IN_FINGERPRINT = (
     "swarm/",
     "simulation/",
     "bench/robustness.py",
+    "bench/wire.py",  # the other benchmarks: a cell imports neither
+    "bench/guard_cost.py",
     "bench/report.py",
     "bench/plots.py",
     "bench/__init__.py",
@@ -356,10 +358,10 @@ _NOT_IN_FINGERPRINT = (
 def code_fingerprint() -> str:
     """SHA-256 over the code a cell's result depends on: every ``p2p_guard`` module but the reporting ones.
 
-    The benchmark's grid, report and plots, the CLI, and the networked code a cell never imports (``swarm/``,
-    ``simulation/``, the wire attacks) are left out (they do not change a cell's figures),
-    and torch's version is put in. A resumed run reuses only cells stamped with the current fingerprint, so
-    results of an older guard, attack or training code never mix with new ones.
+    The benchmark's grid, report and plots, the other benchmarks (``bench wire``, ``bench guard-cost``), the CLI,
+    and the networked code a cell never imports (``swarm/``, ``simulation/``, the wire attacks) are left out
+    (they do not change a cell's figures), and torch's version is put in. A resumed run reuses only cells stamped
+    with the current fingerprint, so results of an older guard, attack or training code never mix with new ones.
     """
     import torch
 
