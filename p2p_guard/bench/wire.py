@@ -189,6 +189,7 @@ def convergence(
     topk_outer_lr: float | None = None,
     topk_outer_momentum: float | None = None,
     task: str = "digits",
+    eval_every: int = 0,
 ) -> list[dict[str, Any]]:
     """Final quality (accuracy; perplexity for a language model) of in-process DiLoCo per codec, with error feedback.
 
@@ -216,6 +217,7 @@ def convergence(
         topk_outer_lr: outer lr of the workers when the codec is topk (None: ``outer_defaults``).
         topk_outer_momentum: outer momentum of the workers when the codec is topk (None: ``outer_defaults``).
         task: Task spec (``tasks.load_task``: ``digits``, ``shakespeare``, ``shakespeare:n_layers=2``, ...).
+        eval_every: also evaluate after every this many rounds (0: only after the last), into ``curve``.
 
     Returns:
         One dict per codec: ``codec``, ``task``, ``numel``, ``workers``, ``rounds``, ``accuracy`` (None for a
@@ -227,7 +229,8 @@ def convergence(
         the honest workers of ‖ŝ‖, their decoded row, in the last round), ``ef_decay``, ``outer_lr``,
         ``outer_momentum`` (what the workers used), ``seconds``, and ``guard``,
         ``attack``, ``byzantine`` and ``rejected`` (rows the honest workers' guards rejected, Byzantine and
-        honest: ``[byzantine rejected, byzantine judged, honest rejected, honest judged]``).
+        honest: ``[byzantine rejected, byzantine judged, honest rejected, honest judged]``), and ``curve``:
+        ``[[round, quality], ...]`` after every ``eval_every`` rounds and after the last (rounds counted from 1).
 
     Raises:
         ValueError: On ``workers < 1`` or ``rounds < 1``, an unknown codec, guard or attack, an attack without
@@ -236,8 +239,9 @@ def convergence(
     from p2p_guard.tasks import load_task
     from p2p_guard.training.local import LocalModel, round_generator
 
-    if workers < 1 or rounds < 1:
-        raise ValueError(f"workers and rounds must be >= 1, got workers={workers}, rounds={rounds}")
+    if workers < 1 or rounds < 1 or eval_every < 0:
+        raise ValueError(f"workers and rounds must be >= 1 and eval_every >= 0, got workers={workers}, "
+                         f"rounds={rounds}, eval_every={eval_every}")
     if not 0 <= byzantine < workers or (attack is None) != (byzantine == 0) or (attack and guard is None):
         raise ValueError(f"an attack needs a guard and 1 <= byzantine < workers; got guard={guard!r}, "
                          f"attack={attack!r}, byzantine={byzantine}, workers={workers}")
@@ -260,6 +264,7 @@ def convergence(
         feedback = [ErrorFeedback(codec, peers[0].numel, decay) for _ in peers]
         rounds_run = _Rounds(codec, guard, attack, byzantine, run_id, seed)
         sent_bytes = 0
+        curve: list[list[float]] = []
         for r in range(rounds):
             decoded = []
             for i, local in enumerate(peers):
@@ -271,10 +276,11 @@ def convergence(
                     raise ValueError(f"{codec} rejected its own payload: {received.detail}")
                 decoded.append(received)
             rounds_run.apply(peers, decoded, r)
-        honest = range(workers - byzantine)
-        metrics: list[Any] = [peers[j].evaluate() for j in (honest if guard is not None else [0])]
-        metric = "accuracy" if metrics[0].accuracy is not None else "perplexity"
-        value = sum(getattr(m, metric) for m in metrics) / len(metrics)
+            if eval_every and (r + 1) % eval_every == 0 and r + 1 < rounds:
+                curve.append([r + 1, _quality(peers, workers - byzantine, guard is not None)[1]])
+        metrics = _evaluate(peers, workers - byzantine, guard is not None)
+        metric, value = _quality_of(metrics)
+        curve.append([rounds, value])
         results.append(
             {
                 "codec": codec,
@@ -299,6 +305,7 @@ def convergence(
                 "attack": attack,
                 "byzantine": byzantine,
                 "rejected": rounds_run.rejected,
+                "curve": curve,
             }
         )
     reference = next((result["quality"] for result in results if result["codec"] == "fp32"), None)
@@ -307,6 +314,21 @@ def convergence(
             result["metric"], result["quality"], reference)
         result["accuracy_vs_fp32"] = result["quality_vs_fp32"] if result["metric"] == "accuracy" else None
     return results
+
+
+def _evaluate(peers: Sequence[Any], honest: int, guarded: bool) -> list[Any]:
+    """Metrics of the honest workers (each owns its model) with a guard, else of worker 0 (one shared θ)."""
+    return [peers[j].evaluate() for j in (range(honest) if guarded else [0])]
+
+
+def _quality_of(metrics: Sequence[Any]) -> tuple[str, float]:
+    """``(metric, mean value)``: accuracy for a classifier, perplexity for a language model."""
+    metric = "accuracy" if metrics[0].accuracy is not None else "perplexity"
+    return metric, sum(getattr(m, metric) for m in metrics) / len(metrics)
+
+
+def _quality(peers: Sequence[Any], honest: int, guarded: bool) -> tuple[str, float]:
+    return _quality_of(_evaluate(peers, honest, guarded))
 
 
 def quality_difference(metric: str, value: float, reference: float) -> float:

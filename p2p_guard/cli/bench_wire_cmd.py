@@ -44,6 +44,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     parser.add_argument("--codecs", nargs="+", default=None, help="codec strings (default: all seven)")
     parser.add_argument("--workers", type=int, default=None, help="simulated workers (default 8; --quick 4)")
     parser.add_argument("--rounds", type=int, default=None, help="outer rounds (default 20; --quick 10)")
+    parser.add_argument(
+        "--eval-every", type=int, default=0, metavar="N",
+        help="also evaluate every N rounds of the codec run (its curve goes into --json; default 0: last round only)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the updates and of the run")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument(
@@ -110,8 +114,9 @@ def run_wire(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     workers = args.workers or (4 if args.quick else 8)
     rounds = args.rounds or (10 if args.quick else 20)
-    if workers < 1 or rounds < 1 or args.threads < 1:
-        print("p2p-guard bench wire: error: --workers, --rounds and --threads must be >= 1", file=sys.stderr)
+    if workers < 1 or rounds < 1 or args.threads < 1 or getattr(args, "eval_every", 0) < 0:
+        print("p2p-guard bench wire: error: --workers, --rounds and --threads must be >= 1, --eval-every >= 0",
+              file=sys.stderr)
         return EXIT_USAGE
     guard_attacks = GUARD_ATTACKS if getattr(args, "guard_attacks", None) is None else tuple(args.guard_attacks)
     byzantine = getattr(args, "byzantine", None) or max(1, workers // 4)
@@ -143,7 +148,8 @@ def run_wire(args: argparse.Namespace) -> int:
 
     sizes = measure_codecs(codecs, QUICK_SIZES if args.quick else FULL_SIZES, seed=args.seed, progress=note)
     quality = convergence(codecs, workers=workers, rounds=rounds, seed=args.seed, progress=note, task=task,
-                          topk_ef_decay=decay, topk_outer_lr=lr, topk_outer_momentum=momentum)
+                          topk_ef_decay=decay, topk_outer_lr=lr, topk_outer_momentum=momentum,
+                          eval_every=getattr(args, "eval_every", 0))
     guarded = [
         row
         for codec in codecs

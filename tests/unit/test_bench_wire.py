@@ -59,6 +59,18 @@ def test_convergence_matches_fp32_exactly_for_fp32_twice() -> None:
     table = format_tables([], rows)
     assert "| topk:density=0.01 | 0.95 |" in table and "2 workers, 2 rounds" in table
     assert "| fp32 | 1 | 0.7 | 0.9 | 4.0000 |" in table
+    assert rows[0]["curve"] == [[2, rows[0]["accuracy"]]]  # eval_every=0: the last round only
+
+
+@pytest.mark.timeout(300)
+def test_convergence_curve_evaluates_every_n_rounds_and_the_last() -> None:
+    rows = convergence(["fp32"], workers=2, rounds=5, inner_steps=2, eval_every=2)
+    assert [r for r, _ in rows[0]["curve"]] == [2, 4, 5]
+    assert rows[0]["curve"][-1][1] == rows[0]["accuracy"]
+    shorter = convergence(["fp32"], workers=2, rounds=2, inner_steps=2)
+    assert rows[0]["curve"][0][1] == shorter[0]["accuracy"]  # evaluating does not change the run
+    with pytest.raises(ValueError, match="eval_every"):
+        convergence(["fp32"], workers=2, rounds=2, eval_every=-1)
 
 
 def test_codec_hparams_overrides_only_topk() -> None:
