@@ -102,6 +102,8 @@ class SimulationConfig:
             emulates home uplinks on loopback.
         overlap: every peer overlaps round r's communication with round r + 1's inner phase (on), never (off),
             or decides round by round (unset, the default; ``PeerConfig.overlap``).
+        adaptive_mixing: every peer mixes less often while its measured disagreement is small
+            (``PeerConfig.adaptive_mixing``, ``swarm.mix_schedule``; off by default).
     """
 
     task: str = "digits"
@@ -127,6 +129,7 @@ class SimulationConfig:
     codec: str = "fp32"
     max_upload_mbit: float | None = None
     overlap: bool | None = None
+    adaptive_mixing: bool = False
 
     def __post_init__(self) -> None:
         """Check every setting.

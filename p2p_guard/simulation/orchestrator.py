@@ -286,6 +286,8 @@ def peer_command(
         command += ["--no-reputation"]
     if config.overlap is not None:
         command += ["--overlap" if config.overlap else "--no-overlap"]
+    if config.adaptive_mixing:
+        command += ["--adaptive-mixing"]
     command += ["--reputation-exclusion" if config.reputation_exclusion else "--no-reputation-exclusion"]
     chosen = config.attack_of(index)
     if chosen is not None:

@@ -147,6 +147,9 @@ class PeerConfig:
         overlap_warmup_rounds: with ``overlap``, rounds 0 .. overlap_warmup_rounds − 1 still run sequentially.
         mix_every: every this many rounds, after the outer step, move toward the post-step states of
             ``mix_peers`` sampled peers by clipped differences (ClippedGossip); 0 turns mixing off.
+        adaptive_mixing: mix less often while the measured disagreement is small (every round again once it
+            grows; at most every 8 rounds; ``swarm.mix_schedule``), to save the dense state
+            traffic of a large model. Off by default.
         mix_peers: how many peers' states one mixing step fetches (8: with 4, three sign-flip attackers of 10
             often held the median distance of a sample and spread the honest models to 0.08-0.13; with 8 the
             median stays honest; docs/protocol.md §7.8).
@@ -232,6 +235,7 @@ class PeerConfig:
     overlap: bool | None = None
     overlap_warmup_rounds: int = 1
     mix_every: int = 1
+    adaptive_mixing: bool = False
     mix_peers: int = 8
     mix_radius: float = 0.05
     early_mix_rounds: int = 5

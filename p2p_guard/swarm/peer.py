@@ -23,6 +23,7 @@ import math
 import os
 import random
 import signal
+import statistics
 import sys
 import threading
 import time
@@ -57,6 +58,7 @@ from p2p_guard.swarm.metrics import PeerMetrics, start_metrics
 from p2p_guard.swarm.reaper import start_reaper, stop_reaper_if_clean
 from p2p_guard.swarm.checkpoint import Checkpoint, last_committed, load_resumable, mark_committed, save_checkpoint
 from p2p_guard.swarm.pacing import RateBook
+from p2p_guard.swarm.mix_schedule import MixSchedule
 from p2p_guard.swarm.mixing import MOMENTUM_MIX_RADIUS, clipped_gossip, gossip_steps, robust_centre
 from p2p_guard.swarm.model_match import ModelMismatch, ShapeWatch
 from p2p_guard.swarm.records import COMMIT_TTL_S, PRESENCE_TTL_S, commit_key, presence_key, publish_leave, \
@@ -153,6 +155,8 @@ class MixCorrection:
         momentum: ``(d,)`` float32 move of b, or None (no momentum yet, or nobody answered).
         mixed_from: the most states one gossip step used.
         distance: the first step's largest ‖θ_j − θ_i‖ / ‖θ_i‖ before mixing (None: no state arrived).
+        median_distance: the first step's median of the same (None: no state arrived); drives the adaptive
+            schedule (``swarm.mix_schedule``).
         bytes_received: bytes of the θ and b vectors fetched.
     """
 
@@ -161,6 +165,7 @@ class MixCorrection:
     momentum: torch.Tensor | None = None
     mixed_from: int = 0
     distance: float | None = None
+    median_distance: float | None = None
     bytes_received: int = 0
 
 
@@ -287,6 +292,7 @@ class Peer:
         self.departures = Departures(dht, config.run_id)  # peers that left (signed leave records)
         self.suspects = Suspects()  # peers we could not reach lately (killed ones): not waited for, not mixed with
         self.shape_watch = ShapeWatch()  # stops us when the swarm's updates keep being for another model
+        self.mix_schedule = MixSchedule(every=config.mix_every, adaptive=config.adaptive_mixing)
         self.rates = RateBook()  # each sender's measured payload rate: its next fetch deadline (swarm.pacing)
         # set once a stop is requested (_relay_stop): the inner phase's thread stops at its next step boundary
         self.halt = threading.Event()
@@ -427,12 +433,18 @@ class Peer:
         if outcome.aggregate is not None:
             self.local.apply(outcome.aggregate)
             self.known_previous = [row for s, row in sorted(outcome.rows.items()) if s != self.me]
-        self.serve_state(outcome.round + 1)
+        self.serve_state(outcome.round + 1, mixing=outcome.mix)
 
-    def serve_state(self, round_: int) -> None:
-        """Serve our θ and outer momentum as ``["theta", round_]`` and ``["momentum", round_]``."""
-        self.server.publish_theta(round_, self.local.theta_bytes())
+    def serve_state(self, round_: int, *, mixing: bool = True) -> None:
+        """Serve our θ and outer momentum as ``["theta", round_]`` and ``["momentum", round_]``.
+
+        Without ``mixing`` (we do not mix this round) our θ also answers every gossip step of the others' mixing.
+        """
+        theta = self.local.theta_bytes()
+        self.server.publish_theta(round_, theta)
         self.server.publish_momentum(round_, self.local.momentum_bytes())
+        if not mixing:
+            self.server.publish_unmixed(round_, theta)
 
     async def mix(self, outcome: RoundOutcome, stop: asyncio.Event) -> None:
         """Run :meth:`mixing` for the round of ``outcome`` and apply it at once (sequential rounds)."""
@@ -453,6 +465,12 @@ class Peer:
         outcome.mixed_from = max(outcome.mixed_from, correction.mixed_from)
         outcome.bytes_received += correction.bytes_received
         outcome.mix_distance = correction.distance
+        before = self.mix_schedule.interval
+        after = self.mix_schedule.observe(correction.round, correction.median_distance)
+        if after != before:
+            self.log.info("mixing every %d round(s) now (median distance %s after round %d)", after,
+                          "-" if correction.median_distance is None else f"{correction.median_distance:.2e}",
+                          correction.round)
 
     async def mixing(self, round_: int, stop: asyncio.Event) -> MixCorrection | None:
         """ClippedGossip toward a few sampled peers' states after the step of ``round_`` (``swarm.mixing``).
@@ -510,6 +528,7 @@ class Peer:
             result.bytes_received += 4 * self.local.numel * len(states)
             if step == 0:
                 result.distance = distance
+                result.median_distance = statistics.median(gossip.distances) / norm
             self.events.emit("mix", round=round_, step=step + 1, sources=len(states), tau=gossip.tau,
                              clipped=gossip.clipped, distance=distance,
                              moved=float(gossip.correction.norm()) / norm)
@@ -1336,7 +1355,7 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
             peer._set_round(round_)
             with clock.timed("commit"):
                 sealed, serve, sent = await peer.commit(round_, inner)
-            mix = config.mix_every > 0 and (round_ % config.mix_every == 0 or target > inner.base_round + 1)
+            mix = peer.mix_schedule.due(round_, behind=target > inner.base_round + 1)
             skipped = inner.base_round if target == inner.base_round + 1 else None
             pending = asyncio.create_task(clock.time_communication(
                 _communication(peer, round_, sent, sealed, serve, stop, mix=mix, own_reference=inner.delta,

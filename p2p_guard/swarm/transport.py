@@ -372,6 +372,16 @@ class PayloadServer:
                 steps[LAST_STEP] = theta
             _keep(self._mixed, round_, steps)
 
+    def publish_unmixed(self, round_: int, theta: bytes) -> None:
+        """Serve ``theta`` (raw fp32 bytes, 4·d) as our answer to every gossip step of round ``round_``'s mixing.
+
+        For a round in which we do not mix (``swarm.mix_schedule``): a neighbour that mixes gets our post-step θ
+        (served as ``["theta", round_]`` too; pass the same bytes object, nothing is copied) at each of its gossip
+        steps instead of waiting for states we never compute.
+        """
+        if not self._withdrawn:
+            _keep(self._mixed, round_, {LAST_STEP: theta})
+
     def _mixed_state(self, round_: int, step: int) -> bytes | None:
         """Our θ after ``step`` (≥ 1) gossip steps of round ``round_``'s mixing, or the final one past its end."""
         steps = self._mixed.get(round_, {})

@@ -1,0 +1,102 @@
+"""When a peer mixes: every ``mix_every`` rounds, or (adaptive) less often while the honest models agree.
+
+Mixing (``swarm.mixing.clipped_gossip``) fetches dense θ and outer-momentum states, 4·d bytes each, from up to
+``mix_peers`` neighbours. At d = 25M that is most of what a round sends, even when the models already agree to
+0.15 % (stop 20: 101 MB of the 156 MB a peer sent per round with ``topk``). The adaptive schedule mixes less often
+while the disagreement it measures is small, and at once again when it grows:
+
+    δ_r  = median_j ‖θ_j − θ_i‖ / ‖θ_i‖      over the states of mixing r's first gossip step, before moving
+    I    ← min(2·I, max_every)   if δ_r ≤ bound / 4
+    I    ← 1                     if δ_r > bound / 2
+    I    unchanged               otherwise
+    next mixing: round r + I     (a round behind the swarm mixes anyway: ``due(..., behind=True)``)
+
+where ``bound`` is the consensus-distance target (1e-2, issue 8's rule 1). Between two mixings the disagreement
+grows about linearly with the rounds, so the next δ measured tells whether I was too long, and one δ above
+bound / 2 returns to mixing every round. The median, not the largest distance, drives the schedule: a Byzantine
+minority of the sample cannot make us skip mixings by serving states equal to ours (it can make us mix more
+often, which is the fixed schedule's cost). A neighbour that is not mixing in a round answers the gossip steps
+with its post-step θ (``FetchServer.publish_unmixed``), so peers on different intervals never wait for each other.
+
+Nothing here is measured from a self-reported number: δ comes from the states we fetched ourselves.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+__all__ = ["CONSENSUS_BOUND", "MAX_ADAPTIVE_EVERY", "MixSchedule"]
+
+CONSENSUS_BOUND = 1e-2
+"""The honest consensus distance the adaptive schedule keeps under (max ‖θ_i − θ_j‖ / ‖θ_i‖; issue 8, rule 1)."""
+
+MAX_ADAPTIVE_EVERY = 8
+"""Longest interval of the adaptive schedule, in rounds (mixing traffic falls to at most 1/8 of every round's)."""
+
+
+@dataclass
+class MixSchedule:
+    """A peer's mixing schedule (one per peer; mutable).
+
+    Attributes:
+        every: the fixed period in rounds (0: never mix, in either schedule); with ``adaptive`` the first
+            interval (the first mixing is in round 0).
+        adaptive: adapt the period to the measured disagreement (module docstring).
+        bound: consensus-distance target (dimensionless, > 0).
+        max_every: longest adaptive period, in rounds (>= 1).
+        interval: the current period, in rounds.
+        next_round: the first round at which the adaptive schedule mixes again.
+    """
+
+    every: int = 1
+    adaptive: bool = False
+    bound: float = CONSENSUS_BOUND
+    max_every: int = MAX_ADAPTIVE_EVERY
+    interval: int = field(default=1, init=False)
+    next_round: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        """Check the fields (ValueError naming the field and its value)."""
+        if self.every < 0:
+            raise ValueError(f"every must be >= 0; got every={self.every}")
+        if not self.bound > 0:
+            raise ValueError(f"bound must be > 0; got bound={self.bound}")
+        if self.max_every < 1:
+            raise ValueError(f"max_every must be >= 1; got max_every={self.max_every}")
+        self.interval = max(1, self.every)
+
+    def due(self, round_: int, *, behind: bool = False) -> bool:
+        """Whether to mix after the step of ``round_``.
+
+        Args:
+            round_: the round whose post-step states would be mixed.
+            behind: our update went into a later round than the one it was computed on (we were slow): mix then
+                in any schedule except ``every = 0``, as the fixed schedule always did.
+        """
+        if self.every == 0:
+            return False
+        if behind:
+            return True
+        if self.adaptive:
+            return round_ >= self.next_round
+        return round_ % self.every == 0
+
+    def observe(self, round_: int, distance: float | None) -> int:
+        """Take the median relative distance δ of the mixing of ``round_``; return the interval it sets.
+
+        Args:
+            round_: the mixed round.
+            distance: δ (dimensionless, >= 0), or None when no neighbour answered (then the next round mixes).
+
+        Returns:
+            The interval in rounds until the next mixing (1 for the fixed schedule).
+        """
+        if not self.adaptive:
+            return self.interval
+        if distance is None or math.isnan(distance) or distance > self.bound / 2:  # None: nobody answered
+            self.interval = 1
+        elif distance <= self.bound / 4:
+            self.interval = min(2 * self.interval, self.max_every)
+        self.next_round = round_ + self.interval
+        return self.interval

@@ -1,0 +1,68 @@
+"""The mixing schedule (``swarm.mix_schedule``) and a non-mixing peer's answer to gossip steps."""
+
+from __future__ import annotations
+
+import pytest
+
+from p2p_guard.swarm.mix_schedule import CONSENSUS_BOUND, MAX_ADAPTIVE_EVERY, MixSchedule
+from p2p_guard.swarm.transport import NOT_FOUND, OK, PayloadServer
+
+
+def test_fixed_schedule_mixes_every_n_rounds_and_when_behind() -> None:
+    schedule = MixSchedule(every=3)
+    assert [r for r in range(10) if schedule.due(r)] == [0, 3, 6, 9]
+    assert schedule.due(4, behind=True)
+    assert schedule.observe(3, 0.0) == 3  # the fixed schedule ignores the distance
+    assert [r for r in range(10) if schedule.due(r)] == [0, 3, 6, 9]
+
+
+def test_every_zero_never_mixes_even_when_behind() -> None:
+    schedule = MixSchedule(every=0, adaptive=True)
+    assert not any(schedule.due(r) or schedule.due(r, behind=True) for r in range(5))
+
+
+def test_adaptive_doubles_while_calm_up_to_the_cap_and_returns_to_every_round() -> None:
+    schedule = MixSchedule(adaptive=True)
+    calm, unsure, far = CONSENSUS_BOUND / 4, CONSENSUS_BOUND * 0.3, CONSENSUS_BOUND / 2 + 1e-9
+    mixed, intervals = [], []
+    for r in range(40):
+        if schedule.due(r):
+            mixed.append(r)
+            intervals.append(schedule.observe(r, calm))
+    assert mixed == [0, 2, 6, 14, 22, 30, 38]
+    assert intervals == [2, 4, 8, MAX_ADAPTIVE_EVERY, 8, 8, 8]
+    assert schedule.observe(38, unsure) == 8 and schedule.next_round == 46  # in between: kept
+    assert schedule.observe(46, far) == 1 and schedule.next_round == 47
+    assert schedule.due(47) and not schedule.due(46)
+
+
+@pytest.mark.parametrize("distance", [None, float("nan")])
+def test_adaptive_measures_again_next_round_without_a_distance(distance: float | None) -> None:
+    schedule = MixSchedule(adaptive=True)
+    assert [schedule.observe(r, 0.0) for r in (0, 2, 6)] == [2, 4, 8]
+    assert schedule.observe(10, distance) == 1
+    assert schedule.due(11)
+
+
+def test_adaptive_mixes_when_behind_before_its_next_round() -> None:
+    schedule = MixSchedule(adaptive=True)
+    schedule.observe(0, 0.0)
+    assert not schedule.due(1) and schedule.due(1, behind=True)
+
+
+@pytest.mark.parametrize(("field", "value"), [("every", -1), ("bound", 0.0), ("max_every", 0)])
+def test_bad_settings_are_refused_with_the_field_named(field: str, value: float) -> None:
+    with pytest.raises(ValueError, match=f"^{field} must be"):
+        MixSchedule(**{field: value})  # type: ignore[arg-type]
+
+
+def test_a_peer_that_does_not_mix_answers_every_gossip_step_with_its_theta() -> None:
+    server = PayloadServer("run")
+    theta = b"\x00\x00\x80\x3f" * 4
+    assert server._answer(["mixed", [5, 1]]) == (NOT_FOUND, None)
+    server.publish_unmixed(5, theta)
+    for step in (1, 2, 8):
+        status, body = server._answer(["mixed", [5, step]])
+        assert status == OK and body is not None and body[0] is theta  # the same bytes, not a copy
+    assert server._answer(["mixed", [5, 0]]) == (NOT_FOUND, None)
+    assert server._answer(["mixed", [6, 1]]) == (NOT_FOUND, None)
