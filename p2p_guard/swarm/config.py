@@ -148,7 +148,7 @@ class PeerConfig:
         mix_every: every this many rounds, after the outer step, move toward the post-step states of
             ``mix_peers`` sampled peers by clipped differences (ClippedGossip); 0 turns mixing off.
         adaptive_mixing: mix less often while the measured disagreement is small (every round again once it
-            grows; at most every 8 rounds; ``swarm.mix_schedule``), to save the dense state
+            grows; at most every 4 rounds; ``swarm.mix_schedule``), to save the dense state
             traffic of a large model. Off by default.
         mix_peers: how many peers' states one mixing step fetches (8: with 4, three sign-flip attackers of 10
             often held the median distance of a sample and spread the honest models to 0.08-0.13; with 8 the

@@ -10,13 +10,19 @@ while the disagreement it measures is small, and at once again when it grows:
     I    ← 1                     if δ_r > bound / 2
     I    unchanged               otherwise
     next mixing: round r + I     (a round behind the swarm mixes anyway: ``due(..., behind=True)``)
+    and also any round in which we rejected an update for when it arrived, not what it held
+    (``DISTURBING_REASONS``: late, timed out, unavailable, stale, wrong round): ``disturbed``
 
 where ``bound`` is the consensus-distance target (1e-2, issue 8's rule 1). Between two mixings the disagreement
 grows about linearly with the rounds, so the next δ measured tells whether I was too long, and one δ above
-bound / 2 returns to mixing every round. The median, not the largest distance, drives the schedule: a Byzantine
-minority of the sample cannot make us skip mixings by serving states equal to ours (it can make us mix more
-often, which is the fixed schedule's cost). A neighbour that is not mixing in a round answers the gossip steps
-with its post-step θ (``FetchServer.publish_unmixed``), so peers on different intervals never wait for each other.
+bound / 2 returns to mixing every round. A disturbed round is a sudden step away from the others (our aggregate
+lacks an honest row that theirs hold): measured with ``--adaptive-mixing`` and no such rule, one ``late_commit``
+in round 1 put one peer 0.067 away from the others for a round, because nobody mixed in round 1.
+
+The median, not the largest distance, drives the schedule: a Byzantine minority of the sample cannot make us skip
+mixings by serving states equal to ours (it can make us mix more often, which is the fixed schedule's cost). A
+neighbour that is not mixing in a round answers the gossip steps with its post-step θ
+(``PayloadServer.publish_unmixed``), so peers on different intervals never wait for each other.
 
 Nothing here is measured from a self-reported number: δ comes from the states we fetched ourselves.
 """
@@ -24,15 +30,26 @@ Nothing here is measured from a self-reported number: δ comes from the states w
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-__all__ = ["CONSENSUS_BOUND", "MAX_ADAPTIVE_EVERY", "MixSchedule"]
+from p2p_guard.protocol.reasons import RejectReason
+
+__all__ = ["CONSENSUS_BOUND", "DISTURBING_REASONS", "MAX_ADAPTIVE_EVERY", "MixSchedule"]
 
 CONSENSUS_BOUND = 1e-2
 """The honest consensus distance the adaptive schedule keeps under (max ‖θ_i − θ_j‖ / ‖θ_i‖; issue 8, rule 1)."""
 
-MAX_ADAPTIVE_EVERY = 8
-"""Longest interval of the adaptive schedule, in rounds (mixing traffic falls to at most 1/8 of every round's)."""
+MAX_ADAPTIVE_EVERY = 4
+"""Longest interval of the adaptive schedule, in rounds (mixing traffic falls to at most a quarter of every round's)."""
+
+
+DISTURBING_REASONS = frozenset(r.value for r in (
+    RejectReason.LATE_COMMIT, RejectReason.TIMEOUT, RejectReason.UNAVAILABLE, RejectReason.STALE_BASE,
+    RejectReason.WRONG_ROUND,
+))
+"""Rejections that make the adaptive schedule mix in that round: circumstantial ones that can hit an honest sender
+(``reasons.CIRCUMSTANTIAL_REASONS`` less ``excluded``, which repeats every round once an attacker is excluded)."""
 
 
 @dataclass
@@ -81,6 +98,14 @@ class MixSchedule:
         if self.adaptive:
             return round_ >= self.next_round
         return round_ % self.every == 0
+
+    def disturbed(self, reasons: Iterable[object]) -> bool:
+        """Whether the adaptive schedule mixes in a round whose rejections had these ``reasons`` (enum, value, None).
+
+        False for the fixed schedule and for ``every = 0``.
+        """
+        return self.adaptive and self.every > 0 and any(
+            getattr(r, "value", r) in DISTURBING_REASONS for r in reasons if r is not None)
 
     def observe(self, round_: int, distance: float | None) -> int:
         """Take the median relative distance δ of the mixing of ``round_``; return the interval it sets.

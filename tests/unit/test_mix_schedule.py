@@ -29,17 +29,19 @@ def test_adaptive_doubles_while_calm_up_to_the_cap_and_returns_to_every_round() 
         if schedule.due(r):
             mixed.append(r)
             intervals.append(schedule.observe(r, calm))
-    assert mixed == [0, 2, 6, 14, 22, 30, 38]
-    assert intervals == [2, 4, 8, MAX_ADAPTIVE_EVERY, 8, 8, 8]
-    assert schedule.observe(38, unsure) == 8 and schedule.next_round == 46  # in between: kept
-    assert schedule.observe(46, far) == 1 and schedule.next_round == 47
-    assert schedule.due(47) and not schedule.due(46)
+    assert MAX_ADAPTIVE_EVERY == 4
+    assert mixed == [0, 2, 6, 10, 14, 18, 22, 26, 30, 34, 38]
+    assert intervals == [2, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4]
+    assert schedule.observe(38, unsure) == 4 and schedule.next_round == 42  # in between: kept
+    assert schedule.observe(42, far) == 1 and schedule.next_round == 43
+    assert schedule.due(43) and not schedule.due(42)
+    assert MixSchedule(adaptive=True, max_every=8).observe(0, calm) == 2
 
 
 @pytest.mark.parametrize("distance", [None, float("nan")])
 def test_adaptive_measures_again_next_round_without_a_distance(distance: float | None) -> None:
     schedule = MixSchedule(adaptive=True)
-    assert [schedule.observe(r, 0.0) for r in (0, 2, 6)] == [2, 4, 8]
+    assert [schedule.observe(r, 0.0) for r in (0, 2, 6)] == [2, 4, 4]
     assert schedule.observe(10, distance) == 1
     assert schedule.due(11)
 
@@ -66,3 +68,15 @@ def test_a_peer_that_does_not_mix_answers_every_gossip_step_with_its_theta() -> 
         assert status == OK and body is not None and body[0] is theta  # the same bytes, not a copy
     assert server._answer(["mixed", [5, 0]]) == (NOT_FOUND, None)
     assert server._answer(["mixed", [6, 1]]) == (NOT_FOUND, None)
+
+
+def test_a_round_with_a_late_or_missing_honest_row_is_mixed_by_the_adaptive_schedule() -> None:
+    from p2p_guard.protocol.reasons import RejectReason
+
+    adaptive, fixed = MixSchedule(adaptive=True), MixSchedule(every=2)
+    for reasons in (["late_commit"], [RejectReason.TIMEOUT, None], ["outlier", "stale_base"]):
+        assert adaptive.disturbed(reasons)
+        assert not fixed.disturbed(reasons)
+    # what an update held, or a sender our reputation excludes (every round once it is): not a disturbance
+    assert not adaptive.disturbed(["outlier", RejectReason.EXCLUDED, None, "equivocation"])
+    assert not MixSchedule(every=0, adaptive=True).disturbed(["late_commit"])
