@@ -680,7 +680,8 @@ class Peer:
             return outcome
         self._record_rejections(rejected + more + late, round_, outcome)
         await self._aggregate(rows, envelopes, own_update, own_reference, outcome)
-        outcome.mix = mix or self.mix_schedule.disturbed(v.reason for v in outcome.verdicts if not v.accepted)
+        disturbed = self.mix_schedule.disturbed((v.sender, v.accepted, v.reason) for v in outcome.verdicts)
+        outcome.mix = mix or disturbed
         return outcome
 
     async def receive(self, round_: int, own_update: torch.Tensor, stop: asyncio.Event,

@@ -73,10 +73,20 @@ def test_a_peer_that_does_not_mix_answers_every_gossip_step_with_its_theta() -> 
 def test_a_round_with_a_late_or_missing_honest_row_is_mixed_by_the_adaptive_schedule() -> None:
     from p2p_guard.protocol.reasons import RejectReason
 
-    adaptive, fixed = MixSchedule(adaptive=True), MixSchedule(every=2)
     for reasons in (["late_commit"], [RejectReason.TIMEOUT, None], ["outlier", "stale_base"]):
-        assert adaptive.disturbed(reasons)
-        assert not fixed.disturbed(reasons)
+        verdicts = [(f"s{i}", reason is None, reason) for i, reason in enumerate(reasons)]
+        assert MixSchedule(adaptive=True).disturbed(verdicts)
+        assert not MixSchedule(every=2).disturbed(verdicts)
     # what an update held, or a sender our reputation excludes (every round once it is): not a disturbance
-    assert not adaptive.disturbed(["outlier", RejectReason.EXCLUDED, None, "equivocation"])
-    assert not MixSchedule(every=0, adaptive=True).disturbed(["late_commit"])
+    calm = [("a", False, "outlier"), ("b", False, RejectReason.EXCLUDED), ("c", True, None), ("d", False, "equivocation")]
+    assert not MixSchedule(adaptive=True).disturbed(calm)
+    assert not MixSchedule(every=0, adaptive=True).disturbed([("a", False, "late_commit")])
+
+
+def test_a_sender_whose_verdict_flips_between_rounds_disturbs_the_round() -> None:
+    schedule = MixSchedule(adaptive=True)
+    assert not schedule.disturbed([("h", True, None), ("b", False, "outlier")])
+    assert not schedule.disturbed([("h", True, None), ("b", False, "outlier"), ("new", False, "outlier")])
+    assert schedule.disturbed([("h", False, "outlier"), ("b", False, "outlier")])  # h: accepted, now rejected
+    assert schedule.disturbed([("h", True, None)])  # and back
+    assert not schedule.disturbed([("other", True, None)])  # h not judged this round: nothing to compare
