@@ -180,7 +180,7 @@ A = ``g3t35r7d8`` (g 3, τ 0.35, 7 rounds, γ 0.8), B = ``g3t35r5d6`` (g 3, τ 0
 
 | arm | sign_flip:10 | ipm:0.1 (honest FP) | alie (honest FP) |
 |---|---|---|---|
-| semantic | .901 (.925, .856, .922) | seeds 0, 1 -, seed 2 .917 (.02) | .892 (.897, .856, .922) (0, 0, 0) |
+| semantic | .901 (.925, .856, .922) | .883 (.898, .833, .917) (.06, .06, .02) | .892 (.897, .856, .922) (0, 0, 0) |
 | A | .901 (.925, .856, .922) | .873 (.848, .853, .917) (.05, .06, .02) | .899 (.925, .844, .928) (0, .07, 0) |
 | B | not run | not run | not run |
 
@@ -194,8 +194,8 @@ rule). g = 3 does what it was meant to on the clean runs (no honest FP at Dirich
 triples reach 0.3-0.4: the attackers' residual histories are not a tight group on every seed, so "two partners
 at τ" is missed by the attackers as often as it is met by honest peers. It also costs accuracy under the
 backdoor (−7 and −5 points on seeds 1 and 2; the table does not record which rows were rejected there) and
-honest FP under ALIE on seed 1 (7 %). The IPM honest FP is the default guard's own (seed 2: 0.024 with and
-without the stage).
+honest FP under ALIE on seed 1 (7 %), and under IPM it moves accuracy by −5 and +2 points on seeds 0 and 1
+(mean −1); the IPM honest FP is the default guard's own (0.06, 0.06, 0.02 without the stage).
 """
 
 from __future__ import annotations
