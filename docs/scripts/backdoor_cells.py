@@ -146,6 +146,56 @@ Result: nothing meets the target (ASR ≤ 10 % on seeds 0-2 with clean accuracy 
 At 3 of 10 the backdoor group holds 30 % of every aggregate with rows that are, in norm, direction, clean loss
 and residual alignment, inside the honest spread under Dirichlet(0.5); none of these per-row statistics can
 remove it without removing honest rows with it.
+
+Group collusion (``collusion_group=g``: reject j only when at least g − 1 other senders, never the receiver's
+own row, each reach history cosine ≥ τ with it; ``collusion_decay`` = γ), measured 2026-12-03 by a fourth helper.
+The idea: a backdoor group at 3 of 10 aligns as a trio, the honest look-alikes were pairs. First a screen in
+undefended runs (semantic guard, seeds 0-2, every honest receiver, a scratch hook computing each sender's top
+history cosines with γ = 1, 0.8, 0.6; no rejection feeds back): with g = 3 the backdoor trio's score (its least
+aligned pair) is 0.39-0.53 on seed 0, 0.03-0.29 on seed 1 (rising with the rounds) and 0.01-0.21 on seed 2,
+while the most aligned honest *triple* reaches 0.26-0.42 in the backdoor runs and 0.16-0.46 in the clean runs:
+under Dirichlet(0.5) honest triples with similar label mixes exist too (seed 2: 0.42 by round 8, γ = 1). The
+best screened settings at clean honest FP ≤ 1 % (g = 3, τ 0.35, 7 rounds, γ 0.8) flag 100 %, 28 % and 11 % of
+the attacker rows from round 6 on (seeds 0, 1, 2). Neither the mean of the top g − 1 cosines nor g = 2
+screened better at equal clean FP. Then the cells (seeds 0-2; mean, then seeds 0, 1, 2; "clean honest FP" as above):
+
+    python docs/scripts/backdoor_cells.py --seeds 0 1 2 --attacks --arm \
+        "g3t35r7d8=semantic:collusion=True,c_collusion=0.35,collusion_group=3,collusion_rounds=7,collusion_decay=0.8"
+    python docs/scripts/backdoor_cells.py --seeds 0 1 2 --attacks --arm \
+        "g3t35r5d6=semantic:collusion=True,c_collusion=0.35,collusion_group=3,collusion_rounds=5,collusion_decay=0.6"
+    python docs/scripts/backdoor_cells.py --seeds 0 1 2 --attacks --no-backdoor --partition dirichlet:0.1 \
+        --arm semantic --arm "g3t35r7d8=semantic:collusion=True,c_collusion=0.35,collusion_group=3,..."
+
+and the attack columns from the same ``final()`` cells in a scratch loop (so as not to rerun the clean cells;
+the same as ``--attacks sign_flip:scale=10 ipm:epsilon=0.1 alie``); the default row is the table above plus
+IPM cells run the same way.
+
+A = ``g3t35r7d8`` (g 3, τ 0.35, 7 rounds, γ 0.8), B = ``g3t35r5d6`` (g 3, τ 0.35, 5 rounds, γ 0.6):
+
+| arm | clean acc | clean honest FP | backdoor ASR | backdoor acc |
+|---|---|---|---|---|
+| semantic | 0.926 (0.936, 0.936, 0.906) | 0 | 0.914 (0.852, 0.920, 0.969) | 0.918 (0.933, 0.931, 0.889) |
+| A | 0.926 (0.936, 0.936, 0.906) | 0 (0, 0, 0) | 0.506 (0.154, 0.401, 0.961) | 0.876 (0.931, 0.858, 0.838) |
+| B | 0.921 (0.921, 0.936, 0.908) | .002 (.004, 0, .001) | 0.399 (0.099, 0.167, 0.931) | 0.874 (0.931, 0.853, 0.840) |
+
+| arm | sign_flip:10 | ipm:0.1 (honest FP) | alie (honest FP) |
+|---|---|---|---|
+| semantic | .901 (.925, .856, .922) | .883 (.898, .833, .917) (.06, .06, .02) | .892 (.897, .856, .922) (0, 0, 0) |
+| A | .901 (.925, .856, .922) | .873 (.848, .853, .917) (.05, .06, .02) | .899 (.925, .844, .928) (0, .07, 0) |
+| B | not run | not run | not run |
+
+Clean at ``dirichlet:0.1`` (``--partition dirichlet:0.1``): default 0.748 (0.819, 0.697, 0.728), honest FP 0;
+A: 0.747 (0.817, 0.697, 0.728), honest FP 0.003 (0.008, 0, 0).
+
+Result: no group setting meets the target; the stage stays off and ``collusion_group`` defaults to 2 (the former
+rule). g = 3 does what it was meant to on the clean runs (no honest FP at Dirichlet 0.5, 0.3 % at Dirichlet
+0.1, clean accuracy unchanged) and lowers ASR on seeds 0 and 1 (0.852 → 0.154, 0.920 → 0.401), but not to
+10 %, and not at all on seed 2 (0.961), where the backdoor trio's least aligned pair stays near 0.2 while honest
+triples reach 0.3-0.4: the attackers' residual histories are not a tight group on every seed, so "two partners
+at τ" is missed by the attackers as often as it is met by honest peers. It also costs accuracy under the
+backdoor (−7 and −5 points on seeds 1 and 2; the table does not record which rows were rejected there) and
+honest FP under ALIE on seed 1 (7 %), and under IPM it moves accuracy by −5 and +2 points on seeds 0 and 1
+(mean −1); the IPM honest FP is the default guard's own (0.06, 0.06, 0.02 without the stage).
 """
 
 from __future__ import annotations
@@ -166,6 +216,7 @@ from p2p_guard.guard.centre import robust_centre
 from p2p_guard.guard.linalg import cosines_to, row_norms, scalar_median
 
 N, F = 10, 3
+PARTITION = "dirichlet:0.5"
 ATTACKS = ("sign_flip:scale=10", "ipm:epsilon=0.1", "alie", "adaptive")
 FLOOR_ATTACK = "backdoor:fraction=0.001"
 """One "attacker" that poisons ⌊0.001 · 32⌋ = 0 examples of each batch: an honest peer whose run still measures
@@ -271,13 +322,14 @@ def prototype(name: str | None, params: dict[str, Any]) -> Iterator[None]:
         semantic.SemanticGuard._aggregate = original  # type: ignore[method-assign]
 
 
-def final(guard: str, params: Params, attack: str | None, seed: int, f: int = F) -> dict[str, Any]:
+def final(guard: str, params: Params, attack: str | None, seed: int, f: int = F,
+          partition: str = PARTITION) -> dict[str, Any]:
     """The ``final`` record (accuracy, loss, asr) of one cell, with its honest false-positive rate ``fp_rate``.
 
     ``f`` attackers when ``attack`` is set; ``fp_rate`` = honest rows rejected / honest rows judged by honest peers.
     """
     spec = CellSpec(task="digits", guard=guard, attack=attack, n=N, f=f if attack else 0,
-                    partition="dirichlet:0.5", seed=seed, rounds=12, guard_params=params)
+                    partition=partition, seed=seed, rounds=12, guard_params=params)
     result = run_bench_cell(spec)
     return {**result["final"], "fp_rate": result["verdicts"]["fp_rate"]}
 
@@ -287,19 +339,20 @@ def cell(values: list[float]) -> str:
     return f"{sum(values) / len(values):.3f} ({', '.join(f'{v:.3f}' for v in values)})"
 
 
-def table(arms: list[str], seeds: list[int], attacks: tuple[str, ...] = ATTACKS) -> None:
-    """Print the table of the arms (clean, backdoor, then each of ``attacks``)."""
+def table(arms: list[str], seeds: list[int], attacks: tuple[str, ...] = ATTACKS, partition: str = PARTITION,
+          backdoor: bool = True) -> None:
+    """Print the table of the arms (clean, backdoor unless ``backdoor`` is false, then each of ``attacks``)."""
     head = ["guard", "clean acc", "clean honest FP", "backdoor ASR", "backdoor acc", *attacks]
     print("| " + " | ".join(head) + " |")  # noqa: T201
     print("|" + "---|" * len(head))  # noqa: T201
     for arm in arms:
         label, guard, params, proto, proto_params = parse_arm(arm)
         with prototype(proto, proto_params):
-            clean = [final(guard, params, None, s) for s in seeds]
-            bd = [final(guard, params, "backdoor", s) for s in seeds]
-            rest = [[final(guard, params, a, s)["accuracy"] for s in seeds] for a in attacks]
+            clean = [final(guard, params, None, s, partition=partition) for s in seeds]
+            bd = [final(guard, params, "backdoor", s, partition=partition) for s in seeds] if backdoor else []
+            rest = [[final(guard, params, a, s, partition=partition)["accuracy"] for s in seeds] for a in attacks]
         row = [label, cell([c["accuracy"] for c in clean]), cell([c["fp_rate"] for c in clean]),
-               cell([b["asr"] for b in bd]), cell([b["accuracy"] for b in bd]),
+               cell([b["asr"] for b in bd]) if bd else "-", cell([b["accuracy"] for b in bd]) if bd else "-",
                *(cell(r) for r in rest)]
         print("| " + " | ".join(row) + " |", flush=True)  # noqa: T201
 
@@ -370,6 +423,8 @@ def main() -> None:
     p.add_argument("--probe", action="store_true", help="print what the semantic guard saw instead")
     p.add_argument("--floor", action="store_true", help="print the backdoor's ASR with no attacker instead")
     p.add_argument("--attacks", nargs="*", default=None, help=f"the other attacks (default: {' '.join(ATTACKS)})")
+    p.add_argument("--partition", default=PARTITION, help=f"the cells' data partition (default: {PARTITION})")
+    p.add_argument("--no-backdoor", action="store_true", help="table mode: skip the backdoor cells")
     args = p.parse_args()
     if args.probe:
         probe(args.seeds)
@@ -377,7 +432,7 @@ def main() -> None:
         floor(args.arm or ["mean", "semantic"], args.seeds)
     else:
         table(args.arm or ["semantic", "median", "mean"], args.seeds,
-              ATTACKS if args.attacks is None else tuple(args.attacks))
+              ATTACKS if args.attacks is None else tuple(args.attacks), args.partition, not args.no_backdoor)
 
 
 if __name__ == "__main__":

@@ -11,13 +11,17 @@ FoolsGold accumulates each client's update history, and compares the accumulated
     H_{j,r} = γ · H_{j,r−1} + u_{j,r}                         (H_{j,−1} = 0; one term per round)
     S_{jk}  = cos(H_j, H_k)                                    over the senders of this round with
                                                                  at least ``min_rounds`` terms
-    s_j     = max_{k ≠ j, k ≠ o} S_{jk}
+    s_j     = (g − 1)-th largest of {S_{jk} : k ≠ j, k ≠ o}      (−∞ when fewer than g − 1 such k)
     reject j  ⇔  j ≠ o  and  s_j ≥ τ
 
 where
     - x_{j,r} is sender j's row in round r, c_r the robust centre of that round, o the receiver's own row
       (``ctx.own_index``: never rejected, and never a partner: agreeing with our own data is no evidence);
     - γ ∈ (0, 1] is ``decay`` and τ ∈ (0, 1] the threshold ``tau``;
+    - g ≥ 2 is ``group``, the least group size flagged: j is rejected only when at least g − 1 *other*
+      senders (the own row never counts) each reach S_{jk} ≥ τ with it. g = 2 (the default) is
+      s_j = max_k S_{jk}: any aligned pair. g = 3 asks for a trio, since a backdoor group of 3 of 10 aligns
+      as a whole while the honest look-alikes (similar label mixes under Dirichlet) were pairs;
     - the history is kept per (receiver, sender) PeerID pair, so a guard object shared by several in-process
       receivers (the benchmark cells) keeps one history per receiver, as a networked peer would.
 
@@ -28,7 +32,8 @@ the persistent parts: near 1 for attackers sharing a goal, and for two honest pe
 skews, which under Dirichlet(0.5) stays well below.
 
 The stage is never told f or who the attackers are, and reads no self-reported number: only the rows, the
-centre and the PeerIDs. It can reject any number of senders, including a lone pair.
+centre and the PeerIDs. With g = 2 it can reject any number of senders, including a lone pair; with g it
+never rejects a group of fewer than g senders (a pair of attackers passes g = 3).
 
 References:
     Clement Fung, Chris J. M. Yoon, Ivan Beschastnikh. The Limitations of Federated Learning in Sybil Settings.
@@ -49,7 +54,7 @@ from p2p_guard.guard.base import AggregationContext, check_int, check_real
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["COLLUDING", "CollusionCheck", "ResidualHistory"]
+__all__ = ["COLLUDING", "CollusionCheck", "ResidualHistory", "group_score"]
 
 COLLUDING = "colluding"
 """Reason recorded in the verdict of a row rejected by this stage."""
@@ -162,6 +167,7 @@ class CollusionCheck:
         tau: τ, the history cosine at or above which a sender is rejected, in (0, 1] (0.6).
         min_rounds: rounds of history both senders need before they are compared, ``>= 1`` (3).
         decay: γ of the history, in (0, 1] (1: a plain sum).
+        group: g, the least group size rejected, ``>= 2`` (2: any aligned pair; module docstring).
         max_entries: bound on the (receiver, sender) pairs kept (:class:`ResidualHistory`).
 
     Raises:
@@ -175,6 +181,7 @@ class CollusionCheck:
     tau: float = 0.6
     min_rounds: int = 3
     decay: float = 1.0
+    group: int = 2
     max_entries: int = 1024
     history: ResidualHistory = field(init=False, repr=False)
     reason: str = field(default=COLLUDING, init=False)
@@ -184,6 +191,7 @@ class CollusionCheck:
         if check_real("tau", self.tau, minimum=0.0) > 1.0:
             raise ValueError(f"tau must be in (0, 1], got {self.tau!r}")
         check_int("min_rounds", self.min_rounds, minimum=1)
+        check_int("group", self.group, minimum=2)
         self.history = ResidualHistory(decay=self.decay, max_entries=self.max_entries)
 
     def __call__(
@@ -214,17 +222,33 @@ class CollusionCheck:
         for j, hj in enumerate(histories):
             if j == own or hj is None:
                 continue
-            best, partner = -math.inf, -1
-            for k, hk in enumerate(histories):
-                if k in (j, own) or hk is None:
-                    continue
-                value = float(torch.dot(hj, hk))
-                if value > best:
-                    best, partner = value, k
-            logger.debug("round %d receiver %s: sender %s history cosine %.3f with %s", ctx.round, receiver,
-                         ctx.senders[j], best, ctx.senders[partner] if partner >= 0 else "-")
-            if best >= self.tau:
-                rejected[j] = (
-                    f"residual history cosine {best:.3f} >= {self.tau:g} with {ctx.senders[partner]}"
-                )
+            score, partners = group_score(hj, histories, exclude=(j, own), group=self.group)
+            names = ", ".join(ctx.senders[k] for k in partners) or "-"
+            logger.debug("round %d receiver %s: sender %s group-%d history cosine %.3f with %s", ctx.round,
+                         receiver, ctx.senders[j], self.group, score, names)
+            if score >= self.tau:
+                rejected[j] = f"residual history cosine {score:.3f} >= {self.tau:g} with {names}"
         return rejected
+
+
+def group_score(
+    hj: torch.Tensor, histories: list[torch.Tensor | None], *, exclude: tuple[int | None, ...], group: int
+) -> tuple[float, list[int]]:
+    """s_j of the module docstring: the (g − 1)-th largest cosine of ``hj`` with the other histories.
+
+    Args:
+        hj: ``(d,)`` float64 unit history of sender j.
+        histories: every sender's ``(d,)`` unit history, or ``None`` where it has fewer than ``min_rounds`` terms.
+        exclude: row indices that are never partners (j itself and the own row; ``None`` is ignored).
+        group: g ``>= 2``.
+
+    Returns:
+        ``(s_j, partners)``: the score (``-inf`` when fewer than g − 1 partners have a history) and the indices
+        of the g − 1 most aligned partners, most aligned first (fewer when fewer exist).
+    """
+    cosines = sorted(
+        ((float(torch.dot(hj, hk)), k) for k, hk in enumerate(histories) if k not in exclude and hk is not None),
+        key=lambda item: -item[0],
+    )[: group - 1]
+    partners = [k for _, k in cosines]
+    return (cosines[-1][0] if len(cosines) == group - 1 else -math.inf), partners

@@ -26,7 +26,8 @@ a constructor flag so that its worth can be measured:
    centre, accumulated over rounds (per receiver and sender), points the way another sender's does (a backdoor
    group; cross-round FoolsGold). Measured in ``docs/scripts/backdoor_cells.py`` (its table: seeds 0 and 1
    only, thin margins between honest pairs with similar label mixes and the backdoor group), so it stays
-   available, not the default;
+   available, not the default; ``collusion_group=3`` (reject only senders with two aligned partners) was
+   measured there too (seeds 0-2: ASR 0.15-0.96 at no clean cost, seed 2 untouched) and is not the default;
 5. aggregate: the mean of the accepted rows when the verdict rejected f̂ rows or more; otherwise one step of
    centered clipping around the robust centre, which caps the pull of hidden inliers (ALIE); if every row
    was rejected, the own row (else the centre). With f unknown, f̂ = ⌊(n − 1)/2⌋ almost always exceeds the
@@ -193,6 +194,9 @@ class SemanticGuard:
             ResidualHistory`).
         c_collusion: τ of the collusion stage, the history cosine at which a sender is rejected, in (0, 1].
         collusion_rounds: rounds of history a sender needs before the collusion stage compares it, ``>= 1``.
+        collusion_group: g of the collusion stage, ``>= 2``: a sender is rejected only when at least g − 1 other
+            senders (never the own row) each reach τ with it (2: any aligned pair, the stage's original rule).
+        collusion_decay: γ of the collusion stage's history, in (0, 1] (1: a plain sum over rounds).
         noise: λ of the noise stage, ``>= 0`` (0: off, the default): Gaussian noise of standard deviation
             λ × the median row norm added to the aggregate (FLAME; :mod:`~p2p_guard.guard.noise`).
         checks: extension point, per-row tests run after the verdict stage (empty by default).
@@ -233,6 +237,8 @@ class SemanticGuard:
     collusion: bool = False
     c_collusion: float = 0.6
     collusion_rounds: int = 3
+    collusion_group: int = 2
+    collusion_decay: float = 1.0
     noise: float = 0.0
     checks: tuple[RowCheck, ...] = ()
     anchor: Anchor | None = None
@@ -261,11 +267,11 @@ class SemanticGuard:
                 raise ValueError(f"checks must hold RowCheck objects (reason, __call__), got {check!r}")
         if self.anchor is not None and not callable(self.anchor):
             raise ValueError(f"anchor must be callable, got {self.anchor!r}")
+        # built either way, so a bad value fails whether or not the stage is on
+        stage = CollusionCheck(tau=self.c_collusion, min_rounds=self.collusion_rounds, group=self.collusion_group,
+                               decay=self.collusion_decay)
         if self.collusion:
-            stage = CollusionCheck(tau=self.c_collusion, min_rounds=self.collusion_rounds)
             object.__setattr__(self, "_collusion", stage)
-        else:  # still check the parameters, so a bad value fails whether or not the stage is on
-            CollusionCheck(tau=self.c_collusion, min_rounds=self.collusion_rounds)
 
     def __call__(self, updates: torch.Tensor, ctx: AggregationContext) -> torch.Tensor:
         """Return only the aggregate of :meth:`judge`.

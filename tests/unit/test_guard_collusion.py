@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from p2p_guard.guard import AggregationContext, SemanticGuard
-from p2p_guard.guard.collusion import COLLUDING, CollusionCheck, ResidualHistory
+from p2p_guard.guard.collusion import COLLUDING, CollusionCheck, ResidualHistory, group_score
 
 
 def ctx(round_: int, n: int = 4, own: int | None = 0) -> AggregationContext:
@@ -135,10 +135,58 @@ class TestCollusionCheck:
         assert torch.equal(centre, before[1])
 
     @pytest.mark.parametrize(("kwargs", "name"), [({"tau": 0.0}, "tau"), ({"tau": 1.1}, "tau"),
-                                                  ({"min_rounds": 0}, "min_rounds"), ({"decay": 2.0}, "decay")])
+                                                  ({"min_rounds": 0}, "min_rounds"), ({"decay": 2.0}, "decay"),
+                                                  ({"group": 1}, "group"), ({"group": 2.5}, "group")])
     def test_rejects_bad_parameters(self, kwargs: dict[str, float], name: str) -> None:
         with pytest.raises(ValueError, match=name):
             CollusionCheck(**kwargs)  # type: ignore[arg-type]
+
+
+# residuals from a zero centre, 6 senders, row 0 ours: rows 1-3 share e5 (each with its own e1 / e2 / e3 part:
+# pairwise cosine exactly 1/2), rows 4 and 5 share e4 (each with its own e0 / ... part: cosine 1/2 as a pair)
+TRIO_AND_PAIR = torch.tensor([
+    [1.0, 0, 0, 0, 0, 0, 0, 0],
+    [0, 1, 0, 0, 0, 1, 0, 0],
+    [0, 0, 1, 0, 0, 1, 0, 0],
+    [0, 0, 0, 1, 0, 1, 0, 0],
+    [0, 0, 0, 0, 1, 0, 1, 0],
+    [0, 0, 0, 0, 1, 0, 0, 1],
+])
+
+
+class TestGroup:
+    def test_trio_rejected_pair_kept_with_group_3(self) -> None:
+        out = CollusionCheck(tau=0.5, min_rounds=1, group=3)(TRIO_AND_PAIR, torch.zeros(8), ctx(0, n=6))
+        assert sorted(out) == [1, 2, 3]  # each has two partners at 1/2; rows 4 and 5 have one each
+        assert out[1] == "residual history cosine 0.500 >= 0.5 with p2, p3"
+
+    def test_group_2_rejects_the_pair_too(self) -> None:
+        out = CollusionCheck(tau=0.5, min_rounds=1)(TRIO_AND_PAIR, torch.zeros(8), ctx(0, n=6))
+        assert sorted(out) == [1, 2, 3, 4, 5]
+        assert out[4] == "residual history cosine 0.500 >= 0.5 with p5"
+
+    def test_own_row_never_counts_as_a_partner(self) -> None:
+        # rows 0 (ours), 1 and 2 share e3: with the own row as a partner rows 1 and 2 would each have two
+        rows = torch.tensor([[1.0, 0, 0, 1], [0, 1, 0, 1], [0, 0, 1, 1], [1, 0, 0, 0]])
+        assert CollusionCheck(tau=0.5, min_rounds=1, group=3)(rows, torch.zeros(4), ctx(0, own=0)) == {}
+        out = CollusionCheck(tau=0.5, min_rounds=1, group=3)(rows, torch.zeros(4), ctx(0, own=None))
+        assert sorted(out) == [0, 1, 2]  # no own row: the trio is three senders
+        assert sorted(CollusionCheck(tau=0.5, min_rounds=1)(rows, torch.zeros(4), ctx(0, own=0))) == [1, 2]
+
+    def test_second_partner_below_tau_kept(self) -> None:
+        # row 3 = 2·e3 + e5: its cosine with rows 1 and 2 is 1/(√2·√5) ≈ 0.316 < τ, so rows 1 and 2 are a pair
+        # (one partner each at 1/2) and nobody has two partners at τ
+        rows = TRIO_AND_PAIR.clone()
+        rows[3, 3] = 2.0
+        out = CollusionCheck(tau=0.5, min_rounds=1, group=3)(rows, torch.zeros(8), ctx(0, n=6))
+        assert out == {}
+        assert sorted(CollusionCheck(tau=0.5, min_rounds=1)(rows, torch.zeros(8), ctx(0, n=6))) == [1, 2, 4, 5]
+
+    def test_group_score_needs_g_minus_1_partners(self) -> None:
+        unit = E[0]
+        assert group_score(unit, [unit, E[0], None, None], exclude=(0, None), group=3) == (-math.inf, [1])
+        assert group_score(unit, [unit, E[0], E[1], None], exclude=(0, None), group=3) == (0.0, [1, 2])
+        assert group_score(unit, [unit, E[0], E[1], E[0]], exclude=(0, 3), group=2) == (1.0, [1])
 
 
 class TestInSemanticGuard:
@@ -163,8 +211,17 @@ class TestInSemanticGuard:
         assert b._collusion is not None
         assert a._collusion.history is not b._collusion.history
 
+    def test_group_and_decay_reach_the_stage(self) -> None:
+        guard = SemanticGuard(collusion=True, collusion_group=3, collusion_decay=0.5)
+        assert guard._collusion is not None
+        assert guard._collusion.group == 3
+        assert guard._collusion.history.decay == 0.5
+        assert SemanticGuard(collusion=True)._collusion.group == 2  # type: ignore[union-attr]
+
     @pytest.mark.parametrize(("kwargs", "name"), [({"c_collusion": 0.0}, "tau"),
                                                   ({"collusion_rounds": 0}, "min_rounds"),
+                                                  ({"collusion_group": 1}, "group"),
+                                                  ({"collusion_decay": 0.0}, "decay"),
                                                   ({"collusion": 1}, "collusion")])
     def test_rejects_bad_parameters(self, kwargs: dict[str, object], name: str) -> None:
         with pytest.raises(ValueError, match=name):
