@@ -11,8 +11,8 @@ while the disagreement it measures is small, and at once again when it grows:
     I    unchanged               otherwise
     next mixing: round r + I     (a round behind the swarm mixes anyway: ``due(..., behind=True)``)
     and also any round in which we rejected an update for when it arrived, not what it held
-    (``DISTURBING_REASONS``: late, timed out, unavailable, stale, wrong round), or in which a sender got the
-    other verdict than in the previous round: ``disturbed``
+    (``DISTURBING_REASONS``: late, timed out, unavailable, stale, wrong round), or in which a sender changed
+    standing since the previous round (accepted, rejected, excluded): ``disturbed``
 
 where ``bound`` is the consensus-distance target (1e-2, issue 8's rule 1). Between two mixings the disagreement
 grows about linearly with the rounds, so the next δ measured tells whether I was too long, and one δ above
@@ -54,6 +54,13 @@ DISTURBING_REASONS = frozenset(r.value for r in (
 (``reasons.CIRCUMSTANTIAL_REASONS`` less ``excluded``, which repeats every round once an attacker is excluded)."""
 
 
+def _standing(accepted: bool, reason: object) -> str:
+    """``accepted``, ``excluded`` (dropped before our guard by our reputation) or ``rejected``."""
+    if accepted:
+        return "accepted"
+    return "excluded" if reason == RejectReason.EXCLUDED.value else "rejected"
+
+
 @dataclass
 class MixSchedule:
     """A peer's mixing schedule (one per peer; mutable).
@@ -74,7 +81,7 @@ class MixSchedule:
     max_every: int = MAX_ADAPTIVE_EVERY
     interval: int = field(default=1, init=False)
     next_round: int = field(default=0, init=False)
-    _last: dict[str, bool] = field(default_factory=dict, init=False, repr=False)
+    _last: dict[str, str] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         """Check the fields (ValueError naming the field and its value)."""
@@ -106,9 +113,11 @@ class MixSchedule:
         """Whether the adaptive schedule mixes in a round with these verdicts; remembers them for the next round.
 
         A round is disturbed when we rejected an update for a reason in ``DISTURBING_REASONS``, or when a sender
-        we judged in the previous round too got the other verdict (accepted then, rejected now, or the reverse):
-        either way our aggregate stepped away from what the others' hold (an honest row they took and we did
-        not, e.g. one of our guard's false positives). A Byzantine sender rejected every round changes nothing.
+        we judged in the previous round too changed standing (accepted, rejected by the guard, or excluded by our
+        reputation before the guard saw it): either way our aggregate stepped away from what the others' hold (an
+        honest row they took and we did not, e.g. one of our guard's false positives; or a Byzantine row that
+        left our guard's input, which moves its robust centre, in a round in which others still had it). A
+        Byzantine sender rejected, or excluded, every round changes nothing.
 
         Args:
             verdicts: ``(sender PeerID, accepted, reason)`` per judged sender (reason: enum, value or None).
@@ -117,11 +126,11 @@ class MixSchedule:
             False for the fixed schedule and for ``every = 0``.
         """
         now = {sender: (accepted, getattr(reason, "value", reason)) for sender, accepted, reason in verdicts}
-        before, self._last = self._last, {sender: accepted for sender, (accepted, _) in now.items()}
+        before, self._last = self._last, {sender: _standing(*verdict) for sender, verdict in now.items()}
         if not self.adaptive or self.every == 0:
             return False
         late = any(not accepted and reason in DISTURBING_REASONS for accepted, reason in now.values())
-        flipped = any(before[sender] != accepted for sender, (accepted, _) in now.items() if sender in before)
+        flipped = any(before[sender] != self._last[sender] for sender in now if sender in before)
         return late or flipped
 
     def observe(self, round_: int, distance: float | None) -> int:

@@ -90,3 +90,12 @@ def test_a_sender_whose_verdict_flips_between_rounds_disturbs_the_round() -> Non
     assert schedule.disturbed([("h", False, "outlier"), ("b", False, "outlier")])  # h: accepted, now rejected
     assert schedule.disturbed([("h", True, None)])  # and back
     assert not schedule.disturbed([("other", True, None)])  # h not judged this round: nothing to compare
+
+
+def test_a_sender_newly_excluded_by_our_reputation_disturbs_the_round_once() -> None:
+    from p2p_guard.protocol.reasons import RejectReason
+
+    schedule = MixSchedule(adaptive=True)
+    assert not schedule.disturbed([("b", False, "outlier")])
+    assert schedule.disturbed([("b", False, RejectReason.EXCLUDED)])  # our guard's input lost a row
+    assert not schedule.disturbed([("b", False, "excluded")])
