@@ -12,7 +12,8 @@ while the disagreement it measures is small, and at once again when it grows:
     next mixing: round r + I     (a round behind the swarm mixes anyway: ``due(..., behind=True)``)
     and also any round in which we rejected an update for when it arrived, not what it held
     (``DISTURBING_REASONS``: late, timed out, unavailable, stale, wrong round), or in which a sender changed
-    standing since the previous round (accepted, rejected, excluded): ``disturbed``
+    standing since the previous round (accepted, rejected, excluded), or after one in which other peers' signed
+    votes rejected our own update: ``disturbed``
 
 where ``bound`` is the consensus-distance target (1e-2, issue 8's rule 1). Between two mixings the disagreement
 grows about linearly with the rounds, so the next δ measured tells whether I was too long, and one δ above
@@ -109,7 +110,7 @@ class MixSchedule:
             return round_ >= self.next_round
         return round_ % self.every == 0
 
-    def disturbed(self, verdicts: Iterable[tuple[str, bool, object]]) -> bool:
+    def disturbed(self, verdicts: Iterable[tuple[str, bool, object]], *, rejected_us: int = 0) -> bool:
         """Whether the adaptive schedule mixes in a round with these verdicts; remembers them for the next round.
 
         A round is disturbed when we rejected an update for a reason in ``DISTURBING_REASONS``, or when a sender
@@ -119,8 +120,14 @@ class MixSchedule:
         left our guard's input, which moves its robust centre, in a round in which others still had it). A
         Byzantine sender rejected, or excluded, every round changes nothing.
 
+        Also when ``rejected_us`` > 0: other peers' signed votes of the previous round rejected our own update, so
+        their aggregates lack our row and ours holds it (an honest peer whose row the others' guards struck is the
+        one that drifts; it cannot see that in its own verdicts). Byzantine voters can force such mixings, which
+        only costs what the fixed schedule costs.
+
         Args:
             verdicts: ``(sender PeerID, accepted, reason)`` per judged sender (reason: enum, value or None).
+            rejected_us: how many other peers rejected our update in the previous round (their votes).
 
         Returns:
             False for the fixed schedule and for ``every = 0``.
@@ -131,7 +138,7 @@ class MixSchedule:
             return False
         late = any(not accepted and reason in DISTURBING_REASONS for accepted, reason in now.values())
         flipped = any(before[sender] != self._last[sender] for sender in now if sender in before)
-        return late or flipped
+        return late or flipped or rejected_us > 0
 
     def observe(self, round_: int, distance: float | None) -> int:
         """Take the median relative distance δ of the mixing of ``round_``; return the interval it sets.

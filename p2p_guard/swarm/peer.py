@@ -680,7 +680,8 @@ class Peer:
             return outcome
         self._record_rejections(rejected + more + late, round_, outcome)
         await self._aggregate(rows, envelopes, own_update, own_reference, outcome)
-        disturbed = self.mix_schedule.disturbed((v.sender, v.accepted, v.reason) for v in outcome.verdicts)
+        disturbed = self.mix_schedule.disturbed([(v.sender, v.accepted, v.reason) for v in outcome.verdicts],
+                                                rejected_us=0 if self.votes is None else self.votes.rejected_us)
         outcome.mix = mix or disturbed
         return outcome
 

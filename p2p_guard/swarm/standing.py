@@ -63,6 +63,9 @@ class VoteBook:
         self.smear = smear
         self.allowed = allowed
         self._own: dict[int, tuple[dict[str, bool], frozenset[str]]] = {}
+        #: Voters whose signed votes of the last folded round rejected our own update, for any reason (our row
+        #: missing from their aggregates: ``swarm.mix_schedule`` mixes then). Byzantine voters can raise it.
+        self.rejected_us = 0
 
     @property
     def excluded(self) -> frozenset[str]:
@@ -110,5 +113,7 @@ class VoteBook:
             return None
         own, edge = mine
         votes = filter_allowed(await read_votes(self.dht, self.run_id, round_), self.allowed)
+        self.rejected_us = sum(any(v.sender_b58 == self.me and not v.accepted for v in vote.verdicts)
+                               for voter, vote in votes.items() if voter != self.me)
         ballots = {voter: v.as_map() for voter, v in votes.items()}
         return self.reputation.update(round_, own, ballots, ignore=ignore, edge=edge)

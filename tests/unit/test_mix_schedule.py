@@ -99,3 +99,9 @@ def test_a_sender_newly_excluded_by_our_reputation_disturbs_the_round_once() -> 
     assert not schedule.disturbed([("b", False, "outlier")])
     assert schedule.disturbed([("b", False, RejectReason.EXCLUDED)])  # our guard's input lost a row
     assert not schedule.disturbed([("b", False, "excluded")])
+
+
+def test_our_update_rejected_by_others_votes_disturbs_the_round() -> None:
+    assert MixSchedule(adaptive=True).disturbed([], rejected_us=1)
+    assert not MixSchedule(adaptive=True).disturbed([], rejected_us=0)
+    assert not MixSchedule(every=1).disturbed([], rejected_us=3)
