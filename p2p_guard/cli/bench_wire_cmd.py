@@ -59,7 +59,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     parser.add_argument("--guard", default="semantic", help="guard spec of part 3 (the guard per codec)")
     parser.add_argument(
         "--guard-attacks", nargs="*", default=None,
-        help="attacks the guard meets per codec (default sign_flip:scale=10 alie; none: skip part 3)",
+        help="attacks the guard meets per codec (default sign_flip:scale=10 alie; `none`, or no value: skip part 3)",
     )  # fmt: skip
     parser.add_argument(
         "--byzantine", type=int, default=None, help="Byzantine workers of part 3 (default: a quarter, at least 1)"
@@ -119,6 +119,16 @@ def run_wire(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_USAGE
     guard_attacks = GUARD_ATTACKS if getattr(args, "guard_attacks", None) is None else tuple(args.guard_attacks)
+    if guard_attacks in (("none",), ("",)):
+        guard_attacks = ()
+    try:  # checked now, not after the convergence runs (an hour on a language model)
+        from p2p_guard.attacks import load_attack
+
+        for spec in guard_attacks:
+            load_attack(spec)
+    except ValueError as error:
+        print(f"p2p-guard bench wire: error: --guard-attacks: {error}", file=sys.stderr)
+        return EXIT_USAGE
     byzantine = getattr(args, "byzantine", None) or max(1, workers // 4)
     if guard_attacks and not 1 <= byzantine < workers / 2:
         print(f"p2p-guard bench wire: error: --byzantine must be >= 1 and a minority of --workers {workers}; got "

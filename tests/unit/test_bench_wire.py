@@ -91,6 +91,14 @@ def test_cli_rejects_bad_topk_settings(capsys: pytest.CaptureFixture[str]) -> No
     assert "--topk-ef-decay must be in [0, 1]" in capsys.readouterr().err
 
 
+def test_cli_rejects_an_unknown_guard_attack_before_any_run(capsys: pytest.CaptureFixture[str]) -> None:
+    args = argparse.Namespace(codecs=["fp32"], quick=True, workers=4, rounds=1, seed=0, threads=1, json=None,
+                              guard_attacks=["sign_flp"], byzantine=None, out=None)
+    assert bench_wire_cmd.run_wire(args) == bench_wire_cmd.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("p2p-guard bench wire: error: --guard-attacks: attack spec 'sign_flp'") and "\n" == err[-1:]
+
+
 def test_cli_rejects_unknown_codec(capsys: pytest.CaptureFixture[str]) -> None:
     args = argparse.Namespace(codecs=["int9"], quick=True, workers=None, rounds=None, seed=0, threads=1,
                               json=None, guard_attacks=None, byzantine=None, out=None)
