@@ -36,7 +36,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from p2p_guard.protocol.reasons import RejectReason
+from p2p_guard.protocol.reasons import CIRCUMSTANTIAL_REASONS, RejectReason
 
 __all__ = ["CONSENSUS_BOUND", "DISTURBING_REASONS", "MAX_ADAPTIVE_EVERY", "MixSchedule"]
 
@@ -47,10 +47,7 @@ MAX_ADAPTIVE_EVERY = 4
 """Longest interval of the adaptive schedule, in rounds (mixing traffic falls to at most a quarter of every round's)."""
 
 
-DISTURBING_REASONS = frozenset(r.value for r in (
-    RejectReason.LATE_COMMIT, RejectReason.TIMEOUT, RejectReason.UNAVAILABLE, RejectReason.STALE_BASE,
-    RejectReason.WRONG_ROUND,
-))
+DISTURBING_REASONS = CIRCUMSTANTIAL_REASONS - {RejectReason.EXCLUDED.value}
 """Rejections that make the adaptive schedule mix in that round: circumstantial ones that can hit an honest sender
 (``reasons.CIRCUMSTANTIAL_REASONS`` less ``excluded``, which repeats every round once an attacker is excluded)."""
 
@@ -111,7 +108,7 @@ class MixSchedule:
         return round_ % self.every == 0
 
     def disturbed(self, verdicts: Iterable[tuple[str, bool, object]], *, rejected_us: int = 0) -> bool:
-        """Whether the adaptive schedule mixes in a round with these verdicts; remembers them for the next round.
+        """Whether the adaptive schedule mixes in a round with these verdicts; it remembers them for the next round.
 
         A round is disturbed when we rejected an update for a reason in ``DISTURBING_REASONS``, or when a sender
         we judged in the previous round too changed standing (accepted, rejected by the guard, or excluded by our
@@ -132,10 +129,10 @@ class MixSchedule:
         Returns:
             False for the fixed schedule and for ``every = 0``.
         """
+        if not self.adaptive or self.every == 0:  # the default: nothing to remember, every round mixes anyway
+            return False
         now = {sender: (accepted, getattr(reason, "value", reason)) for sender, accepted, reason in verdicts}
         before, self._last = self._last, {sender: _standing(*verdict) for sender, verdict in now.items()}
-        if not self.adaptive or self.every == 0:
-            return False
         late = any(not accepted and reason in DISTURBING_REASONS for accepted, reason in now.values())
         flipped = any(before[sender] != self._last[sender] for sender in now if sender in before)
         return late or flipped or rejected_us > 0
