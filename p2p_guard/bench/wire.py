@@ -277,7 +277,7 @@ def convergence(
                 decoded.append(received)
             rounds_run.apply(peers, decoded, r)
             if eval_every and (r + 1) % eval_every == 0 and r + 1 < rounds:
-                curve.append([r + 1, _quality(peers, workers - byzantine, guard is not None)[1]])
+                curve.append([r + 1, _quality_of(_evaluate(peers, workers - byzantine, guard is not None))[1]])
         metrics = _evaluate(peers, workers - byzantine, guard is not None)
         metric, value = _quality_of(metrics)
         curve.append([rounds, value])
@@ -325,10 +325,6 @@ def _quality_of(metrics: Sequence[Any]) -> tuple[str, float]:
     """``(metric, mean value)``: accuracy for a classifier, perplexity for a language model."""
     metric = "accuracy" if metrics[0].accuracy is not None else "perplexity"
     return metric, sum(getattr(m, metric) for m in metrics) / len(metrics)
-
-
-def _quality(peers: Sequence[Any], honest: int, guarded: bool) -> tuple[str, float]:
-    return _quality_of(_evaluate(peers, honest, guarded))
 
 
 def quality_difference(metric: str, value: float, reference: float) -> float:
