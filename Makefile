@@ -36,8 +36,11 @@ test: setup
 
 # Multi-peer swarms and simulations (attacks, reputation, equivocation, copycat, faults, clock skew, simulate
 # clean-up, codecs, user tasks, the API example): half a minute or more each. CI runs it after make test.
+# A failed swarm test is run once more (pytest-rerunfailures; the summary counts reruns): real processes on a
+# loaded 2-core runner miss phase deadlines now and then (three CI runs failed on three different timing cases),
+# and a rerun that fails again still fails the target.
 test-live: setup
-	$(BIN)/python -m pytest tests/integration -q -m "live and not long" --durations=10
+	$(BIN)/python -m pytest tests/integration -q -m "live and not long" --durations=10 --reruns 1 --reruns-delay 5
 
 # Minutes-long load and benchmark checks (memory under 100,000 replayed envelopes, bench vs live swarm).
 test-long: setup

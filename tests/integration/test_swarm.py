@@ -175,6 +175,25 @@ DHT_REFUSED = {
 }
 
 
+def _assert_round_1_seen(live: Swarm, i: int, j: int, sender: str, attack: str, mine: list[dict],
+                         reason: str) -> None:
+    """Round 1's verdict on attacker ``j`` is ``reason`` unless a loaded machine made it miss our commit phase.
+
+    With ``--min-peers`` equal to the swarm, one peer not counted present for a moment (a presence read or a
+    state fetch that failed under load) pauses the attacker until it is back: measured, an attacker paused 28 s
+    after round 0 and committed round 1 as our 20 s phase closed, so it had no round-1 verdict at all. A peer
+    slowed in round 0 may also see an attacker's round-1 commit land after its phase closed (``late_commit``,
+    never fetched), or the attacker finish its last round and leave first (its commit is dropped with a
+    ``departed`` event). Each way its update is never applied, which is the property under test.
+    """
+    departed = any(sender in e["senders"] for e in live.events(i, "departed") if e["round"] == 1)
+    paused = bool(live.events(j, "pause"))
+    outcomes = [(v["round"], v["accepted"], v["reason"]) for v in mine]
+    assert outcomes in ([(1, False, reason)], [(1, False, "late_commit")]) or \
+        ((departed or paused) and not outcomes), \
+        f"peer{i}: round-1 verdicts on the {attack} attacker: {mine} (departed: {departed}, paused: {paused})"
+
+
 @pytest.mark.live
 @pytest.mark.timeout(420)
 def test_every_integrity_rejection_reason_from_live_attackers(live: Swarm) -> None:
@@ -193,6 +212,9 @@ def test_every_integrity_rejection_reason_from_live_attackers(live: Swarm) -> No
     codes = live.wait_exit([f"peer{i}" for i in range(n_honest)], 360)
     assert codes == {"peer0": 0, "peer1": 0}, "honest peers must keep running and finish"
     attacker_ids = {live.events(i, "ready")[0]["peer_id"]: attacks[i - n_honest] for i in range(n_honest, n)}
+    index_of = {live.events(i, "ready")[0]["peer_id"]: i for i in range(n)}
+    honest_ids = {live.events(i, "ready")[0]["peer_id"] for i in range(n_honest)}
+    stale_base = next(s for s, a in attacker_ids.items() if a == "stale_base")
     for i in range(n_honest):
         verdicts = live.events(i, "verdict")
         log = live.log(i)
@@ -200,20 +222,27 @@ def test_every_integrity_rejection_reason_from_live_attackers(live: Swarm) -> No
             mine = [v for v in verdicts if v["sender"] == sender]
             if attack == "stale_base":  # its payload is honest: in round 0 it is not stale yet
                 mine = [v for v in mine if v["round"] >= 1]
-                assert [v["round"] for v in mine] == [1], f"peer{i}: verdicts on the {attack} attacker: {mine}"
-                assert all(not v["accepted"] and v["reason"] == "stale_base" for v in mine), (attack, mine)
+                _assert_round_1_seen(live, i, index_of[sender], sender, attack, mine, "stale_base")
             elif attack in PEER_CHECKED:
                 reason = PEER_CHECKED[attack]
-                assert [v["round"] for v in mine] == [0, 1], f"peer{i}: verdicts on the {attack} attacker: {mine}"
-                assert all(not v["accepted"] and v["reason"] == reason for v in mine), (attack, mine)
+                # Every peer starts round 0 together: round 0's verdict is always the integrity check's.
+                assert [(v["round"], v["accepted"], v["reason"]) for v in mine if v["round"] == 0] == \
+                    [(0, False, reason)], f"peer{i}: verdicts on the {attack} attacker: {mine}"
+                _assert_round_1_seen(live, i, index_of[sender], sender, attack,
+                                     [v for v in mine if v["round"] == 1], reason)
                 assert f"rejected {sender[-8:]}: {reason}" in log, f"{attack} not logged by peer{i}"
             else:
                 assert not mine, f"peer{i} saw the {attack} attacker's commit, which the DHT must refuse"
                 refusal = f"refused (commit under {sender[-8:]}, {DHT_REFUSED[attack]})"
                 assert refusal in log, f"{attack} refusal not logged by peer{i}"
+        accepted = [v for v in verdicts if v["accepted"] and v["sender"] not in honest_ids]
+        assert all(v["sender"] == stale_base and v["round"] == 0 for v in accepted), \
+            f"peer{i} applied an attacker's update: {accepted}"
+        other = [v for v in verdicts if v["sender"] in honest_ids - {live.events(i, "ready")[0]["peer_id"]}]
+        assert any(v["accepted"] for v in other), f"peer{i} never applied the other honest peer: {other}"
         for event in live.events(i, "round"):
             expected = n_honest - 1 + (1 if event["round"] == 0 else 0)  # + the not yet stale stale_base
-            assert event["accepted"] == expected, "only the other honest peer's update may be applied"
+            assert event["accepted"] <= expected, "only the other honest peer's update may be applied"
             assert event["loss"] == event["loss"], "model must stay finite"
     # Two honest peers among many attackers, after 2 rounds from θ_0: even a clean swarm is not within 1e-2 in its
     # first rounds (one outer step is large against ‖θ_0‖; protocol.md §7.8 and the stop-13 figures: 0.03 to 0.06
