@@ -398,6 +398,17 @@ class SwarmDHT:
 
         Values that are not bytes, and subkeys that are not strings, are dropped here.
         """
+        return {subkey: value for subkey, (value, _) in (await self._read_items(key)).items()}
+
+    async def read_expirations(self, key: str) -> dict[str, float]:
+        """Return ``subkey -> expiration`` (DHT time, seconds) of every bytes value under ``key``, {} if none.
+
+        An expiration is its storer's claim (the storer's DHT time plus its TTL), never signed: use it only where
+        a wrong one costs a wait and nothing else (``swarm.suspects``).
+        """
+        return {subkey: expiration for subkey, (_, expiration) in (await self._read_items(key)).items()}
+
+    async def _read_items(self, key: str) -> dict[str, tuple[bytes, float]]:
         try:
             found = await self.node.get(key, latest=True)
         except Exception as e:  # noqa: BLE001 - a failed read is an empty read
@@ -405,11 +416,12 @@ class SwarmDHT:
             return {}
         if found is None or not isinstance(found.value, dict):
             return {}
-        out: dict[str, bytes] = {}
+        out: dict[str, tuple[bytes, float]] = {}
         for subkey, item in list(found.value.items())[:MAX_SUBKEYS_READ]:
             value = getattr(item, "value", None)
-            if isinstance(subkey, str) and isinstance(value, bytes):
-                out[subkey] = value
+            expiration = getattr(item, "expiration_time", None)
+            if isinstance(subkey, str) and isinstance(value, bytes) and isinstance(expiration, (int, float)):
+                out[subkey] = (value, float(expiration))
         return out
 
     async def shutdown(self) -> None:

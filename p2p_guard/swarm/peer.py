@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 from hivemind.p2p import P2P, P2PDaemonError, PeerID
+from hivemind.utils import get_dht_time as hivemind_time
 from tqdm import tqdm
 
 from p2p_guard.attacks import load_attack
@@ -61,8 +62,8 @@ from p2p_guard.swarm.pacing import RateBook
 from p2p_guard.swarm.mix_schedule import MixSchedule
 from p2p_guard.swarm.mixing import MOMENTUM_MIX_RADIUS, clipped_gossip, gossip_steps, robust_centre
 from p2p_guard.swarm.model_match import ModelMismatch, ShapeWatch
-from p2p_guard.swarm.records import COMMIT_TTL_S, PRESENCE_TTL_S, commit_key, presence_key, publish_leave, \
-    publish_proof, read_closes, read_presence, read_proofs
+from p2p_guard.swarm.records import COMMIT_TTL_S, PRESENCE_TTL_S, commit_key, presence_key, presence_stored_at, \
+    publish_leave, publish_proof, read_closes, read_presence, read_proofs
 from p2p_guard.swarm.rounds import TOO_SLOW_DETAIL, UNREACHABLE_DETAIL, Departures, IntegrityVerdict, await_commits, \
     check_rows, first_of, late_commits, open_commits, reveal_after_close, revealed_payloads
 from p2p_guard.swarm.sampling import sample_senders, staleness_weight
@@ -322,6 +323,21 @@ class Peer:
         present = filter_allowed(await read_presence(self.dht, self.config.run_id), self.allowed)
         return {p: r for p, r in present.items() if p != self.me and p not in self.banned}
 
+    async def unreachable_suspects(self) -> frozenset[str]:
+        """Our unreachable suspects now, less those that stored their presence again since (``swarm.suspects``).
+
+        Reads the presence key's expirations only when there is a suspect (no extra DHT read otherwise).
+        """
+        now = time.monotonic()
+        if not self.suspects.unreachable(now):
+            return frozenset()
+        stored = await presence_stored_at(self.dht, self.config.run_id)
+        cleared = self.suspects.clear_refreshed(stored, time.monotonic(), hivemind_time())
+        if cleared:
+            self.log.info("no longer suspected unreachable (stored their presence since): %s",
+                          ", ".join(p[-8:] for p in cleared))
+        return self.suspects.unreachable(time.monotonic())
+
     async def wait_for_peers(self, stop: asyncio.Event, *, timeout_s: float | None) -> dict[str, int]:
         """Wait until ``min_peers`` (self included) are present; return the others with their rounds.
 
@@ -343,7 +359,7 @@ class Peer:
         if timeout_s is not None and self.config.start_peers is not None:  # the first join
             needed = self.config.start_peers
         while True:
-            unreachable = self.suspects.unreachable(time.monotonic())
+            unreachable = await self.unreachable_suspects()
             others = {p: r for p, r in (await self.others_present()).items() if p not in unreachable}
             if len(others) + 1 >= needed or stop.is_set():
                 if self.paused and not stop.is_set():  # stopping while paused is not a resume
@@ -652,7 +668,7 @@ class Peer:
                 sparse (``topk``) rows against it. None: that test is skipped.
         """
         outcome = RoundOutcome(round_)
-        suspects = self.suspects.unreachable(time.monotonic())  # slow suspects still commit in time: waited for
+        suspects = await self.unreachable_suspects()  # slow suspects still commit in time: waited for
         commits, withheld = await await_commits(self.dht, self.config.commit_phase, round_, self.me, stop,
                                                 on_poll=self._watch_commits, exclude=frozenset(self.banned),
                                                 allowed=self.allowed, not_waited=suspects)

@@ -30,8 +30,8 @@ from p2p_guard.swarm.dht import SwarmDHT
 
 __all__ = ["CLOSE_TTL_S", "COMMIT_TTL_S", "KEY_PREFIX", "LEAVE_VALID_S", "PRESENCE_TTL_S", "PROOF_TTL_S",
            "VOTES_TTL_S", "Roster", "close_key", "commit_key", "presence_key", "proofs_key", "publish_close",
-           "publish_leave", "publish_proof", "read_closes", "read_presence", "read_proofs", "read_roster",
-           "votes_key"]
+           "presence_stored_at", "publish_leave", "publish_proof", "read_closes", "read_presence", "read_proofs",
+           "read_roster", "votes_key"]
 
 logger = logging.getLogger(__name__)
 
@@ -227,6 +227,26 @@ async def read_roster(dht: SwarmDHT, run_id: str) -> Roster:
         elif abs(now - int(record.value)) <= LEAVE_VALID_S:
             left.add(subkey)
     return Roster(present, frozenset(left))
+
+
+async def presence_stored_at(dht: SwarmDHT, run_id: str) -> dict[str, float]:
+    """When each value under the presence key was last stored, in DHT time (seconds).
+
+    That is its expiration less :data:`PRESENCE_TTL_S`. A live peer stores its presence every few seconds, so
+    this moves on while it lives and stops when it is killed or frozen. The time is the storer's own claim
+    (unsigned, and a replayed record can carry a new one): it may only ever shorten a suspicion
+    (``swarm.suspects``), never count as evidence.
+
+    Args:
+        dht: the DHT to read.
+        run_id: the run.
+
+    Returns:
+        ``{subkey: DHT time of the last store}``, unverified (the records themselves are checked by
+        :func:`read_roster`).
+    """
+    return {subkey: expiration - PRESENCE_TTL_S
+            for subkey, expiration in (await dht.read_expirations(presence_key(run_id))).items()}
 
 
 async def read_presence(dht: SwarmDHT, run_id: str) -> dict[str, int]:

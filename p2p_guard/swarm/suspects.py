@@ -19,6 +19,14 @@ fetch from it delivers a whole answer, or ``SUSPECT_S`` after the last cut, so a
 sampled again once it keeps up (or at the latest 30 s after). Slow suspects are only left out of mixing
 samples: the commit phase still waits for them (a slow link still commits in time).
 
+A peer waiting for others (``wait_for_peers``: too few present, self included, to train) does not count an
+unreachable suspect either, and while it waits it fetches nothing that could clear the suspicion: under CI load
+one failed state fetch paused a peer of a ``--min-peers``-strict swarm for 28 s, the suspicion's whole life. So
+a suspect whose presence record was stored again after we failed to reach it (the DHT value's expiration moved
+on: :meth:`Suspects.clear_refreshed`) is a suspect no more: a killed or frozen peer stores nothing, a live one
+stores every 5 s. That time is the storer's unsigned claim (a replayed record carries a new one); a wrong one
+only makes us wait for that peer again, as before it was suspected.
+
 A suspect is only ever waited for less or sampled less; its commits are still read, fetched and judged like any
 other, and suspicion is never evidence for reputation or exclusion, so a wrong suspicion costs at most that
 peer's update in one round (it may land after our commit phase closed) and its Î¸ in our mixing for a while.
@@ -26,13 +34,18 @@ peer's update in one round (it may land after our commit phase closed) and its Î
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from p2p_guard.swarm.records import PRESENCE_TTL_S
 
-__all__ = ["SUSPECT_S", "Suspects"]
+__all__ = ["REFRESH_MARGIN_S", "SUSPECT_S", "Suspects"]
 
 #: How long a transport failure or a too-slow cut keeps a peer a suspect, in seconds: the presence record's
 #: lifetime, after which a dead peer is gone from the presence key anyway.
 SUSPECT_S = PRESENCE_TTL_S
+#: A presence store must follow a transport failure by this many seconds to clear the suspicion (peers' clocks
+#: differ a little; a frozen peer's last store came before we failed to reach it).
+REFRESH_MARGIN_S = 2.0
 
 
 def _current(since: dict[str, float], now: float) -> frozenset[str]:
@@ -69,6 +82,29 @@ class Suspects:
         """``peer`` delivered a whole answer: it is no suspect of either kind."""
         self._since.pop(peer, None)
         self._slow.pop(peer, None)
+
+    def failed_at(self, peer: str) -> float | None:
+        """Monotonic time (seconds) of ``peer``'s last transport failure while it is an unreachable suspect."""
+        return self._since.get(peer)
+
+    def clear_refreshed(self, stored_at: Mapping[str, float], now: float, dht_now: float,
+                        margin_s: float = REFRESH_MARGIN_S) -> list[str]:
+        """Clear the unreachable suspects whose presence was stored again after their last failure.
+
+        Args:
+            stored_at: ``{PeerID: DHT time of its presence record's last store}`` (``records.presence_stored_at``).
+            now: ``time.monotonic()`` now.
+            dht_now: the DHT time now (``hivemind.utils.get_dht_time()``), to place each failure in DHT time.
+            margin_s: a store must come this many seconds after the failure (clock skew between peers).
+
+        Returns:
+            The PeerIDs cleared, sorted.
+        """
+        cleared = sorted(p for p, failed in self._since.items()
+                         if p in stored_at and stored_at[p] > dht_now - (now - failed) + margin_s)
+        for peer in cleared:
+            del self._since[peer]
+        return cleared
 
     def unreachable(self, now: float) -> frozenset[str]:
         """The unreachable suspects at ``now``: failed within :data:`SUSPECT_S` seconds and not answered since."""

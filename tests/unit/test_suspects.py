@@ -48,3 +48,20 @@ def test_a_too_slow_suspicion_lapses_so_an_honest_slow_volunteer_is_sampled_agai
     s.answered("both")  # reachable again, but still cut as too slow
     assert s.current(6.0) == {"both"}
     assert s.unreachable(6.0) == frozenset()
+
+
+def test_a_suspect_that_stored_its_presence_since_the_failure_is_cleared() -> None:
+    # Monotonic 100 s is DHT time 5000 s here: a failure at monotonic 90 s happened at DHT time 4990 s.
+    s = Suspects()
+    s.failed("alive", 90.0)
+    s.failed("frozen", 90.0)
+    s.failed("skewed", 90.0)
+    s.too_slow("slow", 90.0)
+    assert s.failed_at("alive") == 90.0 and s.failed_at("slow") is None
+    stored = {"alive": 4995.0, "frozen": 4989.0, "skewed": 4991.5, "slow": 4999.0}
+    assert s.clear_refreshed(stored, now=100.0, dht_now=5000.0) == ["alive"]
+    assert s.unreachable(100.0) == {"frozen", "skewed"}  # a store within REFRESH_MARGIN_S clears nothing
+    assert s.current(100.0) == {"frozen", "skewed", "slow"}  # a too-slow cut is our own measurement: kept
+    assert s.failed_at("alive") is None
+    assert s.clear_refreshed({}, now=100.0, dht_now=5000.0) == []  # no presence value at all: a suspect still
+    assert s.clear_refreshed(stored, now=100.0, dht_now=5000.0, margin_s=0.5) == ["skewed"]

@@ -5,24 +5,35 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from functools import partial
 from types import SimpleNamespace
 
 import pytest
 
 from p2p_guard.swarm import peer as peer_module
 from p2p_guard.swarm.peer import Peer
+from p2p_guard.swarm.records import PRESENCE_TTL_S, presence_key
 from p2p_guard.swarm.suspects import Suspects
 
 
-def fake_peer(present: dict[str, int], suspects: Suspects) -> SimpleNamespace:
+def fake_peer(present: dict[str, int], suspects: Suspects, stored_at: dict[str, float] | None = None
+              ) -> SimpleNamespace:
+    """A peer whose presence key holds ``present``; ``stored_at``: the DHT time of each value's last store."""
     async def others_present() -> dict[str, int]:
         return dict(present)
 
+    async def read_expirations(key: str) -> dict[str, float]:
+        assert key == presence_key("run")
+        return {p: t + PRESENCE_TTL_S for p, t in (stored_at or {}).items()}
+
     emitted: list[str] = []
-    return SimpleNamespace(config=SimpleNamespace(min_peers=2, start_peers=None), others_present=others_present,
+    fake = SimpleNamespace(config=SimpleNamespace(min_peers=2, start_peers=None, run_id="run"),
+                           others_present=others_present, dht=SimpleNamespace(read_expirations=read_expirations),
                            suspects=suspects, paused=False, resumed=False, round=7,
                            log=logging.getLogger("test-wait"), events=SimpleNamespace(
                                emit=lambda kind, **_: emitted.append(kind)), emitted=emitted)
+    fake.unreachable_suspects = partial(Peer.unreachable_suspects, fake)
+    return fake
 
 
 def test_a_reachable_partner_counts() -> None:
@@ -47,3 +58,24 @@ def test_an_unreachable_partner_does_not_count_and_we_pause(monkeypatch: pytest.
 
     assert asyncio.run(run()) == {"other": 7}
     assert fake.emitted == ["pause", "resume"] and not fake.paused
+
+
+def test_a_suspect_that_stores_its_presence_again_counts_and_we_resume(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Under CI load one failed state fetch paused a peer of a --min-peers-strict swarm for the suspicion's whole
+    # 30 s, fetching nothing that could clear it. A presence store after the failure is proof of life.
+    monkeypatch.setattr(peer_module, "WAIT_POLL_S", 0.01)
+    suspects = Suspects()
+    suspects.failed("other", time.monotonic())
+    stored: dict[str, float] = {"other": peer_module.hivemind_time() - 1.0}  # stored before the failure
+    fake = fake_peer({"other": 7}, suspects, stored)
+
+    async def run() -> dict[str, int]:
+        waiting = asyncio.ensure_future(
+            Peer.wait_for_peers(fake, asyncio.Event(), timeout_s=None))  # type: ignore[arg-type]
+        await asyncio.sleep(0.1)
+        assert not waiting.done() and fake.paused and fake.emitted == ["pause"]
+        stored["other"] = peer_module.hivemind_time() + 5.0  # a store well after the failure (> REFRESH_MARGIN_S)
+        return await asyncio.wait_for(waiting, 5)
+
+    assert asyncio.run(run()) == {"other": 7}
+    assert fake.emitted == ["pause", "resume"] and suspects.unreachable(time.monotonic()) == frozenset()
