@@ -54,9 +54,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "robustness",
         help="every aggregator x every update/data attack, a sweep and an ablation; writes a Markdown report",
         description="Headline grid (every aggregator x every update or data attack, n=10, f=3, Dirichlet 1, "
-        "Fashion-MNIST), the semantic guard's ablation, and a sweep of each aggregator's three worst attacks "
-        "over Byzantine fractions and partitions. Writes the report and its PNG plots. --quick runs a small "
-        "grid on digits and exits 1 unless its assertions hold.",
+        "Fashion-MNIST), the semantic guard's ablation, and a sweep of each aggregator's worst attack (and the "
+        "backdoor, for its attack success rate) over Byzantine fractions and partitions. Writes the report and its "
+        "PNG plots. --quick runs a small grid on digits and exits 1 unless its assertions hold.",
         formatter_class=DefaultsOnceFormatter,
     )
     parser.add_argument(

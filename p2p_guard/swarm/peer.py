@@ -67,6 +67,7 @@ from p2p_guard.swarm.records import COMMIT_TTL_S, PRESENCE_TTL_S, commit_key, pr
 from p2p_guard.swarm.rounds import TOO_SLOW_DETAIL, UNREACHABLE_DETAIL, Departures, IntegrityVerdict, await_commits, \
     check_rows, first_of, late_commits, open_commits, reveal_after_close, revealed_payloads
 from p2p_guard.swarm.sampling import sample_senders, staleness_weight
+from p2p_guard.swarm.start_identity import StartIdentity
 from p2p_guard.swarm.slowloris import server_for, start_slow_client
 from p2p_guard.swarm.suspects import Suspects
 from p2p_guard.swarm.upload import upload_cap_warning
@@ -1117,17 +1118,22 @@ async def _linger(peer: Peer, last_round: int, stop: asyncio.Event, *, linger_s:
 
 
 async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
-    identity = Identity.load_or_create(config.identity)
-    task = load_task(config.task)
-    local = LocalModel(task, seed=config.seed, num_shards=config.num_peers, shard_index=config.peer_index,
-                       partition=config.partition, outer_lr=config.resolved_outer_lr,
-                       outer_momentum=config.resolved_outer_momentum,
-                       device=pick_device(config.device), mixed_precision=config.bf16_autocast)
-    events = EventLog(config.events)
-    initial_peers = (*config.initial_peers, *_known_peers(config.checkpoint_dir, config.initial_peers))
-    dht = await start_dht(identity_path=str(config.identity), initial_peers=initial_peers,
-                          host=config.host, port=config.port, announce_host=config.announce_host,
-                          record_validators=[RecordValidator([config.run_id])], network=network_options(config))
+    # A new key file is written only once the DHT is up: a failed start leaves no peer_identity.key behind.
+    start_identity = StartIdentity(config.identity)
+    try:
+        identity = start_identity.identity
+        task = load_task(config.task)
+        local = LocalModel(task, seed=config.seed, num_shards=config.num_peers, shard_index=config.peer_index,
+                           partition=config.partition, outer_lr=config.resolved_outer_lr,
+                           outer_momentum=config.resolved_outer_momentum,
+                           device=pick_device(config.device), mixed_precision=config.bf16_autocast)
+        events = EventLog(config.events)
+        initial_peers = (*config.initial_peers, *_known_peers(config.checkpoint_dir, config.initial_peers))
+        dht = await start_dht(identity_path=str(start_identity.key_path), initial_peers=initial_peers,
+                              host=config.host, port=config.port, announce_host=config.announce_host,
+                              record_validators=[RecordValidator([config.run_id])], network=network_options(config))
+    finally:
+        start_identity.discard_scratch()  # p2pd has read it (or never will)
     relay: asyncio.Task[None] | None = None
     announcer: asyncio.Task[None] | None = None
     watcher: asyncio.Task[None] | None = None
@@ -1135,6 +1141,7 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
     metrics: PeerMetrics | None = None
     peer: Peer | None = None
     try:
+        start_identity.keep()
         metrics = start_metrics(config.metrics_port, config.host)
         p2p = dht.p2p
         allowed = None if config.allow_peers is None else load_allowlist(config.allow_peers) | {identity.peer_id_b58}

@@ -27,3 +27,12 @@ def test_no_default_twice_none_or_false(command: tuple[str, ...]) -> None:
 
 def test_a_real_default_is_shown() -> None:
     assert "seed of the updates and of the run (default: 0)" in _help("bench", "wire")
+
+
+def test_robustness_help_names_the_sweep_the_grid_runs() -> None:
+    from p2p_guard.bench.robustness import full_config
+
+    text = _help("bench", "robustness")
+    assert full_config().sweep_worst == 1  # the help's "worst attack" (one per aggregator) says so
+    assert "three worst attacks" not in text
+    assert "a sweep of each aggregator's worst attack (and the backdoor" in text

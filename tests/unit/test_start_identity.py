@@ -1,0 +1,125 @@
+"""A failed peer start leaves no new identity file behind (swarm.start_identity); a good start writes it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hivemind.p2p import P2PDaemonError
+
+from p2p_guard.identity import Identity
+from p2p_guard.swarm import peer as peer_module
+from p2p_guard.swarm.config import PeerConfig
+from p2p_guard.swarm.start_identity import StartIdentity
+
+BOOTSTRAP = "/ip4/127.0.0.1/tcp/1/p2p/" + Identity.from_seed(b"\x07" * 32).peer_id_b58
+
+
+class _Reached(Exception):
+    """Raised by a stand-in right after the DHT came up, to end ``_main`` there."""
+
+
+class _FakeDHT:
+    p2p = None
+
+    async def shutdown(self) -> None:
+        return None
+
+
+@pytest.fixture
+def seen(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Stand-ins for the task, model and metrics; ``seen`` records the key file p2pd was handed."""
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(peer_module, "load_task", lambda spec: object())
+    monkeypatch.setattr(peer_module, "LocalModel", lambda *a, **k: object())
+
+    def no_metrics(*args: Any) -> None:
+        raise _Reached
+
+    monkeypatch.setattr(peer_module, "start_metrics", no_metrics)
+    return seen
+
+
+def _config(tmp_path: Path) -> PeerConfig:
+    return PeerConfig(initial_peers=(BOOTSTRAP,), identity=str(tmp_path / "keys" / "peer_identity.key"))
+
+
+def _run_main(config: PeerConfig) -> None:
+    asyncio.run(peer_module._main(config, False, asyncio.Event()))
+
+
+def test_an_unreachable_bootstrap_leaves_no_identity_file(tmp_path: Path, seen: dict[str, Any],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    async def unreachable(*, identity_path: str, **kwargs: Any) -> Any:
+        seen["key"] = Identity.load(identity_path)
+        seen["path"] = identity_path
+        raise P2PDaemonError("cannot reach any of the --initial-peers")
+
+    monkeypatch.setattr(peer_module, "start_dht", unreachable)
+    config = _config(tmp_path)
+    with pytest.raises(P2PDaemonError):
+        _run_main(config)
+    assert not Path(config.identity).exists()
+    assert not Path(config.identity).parent.exists()
+    assert not Path(seen["path"]).exists()  # the scratch copy p2pd read is gone too
+
+
+def test_a_task_that_fails_to_build_leaves_no_identity_file(tmp_path: Path, seen: dict[str, Any],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    def bad_task(spec: str) -> Any:
+        raise ValueError("task digits: data not found")
+
+    monkeypatch.setattr(peer_module, "load_task", bad_task)
+    config = _config(tmp_path)
+    with pytest.raises(ValueError, match="data not found"):
+        _run_main(config)
+    assert not Path(config.identity).exists()
+
+
+def test_a_started_dht_writes_the_key_it_started_with(tmp_path: Path, seen: dict[str, Any],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    async def up(*, identity_path: str, **kwargs: Any) -> Any:
+        seen["key"] = Identity.load(identity_path)
+        seen["path"] = identity_path
+        return _FakeDHT()
+
+    monkeypatch.setattr(peer_module, "start_dht", up)
+    config = _config(tmp_path)
+    with pytest.raises(_Reached):
+        _run_main(config)
+    written = Identity.load(config.identity)
+    assert written.peer_id == seen["key"].peer_id
+    assert stat.S_IMODE(os.stat(config.identity).st_mode) == 0o600
+    assert seen["path"] != config.identity and not Path(seen["path"]).exists()
+
+
+def test_an_existing_key_file_is_used_in_place(tmp_path: Path, seen: dict[str, Any],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    config = _config(tmp_path)
+    before = Identity.load_or_create(config.identity)
+    content = Path(config.identity).read_bytes()
+
+    async def unreachable(*, identity_path: str, **kwargs: Any) -> Any:
+        seen["path"] = identity_path
+        raise P2PDaemonError("cannot reach any of the --initial-peers")
+
+    monkeypatch.setattr(peer_module, "start_dht", unreachable)
+    with pytest.raises(P2PDaemonError):
+        _run_main(config)
+    assert seen["path"] == config.identity
+    assert Path(config.identity).read_bytes() == content
+    assert StartIdentity(config.identity).identity.peer_id == before.peer_id
+
+
+def test_keep_refuses_a_file_another_process_created_meanwhile(tmp_path: Path) -> None:
+    path = tmp_path / "peer_identity.key"
+    starting = StartIdentity(path)
+    other = Identity.load_or_create(path)
+    with pytest.raises(ValueError, match="another process created this file"):
+        starting.keep()
+    assert Identity.load(path).peer_id == other.peer_id
+    assert not starting.key_path.exists()
