@@ -313,7 +313,9 @@ def render(cfg: Any, summary: dict[str, Any], meta: dict[str, Any], plots_rel: s
     out += [
         "## Sweep: Byzantine fraction × partition",
         "",
-        f"Worst-case final accuracy (%) over each aggregator's {cfg.sweep_worst} worst headline attack(s), "
+        "Worst-case final accuracy (%) over "
+        + ("every attack" if cfg.sweep_worst >= len(cfg.attacks)
+           else f"each aggregator's {cfg.sweep_worst} worst headline attack(s)") + ", "
         f"mean over {_seeds(cfg.sweep_seeds)}, n = {n}; 0% is the clean run.",
         "",
     ]
@@ -366,6 +368,10 @@ def render(cfg: Any, summary: dict[str, Any], meta: dict[str, Any], plots_rel: s
         f"- {'met' if t.passed else '**not met**'}: {t.name}: {t.detail}" for t in summary["targets"]
     ] or ["- –"]
     out.append("")
+    if cfg.mode == "acceptance":
+        out += ["## Acceptance of the guard issue (f unknown to every rule)", ""]
+        out += [f"- {'pass' if c.passed else '**FAIL**'}: {c.name}: {c.detail}" for c in summary["acceptance"]]
+        out.append("")
     if cfg.mode == "quick":
         out += ["## Assertions of `--quick`", ""]
         out += [f"- {'pass' if c.passed else '**FAIL**'}: {c.name}: {c.detail}" for c in summary["checks"]]

@@ -44,12 +44,16 @@ from typing import Any
 from p2p_guard.bench.cell import CellSpec, Params, params_of, run_cell
 
 __all__ = [
+    "ACCEPTANCE_ROUNDS",
+    "ACCEPTANCE_TOLERANCE",
     "LITERATURE_VARIANTS",
     "BenchConfig",
     "Check",
     "Grid",
     "ablation_cells",
     "ablation_flags",
+    "acceptance_checks",
+    "acceptance_config",
     "bench_attacks",
     "code_fingerprint",
     "full_config",
@@ -208,6 +212,48 @@ def full_config(*, data_dir: str | None = None, seeds: int = 3, sweep_seeds: int
         attacks=attacks, skipped_attacks=skipped, ablation_flags=ablation_flags(),
         sweep_fractions=(0.0, 0.1, 0.2, 0.3, 0.4), sweep_partitions=("iid", "dirichlet:1", "dirichlet:0.1"),
         sweep_worst=1, sweep_seeds=sweep_seeds, expert_guards=EXPERT_GUARDS, expert_seeds=1,
+    )  # fmt: skip
+
+
+#: The acceptance grid's outer rounds per task: the rounds a user's ``simulate`` runs on digits (12), and the full
+#: benchmark's on Fashion-MNIST (20).
+ACCEPTANCE_ROUNDS = {"digits": 12, "fashion-mnist": 20}
+#: Byzantine fractions of the acceptance grid, and the most its rule may lose to its worst attack there
+#: (points below its own clean accuracy).
+ACCEPTANCE_TOLERANCE = {0.2: 3.0, 0.3: 3.0, 0.4: 6.0}
+
+
+def acceptance_config(task: str, *, data_dir: str | None = None, seeds: int = 1) -> BenchConfig:
+    """``--acceptance TASK``: every rule × every attack at 20, 30 and 40 % Byzantine, ``dirichlet:0.5``, f unknown.
+
+    The acceptance of the guard's issue: on digits and Fashion-MNIST, 10 peers, ``dirichlet:0.5``, the semantic
+    guard's worst case over the full suite is within 3 points of its clean accuracy at 20 and 30 %, within 6 at
+    40 %, and above every baseline's worst case at each fraction (:func:`acceptance_checks`). The headline is the
+    30 % fraction; the sweep runs every attack (not only the worst) at the other fractions, on seed 0 … seeds − 1.
+    No ablation, no true-f grid. About 530 cells: 15-30 min on digits, over an hour on Fashion-MNIST (2 cores).
+
+    Args:
+        task: ``digits`` or ``fashion-mnist``.
+        data_dir: directory of the Fashion-MNIST IDX files (None: the Debian package's; digits: must be None).
+        seeds: seeds of every cell.
+
+    Raises:
+        ValueError: for another task, or a ``data_dir`` with digits.
+    """
+    from p2p_guard.guard import GUARD_NAMES
+
+    if task not in ACCEPTANCE_ROUNDS:
+        raise ValueError(f"--acceptance runs on {' or '.join(ACCEPTANCE_ROUNDS)}, not {task!r}")
+    if data_dir is not None and task != "fashion-mnist":
+        raise ValueError("--data-dir names the Fashion-MNIST files; digits ships with scikit-learn")
+    attacks, skipped = bench_attacks()
+    options = ({"hidden": 32} if task == "fashion-mnist" else {}) | ({"data_dir": str(data_dir)} if data_dir else {})
+    return BenchConfig(
+        mode="acceptance", task=task, task_options=params_of(options), n=10, f=3, partition="dirichlet:0.5",
+        rounds=ACCEPTANCE_ROUNDS[task], inner_steps=20, seeds=seeds, ablation_seeds=1, guards=tuple(GUARD_NAMES),
+        attacks=attacks, skipped_attacks=skipped, ablation_flags=(),
+        sweep_fractions=(0.0, *ACCEPTANCE_TOLERANCE), sweep_partitions=("dirichlet:0.5",),
+        sweep_worst=len(attacks), sweep_seeds=seeds,
     )  # fmt: skip
 
 
@@ -654,6 +700,7 @@ def summarise(cfg: BenchConfig, results: Iterable[dict[str, Any]]) -> dict[str, 
         "clean_mean": clean_mean,
         "checks": quick_checks(headline, worst_case),
         "targets": targets(cfg, headline, worst_case, fp, asr, sweep),
+        "acceptance": acceptance_checks(cfg, fraction_table),
         "failed": [
             {
                 "arm": r["arm"],
@@ -777,6 +824,49 @@ def targets(
                     f"{100 * stat.mean:.1f}%",
                 )
             )
+    return out
+
+
+def acceptance_checks(cfg: BenchConfig, fraction_table: dict[str, dict[str, dict[float, dict[str, Any]]]]
+                      ) -> list[Check]:
+    """The guard issue's acceptance on the sweep's fractions (:func:`acceptance_config`), for its first partition.
+
+    At each fraction of :data:`ACCEPTANCE_TOLERANCE` that was run: the semantic guard's worst case over the swept
+    attacks is within the tolerance of its own clean accuracy (same partition, no attacker), and above every other
+    rule's worst case at that fraction. Means over the sweep's seeds.
+
+    Args:
+        cfg: the run.
+        fraction_table: ``summarise``'s per-fraction table.
+    """
+    out: list[Check] = []
+    mine_by_part = fraction_table.get(GUARD, {})
+    if not cfg.sweep_partitions or not mine_by_part:
+        return out
+    part = cfg.sweep_partitions[0]
+    for fr, tolerance in ACCEPTANCE_TOLERANCE.items():
+        cell = mine_by_part.get(part, {}).get(fr)
+        if cell is None:
+            continue
+        k = round(fr * cfg.n)
+        label = f"{round(100 * fr)}% (f = {k} of {cfg.n}), `{part}`"
+        worst, clean = cell["worst"], cell["clean"]
+        if worst is None or clean is None:
+            out.append(Check(f"{label}: semantic worst case within {tolerance:g} points of clean", False,
+                             "missing results"))
+            continue
+        drop = 100 * (clean.mean - worst[1].mean)
+        out.append(Check(f"{label}: semantic worst case within {tolerance:g} points of clean", drop <= tolerance,
+                         f"worst {100 * worst[1].mean:.1f}% (`{worst[0]}`), clean {100 * clean.mean:.1f}%: "
+                         f"{-drop:+.1f} points"))
+        others = {g: by[part][fr]["worst"] for g, by in fraction_table.items()
+                  if g != GUARD and by.get(part, {}).get(fr, {}).get("worst") is not None}
+        if others:
+            best = max(others, key=lambda g: others[g][1].mean)
+            out.append(Check(f"{label}: semantic worst case above every baseline's",
+                             worst[1].mean > others[best][1].mean,
+                             f"semantic {100 * worst[1].mean:.1f}%, best baseline `{best}` "
+                             f"{100 * others[best][1].mean:.1f}% (`{others[best][0]}`)"))
     return out
 
 

@@ -19,6 +19,8 @@ from p2p_guard.bench.robustness import (
     Grid,
     Stat,
     ablation_flags,
+    acceptance_checks,
+    acceptance_config,
     bench_attacks,
     cell_key,
     code_fingerprint,
@@ -313,6 +315,59 @@ def test_quick_checks() -> None:
     assert [c.passed for c in quick_checks(headline, worst)] == [True, True, False, False]  # type: ignore[arg-type]
     headline["mean"]["sign_flip:scale=10"] = s(0.65)
     assert not quick_checks(headline, worst)[0].passed  # type: ignore[arg-type]
+
+
+def test_acceptance_grid_runs_every_attack_at_each_fraction_on_dirichlet_half() -> None:
+    cfg = acceptance_config("digits")
+    assert (cfg.mode, cfg.task, cfg.partition, cfg.rounds, cfg.n, cfg.f) == ("acceptance", "digits", "dirichlet:0.5",
+                                                                             12, 10, 3)
+    assert cfg.sweep_fractions == (0.0, 0.2, 0.3, 0.4) and cfg.sweep_partitions == ("dirichlet:0.5",)
+    assert cfg.ablation_flags == () and cfg.expert_guards == ()
+    headline = headline_cells(cfg)
+    assert {c.assumed_byzantine for c in headline} == {None}  # no oracle
+    worst = {g: list(cfg.attacks) for g in cfg.guards}
+    sweep = sweep_cells(cfg, worst)
+    per_guard = len(cfg.guards)
+    assert len(headline) == per_guard * (len(cfg.attacks) + 1)
+    assert len(sweep) == per_guard * (1 + 3 * len(cfg.attacks))  # clean + every attack at 20/30/40 %
+    assert {(c.f, c.partition) for c in sweep} == {(0, "dirichlet:0.5"), (2, "dirichlet:0.5"), (3, "dirichlet:0.5"),
+                                                   (4, "dirichlet:0.5")}
+    assert acceptance_config("fashion-mnist").rounds == 20
+    assert dict(acceptance_config("fashion-mnist").task_options) == {"hidden": 32}
+    with pytest.raises(ValueError, match="digits or fashion-mnist"):
+        acceptance_config("shakespeare")
+    with pytest.raises(ValueError, match="--data-dir"):
+        acceptance_config("digits", data_dir="/tmp")
+
+
+def test_acceptance_checks_tolerances_and_baselines() -> None:
+    def s(v: float) -> Stat:
+        return Stat(v, 0.0, 1)
+
+    cfg = acceptance_config("digits")
+    part = "dirichlet:0.5"
+
+    def row(worst: float, clean: float) -> dict[str, Any]:
+        return {"worst": ("alie", s(worst)), "clean": s(clean), "asr": {}, "fp_rate": 0.0}
+
+    table = {
+        "semantic": {part: {0.2: row(0.88, 0.90), 0.3: row(0.869, 0.90), 0.4: row(0.85, 0.90)}},
+        "median": {part: {0.2: row(0.80, 0.88), 0.3: row(0.87, 0.88), 0.4: row(0.70, 0.88)}},
+    }
+    checks = acceptance_checks(cfg, table)
+    assert [c.name for c in checks] == [
+        "20% (f = 2 of 10), `dirichlet:0.5`: semantic worst case within 3 points of clean",
+        "20% (f = 2 of 10), `dirichlet:0.5`: semantic worst case above every baseline's",
+        "30% (f = 3 of 10), `dirichlet:0.5`: semantic worst case within 3 points of clean",
+        "30% (f = 3 of 10), `dirichlet:0.5`: semantic worst case above every baseline's",
+        "40% (f = 4 of 10), `dirichlet:0.5`: semantic worst case within 6 points of clean",
+        "40% (f = 4 of 10), `dirichlet:0.5`: semantic worst case above every baseline's",
+    ]
+    # 30 %: 3.1 points below clean (fails), and median's 0.87 beats 0.869 (fails); 40 %: 5 points (passes)
+    assert [c.passed for c in checks] == [True, True, False, False, True, True]
+    assert "best baseline `median` 87.0%" in checks[3].detail
+    table["semantic"][part][0.4]["worst"] = None
+    assert acceptance_checks(cfg, table)[-1].detail == "missing results"
 
 
 def test_cli_rejects_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
