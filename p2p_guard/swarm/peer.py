@@ -1295,6 +1295,20 @@ async def _maybe_catch_up(peer: Peer, round_: int, others: dict[str, int], stop:
     return round_
 
 
+def staleness_outcome(base_round: int, target: int, config: PeerConfig) -> tuple[bool, bool]:
+    """What our update computed on ``base_round``'s state does when the swarm's open round is ``target``.
+
+    Returns:
+        ``(dropped, jumped)``: dropped when ``target − base_round`` exceeds ``max_staleness`` (no one would apply
+        it); jumped when it is ``catch_up_behind`` or more, so our state missed the outer steps of the rounds
+        between and the next round's start catches up (:func:`_maybe_catch_up`). A dropped update jumped too:
+        before this, the drop left ``jumped`` unset, our round moved to the swarm's, and no catch-up ever ran
+        (the rule sees no rounds behind), so such a peer's θ lagged every outer step it missed.
+    """
+    behind = target - base_round
+    return behind > config.max_staleness, behind >= config.catch_up_behind
+
+
 async def _catch_up_after_jump(peer: Peer, round_: int, stop: asyncio.Event) -> tuple[int, bool]:
     """Catch up at once after our update jumped rounds; return (the round to continue from, apply round_'s step).
 
@@ -1371,11 +1385,11 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
             clock.step_s = inner.compute_s / peer.inner_steps
             with clock.timed("commit"):
                 target = await peer.open_round(round_)
-            if target - inner.base_round > config.max_staleness:
+            dropped, peer.jumped = staleness_outcome(inner.base_round, target, config)
+            if dropped:
                 peer.log.info("our update of round %d is too stale for round %d: dropped", inner.base_round, target)
                 round_ = target
                 continue
-            peer.jumped = target - inner.base_round >= config.catch_up_behind
             round_ = target
             peer._set_round(round_)
             with clock.timed("commit"):
