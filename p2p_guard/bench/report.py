@@ -107,6 +107,59 @@ def _duration(seconds: float) -> str:
     return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
 
 
+def _what_a_swarm_gets(cfg: Any, summary: dict[str, Any], guard: str = "semantic") -> list[str]:
+    """The plain-words summary: the default guard's worst case, where another rule beats it, its backdoor ASR.
+
+    Every figure is read from ``summary``; the sentences only say which is larger.
+    """
+    if guard not in summary["worst_case"] or summary["worst_case"][guard] is None:
+        return []
+    wc = summary["worst_case"][guard]
+    clean = summary["headline"][guard].get("none")
+    others = {g: v for g, v in summary["worst_case"].items() if g != guard and v is not None}
+    out = ["## What a user's swarm gets", ""]
+    line = (f"- With the defaults a peer runs (the `{guard}` guard, f unknown), {cfg.f} Byzantine of {cfg.n} on "
+            f"`{cfg.partition}`: final accuracy {_pct(wc[1])} % under its worst attack (`{wc[0]}`)")
+    if clean is not None:
+        line += f", against {_pct(clean)} % with no attacker ({100 * (wc[1].mean - clean.mean):+.1f} points)"
+    if others:
+        best = max(others, key=lambda g: others[g][1].mean)
+        verb = "above" if wc[1].mean > others[best][1].mean else "**not above**"
+        line += (f"; {verb} the best other rule's worst case, `{best}` {_pct(others[best][1])} % "
+                 f"(`{others[best][0]}`)")
+    out.append(line + ".")
+    lost = []
+    total = 0
+    for partition in cfg.sweep_partitions:
+        for fr in cfg.sweep_fractions:
+            mine = summary["sweep"].get(guard, {}).get(partition, {}).get(fr)
+            if not round(fr * cfg.n) or mine is None:
+                continue
+            total += 1
+            rivals = {g: by[partition][fr] for g, by in summary["sweep"].items()
+                      if g != guard and by.get(partition, {}).get(fr) is not None}
+            if rivals:
+                best = max(rivals, key=lambda g: rivals[g][1].mean)
+                if rivals[best][1].mean >= mine[1].mean:
+                    lost.append(f"`{partition}` at {round(100 * fr)} % (`{guard}` {100 * mine[1].mean:.1f}, "
+                                f"`{best}` {100 * rivals[best][1].mean:.1f})")
+    if total:
+        out.append(f"- Sweep (each rule's worst swept attack, f unknown, {_seeds(cfg.sweep_seeds)}; a tie counts "
+                   f"against `{guard}`): `{guard}` has the best worst case in "
+                   f"{total - len(lost)} of {total} (partition, fraction) settings"
+                   + (f"; not in {'; '.join(lost)}." if lost else "."))
+    for attack, by_guard in summary["asr"].items():
+        stat = by_guard.get(guard)
+        if stat is not None:
+            out.append(f"- `{attack}` at {cfg.f} of {cfg.n}: attack success rate {_pct(stat)} % against `{guard}`"
+                       + (" (not defended)." if stat.mean > 0.1 else "."))
+    rate = summary["fp"].get(guard, {}).get("fp_rate")
+    if rate is not None:
+        out.append(f"- Honest updates rejected by honest `{guard}` receivers: {_rate(rate, 2)} of verdicts "
+                   "(headline cells, clean included).")
+    return out + [""]
+
+
 def render(cfg: Any, summary: dict[str, Any], meta: dict[str, Any], plots_rel: str) -> str:
     """The Markdown text of the report.
 
@@ -182,6 +235,7 @@ def render(cfg: Any, summary: dict[str, Any], meta: dict[str, Any], plots_rel: s
             "aggregate was not finite (overflow); the model stayed unchanged those rounds."
         )
     out.append("")
+    out += _what_a_swarm_gets(cfg, summary)
 
     clean = summary["clean_mean"]
     out += [
