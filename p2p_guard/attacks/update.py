@@ -21,7 +21,7 @@ from typing import ClassVar
 import torch
 
 from p2p_guard.attacks.base import AttackContext, check_known
-from p2p_guard.attacks.whitebox import honest_stand_ins, simulate_round, simulated_guard
+from p2p_guard.attacks.whitebox import honest_stand_ins, jitter_copy, simulate_round, simulated_guard
 from p2p_guard.guard.base import check_int, check_real
 from p2p_guard.guard.linalg import pairwise_distances
 
@@ -253,7 +253,10 @@ class ALittleIsEnough:
         mean = known.mean(dim=0)
         if m == 1:
             return mean
-        return mean - self.chosen_z(known, ctx) * known.std(dim=0, correction=1)
+        shifted = mean - self.chosen_z(known, ctx) * known.std(dim=0, correction=1)
+        if self.z == "search":  # the white-box variant hides its copies from the duplicate stage
+            return jitter_copy(shifted, known, ctx.generator)
+        return shifted
 
     def chosen_z(self, known: torch.Tensor, ctx: AttackContext) -> float:
         """The z this call uses: ``z``, the formula's, or the line search's (see the class docstring)."""

@@ -21,16 +21,19 @@ import torch
 
 from p2p_guard.attacks.base import AttackContext, check_known
 from p2p_guard.guard.base import AggregationContext, GuardResult, check_int, check_real
+from p2p_guard.guard.duplicates import typical_distance
 from p2p_guard.guard.guard import Guard
-from p2p_guard.guard.linalg import scalar_median
+from p2p_guard.guard.linalg import pairwise_distances, scalar_median
 from p2p_guard.guard.registry import DEFAULT_GUARD, build_guard
 from p2p_guard.guard.semantic import SemanticGuard
 
 __all__ = [
+    "COPY_JITTER",
     "Adaptive",
     "GuardThresholds",
     "guard_thresholds",
     "honest_stand_ins",
+    "jitter_copy",
     "simulate_round",
     "simulated_guard",
 ]
@@ -67,9 +70,52 @@ def honest_stand_ins(known: torch.Tensor, ctx: AttackContext) -> torch.Tensor:
     return known[keep]
 
 
+COPY_JITTER = 0.3
+"""j: the white-box attacks add noise of norm j × the typical distance between the rows they know to what they
+send (:func:`jitter_copy`), so that two attackers' rows lie about √2·j = 0.42 × apart, beyond the ρ = 0.25 at
+which the semantic guard's duplicate stage (:mod:`p2p_guard.guard.duplicates`) groups rows."""
+
+
 def simulated_guard(ctx: AttackContext) -> Guard:
-    """The honest peers' guard: ``build_guard(ctx.guard_name or "semantic", **ctx.guard_params)``."""
-    return build_guard(ctx.guard_name or DEFAULT_GUARD, **dict(ctx.guard_params))
+    """The honest peers' guard: ``build_guard(ctx.guard_name or "semantic", **ctx.guard_params)``.
+
+    For the ``semantic`` guard the duplicate stage is left out (unless ``ctx.guard_params`` sets it): the
+    simulation stacks identical candidate copies, and the attack's own :func:`jitter_copy` keeps its real
+    copies apart enough that the stage does not group them.
+    """
+    name = ctx.guard_name or DEFAULT_GUARD
+    params = dict(ctx.guard_params)
+    if name == "semantic":
+        params.setdefault("duplicates", False)
+    return build_guard(name, **params)
+
+
+def jitter_copy(row: torch.Tensor, known: torch.Tensor, generator: torch.Generator,
+                fraction: float = COPY_JITTER) -> torch.Tensor:
+    """``row + e``, e a random direction of norm ``fraction`` × the typical distance between the known rows.
+
+    How a colluding group keeps its copies from looking like copies: each attacker draws its own e (from its own
+    generator), so two attackers' rows differ by about √2 · ``fraction`` typical distances, while their mean
+    keeps the planned shift (the noise averages out over the group).
+
+    Args:
+        row: ``(d,)`` the planned attack row; not mutated.
+        known: ``(m, d)`` the rows the attacker knows (own update first); with ``m < 2`` the row is returned as
+            is (there is no distance to measure, and the attackers' own updates already differ).
+        generator: the attacker's generator (one draw of ``d`` normals is taken).
+        fraction: j ``>= 0``.
+
+    Returns:
+        ``(d,)`` tensor, dtype of ``row``.
+    """
+    if len(known) < 2 or fraction == 0:
+        return row.clone()
+    scale = typical_distance(pairwise_distances(known)) * fraction
+    noise = torch.randn(row.shape, generator=generator, dtype=torch.float64)
+    norm = float(torch.linalg.vector_norm(noise))
+    if norm == 0 or not math.isfinite(scale):
+        return row.clone()
+    return (row.to(torch.float64) + noise * (scale / norm)).to(row.dtype)
 
 
 def simulate_round(
@@ -219,7 +265,11 @@ class Adaptive:
         check_real("loss_slack", self.loss_slack, minimum=0.0, inclusive=True)
 
     def __call__(self, known: torch.Tensor, ctx: AttackContext) -> torch.Tensor:
-        """Return v(φ*), a ``(d,)`` tensor of the dtype of ``known``."""
+        """Return v(φ*) plus this attacker's :func:`jitter_copy` noise, a ``(d,)`` tensor of the dtype of ``known``."""
+        return jitter_copy(self.plan(known, ctx), known, ctx.generator)
+
+    def plan(self, known: torch.Tensor, ctx: AttackContext) -> torch.Tensor:
+        """Return v(φ*) (the row every attacker of the group plans, before its jitter)."""
         check_known(known)
         guard = simulated_guard(ctx)
         th = guard_thresholds(guard)

@@ -3,6 +3,12 @@
 It is never told how many peers are Byzantine. Each stage is a small function of its own module, switchable by
 a constructor flag so that its worth can be measured:
 
+0. duplicates (:mod:`~p2p_guard.guard.duplicates`): reject every row within ρ = 0.25 × the typical pairwise
+   distance of another sender's row (one vector sent by several senders: ``mimic``, IPM, ALIE, min-max), before
+   the centre is computed, so copies neither vote in the centre nor enter the aggregate. Measured on digits
+   (10 peers, Dirichlet 0.5, 12 rounds, seed 0): ``mimic`` at 4 of 10 65.6 % → 86.6 %, ``alie`` at 4 of 10
+   66.5 % → 86.6 %, ``ipm:epsilon=0.1`` at 3 of 10 89.8 % → 92.1 %, clean 93.6 % both; the white-box attacks
+   (``alie:z=search``, ``adaptive``) jitter their copies past it (:func:`~p2p_guard.attacks.whitebox.jitter_copy`);
 1. magnitude (:mod:`~p2p_guard.guard.magnitude`, **off by default**): clip every row to c_clip × the median
    row norm (the full benchmark's ablation of 2026-11-30 measured nothing for it);
 2. robust centre (:mod:`~p2p_guard.guard.centre`): NNM + coordinate-wise trimmed mean at f̂ = ⌊(n − 1)/2⌋
@@ -44,7 +50,7 @@ a constructor flag so that its worth can be measured:
    never bound in the cells measured, so it costs nothing there; c_anchor = 1 bound and cost 10 points
    under alie:z=search at 4 of 9).
 
-Stages 3, 3b, 4 and 6 read ``ctx.own_index`` (3b also ``ctx.own_reference``, 4 the receiver's private data), so
+Stages 0, 3, 3b, 4 and 6 read ``ctx.own_index`` (3b also ``ctx.own_reference``, 4 the receiver's private data), so
 two honest peers given the same rows may apply different updates (round protocol version 2 allows it: each peer
 owns its model). Without ``own_index``, ``own_reference`` and ``loss_at`` the guard is a deterministic function
 of the rows.
@@ -73,6 +79,7 @@ from p2p_guard.guard.base import (
 from p2p_guard.guard.baselines.centered_clipping import centered_clip
 from p2p_guard.guard.centre import robust_centre
 from p2p_guard.guard.collusion import CollusionCheck
+from p2p_guard.guard.duplicates import DUPLICATE, DUPLICATE_RATIO, duplicate_rows
 from p2p_guard.guard.linalg import cosines_to, row_norms, scalar_median
 from p2p_guard.guard.loss_score import LOSS_WORSE, loss_rejections, score_rows
 from p2p_guard.guard.magnitude import clip_rows
@@ -125,9 +132,10 @@ class Anchor(Protocol):
 class SemanticGuard:
     """Find a robust centre, reject outliers and harmful rows, clip the rest, anchor on our own update.
 
-    x̃_i = x_i · min(1, c_clip · m / ‖x_i‖₂),                 m = median_j ‖x_j‖₂   (magnitude stage, off)
-    c   = TM_f̂(NNM_f̂(x̃_1, …, x̃_n))
-    A   = {i : i = o  or  (‖x_i‖₂ ≤ c_reject · m  and  cos(x_i, c) ≥ cos_min  and  s_i ≥ cos_min
+    x̃_i = x_i · min(1, c_clip · m / ‖x_i‖₂),                 m = median_{j∈U} ‖x_j‖₂ (magnitude stage, off)
+    U   = {i : i = o  or  no j ≠ i has ‖x_i − x_j‖₂ ≤ ρ · t}     t the typical distance (duplicate stage)
+    c   = TM_f̂'(NNM_f̂'(x̃_i : i ∈ U)),  f̂' = min(f̂, ⌊(|U| − 1)/2⌋)
+    A   = {i : i = o  or  (i ∈ U  and  ‖x_i‖₂ ≤ c_reject · m  and  cos(x_i, c) ≥ cos_min  and  s_i ≥ cos_min
                             and  ℓ_i ≤ ℓ_0 + c_loss · g)}
     a   = (1/|A|) Σ_{i∈A} x̃_i                                   if n − |A| ≥ f̂
     a   = c + (1/|A|) Σ_{i∈A} (x̃_i − c) · min(1, τ / ‖x̃_i − c‖₂)  otherwise,  τ = median_{i∈A} ‖x̃_i − c‖₂
@@ -172,6 +180,8 @@ class SemanticGuard:
     Args:
         f: Byzantine rows tolerated (f̂), an expert override; ``None`` takes ``ctx.f``, else
             ``breakdown_f(n)``.
+        duplicates: run the duplicate stage (default on).
+        duplicate_ratio: ρ of the duplicate stage, ``>= 0`` (0: only bit-identical rows are copies).
         magnitude: run the magnitude stage (default off: rows enter the centre and the aggregate unclipped).
         mixing: apply NNM before the trimmed mean of the centre stage.
         verdict: run the verdict stage (off: every row passes it).
@@ -220,6 +230,8 @@ class SemanticGuard:
     """
 
     f: int | None = None
+    duplicates: bool = True
+    duplicate_ratio: float = DUPLICATE_RATIO
     magnitude: bool = False
     mixing: bool = True
     verdict: bool = True
@@ -248,12 +260,14 @@ class SemanticGuard:
         """Check the fields (ValueError naming the field and its value); build the collusion stage's state."""
         if self.f is not None:
             check_int("f", self.f, minimum=0)
-        for flag in ("magnitude", "mixing", "verdict", "support_check", "clip_remaining", "loss_check", "anchoring",
-                     "collusion"):
+        flags = ("duplicates", "magnitude", "mixing", "verdict", "support_check", "clip_remaining", "loss_check",
+                 "anchoring", "collusion")
+        for flag in flags:
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
         if check_real("sparse_max", self.sparse_max, minimum=0.0) > 1.0:
             raise ValueError(f"sparse_max must be in (0, 1], got {self.sparse_max!r}")
+        check_real("duplicate_ratio", self.duplicate_ratio, minimum=0.0, inclusive=True)
         check_real("c_clip", self.c_clip, minimum=0.0)
         check_real("c_reject", self.c_reject, minimum=0.0)
         if check_real("cos_min", self.cos_min, minimum=-1.0, inclusive=True) > 1.0:
@@ -307,22 +321,37 @@ class SemanticGuard:
         check_stack(updates, f, needed_rows=2 * f + 1, needed="n > 2f")
         own = ctx.own_index
         norms = row_norms(updates)
-        median_norm = scalar_median(norms)
+        rejected: dict[int, tuple[str, str]] = {}
+        if self.duplicates:
+            found = duplicate_rows(updates, ctx.senders, own, ratio=self.duplicate_ratio)
+            rejected.update({i: (DUPLICATE, detail) for i, detail in found.items()})
+        unique = [i for i in range(len(updates)) if i not in rejected]  # the rows no other sender also sent
+        median_norm = scalar_median(norms[unique] if unique else norms)
         clipped = clip_rows(updates, norms, self.c_clip * median_norm) if self.magnitude else updates
-        centre = robust_centre(clipped, f, mixing=self.mixing)
+        if not unique:  # only possible without an own row: every row was a copy; nothing is applied
+            centre = torch.zeros_like(updates[0])
+        else:
+            centre = robust_centre(
+                clipped if len(unique) == len(updates) else clipped[unique],
+                min(f, breakdown_f(len(unique))),
+                mixing=self.mixing,
+            )
         cosines = cosines_to(updates, centre, norms)
 
-        rejected: dict[int, tuple[str, str]] = {}
         if self.verdict:
             found = outlier_rows(norms, cosines, median_norm, c_reject=self.c_reject, cos_min=self.cos_min)
-            rejected.update({i: (OUTLIER, detail) for i, detail in found.items() if i != own})
+            for i, detail in found.items():
+                if i != own:
+                    rejected.setdefault(i, (OUTLIER, detail))
             if self.support_check and ctx.own_reference is not None:
                 sparse, _ = support_outliers(
                     updates, ctx.own_reference, cos_min=self.cos_min, sparse_max=self.sparse_max
                 )
                 for i, detail in sparse.items():
-                    if i != own:  # one reason, every figure that decided
-                        rejected[i] = (OUTLIER, f"{rejected[i][1]}; {detail}" if i in rejected else detail)
+                    if i == own or (i in rejected and rejected[i][0] != OUTLIER):
+                        continue
+                    # one reason, every figure that decided
+                    rejected[i] = (OUTLIER, f"{rejected[i][1]}; {detail}" if i in rejected else detail)
         scores = None
         if self.loss_check and ctx.loss_at is not None:
             scores = score_rows(updates, own, ctx.loss_at)

@@ -1,5 +1,6 @@
 """The semantic guard, stage by stage, and the Guard wrapper: verdicts, fallback, determinism, and the
-robustness targets checked in-process on synthetic pseudo-gradients."""
+robustness targets checked in-process on synthetic pseudo-gradients.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from p2p_guard.guard import (
 )
 from p2p_guard.guard.baselines import coordinate_trimmed_mean
 from p2p_guard.guard.centre import robust_centre
+from p2p_guard.guard.duplicates import DUPLICATE
 from p2p_guard.guard.linalg import row_norms
 from p2p_guard.guard.magnitude import clip_rows
 from p2p_guard.guard.verdict import make_verdicts, outlier_rows
@@ -321,7 +323,9 @@ class TestTargets:
         byzantine = InnerProductManipulation(epsilon=0.1)(honest, ctx)
         result = self.round_with(byzantine, honest)
         assert [v.accepted for v in result.verdicts] == [True] * 6 + [False, False]
-        assert cosine(result.aggregate, honest.mean(dim=0)) > 0.99
+        assert [v.reason for v in result.verdicts[6:]] == [DUPLICATE, DUPLICATE]  # two copies of one vector
+        # the clipped mean of the 6 honest rows around their own centre (0.9886 at rho 0.3, seed 0)
+        assert cosine(result.aggregate, honest.mean(dim=0)) > 0.98
 
     @pytest.mark.parametrize("z", [None, 1.5])
     @pytest.mark.parametrize("seed", range(3))

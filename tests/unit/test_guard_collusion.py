@@ -194,8 +194,9 @@ class TestInSemanticGuard:
         g = torch.Generator().manual_seed(2)
         base = torch.randn(6, 50, generator=g)
         shared = torch.randn(50, generator=g)
-        on = SemanticGuard(collusion=True, c_collusion=0.5, collusion_rounds=1)
-        off = SemanticGuard(collusion=False)
+        # duplicates off: rows 4 and 5 share most of their vector (that stage has its own tests)
+        on = SemanticGuard(collusion=True, c_collusion=0.5, collusion_rounds=1, duplicates=False)
+        off = SemanticGuard(collusion=False, duplicates=False)
         rows = base.clone()
         rows[4:] = base[4:] * 0.1 + shared  # two rows with the same residual direction
         senders = tuple(f"p{i}" for i in range(6))

@@ -50,7 +50,8 @@ class TestAnchor:
 
     def test_a_byzantine_majority_moves_the_peer_a_bounded_amount(self) -> None:
         own = torch.tensor([1.0, 0.0, 0.0, 0.0])
-        rows = torch.cat([own[None], torch.full((6, 4), -50.0), torch.tensor([[0.9, 0.1, 0.0, 0.0]])])
+        far = torch.full((6, 4), -50.0) * torch.arange(1.0, 7.0)[:, None]  # six distinct rows, not copies
+        rows = torch.cat([own[None], far, torch.tensor([[0.9, 0.1, 0.0, 0.0]])])
         out = SemanticGuard()(rows, make_ctx(8, own_index=0))
         assert float((out - own).norm()) == pytest.approx(2.0)  # c_anchor = 2, ‖own‖ = 1: the clip binds
         assert not torch.equal(out, own)
@@ -104,7 +105,8 @@ class TestLossStage:
             return 1.0 - float(d[0]) + 50 * max(float(d[1]) - 0.15, 0.0)
 
         # losses 0.5 (own), 2.9, 0.6, 0.55, 1.5; ℓ_0 = 1, gain 0.5; limit max(1.5, 0.6 + 3 · 0.148) = 1.5
-        result = SemanticGuard(loss_check=True).judge(rows, make_ctx(5, own_index=0, loss_at=loss_at))
+        # duplicates off: in 2 dimensions rows 0 and 3 are as close as copies (that stage has its own tests)
+        result = SemanticGuard(loss_check=True, duplicates=False).judge(rows, make_ctx(5, own_index=0, loss_at=loss_at))
         assert [v.reason for v in result.verdicts] == [None, LOSS_WORSE, None, None, "outlier"]
         assert [v.loss_score for v in result.verdicts] == pytest.approx([1.0, -3.8, 0.8, 0.9, -1.0])
 

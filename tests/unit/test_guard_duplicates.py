@@ -1,0 +1,118 @@
+"""The semantic guard's duplicate stage (``guard/duplicates.py``) and the white-box attacks' jitter."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from p2p_guard.attacks.base import AttackContext
+from p2p_guard.attacks.whitebox import COPY_JITTER, jitter_copy
+from p2p_guard.guard.base import AggregationContext
+from p2p_guard.guard.duplicates import DUPLICATE, duplicate_rows, typical_distance
+from p2p_guard.guard.linalg import pairwise_distances
+from p2p_guard.guard.semantic import SemanticGuard
+
+SENDERS = tuple(f"p{i}" for i in range(8))
+
+
+def honest(n: int, d: int = 500, seed: int = 0) -> torch.Tensor:
+    """N independent rows around one mean (pairwise distances concentrate near their median)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(d, generator=g) + torch.randn(n, d, generator=g)
+
+
+class TestDuplicateRows:
+    def test_independent_rows_are_never_grouped(self) -> None:
+        for seed in range(5):
+            assert duplicate_rows(honest(8, seed=seed), SENDERS, None) == {}
+
+    def test_copies_and_near_copies_are_all_rejected(self) -> None:
+        rows = honest(8)
+        rows[5] = rows[6] = rows[7] = rows[4].neg() * 3  # three copies of one vector
+        rows[7] += 0.01  # a near copy
+        found = duplicate_rows(rows, SENDERS, None)
+        assert sorted(found) == [5, 6, 7]
+        assert "p6" in found[5] and "p7" in found[5]
+
+    def test_the_own_row_is_kept(self) -> None:
+        rows = honest(8)
+        rows[3] = rows[0]
+        assert sorted(duplicate_rows(rows, SENDERS, 0)) == [3]
+        assert sorted(duplicate_rows(rows, SENDERS, None)) == [0, 3]
+
+    def test_far_rows_do_not_make_honest_rows_look_alike(self) -> None:
+        # 3 of 8 rows at 10x the honest scale, each different: the median over all pairs would be a far pair
+        rows = honest(8)
+        rows[5:] = -10 * rows[5:]
+        assert duplicate_rows(rows, SENDERS, None) == {}
+
+    def test_ratio_zero_groups_only_identical_rows(self) -> None:
+        rows = honest(8)
+        rows[1] = rows[2] + 1e-3
+        rows[6] = rows[7]
+        assert sorted(duplicate_rows(rows, SENDERS, None, ratio=0.0)) == [6, 7]
+
+    def test_typical_distance(self) -> None:
+        dist = pairwise_distances(torch.tensor([[0.0], [1.0], [2.0], [100.0]]))
+        # each row's median distance to the 3 others: 2, 1, 2, 99 -> their median (2 + 2) / 2
+        assert typical_distance(dist) == 2.0
+
+    def test_wrong_sender_count_is_a_local_error(self) -> None:
+        with pytest.raises(ValueError, match="senders"):
+            duplicate_rows(honest(3), SENDERS, None)
+
+
+class TestInSemanticGuard:
+    def ctx(self, own: int | None = 0) -> AggregationContext:
+        return AggregationContext(senders=SENDERS, round=0, generator=torch.Generator(), own_index=own)
+
+    def test_copies_neither_pull_the_aggregate_nor_count(self) -> None:
+        rows = honest(8)
+        rows[5:] = 5.0  # three copies of one vector
+        result = SemanticGuard().judge(rows, self.ctx(None))
+        assert [v.reason for v in result.verdicts] == [None] * 5 + [DUPLICATE] * 3
+        # 3 rejections reach f-hat = 3 of 8 rows: the plain mean of the accepted (honest) rows
+        assert torch.allclose(result.aggregate, rows[:5].mean(dim=0))
+
+    def test_switch(self) -> None:
+        rows = honest(8)
+        rows[6] = rows[7]
+        off = SemanticGuard(duplicates=False).judge(rows, self.ctx()).verdicts
+        assert all(v.reason != DUPLICATE for v in off)
+        with pytest.raises(ValueError, match="duplicate_ratio"):
+            SemanticGuard(duplicate_ratio=-1.0)
+
+    def test_every_row_a_copy_without_an_own_row_applies_nothing(self) -> None:
+        rows = torch.ones(4, 10)
+        result = SemanticGuard().judge(rows, AggregationContext(senders=SENDERS[:4], round=0,
+                                                                 generator=torch.Generator()))
+        assert not any(v.accepted for v in result.verdicts)
+        assert torch.equal(result.aggregate, torch.zeros(10))
+
+
+class TestJitter:
+    def test_two_attackers_copies_escape_the_stage(self) -> None:
+        known = honest(6)
+        plan = known.mean(dim=0)
+        a = jitter_copy(plan, known, torch.Generator().manual_seed(1))
+        b = jitter_copy(plan, known, torch.Generator().manual_seed(2))
+        scale = typical_distance(pairwise_distances(known))
+        assert float((a - plan).norm()) == pytest.approx(COPY_JITTER * scale, rel=1e-5)
+        rows = torch.cat([honest(6, seed=3), torch.stack([a, b])])
+        assert duplicate_rows(rows, SENDERS, None) == {}
+        assert sorted(duplicate_rows(torch.cat([honest(6, seed=3), torch.stack([plan, plan])]), SENDERS, None)) \
+            == [6, 7]
+
+    def test_one_known_row_is_returned_as_is(self) -> None:
+        row = torch.ones(5)
+        assert torch.equal(jitter_copy(row, row[None], torch.Generator()), row)
+
+    def test_white_box_attacks_jitter_their_copies(self) -> None:
+        from p2p_guard.attacks import load_attack
+
+        known = honest(6)
+        for spec in ("alie:z=search", "adaptive"):
+            attack = load_attack(spec)
+            rows = [attack(known, AttackContext(round=2, n=8, f=2, generator=torch.Generator().manual_seed(i)))
+                    for i in range(2)]
+            assert not torch.equal(rows[0], rows[1]), spec
