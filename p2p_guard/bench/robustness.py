@@ -52,6 +52,7 @@ __all__ = [
     "Grid",
     "ablation_cells",
     "ablation_flags",
+    "ABSENT",
     "acceptance_checks",
     "acceptance_config",
     "bench_attacks",
@@ -672,6 +673,7 @@ def summarise(cfg: BenchConfig, results: Iterable[dict[str, Any]]) -> dict[str, 
                     "clean": grid.final(g, CLEAN, 0, p),
                     "asr": {a: grid.final(g, a, k, p, key="asr") for a in backdoor} if k else {},
                     "fp_rate": _rate(counts["fp"], counts["fp"] + counts["tn"]),
+                    "absent": grid.final(g, ABSENT, k, p) if k and ABSENT in cands else None,
                 }
 
     curves = {g: (grid.curve(g, wc[0], f, part) if wc else []) for g, wc in worst_case.items()}
@@ -827,6 +829,12 @@ def targets(
     return out
 
 
+ABSENT = "free_rider"
+"""The attack that stands for "the attackers are simply absent": zero rows, dropped before the guard by the
+integrity stage, so a run under it is the honest peers alone; under non-IID shards the attackers' data is then
+never learned, the ceiling no defence can pass. The acceptance checks quote it next to clean accuracy."""
+
+
 def acceptance_checks(cfg: BenchConfig, fraction_table: dict[str, dict[str, dict[float, dict[str, Any]]]]
                       ) -> list[Check]:
     """The guard issue's acceptance on the sweep's fractions (:func:`acceptance_config`), for its first partition.
@@ -856,9 +864,12 @@ def acceptance_checks(cfg: BenchConfig, fraction_table: dict[str, dict[str, dict
                              "missing results"))
             continue
         drop = 100 * (clean.mean - worst[1].mean)
+        absent = cell.get("absent")
+        context = (f"; the {cfg.n - k} honest peers alone (`{ABSENT}`: the attackers send nothing, their shards "
+                   f"unlearned) {100 * absent.mean:.1f}%" if absent is not None else "")
         out.append(Check(f"{label}: semantic worst case within {tolerance:g} points of clean", drop <= tolerance,
                          f"worst {100 * worst[1].mean:.1f}% (`{worst[0]}`), clean {100 * clean.mean:.1f}%: "
-                         f"{-drop:+.1f} points"))
+                         f"{-drop:+.1f} points{context}"))
         others = {g: by[part][fr]["worst"] for g, by in fraction_table.items()
                   if g != GUARD and by.get(part, {}).get(fr, {}).get("worst") is not None}
         if others:
