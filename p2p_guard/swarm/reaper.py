@@ -10,7 +10,8 @@ as a tiny separate program (standard library and psutil only; no torch, no hivem
    ``poll_interval_s`` while they change, backing off to every :data:`MAX_RECORD_INTERVAL_S` when they do not);
 2. as soon as the parent is gone (``os.getppid()`` changed: we were re-parented), it sends SIGTERM to every
    recorded descendant still alive whose create time matches (so a reused pid is never hit), waits up to
-   ``grace_s``, sends SIGKILL to the rest, and exits.
+   ``grace_s``, sends SIGKILL to the rest, removes the Unix sockets a killed ``p2pd`` and its client leave in
+   ``/tmp`` (:func:`daemon_sockets`), and exits.
 
 The watchdog ignores SIGINT, SIGTERM and SIGHUP, so a signal sent to the whole process group (Ctrl+C in a
 terminal, ``killpg`` by the simulator) cannot remove it before it has done its job; it never outlives its
@@ -23,7 +24,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -32,7 +35,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-__all__ = ["start_reaper", "stop_reaper", "stop_reaper_if_clean", "sweep", "watch"]
+__all__ = ["daemon_sockets", "start_reaper", "stop_reaper", "stop_reaper_if_clean", "sweep", "watch"]
 
 logger = logging.getLogger(__name__)
 
@@ -211,6 +214,7 @@ def sweep(seen: dict[int, float], *, grace_s: float, own_pid: int) -> list[int]:
     procs = [p for pid, ct in targets.items() if pid != own_pid and (p := _alive(pid, ct)) is not None]
     if not procs:
         return []
+    sockets = [path for p in procs for path in daemon_sockets(_cmdline(p))]
     logger.warning("parent gone: terminating leftover processes %s", sorted(p.pid for p in procs))
     _signal_all(procs, signal.SIGTERM)
     _, remaining = psutil.wait_procs(procs, timeout=grace_s)
@@ -219,7 +223,51 @@ def sweep(seen: dict[int, float], *, grace_s: float, own_pid: int) -> list[int]:
         logger.warning("killing leftover processes %s", sorted(p.pid for p in remaining))
         _signal_all(remaining, signal.SIGKILL)
         psutil.wait_procs(remaining, timeout=grace_s)
+    _remove_sockets(sockets)
     return sorted(p.pid for p in procs)
+
+
+_P2PD_LISTEN = re.compile(r"^-listen=/unix(/.*/)hivemind-p2pd-([A-Za-z0-9_-]+)\.sock$")
+
+
+def daemon_sockets(cmdline: Sequence[str]) -> list[str]:
+    """The Unix sockets a hivemind ``p2pd`` with this command line and its client leave behind when killed.
+
+    hivemind starts ``p2pd`` with ``-listen=/unix/tmp/hivemind-p2pd-UID.sock`` and its own client listens on
+    ``/tmp/hivemind-p2pclient-UID.sock`` (same UID); both are removed only by a clean shutdown, so a peer killed
+    with SIGKILL left them in ``/tmp`` for good.
+
+    Args:
+        cmdline: a process's arguments (``psutil.Process.cmdline()``).
+
+    Returns:
+        The two paths when ``cmdline`` is such a ``p2pd``'s, else ``[]``.
+    """
+    for arg in cmdline:
+        if (m := _P2PD_LISTEN.match(arg)) is not None:
+            folder, uid = m.groups()
+            return [f"{folder}hivemind-p2pd-{uid}.sock", f"{folder}hivemind-p2pclient-{uid}.sock"]
+    return []
+
+
+def _cmdline(proc: psutil.Process) -> list[str]:
+    try:
+        return proc.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return []
+
+
+def _remove_sockets(paths: Iterable[str]) -> None:
+    """Remove each path that is still a socket (never a regular file or a folder); absent ones are skipped."""
+    for path in paths:
+        try:
+            if stat.S_ISSOCK(os.lstat(path).st_mode):
+                os.unlink(path)
+                logger.info("removed leftover socket %s", path)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            logger.warning("could not remove leftover socket %s: %s", path, exc)
 
 
 def _next_record_interval(current_s: float, poll_interval_s: float, *, changed: bool) -> float:

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from p2p_guard.swarm.reaper import MAX_RECORD_INTERVAL_S, _next_record_interval
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+from p2p_guard.swarm.reaper import MAX_RECORD_INTERVAL_S, _next_record_interval, _remove_sockets, daemon_sockets, sweep
 
 
 def test_the_reaper_backs_off_while_nothing_changes_and_returns_to_fast_polls_on_a_change() -> None:
@@ -13,3 +21,36 @@ def test_the_reaper_backs_off_while_nothing_changes_and_returns_to_fast_polls_on
     assert waits == [1.0, 2.0, 4.0, 4.0, 4.0, 4.0] and MAX_RECORD_INTERVAL_S == 4.0
     assert _next_record_interval(4.0, 0.5, changed=True) == 0.5
     assert _next_record_interval(0.1, 10.0, changed=False) == 10.0  # never faster than the parent check
+
+
+def test_the_sockets_of_a_hivemind_p2pd_command_line() -> None:
+    cmd = ["/x/p2pd", "-b=false", "-listen=/unix/tmp/hivemind-p2pd-AbC_d-9.sock", "-id=/k"]
+    assert daemon_sockets(cmd) == ["/tmp/hivemind-p2pd-AbC_d-9.sock", "/tmp/hivemind-p2pclient-AbC_d-9.sock"]
+    assert daemon_sockets(["/x/p2pd", "-listen=/ip4/127.0.0.1/tcp/1"]) == []
+    assert daemon_sockets(["python", "-listen=/unix/tmp/hivemind-p2pd-../x.sock"]) == []  # no path tricks
+    assert daemon_sockets([]) == []
+
+
+def test_a_sweep_removes_the_sockets_of_a_killed_daemon_and_nothing_else(tmp_path: Path) -> None:
+    uid = "Tst_1"
+    daemon, client = tmp_path / f"hivemind-p2pd-{uid}.sock", tmp_path / f"hivemind-p2pclient-{uid}.sock"
+    listeners = []
+    for path in (daemon, client):
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(path))
+        listeners.append(sock)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"-listen=/unix{daemon}"])
+    try:
+        ps = psutil.Process(proc.pid)
+        assert sweep({proc.pid: ps.create_time()}, grace_s=5.0, own_pid=os.getpid()) == [proc.pid]
+        proc.wait(timeout=5)
+        assert not daemon.exists()
+        assert not client.exists()
+    finally:
+        proc.kill()
+        for sock in listeners:
+            sock.close()
+    regular = tmp_path / f"hivemind-p2pd-{uid}.sock"
+    regular.write_text("not a socket")
+    _remove_sockets([str(regular), str(tmp_path / "absent.sock")])
+    assert regular.read_text() == "not a socket"
