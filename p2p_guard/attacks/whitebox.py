@@ -152,11 +152,14 @@ class GuardThresholds:
         c_clip: rows longer than c_clip × median norm are clipped (``inf`` when the magnitude stage is off).
         c_reject: rows longer than c_reject × median norm are rejected (``inf`` with the verdict stage off).
         cos_min: rows whose cosine with the robust centre is below it are rejected (−1 with the verdict off).
+        cos_full: accepted rows whose cosine is below it weigh less than 1 in the aggregate (``cos_min`` when the
+            direction weights are off).
     """
 
     c_clip: float
     c_reject: float
     cos_min: float
+    cos_full: float = -1.0
 
 
 def guard_thresholds(guard: Guard) -> GuardThresholds:
@@ -171,6 +174,8 @@ def guard_thresholds(guard: Guard) -> GuardThresholds:
         c_clip=rule.c_clip if rule.magnitude else math.inf,
         c_reject=rule.c_reject if rule.verdict else math.inf,
         cos_min=rule.cos_min if rule.verdict else -1.0,
+        cos_full=max(rule.cos_full, rule.cos_min) if rule.verdict and rule.direction_weights
+        else (rule.cos_min if rule.verdict else -1.0),
     )
 
 
@@ -198,11 +203,12 @@ class Adaptive:
           peers' guard, ``build_guard(ctx.guard_name, **ctx.guard_params)``; the ``semantic`` defaults 2, 3,
           0 for any other rule);
         - v(φ) *passes* when (a) the peers' guard, simulated on S plus f copies of v(φ)
-          (:func:`simulate_round`), accepts every copy with a cosine to its robust centre ≥ cos_min + margin
-          and a norm within c_clip × its median norm (no clipping: the row keeps its full length); (b) when
+          (:func:`simulate_round`), accepts every copy with a cosine to its robust centre ≥ κ = max(cos_min +
+          margin, cos_full) (cos_full: where the guard's direction weights reach 1, so the row counts whole) and a
+          norm within c_clip × its median norm (no clipping: the row keeps its full length); (b) when
           S holds fewer than n − f rows (the attacker has not seen a full round, e.g. round 0, so a
-          simulation would be dominated by its own copies), also cos(v, μ̂) ≥ cos_min + margin, i.e.
-          φ_hi = arccos(cos_min + margin), else φ_hi = π; and (c) when ``ctx.loss_probe`` is given,
+          simulation would be dominated by its own copies), also cos(v, μ̂) ≥ κ, i.e. φ_hi = arccos(κ),
+          else φ_hi = π; and (c) when ``ctx.loss_probe`` is given,
           loss(θ − η·v) ≤ loss(θ − η·Δ_own) + ``loss_slack`` on the attacker's own data (it beats a
           loss-delta test, which compares with an honest update, by that margin).
 
@@ -285,7 +291,7 @@ class Adaptive:
         if not math.isfinite(radius_scale):
             radius_scale = 1.0  # no magnitude test at all: the honest scale keeps it unremarkable
         rho = self.norm_fraction * radius_scale * scalar_median(norms)
-        target_cos = min(1.0, th.cos_min + self.margin)
+        target_cos = min(1.0, max(th.cos_min + self.margin, th.cos_full))  # full weight, if the guard weighs
         copies = max(1, ctx.f)
         phi_hi = math.pi if len(stand_ins) >= max(1, ctx.n - ctx.f) else math.acos(max(-1.0, target_cos))
         own_loss = ctx.loss_probe(known[0]) if ctx.loss_probe is not None else None

@@ -34,7 +34,12 @@ a constructor flag so that its worth can be measured:
    only, thin margins between honest pairs with similar label mixes and the backdoor group), so it stays
    available, not the default; ``collusion_group=3`` (reject only senders with two aligned partners) was
    measured there too (seeds 0-2: ASR 0.15-0.96 at no clean cost, seed 2 untouched) and is not the default;
-5. aggregate: the mean of the accepted rows when the verdict rejected f̂ rows or more; otherwise one step of
+4c. direction weights (:func:`~p2p_guard.guard.verdict.direction_weights`): an accepted row weighs
+   (cos − cos_min) / (cos_full − cos_min), clamped to [0, 1], in the aggregate (the own row 1): a ramp instead of
+   the direction test's cliff, so a row just above the floor (a sign flip of an honest-norm update under non-IID
+   shards) pulls little; measured there (digits, 3 of 10, Dirichlet 0.5): ``sign_flip`` 85.3 % → 89.5 %,
+   ``null_space`` 85.0 % → 89.8 %, clean 93.6 % → 93.1 %, clean on Dirichlet 0.1 unchanged (81.9 %);
+5. aggregate: the (weighted) mean of the accepted rows when the verdict rejected f̂ rows or more; otherwise one step of
    centered clipping around the robust centre, which caps the pull of hidden inliers (ALIE); if every row
    was rejected, the own row (else the centre). With f unknown, f̂ = ⌊(n − 1)/2⌋ almost always exceeds the
    rejections, so the clipping almost always applies: on the digits cells below the plain mean was 0.7 to
@@ -84,7 +89,14 @@ from p2p_guard.guard.linalg import cosines_to, row_norms, scalar_median
 from p2p_guard.guard.loss_score import LOSS_WORSE, loss_rejections, score_rows
 from p2p_guard.guard.magnitude import clip_rows
 from p2p_guard.guard.noise import add_noise
-from p2p_guard.guard.verdict import OUTLIER, SPARSE_MAX, make_verdicts, outlier_rows, support_outliers
+from p2p_guard.guard.verdict import (
+    OUTLIER,
+    SPARSE_MAX,
+    direction_weights,
+    make_verdicts,
+    outlier_rows,
+    support_outliers,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -137,8 +149,9 @@ class SemanticGuard:
     c   = TM_f̂'(NNM_f̂'(x̃_i : i ∈ U)),  f̂' = min(f̂, ⌊(|U| − 1)/2⌋)
     A   = {i : i = o  or  (i ∈ U  and  ‖x_i‖₂ ≤ c_reject · m  and  cos(x_i, c) ≥ cos_min  and  s_i ≥ cos_min
                             and  ℓ_i ≤ ℓ_0 + c_loss · g)}
-    a   = (1/|A|) Σ_{i∈A} x̃_i                                   if n − |A| ≥ f̂
-    a   = c + (1/|A|) Σ_{i∈A} (x̃_i − c) · min(1, τ / ‖x̃_i − c‖₂)  otherwise,  τ = median_{i∈A} ‖x̃_i − c‖₂
+    w_i = clamp((cos(x_i, c) − cos_min) / (cos_full − cos_min), 0, 1),  w_o = 1,  W = Σ_{i∈A} w_i
+    a   = (1/W) Σ_{i∈A} w_i x̃_i                                   if n − |A| ≥ f̂
+    a   = c + (1/W) Σ_{i∈A} w_i (x̃_i − c) · min(1, τ / ‖x̃_i − c‖₂)  otherwise,  τ = median_{i∈A} ‖x̃_i − c‖₂
     a'  = a + λ · m · z,  z ~ N(0, I) from ctx.generator        (noise stage, λ = ``noise``, off: λ = 0)
     out = x_o + (a' − x_o) · min(1, c_anchor · ‖x_o‖₂ / ‖a' − x_o‖₂)
 
@@ -185,6 +198,10 @@ class SemanticGuard:
         magnitude: run the magnitude stage (default off: rows enter the centre and the aggregate unclipped).
         mixing: apply NNM before the trimmed mean of the centre stage.
         verdict: run the verdict stage (off: every row passes it).
+        direction_weights: weigh each accepted row by its cosine's place between ``cos_min`` and ``cos_full``
+            (off: every accepted row weighs 1).
+        cos_full: the cosine from which an accepted row weighs 1, in [-1, 1] (at or below ``cos_min``, e.g. after
+            an expert raised ``cos_min``, every weight is 1). The weights need the verdict stage (its cosines).
         clip_remaining: clip around the centre when fewer than f̂ rows were rejected (off: always the plain
             mean of the accepted rows).
         support_check: run the support check (stage 3b) on sparse rows when ``ctx.own_reference`` is given
@@ -243,6 +260,8 @@ class SemanticGuard:
     c_clip: float = 2.0
     c_reject: float = 3.0
     cos_min: float = -0.2
+    direction_weights: bool = True
+    cos_full: float = 0.0
     c_loss: float = 1.0
     c_mad: float = 3.0
     c_anchor: float = 2.0
@@ -260,8 +279,8 @@ class SemanticGuard:
         """Check the fields (ValueError naming the field and its value); build the collusion stage's state."""
         if self.f is not None:
             check_int("f", self.f, minimum=0)
-        flags = ("duplicates", "magnitude", "mixing", "verdict", "support_check", "clip_remaining", "loss_check",
-                 "anchoring", "collusion")
+        flags = ("duplicates", "magnitude", "mixing", "verdict", "support_check", "direction_weights",
+                 "clip_remaining", "loss_check", "anchoring", "collusion")
         for flag in flags:
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
@@ -272,6 +291,8 @@ class SemanticGuard:
         check_real("c_reject", self.c_reject, minimum=0.0)
         if check_real("cos_min", self.cos_min, minimum=-1.0, inclusive=True) > 1.0:
             raise ValueError(f"cos_min must be in [-1, 1], got {self.cos_min!r}")
+        if check_real("cos_full", self.cos_full, minimum=-1.0, inclusive=True) > 1.0:
+            raise ValueError(f"cos_full must be in [-1, 1], got {self.cos_full!r}")
         check_real("c_loss", self.c_loss, minimum=0.0)
         check_real("c_mad", self.c_mad, minimum=0.0)
         check_real("c_anchor", self.c_anchor, minimum=0.0)
@@ -365,7 +386,7 @@ class SemanticGuard:
                 if i != own:
                     rejected.setdefault(i, (check.reason, detail))
 
-        aggregate = self._aggregate(clipped, centre, rejected, f, ctx)
+        aggregate = self._aggregate(clipped, centre, cosines, rejected, f, ctx)
         if self.noise > 0:
             aggregate = add_noise(aggregate, median_norm, self.noise, ctx.generator)
         if self.anchoring:
@@ -386,6 +407,7 @@ class SemanticGuard:
         self,
         clipped: torch.Tensor,
         centre: torch.Tensor,
+        cosines: torch.Tensor,
         rejected: dict[int, tuple[str, str]],
         f: int,
         ctx: AggregationContext,
@@ -395,6 +417,12 @@ class SemanticGuard:
             logger.warning("round %d: every row rejected; applying the robust centre", ctx.round)
             return centre
         kept = clipped if len(accepted) == len(clipped) else clipped[accepted]  # no copy when all are kept
+        weights = None
+        if self.verdict and self.direction_weights and self.cos_full > self.cos_min:
+            own = accepted.index(ctx.own_index) if ctx.own_index in accepted else None
+            weights = direction_weights(cosines[accepted], own, cos_min=self.cos_min, cos_full=self.cos_full)
         if self.clip_remaining and len(rejected) < f:
-            return centered_clip(kept, centre, None, 1)
-        return kept.mean(dim=0)
+            return centered_clip(kept, centre, None, 1, weights)
+        if weights is None:
+            return kept.mean(dim=0)
+        return (weights.to(kept.dtype)[:, None] * kept).sum(dim=0) / float(weights.sum())

@@ -37,7 +37,7 @@ import torch
 from p2p_guard.guard.base import Verdict
 from p2p_guard.guard.linalg import support_cosines
 
-__all__ = ["OUTLIER", "SPARSE_MAX", "make_verdicts", "outlier_rows", "support_outliers"]
+__all__ = ["OUTLIER", "SPARSE_MAX", "direction_weights", "make_verdicts", "outlier_rows", "support_outliers"]
 
 OUTLIER = "outlier"
 """Reason given to a row rejected by a statistical test (verdict stage, Multi-Krum)."""
@@ -74,6 +74,38 @@ def outlier_rows(
         if why:
             rejected[i] = "; ".join(why)
     return rejected
+
+
+def direction_weights(
+    cosines: torch.Tensor, own: int | None, *, cos_min: float, cos_full: float
+) -> torch.Tensor:
+    """Each accepted row's weight in the aggregate: a ramp from 0 at ``cos_min`` to 1 at ``cos_full``.
+
+    w_i = clamp((cos_i − cos_min) / (cos_full − cos_min), 0, 1),   w_o = 1 for the receiver's own row o
+
+    Why: the direction test is a cliff. A row just above ``cos_min`` counted as much as the honest majority's, so a
+    sign flip of an honest-norm update under non-IID shards (whose cosine with the centre sits at −0.05 to −0.2,
+    because the attacker's own update is only loosely aligned with the others') passed whole; measured on digits
+    (10 peers, Dirichlet 0.5, 12 rounds, seed 0, 3 attackers; the closing note of the guard issue): ``sign_flip``
+    85.3 % and ``null_space`` 85.0 % with the cliff, 89.5 % and 89.8 % with the ramp to 0, clean 93.6 % → 93.1 %
+    and 81.9 % both on Dirichlet 0.1 (a ramp to +0.2 reached 91.0 % under ``sign_flip`` but cost 5.3 points clean on
+    Dirichlet 0.1, whose honest rows with a class of their own have small positive cosines).
+
+    Args:
+        cosines: ``(m,)`` float64 cosines of the accepted rows with the robust centre.
+        own: index of the receiver's own row among them, or None.
+        cos_min: the verdict's direction floor.
+        cos_full: the cosine from which a row weighs 1, ``> cos_min``.
+
+    Returns:
+        ``(m,)`` float64 weights in [0, 1], with a positive sum (all ones if every ramp weight was 0).
+    """
+    w = ((cosines.to(torch.float64) - cos_min) / (cos_full - cos_min)).clamp(0.0, 1.0)
+    if own is not None:
+        w[own] = 1.0
+    if float(w.sum()) <= 0:
+        return torch.ones_like(w)
+    return w
 
 
 SPARSE_MAX = 0.25

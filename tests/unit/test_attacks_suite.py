@@ -407,7 +407,7 @@ class TestAdaptive:
         own = torch.randn(1, 100, generator=torch.Generator().manual_seed(4))
         out = Adaptive()(own, make_ctx(round_=0, guard_name="semantic"))
         cos = float(torch.nn.functional.cosine_similarity(out, own[0], dim=0))
-        assert cos == pytest.approx(-0.1, abs=1e-5)  # cos_min -0.2 + margin 0.1
+        assert cos == pytest.approx(0.0, abs=1e-5)  # max(cos_min -0.2 + margin 0.1, cos_full 0): full weight
         # radius 0.9 x min(c_clip, c_reject) x the norm: c_reject = 3 since the magnitude stage is off by default
         assert float(out.norm()) == pytest.approx(0.9 * 3.0 * float(own.norm()), rel=1e-5)
 

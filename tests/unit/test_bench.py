@@ -263,7 +263,7 @@ def test_tiny_benchmark_summary_and_report(tmp_path: Path) -> None:
     assert set(summary["headline"]["mean"]) == {CLEAN, "sign_flip:scale=10"}
     assert set(summary["ablation"]) == {"semantic", "semantic -verdict"}
     assert set(summary["sweep"]["semantic"]["iid"]) == {0.0, 0.25}
-    assert set(summary["fraction_table"]["semantic"]["iid"][0.25]) == {"worst", "clean", "asr", "fp_rate"}
+    assert set(summary["fraction_table"]["semantic"]["iid"][0.25]) == {"worst", "clean", "asr", "fp_rate", "absent"}
     assert summary["expert"] == {}
     assert len(summary["curves"]["semantic"]) == cfg.rounds
     meta = {

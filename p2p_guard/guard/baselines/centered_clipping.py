@@ -12,14 +12,20 @@ from p2p_guard.guard.linalg import column_blocks, combine_norms, scalar_median
 __all__ = ["CenteredClipping", "centered_clip"]
 
 
-def centered_clip(updates: torch.Tensor, centre: torch.Tensor, tau: float | None, iters: int) -> torch.Tensor:
+def centered_clip(
+    updates: torch.Tensor, centre: torch.Tensor, tau: float | None, iters: int, weights: torch.Tensor | None = None
+) -> torch.Tensor:
     """Run ``iters`` centered-clipping steps from ``centre`` (the formula of :class:`CenteredClipping`).
+
+    With ``weights`` w, each step is the weighted mean of the clipped pulls, v + Σ w_i (x_i − v) · min(1, τ /
+    ‖x_i − v‖₂) / Σ w_i (the semantic guard's direction weights); without, the plain mean (bit for bit as before).
 
     Args:
         updates: ``(n, d)`` float tensor, ``n >= 1``; not mutated.
         centre: ``(d,)`` starting centre v⁰, dtype of ``updates``.
         tau: clipping radius; ``None`` for the median distance of the rows to the current centre.
         iters: number of steps L, ``>= 1``.
+        weights: ``(n,)`` non-negative weights with a positive sum, or None (all equal).
 
     Returns:
         ``(d,)`` tensor, dtype of ``updates``. Each step walks the rows twice, one column block at a time
@@ -34,8 +40,11 @@ def centered_clip(updates: torch.Tensor, centre: torch.Tensor, tau: float | None
         radius = tau if tau is not None else scalar_median(dists)
         scale = torch.where(dists > radius, radius / torch.clamp(dists, min=1e-300), 1.0).to(updates.dtype)
         step = torch.empty_like(centre)
+        if weights is not None:
+            scale = scale * (weights / weights.sum()).to(updates.dtype)
         for c in blocks:
-            step[c] = (scale[:, None] * (updates[:, c] - centre[c])).mean(dim=0)
+            pulls = scale[:, None] * (updates[:, c] - centre[c])
+            step[c] = pulls.mean(dim=0) if weights is None else pulls.sum(dim=0)
         centre = centre + step
     return centre
 

@@ -1,0 +1,61 @@
+"""The semantic guard's direction weights (``guard.verdict.direction_weights``) and the weighted centered clip."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from p2p_guard.attacks.whitebox import guard_thresholds
+from p2p_guard.guard import build_guard
+from p2p_guard.guard.base import AggregationContext
+from p2p_guard.guard.baselines.centered_clipping import centered_clip
+from p2p_guard.guard.semantic import SemanticGuard
+from p2p_guard.guard.verdict import direction_weights
+
+
+def test_the_ramp() -> None:
+    cos = torch.tensor([-0.2, -0.1, 0.0, 0.5, -0.05], dtype=torch.float64)
+    w = direction_weights(cos, None, cos_min=-0.2, cos_full=0.0)
+    assert w.tolist() == pytest.approx([0.0, 0.5, 1.0, 1.0, 0.75])
+    assert direction_weights(cos, 0, cos_min=-0.2, cos_full=0.0)[0] == 1.0  # our own row weighs 1
+    assert direction_weights(torch.tensor([-0.2, -0.3], dtype=torch.float64), None, cos_min=-0.2,
+                             cos_full=0.0).tolist() == [1.0, 1.0]  # nothing to weigh by: all equal
+
+
+def test_equal_weights_give_centered_clipping() -> None:
+    g = torch.Generator().manual_seed(0)
+    x, c = torch.randn(7, 300, generator=g), torch.randn(300, generator=g)
+    assert torch.allclose(centered_clip(x, c, None, 1, torch.ones(7, dtype=torch.float64)),
+                          centered_clip(x, c, None, 1), atol=1e-6)
+    w = torch.tensor([1.0, 1, 1, 1, 1, 1, 0], dtype=torch.float64)  # a zero weight drops a row's pull
+    dist = torch.linalg.vector_norm(x - c, dim=1)
+    tau = float(dist.median()) if len(dist) % 2 else None
+    assert tau is not None
+    pulls = (x - c) * torch.clamp(tau / dist, max=1.0)[:, None]
+    assert torch.allclose(centered_clip(x, c, None, 1, w), c + pulls[:6].sum(dim=0) / 6, atol=1e-6)
+
+
+def test_the_guard_weighs_accepted_rows_by_their_cosine() -> None:
+    g = torch.Generator().manual_seed(1)
+    mean = torch.randn(200, generator=g)
+    rows = mean + 0.8 * torch.randn(8, 200, generator=g)
+    rows[7] = -0.15 * mean + torch.randn(200, generator=g)  # a row just above the floor
+    ctx = AggregationContext(senders=tuple(f"p{i}" for i in range(8)), round=0, generator=g)
+    guard = SemanticGuard(f=0, anchoring=False)  # f = 0: the plain (weighted) mean of the accepted rows
+    result = guard.judge(rows, ctx)
+    cos = torch.tensor([v.cosine for v in result.verdicts], dtype=torch.float64)
+    assert all(v.accepted for v in result.verdicts)
+    assert -0.2 < float(cos[7]) < 0.0
+    w = direction_weights(cos, None, cos_min=-0.2, cos_full=0.0)
+    assert float(w[7]) < 1.0
+    assert torch.allclose(result.aggregate, (w.float()[:, None] * rows).sum(dim=0) / float(w.sum()), atol=1e-6)
+    plain = SemanticGuard(f=0, anchoring=False, direction_weights=False).judge(rows, ctx).aggregate
+    assert torch.allclose(plain, rows.mean(dim=0), atol=1e-6)
+
+
+def test_parameters_and_what_a_white_box_attacker_reads() -> None:
+    with pytest.raises(ValueError, match="cos_full"):
+        SemanticGuard(cos_full=1.5)
+    assert guard_thresholds(build_guard("semantic")).cos_full == 0.0
+    assert guard_thresholds(build_guard("semantic", direction_weights=False)).cos_full == -0.2
+    assert guard_thresholds(build_guard("semantic", cos_min=0.3)).cos_full == 0.3  # an expert's higher floor
