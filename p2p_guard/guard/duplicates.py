@@ -1,6 +1,6 @@
 """Duplicate stage: rows that several senders sent (nearly) alike are rejected, all of them.
 
-    D_ij     = ‖x_i − x_j‖₂,      m = median_i median_{j≠i} D_ij     (:func:`typical_distance`)
+    D_ij     = ‖x_i − x_j‖₂,      m = median_i lowmed_{j≠i} D_ij     (:func:`typical_distance`)
     i ~ j    ⇔  D_ij ≤ ρ · m                       (ρ = ``ratio``; joined transitively into groups)
     reject i ⇔  i is in a group of two or more  and  i ≠ o
 
@@ -92,12 +92,20 @@ def duplicate_rows(
 
 
 def typical_distance(dist: torch.Tensor) -> float:
-    """M = median_i median_{j≠i} D_ij: the distance between two typical rows, robust to far rows.
+    """M = median_i lowmed_{j≠i} D_ij: the distance between two typical rows, robust to far rows.
+
+    lowmed of the n − 1 distances of row i is their ⌈(n − 1)/2⌉-th smallest (the middle one for odd n − 1, the
+    lower of the two middle ones for even n − 1); the outer median is :func:`~p2p_guard.guard.linalg.
+    scalar_median` (the mean of the two middle values for even n).
 
     The median of all pairs would not do: with f far rows (a ×10 sign flip) among n, about 2f(n − f) of the
     n(n − 1) pairs are honest-to-far, so for f near n/3 the median pair is one of them and every honest pair
-    would look close. Each row's median distance to the others is set by the rows near it as long as fewer than
-    half are far; the median of those over the rows is then set by the majority's.
+    would look close. Each row's lower median distance to the others is set by the rows near it as long as at
+    most half of the others are far; the median of those over the rows is then set by the majority's, so
+    M ≤ the largest honest pairwise distance for every f < n/2. The lower median matters at odd n = 2k + 1 with
+    f = k far rows: an honest row then has k far rows among its 2k others, and the mean of the two middle
+    distances, (near + far) / 2, made every honest pair look like a copy (all honest rows rejected, the far rows
+    kept as the majority of the rest).
 
     Args:
         dist: ``(n, n)`` float64 symmetric distances with a zero diagonal, ``n >= 2``.
@@ -107,7 +115,8 @@ def typical_distance(dist: torch.Tensor) -> float:
     """
     n = len(dist)
     off = ~torch.eye(n, dtype=torch.bool)
-    per_row = torch.tensor([scalar_median(dist[i][off[i]]) for i in range(n)], dtype=torch.float64)
+    middle = (n - 2) // 2  # the lower median of each row's n − 1 distances
+    per_row = torch.stack([torch.sort(dist[i][off[i]]).values[middle] for i in range(n)]).to(torch.float64)
     return scalar_median(per_row)
 
 

@@ -116,3 +116,24 @@ class TestJitter:
             rows = [attack(known, AttackContext(round=2, n=8, f=2, generator=torch.Generator().manual_seed(i)))
                     for i in range(2)]
             assert not torch.equal(rows[0], rows[1]), spec
+
+
+class TestHalfFar:
+    """Odd n = 2k + 1 with k far rows: each honest row has k far rows among its 2k others."""
+
+    @pytest.mark.parametrize(("n", "f"), [(9, 4), (7, 3), (5, 2)])
+    def test_far_rows_at_half_the_others_do_not_make_honest_rows_copies(self, n: int, f: int) -> None:
+        g = torch.Generator().manual_seed(0)
+        rows = torch.cat([honest(n - f, d=2000), 30 * torch.randn(f, 2000, generator=g)])
+        senders = tuple(f"p{i}" for i in range(n))
+        dist = pairwise_distances(rows)
+        assert typical_distance(dist) <= float(dist[: n - f, : n - f].max())  # set by the honest rows
+        assert duplicate_rows(rows, senders, 0) == {}
+        result = SemanticGuard().judge(rows, AggregationContext(senders=senders, round=0,
+                                                                generator=torch.Generator(), own_index=0))
+        assert [v.reason for v in result.verdicts] == [None] * (n - f) + ["outlier"] * f
+
+    def test_typical_distance_takes_each_rows_lower_median(self) -> None:
+        dist = pairwise_distances(torch.tensor([[0.0], [1.0], [3.0]]))
+        # each row's 2 distances: (1, 3), (1, 2), (2, 3) -> lower medians 1, 1, 2 -> their median 1
+        assert typical_distance(dist) == 1.0
