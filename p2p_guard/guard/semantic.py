@@ -425,4 +425,7 @@ class SemanticGuard:
             return centered_clip(kept, centre, None, 1, weights)
         if weights is None:
             return kept.mean(dim=0)
-        return (weights.to(kept.dtype)[:, None] * kept).sum(dim=0) / float(weights.sum())
+        # summed in float32 at least: a float16 sum of rows overflows where their mean (float32 inside) does not
+        wide = torch.promote_types(kept.dtype, torch.float32)
+        total = (weights.to(kept.dtype)[:, None] * kept).sum(dim=0, dtype=wide)
+        return (total / float(weights.sum())).to(kept.dtype)

@@ -59,3 +59,15 @@ def test_parameters_and_what_a_white_box_attacker_reads() -> None:
     assert guard_thresholds(build_guard("semantic")).cos_full == 0.0
     assert guard_thresholds(build_guard("semantic", direction_weights=False)).cos_full == -0.2
     assert guard_thresholds(build_guard("semantic", cos_min=0.3)).cos_full == 0.3  # an expert's higher floor
+
+
+def test_the_weighted_mean_does_not_overflow_where_the_mean_does_not() -> None:
+    rows = torch.full((3, 4), 40000.0, dtype=torch.float16)  # the sum of two rows overflows float16, their mean not
+    rows[1] *= 0.99
+    rows[2] *= 0.98
+    ctx = AggregationContext(senders=("a", "b", "c"), round=0, generator=torch.Generator())
+    guard = SemanticGuard(f=0, anchoring=False, mixing=False)  # f = 0: the weighted mean of the accepted rows
+    result = guard.judge(rows, ctx)
+    assert all(v.accepted for v in result.verdicts)
+    assert torch.isfinite(result.aggregate).all()
+    assert torch.allclose(result.aggregate.double(), rows.double().mean(dim=0), rtol=1e-3)
