@@ -37,6 +37,7 @@ robust centre takes another); at the round's fan-out n ≤ k + 1.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -61,7 +62,7 @@ def duplicate_rows(
         updates: ``(n, d)`` float rows in the order of ``senders``; not mutated.
         senders: the ``n`` PeerIDs, in row order.
         own_index: the receiver's row (never rejected), or None.
-        ratio: ρ ``>= 0`` (0: only bit-identical rows are grouped).
+        ratio: ρ ``>= 0`` (0: only bit-identical rows are grouped; so too when m is not finite).
 
     Returns:
         Row index → detail (the other senders of the group and the distances) for each rejected row; rows in
@@ -77,7 +78,9 @@ def duplicate_rows(
         return {}
     dist = pairwise_distances(updates)
     median = typical_distance(dist)
-    limit = ratio * median
+    # m is inf when the differences overflowed the rows' dtype (float16 rows past ±32752): no scale, only
+    # bit-identical rows are copies (with limit = inf every row would be one group)
+    limit = ratio * median if math.isfinite(median) else 0.0
     groups = _groups(dist <= limit)
     rejected: dict[int, str] = {}
     for group in groups:

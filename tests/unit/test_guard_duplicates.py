@@ -137,3 +137,13 @@ class TestHalfFar:
         dist = pairwise_distances(torch.tensor([[0.0], [1.0], [3.0]]))
         # each row's 2 distances: (1, 3), (1, 2), (2, 3) -> lower medians 1, 1, 2 -> their median 1
         assert typical_distance(dist) == 1.0
+
+
+def test_overflowing_differences_do_not_make_every_row_a_copy() -> None:
+    # float16 rows of +-40000: most differences overflow to inf, so m = inf; no limit of inf x 0.25
+    g = torch.Generator().manual_seed(0)
+    rows = (40000 * torch.randint(0, 2, (6, 50), generator=g).mul(2).sub(1)).to(torch.float16)
+    rows[5] = rows[4]
+    assert torch.isfinite(rows).all()
+    assert typical_distance(pairwise_distances(rows)) == float("inf")
+    assert sorted(duplicate_rows(rows, SENDERS[:6], None)) == [4, 5]  # only the identical rows
