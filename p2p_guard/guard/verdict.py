@@ -92,7 +92,7 @@ def direction_weights(
     Dirichlet 0.1, whose honest rows with a class of their own have small positive cosines).
 
     Args:
-        cosines: ``(m,)`` float64 cosines of the accepted rows with the robust centre.
+        cosines: ``(m,)`` float64 cosines of the accepted rows with the robust centre (NaN weighs 0).
         own: index of the receiver's own row among them, or None.
         cos_min: the verdict's direction floor.
         cos_full: the cosine from which a row weighs 1, ``> cos_min``.
@@ -101,6 +101,7 @@ def direction_weights(
         ``(m,)`` float64 weights in [0, 1], with a positive sum (all ones if every ramp weight was 0).
     """
     w = ((cosines.to(torch.float64) - cos_min) / (cos_full - cos_min)).clamp(0.0, 1.0)
+    w = torch.nan_to_num(w, nan=0.0)  # a NaN cosine (a non-finite row or centre) says nothing: weight 0
     if own is not None:
         w[own] = 1.0
     if float(w.sum()) <= 0:

@@ -71,3 +71,10 @@ def test_the_weighted_mean_does_not_overflow_where_the_mean_does_not() -> None:
     assert all(v.accepted for v in result.verdicts)
     assert torch.isfinite(result.aggregate).all()
     assert torch.allclose(result.aggregate.double(), rows.double().mean(dim=0), rtol=1e-3)
+
+
+def test_a_nan_cosine_weighs_nothing() -> None:
+    # the verdict's tests are False on NaN, so such a row is accepted; its weight must still be in [0, 1]
+    cos = torch.tensor([0.5, float("nan"), -0.1], dtype=torch.float64)
+    assert direction_weights(cos, None, cos_min=-0.2, cos_full=0.0).tolist() == [1.0, 0.0, 0.5]
+    assert direction_weights(cos[1:2], None, cos_min=-0.2, cos_full=0.0).tolist() == [1.0]
