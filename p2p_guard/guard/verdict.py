@@ -7,7 +7,8 @@ A row is an outlier when it is too long or points away from the robust centre:
 where
     - x_i is sender i's raw row (before clipping), so that a scaled update is caught even though clipping
       already bounded its effect;
-    - median_j ‖x_j‖₂ is the median norm of the round's rows (own included);
+    - median_j ‖x_j‖₂ is the median norm of the round's rows (own included; in the ``semantic`` guard, of the rows
+      its duplicate stage kept, :mod:`p2p_guard.guard.duplicates`);
     - centre is the robust centre of :mod:`p2p_guard.guard.centre`;
     - c_reject > 1 and cos_min ∈ [−1, 1) are the stage's thresholds.
 
