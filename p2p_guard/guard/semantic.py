@@ -414,7 +414,8 @@ class SemanticGuard:
     ) -> torch.Tensor:
         accepted = [i for i in range(len(clipped)) if i not in rejected]
         if not accepted:  # only possible without an own row (the own row is never rejected)
-            logger.warning("round %d: every row rejected; applying the robust centre", ctx.round)
+            logger.warning("round %d: every row rejected; applying the robust centre (zero if every row was a copy)",
+                           ctx.round)
             return centre
         kept = clipped if len(accepted) == len(clipped) else clipped[accepted]  # no copy when all are kept
         weights = None

@@ -147,3 +147,16 @@ def test_overflowing_differences_do_not_make_every_row_a_copy() -> None:
     assert torch.isfinite(rows).all()
     assert typical_distance(pairwise_distances(rows)) == float("inf")
     assert sorted(duplicate_rows(rows, SENDERS[:6], None)) == [4, 5]  # only the identical rows
+
+
+def test_few_coordinates_group_only_identical_rows() -> None:
+    from p2p_guard.guard.duplicates import MIN_DIMENSION
+
+    g = torch.Generator().manual_seed(0)
+    low = torch.randn(9, MIN_DIMENSION - 1, generator=g)
+    low[1] = low[0] + 1e-4  # close, not identical
+    low[3] = low[2]
+    assert sorted(duplicate_rows(low, tuple(f"p{i}" for i in range(9)), None)) == [2, 3]
+    high = torch.randn(9, MIN_DIMENSION, generator=g)
+    high[1] = high[0] + 1e-4
+    assert sorted(duplicate_rows(high, tuple(f"p{i}" for i in range(9)), None)) == [0, 1]
