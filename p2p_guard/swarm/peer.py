@@ -566,12 +566,17 @@ class Peer:
                                    result: MixCorrection) -> torch.Tensor | None:
         """The move of our outer momentum toward ``sources``' (``["momentum", r + 1]``), or None.
 
-        Clipped at MOMENTUM_MIX_RADIUS·‖b‖; None while our momentum is still zero or nobody answered.
+        Clipped at MOMENTUM_MIX_RADIUS·‖b‖; None while our momentum is still zero or nobody answered. A zero b
+        (no outer momentum, μ = 0: the ``topk`` codecs' default; or no step yet) fetches nothing: the states,
+        4·d bytes from each source, would be thrown away (digits, 4 peers, topk 2 %: a quarter of the bytes a peer
+        sent per round; docs/protocol.md §7.8).
         """
+        momentum = self.local.momentum
+        if not bool(momentum.any()):
+            return None
         momenta = await self.fetch_thetas(sources, stop, round_=round_ + 1, kind="momentum")
         result.bytes_received += 4 * self.local.numel * len(momenta)
-        momentum = self.local.momentum
-        if not momenta or not bool(momentum.any()):
+        if not momenta:
             return None
         return clipped_gossip(momentum, list(momenta.values()), max_radius=MOMENTUM_MIX_RADIUS).correction
 
@@ -936,24 +941,35 @@ class Peer:
                                  "keeping our model (mixing closes the gap)", target, min_round)
                 return None
         centre = robust_centre([*states.values(), self.local.theta])
-        momentum = None
+        momentum = await self._catch_up_momentum(states, target, exact, stop) if self.local.outer.momentum else None
+        self.local.adopt(centre, momentum)
+        self.serve_state(target)
+        adopted = "estimated" if momentum is not None else "restarted at 0" if self.local.outer.momentum else "none"
+        self.log.info("caught up: median of %d peers' states and ours at round %d; momentum %s; continuing at "
+                      "round %d", len(states), target, adopted, target)
+        self.events.emit("catch_up", round=target, from_round=self.round, sources=len(states),
+                         exact_round=exact, momentum_estimated=momentum is not None)
+        return target
+
+    async def _catch_up_momentum(self, states: Mapping[str, torch.Tensor], target: int, exact: bool,
+                                 stop: asyncio.Event) -> torch.Tensor | None:
+        """The outer momentum a catch-up adopts with ``states`` (their round ``target``, or their latest), or None.
+
+        The coordinate-wise median of the sources' served momenta and ours; without two of those, at an exact
+        round, estimated from their states of the round before, (θ_{r−1} − θ_r)/η; else None (restart at 0).
+        Only called with outer momentum (μ > 0): with μ = 0 the peer keeps no b and fetching 4·d bytes per
+        source would be waste.
+        """
         momenta = await self.fetch_thetas(list(states), stop, round_=target if exact else -1, kind="momentum")
         if len(momenta) >= 2:
-            momentum = robust_centre([*momenta.values(), self.local.momentum])
-        elif exact and target > 0:
+            return robust_centre([*momenta.values(), self.local.momentum])
+        if exact and target > 0:
             previous = await self.fetch_thetas(list(states), stop, round_=target - 1)
             lr = self.local.outer.lr
             estimates = [(previous[p] - states[p]) / lr for p in previous]
             if len(estimates) >= 2:
-                momentum = robust_centre([*estimates, self.local.momentum])
-        self.local.adopt(centre, momentum)
-        self.serve_state(target)
-        self.log.info("caught up: median of %d peers' states and ours at round %d; momentum %s; continuing at "
-                      "round %d", len(states), target, "restarted at 0" if momentum is None else "estimated",
-                      target)
-        self.events.emit("catch_up", round=target, from_round=self.round, sources=len(states),
-                         exact_round=exact, momentum_estimated=momentum is not None)
-        return target
+                return robust_centre([*estimates, self.local.momentum])
+        return None
 
     async def _fold_votes(self, round_: int) -> frozenset[str]:
         """Fold last round's votes into the reputation; return the senders to drop before aggregation."""

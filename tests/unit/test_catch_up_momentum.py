@@ -6,6 +6,7 @@ import asyncio
 import logging
 import random
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -27,7 +28,7 @@ class _Config:
 class _Local:
     theta: torch.Tensor = field(default_factory=lambda: torch.zeros(2))
     momentum: torch.Tensor = field(default_factory=lambda: torch.zeros(2))
-    outer: Any = None
+    outer: Any = field(default_factory=lambda: SimpleNamespace(lr=0.7, momentum=0.9))
     adopted: list[tuple[torch.Tensor, torch.Tensor | None]] = field(default_factory=list)
 
     def adopt(self, theta: torch.Tensor, momentum: torch.Tensor | None = None) -> None:
@@ -66,6 +67,8 @@ class _Peer:
 
     def serve_state(self, round_: int) -> None:
         pass
+
+    _catch_up_momentum = Peer._catch_up_momentum
 
 
 def _catch_up(peer: _Peer, others: dict[str, int], monkeypatch: Any, min_round: int = 0) -> int | None:
@@ -128,3 +131,16 @@ def test_states_older_than_our_round_are_not_adopted(monkeypatch: Any) -> None:
     peer = _Peer(served)
     assert _catch_up(peer, SOURCES, monkeypatch, min_round=7) is None
     assert peer.local.adopted == []
+
+
+def test_without_outer_momentum_no_momentum_is_fetched_nor_adopted(monkeypatch: Any) -> None:
+    """μ = 0 (the topk codecs' default) keeps no b: asking each source for 4·d bytes of momentum would be waste."""
+    served = {("theta", 6): {p: torch.tensor([1.0, 2.0]) for p in SOURCES},
+              ("theta", 5): {p: torch.tensor([0.0, 0.0]) for p in SOURCES},
+              ("momentum", 6): {p: torch.tensor([3.0, 3.0]) for p in SOURCES}}
+    peer = _Peer(served, local=_Local(outer=SimpleNamespace(lr=3.0, momentum=0.0)))
+    assert _catch_up(peer, SOURCES, monkeypatch) == 6
+    (theta, momentum), = peer.local.adopted
+    assert theta.tolist() == [1.0, 2.0] and momentum is None
+    assert [kind for kind, _ in peer.asked] == ["theta", "theta"]  # the near and the far sources' states only
+    assert peer.events.emitted[-1]["momentum_estimated"] is False

@@ -108,7 +108,7 @@ def test_a_slowloris_cut_in_the_first_gossip_step_is_not_asked_in_the_next(monke
     result = asyncio.run(Peer.mixing(peer, 0, asyncio.Event()))  # type: ignore[arg-type]
     assert result is not None and result.mixed_from == len(FAST)
     assert [key for name, key in asked if name == SLOW] == [1]  # step 0's θ only: not the steps 1, 2 nor momentum
-    assert [key for name, key in asked if name == FAST[0]] == [1, 1, [1, 1], [1, 2]]  # θ, b, steps 1 and 2
+    assert [key for name, key in asked if name == FAST[0]] == [1, [1, 1], [1, 2]]  # θ, steps 1 and 2 (b = 0)
     assert peer.suspects.current(time.monotonic()) == {SLOW}
     assert peer.suspects.unreachable(time.monotonic()) == frozenset()  # not counted as gone
 
@@ -143,3 +143,23 @@ def test_a_lagging_neighbour_is_waited_for_once_per_mixing_not_once_per_step(mon
     assert result is not None and result.mixed_from == len(FAST)
     assert {key for name, key in asked if name == SLOW} == {1}  # asked for its θ in step 0 only
     assert peer.suspects.current(time.monotonic()) == frozenset()  # lagging is no suspicion
+
+
+def test_the_outer_momentum_is_fetched_only_when_ours_is_not_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A zero b (μ = 0, the topk codecs' default) asks no neighbour for its momentum: 4·d bytes each, unused."""
+    asked: list[tuple[str, object]] = []
+    monkeypatch.setattr(peer_module, "fetch", _fake_fetch(asked))
+    still = _Peer()
+    result = asyncio.run(Peer.mixing(still, 0, asyncio.Event()))  # type: ignore[arg-type]
+    assert result is not None and result.momentum is None
+    assert [key for name, key in asked if name == FAST[0]] == [1, [1, 1], [1, 2]]
+    assert result.bytes_received == 4 * D * (len(FAST) * 3)  # θ in three gossip steps, no momentum
+    asked.clear()
+    moving = _Peer(local=_Local(momentum=torch.full((D,), 0.5)))
+    result = asyncio.run(Peer.mixing(moving, 0, asyncio.Event()))  # type: ignore[arg-type]
+    assert result is not None and result.momentum is not None
+    assert [key for name, key in asked if name == FAST[0]] == [1, 1, [1, 1], [1, 2]]  # θ, b, steps 1 and 2
+    assert result.bytes_received == 4 * D * (len(FAST) * 4)
+    # each difference (0.51 per coordinate, norm 1.02) is clipped at MOMENTUM_MIX_RADIUS · ‖b‖ = 1.0: 0.5 per
+    # coordinate, and the 3 neighbours' sum is divided by 3 + 1
+    assert torch.allclose(result.momentum, torch.full((D,), 0.375))
