@@ -4,6 +4,7 @@ and every integrity rejection reason sent by a real adversarial peer process."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import time
@@ -285,10 +286,22 @@ def test_cuda_and_cpu_peers_hold_the_same_model(live: Swarm) -> None:
     codes = live.wait_exit(["peer0", "peer1", "peer2"], 240)
     assert codes == {"peer0": 0, "peer1": 0, "peer2": 0}
     for i, device in enumerate(devices):
-        assert f"(device {device}" in live.log(i)
+        assert _startup_device(live.log(i)) == (device, device == "cuda")  # bf16 autocast is on by default on CUDA
         assert all(e["accepted"] == 2 and e["rejected"] == 0 for e in live.events(i, "round"))
     assert_consensus(live, range(3))
     assert live.events(0, "round")[-1]["accuracy"] > live.events(0, "round")[0]["accuracy"]
+
+
+#: A peer's start-up line (``swarm/peer.py``): "peer ID up on MADDRS (task T, device D[, bf16 autocast], N parameters)".
+_UP_LINE = re.compile(r" up on .* \(task \S+, device (?P<device>[^,)]+)(?P<bf16>, bf16 autocast)?, \d+ parameters\)$",
+                      re.MULTILINE)
+
+
+def _startup_device(log: str) -> tuple[str, bool]:
+    """``(device, bf16 autocast on)`` as a peer's start-up line in its log reports them."""
+    match = _UP_LINE.search(log)
+    assert match is not None, f"no start-up line '... up on ... (task T, device D, ...)' in the log:\n{log}"
+    return match["device"], match["bf16"] is not None
 
 
 def _seconds_after(swarm: Swarm, index: int, t: float) -> list[float]:
