@@ -6,7 +6,8 @@
 
 Prints a markdown table, one row per arm and one column per cell: the final accuracy (mean over the seeds, then
 each seed's value) and, for a clean cell, the honest false-positive rate (honest rows rejected by honest
-receivers / honest rows judged, over all rounds; ``fp_rate`` of the cell's verdicts); then, per number of
+receivers / honest rows judged, over all rounds; ``fp_rate`` of the cell's verdicts), for a ``backdoor`` cell
+also its attack success rate (ASR, ``final["asr"]``); then, per number of
 attackers F, the worst attack cell's seed-mean accuracy. A cell is ``clean`` or ``ATTACK@F`` (F Byzantine peers
 of 10, the last F). Each cell is ``p2p_guard.api.run_bench_cell`` (the benchmark's in-process cell, H = 20, one
 torch thread, as ``p2p-guard bench`` runs it); no arm is told f (``assumed_byzantine=None``). An arm is
@@ -76,8 +77,24 @@ e43d5aa over the four seeds: −0.35 points at worst (``adaptive`` at 4 of 10; s
 ``null_space`` at 4 of 10. IID (seeds 0, 1): mean 0.956, e43d5aa 0.955, new 0.956. So the default became
 ``c_radius=1.5, cos_min=-0.3``; −0.4 helps clean as much but costs ``sign_flip:scale=1`` at 3 of 10 (0.862).
 
-Not measured here: Fashion-MNIST, more than 12 rounds, 20 % attackers, ``alie:z=search``, ``backdoor``, the
-live swarm (mixing, sampling).
+More cells, mean over the seeds (each seed's value in the script's output):
+
+| partition, seeds | arm | alie:z=search@3 | alie:z=search@4 | backdoor@3 acc | backdoor@3 ASR |
+|---|---|---|---|---|---|
+| dirichlet:0.5, 0-3 | e43d5aa | 0.911 | 0.900 | 0.919 | 0.889 (0.867, 0.926, 0.969, 0.793) |
+| dirichlet:0.5, 0-3 | new | 0.910 | 0.899 | 0.926 | 0.862 (0.852, 0.867, 0.923, 0.806) |
+
+| dirichlet:0.1, seeds 0 1, 3 of 10 | sf:1 | sf:10 | null_space | alie | ipm:0.1 | adaptive | worst |
+|---|---|---|---|---|---|---|---|
+| e43d5aa | 0.589 | 0.647 | 0.551 | 0.638 | 0.623 | 0.651 | 0.551 |
+| new | 0.610 | 0.650 | 0.589 | 0.651 | 0.637 | 0.681 | 0.589 |
+| mean | 0.394 | 0.100 | 0.401 | 0.689 | 0.618 | 0.100 | 0.100 |
+
+(``--partition dirichlet:0.1 --seeds 0 1 --cell sign_flip:scale=1@3 ... --arm mean``.) Under attack on Dirichlet
+0.1 the new defaults are better too (worst 0.551 → 0.589), the backdoor's ASR is unchanged within the seeds.
+
+Not measured here: Fashion-MNIST, more than 12 rounds, 20 % attackers, the live swarm (mixing, sampling), the
+full ``p2p-guard bench robustness`` grids (``docs/benchmarks.md`` still shows the old defaults).
 """
 
 from __future__ import annotations
@@ -126,7 +143,7 @@ def parse_cell(cell: str) -> tuple[str | None, int]:
 
 
 class Cache:
-    """JSON-lines cache of cell results (accuracy, fp_rate, tp, fp, tn, fn), keyed by the cell's definition."""
+    """JSON-lines cache of cell results (accuracy, fp_rate, asr, tp, fp, tn, fn), keyed by the cell's definition."""
 
     def __init__(self, path: pathlib.Path | None) -> None:
         self.path = path
@@ -145,7 +162,9 @@ class Cache:
                             rounds=12, guard_params=params)
             result = run_bench_cell(spec)
             v = result["verdicts"]
+            asr = result["final"].get("asr")
             record = {"key": key, "accuracy": float(result["final"]["accuracy"]), "fp_rate": float(v["fp_rate"]),
+                      "asr": None if asr is None else float(asr),
                       **{k: v.get(k) for k in ("tp", "fp", "tn", "fn")}}
             self.rows[key] = record
             if self.path is not None:
@@ -178,6 +197,7 @@ def main() -> None:
     head = ["arm"]
     for c in cells:
         head += [f"{c} acc", f"{c} honest FP"] if c == "clean" else [f"{c} acc"]
+        head += [f"{c} ASR"] if c.startswith("backdoor") else []
     fs = sorted({parse_cell(c)[1] for c in cells if c != "clean"})
     head += [f"worst @{f}" for f in fs]
     print(f"partition {args.partition}, seeds {' '.join(map(str, args.seeds))}\n")  # noqa: T201
@@ -193,6 +213,8 @@ def main() -> None:
             row.append(entry([r["accuracy"] for r in runs]))
             if attack is None:
                 row.append(entry([r["fp_rate"] for r in runs], 4))
+            elif attack.startswith("backdoor"):
+                row.append(entry([r["asr"] for r in runs]))
             else:
                 mean = sum(r["accuracy"] for r in runs) / len(runs)
                 worst[f] = min(worst.get(f, mean), mean)
