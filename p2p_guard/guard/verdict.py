@@ -90,7 +90,8 @@ def direction_weights(
     (10 peers, Dirichlet 0.5, 12 rounds, seed 0, 3 attackers; the closing note of the guard issue): ``sign_flip``
     85.3 % and ``null_space`` 85.0 % with the cliff, 89.5 % and 89.8 % with the ramp to 0, clean 93.6 % → 93.1 %
     and 81.9 % both on Dirichlet 0.1 (a ramp to +0.2 reached 91.0 % under ``sign_flip`` but cost 5.3 points clean on
-    Dirichlet 0.1, whose honest rows with a class of their own have small positive cosines).
+    Dirichlet 0.1, whose honest rows with a class of their own have small positive cosines). The semantic guard's
+    floor is −0.3 since the heterogeneity cells (``docs/scripts/het_cells.py``), so its ramp runs from −0.3 to 0.
 
     Args:
         cosines: ``(m,)`` float64 cosines of the accepted rows with the robust centre (NaN weighs 0).

@@ -155,6 +155,7 @@ class TestSemanticGuard:
             ({"c_reject": -1.0}, "c_reject"),
             ({"cos_min": 1.5}, "cos_min"),
             ({"cos_min": -2.0}, "cos_min"),
+            ({"c_radius": 0.0}, "c_radius"),
             ({"magnitude": 1}, "magnitude"),
             ({"verdict": "yes"}, "verdict"),
             ({"checks": (object(),)}, "checks"),

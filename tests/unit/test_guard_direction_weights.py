@@ -35,6 +35,24 @@ def test_equal_weights_give_centered_clipping() -> None:
     assert torch.allclose(centered_clip(x, c, None, 1, w), c + pulls[:6].sum(dim=0) / 6, atol=1e-6)
 
 
+def test_the_radius_scale_multiplies_the_median_distance() -> None:
+    g = torch.Generator().manual_seed(2)
+    x, c = torch.randn(7, 300, generator=g), torch.randn(300, generator=g)
+    dist = torch.linalg.vector_norm(x - c, dim=1)
+    tau = 1.5 * float(dist.median())  # 7 rows: the median is one of the distances
+    pulls = (x - c) * torch.clamp(tau / dist, max=1.0)[:, None]
+    assert torch.allclose(centered_clip(x, c, None, 1, radius_scale=1.5), c + pulls.mean(dim=0), atol=1e-6)
+    assert torch.equal(centered_clip(x, c, None, 1, radius_scale=1.0), centered_clip(x, c, None, 1))
+    # a radius beyond every distance clips nothing: the step lands on the rows' mean
+    assert torch.allclose(centered_clip(x, c, None, 1, radius_scale=1e9), x.mean(dim=0), atol=1e-6)
+
+
+def test_the_defaults_measured_on_dirichlet_0_1() -> None:
+    # docs/scripts/het_cells.py: cos_min -0.3 and radius 1.5 x the median distance meet the heterogeneity rule
+    guard = SemanticGuard()
+    assert (guard.cos_min, guard.cos_full, guard.c_radius, guard.direction_weights) == (-0.3, 0.0, 1.5, True)
+
+
 def test_the_guard_weighs_accepted_rows_by_their_cosine() -> None:
     g = torch.Generator().manual_seed(1)
     mean = torch.randn(200, generator=g)
@@ -45,8 +63,8 @@ def test_the_guard_weighs_accepted_rows_by_their_cosine() -> None:
     result = guard.judge(rows, ctx)
     cos = torch.tensor([v.cosine for v in result.verdicts], dtype=torch.float64)
     assert all(v.accepted for v in result.verdicts)
-    assert -0.2 < float(cos[7]) < 0.0
-    w = direction_weights(cos, None, cos_min=-0.2, cos_full=0.0)
+    assert guard.cos_min < float(cos[7]) < 0.0
+    w = direction_weights(cos, None, cos_min=guard.cos_min, cos_full=0.0)
     assert float(w[7]) < 1.0
     assert torch.allclose(result.aggregate, (w.float()[:, None] * rows).sum(dim=0) / float(w.sum()), atol=1e-6)
     plain = SemanticGuard(f=0, anchoring=False, direction_weights=False).judge(rows, ctx).aggregate
@@ -57,7 +75,7 @@ def test_parameters_and_what_a_white_box_attacker_reads() -> None:
     with pytest.raises(ValueError, match="cos_full"):
         SemanticGuard(cos_full=1.5)
     assert guard_thresholds(build_guard("semantic")).cos_full == 0.0
-    assert guard_thresholds(build_guard("semantic", direction_weights=False)).cos_full == -0.2
+    assert guard_thresholds(build_guard("semantic", direction_weights=False)).cos_full == -0.3
     assert guard_thresholds(build_guard("semantic", cos_min=0.3)).cos_full == 0.3  # an expert's higher floor
 
 

@@ -13,7 +13,12 @@ __all__ = ["CenteredClipping", "centered_clip"]
 
 
 def centered_clip(
-    updates: torch.Tensor, centre: torch.Tensor, tau: float | None, iters: int, weights: torch.Tensor | None = None
+    updates: torch.Tensor,
+    centre: torch.Tensor,
+    tau: float | None,
+    iters: int,
+    weights: torch.Tensor | None = None,
+    radius_scale: float = 1.0,
 ) -> torch.Tensor:
     """Run ``iters`` centered-clipping steps from ``centre`` (the formula of :class:`CenteredClipping`).
 
@@ -26,6 +31,8 @@ def centered_clip(
         tau: clipping radius; ``None`` for the median distance of the rows to the current centre.
         iters: number of steps L, ``>= 1``.
         weights: ``(n,)`` non-negative weights with a positive sum, or None (all equal).
+        radius_scale: with ``tau=None``, τ_l = ``radius_scale`` × the median distance (1: the median itself, bit for
+            bit; the semantic guard's ``c_radius``).
 
     Returns:
         ``(d,)`` tensor, dtype of ``updates``. Each step walks the rows twice, one column block at a time
@@ -37,7 +44,7 @@ def centered_clip(
         dists = combine_norms(
             [torch.linalg.vector_norm(updates[:, c] - centre[c], dim=1, dtype=torch.float64) for c in blocks]
         )
-        radius = tau if tau is not None else scalar_median(dists)
+        radius = tau if tau is not None else radius_scale * scalar_median(dists)
         scale = torch.where(dists > radius, radius / torch.clamp(dists, min=1e-300), 1.0).to(updates.dtype)
         step = torch.empty_like(centre)
         if weights is not None:
