@@ -150,6 +150,10 @@ class PeerConfig:
         adaptive_mixing: mix less often while the measured disagreement is small (every round again once it
             grows; at most every 4 rounds; ``swarm.mix_schedule``), to save the dense state
             traffic of a large model. Off by default.
+        mix_fp16: fetch the states a mixing needs as float16, 2·d bytes each instead of 4·d (the serving peer
+            rounds to nearest; only while our θ and momentum stay within ±32768, else float32). The states of
+            mixing are most of a round's traffic; float16 changed neither accuracy nor consensus distance on
+            digits (docs/protocol.md §7.8). Catch-up and restarts still fetch float32 states.
         mix_peers: how many peers' states one mixing step fetches (8: with 4, three sign-flip attackers of 10
             often held the median distance of a sample and spread the honest models to 0.08-0.13; with 8 the
             median stays honest; docs/protocol.md §7.8).
@@ -236,6 +240,7 @@ class PeerConfig:
     overlap_warmup_rounds: int = 1
     mix_every: int = 1
     adaptive_mixing: bool = False
+    mix_fp16: bool = True
     mix_peers: int = 8
     mix_radius: float = 0.05
     early_mix_rounds: int = 5

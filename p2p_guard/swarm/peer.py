@@ -72,7 +72,7 @@ from p2p_guard.swarm.slowloris import server_for, start_slow_client
 from p2p_guard.swarm.suspects import Suspects
 from p2p_guard.swarm.upload import upload_cap_warning
 from p2p_guard.swarm.standing import VoteBook
-from p2p_guard.swarm.transport import OK, TOO_SLOW, PayloadServer, fetch, is_no_answer
+from p2p_guard.swarm.transport import HALF, OK, TOO_SLOW, PayloadServer, fetch, is_no_answer
 from p2p_guard.swarm.validator import RecordValidator
 from p2p_guard.swarm.verdicts import SenderVerdict, finite_or_none
 from p2p_guard.tasks import load_task
@@ -86,6 +86,9 @@ __all__ = ["EarlierSessionCommit", "Peer", "choose_commit_round", "linger_second
 #: (:func:`linger_seconds`), and never longer than MAX_LINGER_S seconds.
 LINGER_ROUNDS = 2.0
 MAX_LINGER_S = 600.0
+#: Largest |value| of our θ and outer momentum with which a mixing asks for float16 states (float16's largest
+#: finite value is 65504; half of it leaves room for the neighbours' states, which differ from ours a little).
+HALF_SAFE = 32768.0
 
 logger = logging.getLogger(__name__)
 
@@ -519,6 +522,8 @@ class Peer:
                              early_steps=self.config.early_mix_steps, max_steps=MAX_MIX_STEPS)
         start = own = self.local.theta  # θ is replaced, never modified in place: no copy needed
         result = MixCorrection(round=round_, theta=torch.zeros_like(start))
+        half = self._mix_in_half()
+        state_bytes = (2 if half else 4) * self.local.numel
         missed: set[str] = set()
         for step in range(steps):
             if step > 0:
@@ -529,20 +534,20 @@ class Peer:
                 others = {p: r for p, r in self._mixable(others).items() if p not in missed}
             chosen = sample_senders(others, self.config.mix_peers, self.rng) if others else []
             states = await self.fetch_thetas(chosen, stop, round_=round_ + 1, wait_s=self.config.grace_s * 2,
-                                             kind="theta" if step == 0 else "mixed", step=step)
+                                             kind="theta" if step == 0 else "mixed", step=step, half=half)
             if stop.is_set():
                 return None
             missed.update(p for p in chosen if p not in states)
             if not states:
                 continue
             if step == 0:
-                result.momentum = await self._momentum_correction(round_, list(states), stop, result)
+                result.momentum = await self._momentum_correction(round_, list(states), stop, result, half=half)
             gossip = clipped_gossip(own, list(states.values()), max_radius=self.config.mix_radius)
             norm = max(float(own.norm()), 1e-12)
             distance = max(gossip.distances, default=0.0) / norm
             own = own + gossip.correction
             result.mixed_from = max(result.mixed_from, len(states))
-            result.bytes_received += 4 * self.local.numel * len(states)
+            result.bytes_received += state_bytes * len(states)
             if step == 0:
                 result.distance = distance
                 result.median_distance = statistics.median(gossip.distances) / norm
@@ -552,6 +557,17 @@ class Peer:
         self.server.publish_mixed(round_ + 1, steps, own.numpy().tobytes(), last=True)
         result.theta = own - start
         return result
+
+    def _mix_in_half(self) -> bool:
+        """Whether this mixing fetches float16 states (``mix_fp16``, on by default): 2·d bytes per state, not 4·d.
+
+        Only while our θ and b lie well inside float16's range (|x| ≤ :data:`HALF_SAFE`): a model with larger
+        values mixes in float32. The rounding (relative 2⁻¹¹ ≈ 4.9e-4 per coordinate) sits far below the honest
+        disagreement the mixing corrects and below its clipping radius (docs/protocol.md §7.8 measures it).
+        """
+        if not self.config.mix_fp16:
+            return False
+        return all(float(x.abs().max()) <= HALF_SAFE for x in (self.local.theta, self.local.momentum) if x.numel())
 
     def _mixable(self, others: Mapping[str, int]) -> dict[str, int]:
         """``others`` (PeerID → presence round) less our current suspects (``swarm.suspects``), for a mixing sample.
@@ -563,7 +579,7 @@ class Peer:
         return {p: r for p, r in others.items() if p not in suspects}
 
     async def _momentum_correction(self, round_: int, sources: list[str], stop: asyncio.Event,
-                                   result: MixCorrection) -> torch.Tensor | None:
+                                   result: MixCorrection, *, half: bool = False) -> torch.Tensor | None:
         """The move of our outer momentum toward ``sources``' (``["momentum", r + 1]``), or None.
 
         Clipped at MOMENTUM_MIX_RADIUS·‖b‖; None while our momentum is still zero or nobody answered. A zero b
@@ -574,8 +590,8 @@ class Peer:
         momentum = self.local.momentum
         if not bool(momentum.any()):
             return None
-        momenta = await self.fetch_thetas(sources, stop, round_=round_ + 1, kind="momentum")
-        result.bytes_received += 4 * self.local.numel * len(momenta)
+        momenta = await self.fetch_thetas(sources, stop, round_=round_ + 1, kind="momentum", half=half)
+        result.bytes_received += (2 if half else 4) * self.local.numel * len(momenta)
         if not momenta:
             return None
         return clipped_gossip(momentum, list(momenta.values()), max_radius=MOMENTUM_MIX_RADIUS).correction
@@ -821,39 +837,42 @@ class Peer:
         outcome.rows = rows
         outcome.aggregate = result.aggregate
 
-    async def fetch_thetas(self, peers: list[str], stop: asyncio.Event, *, round_: int = -1,
-                           wait_s: float = 0.0, kind: str = "theta", step: int = 0) -> dict[str, torch.Tensor]:
+    async def fetch_thetas(self, peers: list[str], stop: asyncio.Event, *, round_: int = -1, wait_s: float = 0.0,
+                           kind: str = "theta", step: int = 0, half: bool = False) -> dict[str, torch.Tensor]:
         """Fetch each of ``peers``' θ (``kind="momentum"``: outer momentum) at the start of ``round_``, bounded reads.
 
         ``kind="mixed"``: their θ after ``step`` gossip steps of the mixing that ends at the start of ``round_``.
         ``round_`` -1 asks for their latest. A peer not at ``round_`` yet (``NOT_FOUND``) is asked again every
-        0.5 s for up to ``wait_s`` seconds. Only finite states of exactly 4·d bytes are returned.
+        0.5 s for up to ``wait_s`` seconds. Only finite states of exactly 4·d bytes (``half``: 2·d bytes of
+        float16, asked as ``[kind, key, "fp16"]``, returned as float32) are returned.
         """
-        size = 4 * self.local.numel
+        size = (2 if half else 4) * self.local.numel
         watch = self.departures.watching(stop) if peers else contextlib.nullcontext()
         async with watch:
             key: int | list[int] = [round_, step] if kind == "mixed" else round_
-            results = await asyncio.gather(*(self._fetch_vector(kind, p, key, wait_s, stop) for p in peers))
+            results = await asyncio.gather(*(self._fetch_vector(kind, p, key, wait_s, stop, half=half)
+                                             for p in peers))
         states: dict[str, torch.Tensor] = {}
         for p, data in zip(peers, results, strict=False):
             if stop.is_set() or data is None or len(data) != size:
                 self.log.debug("state of %s at round %d not used", p[-8:], round_)
                 continue
-            theta = torch.frombuffer(bytearray(data), dtype=torch.float32).clone()
+            theta = torch.frombuffer(bytearray(data), dtype=torch.float16 if half else torch.float32).float()
             if bool(torch.isfinite(theta).all()):
                 states[p] = theta
             else:
                 self.log.warning("state of %s has non-finite values: ignored", p[-8:])
         return states
 
-    async def _fetch_vector(self, kind: str, peer: str, key: int | list[int], wait_s: float, stop: asyncio.Event
-                            ) -> bytes | bytearray | None:
-        size = 4 * self.local.numel
+    async def _fetch_vector(self, kind: str, peer: str, key: int | list[int], wait_s: float, stop: asyncio.Event,
+                            *, half: bool = False) -> bytes | bytearray | None:
+        size = (2 if half else 4) * self.local.numel
+        request: list[object] = [kind, key, HALF] if half else [kind, key]
         deadline = time.monotonic() + wait_s
         gone = self.departures.event(peer)  # cut at once when it leaves, or when we stop
         failures = 0
         while not stop.is_set() and not gone.is_set():
-            result = await first_of(fetch(self.p2p, PeerID.from_base58(peer), self.config.run_id, [kind, key],
+            result = await first_of(fetch(self.p2p, PeerID.from_base58(peer), self.config.run_id, request,
                                           max_bytes=size, timeout_s=self.config.fetch_timeout_s,
                                           idle_timeout_s=self.config.fetch_idle_timeout_s,
                                           min_bytes_per_s=self.config.min_fetch_bytes_per_s), stop, gone)

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard, TypeVar
 
 import msgpack
+import numpy as np
 from hivemind.p2p import P2P, PeerID
 
 from p2p_guard.protocol.chunks import PAYLOAD_CHUNK_BYTES, ChunkVerifier, chunk_count, chunk_digests
@@ -59,6 +60,7 @@ __all__ = [
     "DEFAULT_REQUEST_BURST",
     "DEFAULT_SERVE_TIMEOUT_S",
     "FORBIDDEN",
+    "HALF",
     "NOT_FOUND",
     "NOT_READY",
     "OK",
@@ -110,6 +112,13 @@ MAX_KEPT_ROUNDS = 3
 
 #: Key, in a round's table of mixed states, of the state our mixing ended with (after its last step).
 LAST_STEP = -1
+
+#: Third element of a ``["theta" | "momentum" | "mixed", key, HALF]`` request: answer in IEEE float16 (2·d bytes,
+#: round to nearest) instead of float32 (4·d). Mixing asks for it: it halves the dense state traffic that sets a
+#: round's length for a large model (docs/protocol.md §5 and §7.8).
+HALF = "fp16"
+#: Converted float16 answers the server keeps (the latest few states; each is asked by up to ``mix_peers`` peers).
+HALF_CACHE = 4
 
 #: Concurrent inbound streams, all peers together (streams).
 DEFAULT_MAX_INBOUND_STREAMS = 64
@@ -274,6 +283,7 @@ class PayloadServer:
         self._thetas: dict[int, bytes] = {}
         self._momenta: dict[int, bytes] = {}
         self._mixed: dict[int, dict[int, bytes]] = {}
+        self._half: OrderedDict[int, tuple[bytes, bytes]] = OrderedDict()  # id(fp32 bytes) -> (them, fp16 bytes)
         self._withdrawn = False
         self._open = 0
         self._refusing = 0
@@ -309,7 +319,7 @@ class PayloadServer:
         payload that will never come. Later :meth:`reveal` and ``publish_*`` calls are ignored.
         """
         self._withdrawn = True
-        for table in (self._payloads, self._states, self._thetas, self._momenta, self._mixed):
+        for table in (self._payloads, self._states, self._thetas, self._momenta, self._mixed, self._half):
             table.clear()
 
     @property
@@ -524,9 +534,10 @@ class PayloadServer:
             if not all(isinstance(v, int) and not isinstance(v, bool) for v in keys):
                 return BAD_REQUEST, None
             return self._payload_answer(keys[0], keys[1])
-        if not (isinstance(request, list) and len(request) == 2):
+        if not (isinstance(request, list) and (len(request) == 2 or (len(request) == 3 and request[2] == HALF
+                                                                      and request[0] != "state"))):
             return BAD_REQUEST, None
-        kind, key = request
+        kind, key = request[0], request[1]
         if self._withdrawn:
             return NOT_FOUND, None
         if kind == "state" and isinstance(key, bytes):
@@ -541,7 +552,22 @@ class PayloadServer:
             return BAD_REQUEST, None
         if data is None:
             return NOT_FOUND, None
-        return OK, (data,)
+        return OK, (self._as_half(data) if len(request) == 3 else data,)
+
+    def _as_half(self, data: bytes) -> bytes:
+        """``data`` (raw little-endian float32) as little-endian float16, round to nearest; cached by identity.
+
+        Our states are finite float32; a value beyond float16's range (±65504) becomes ±inf, which the asking
+        peer rejects as non-finite (it asks for float16 only while its own θ is within range).
+        """
+        cached = self._half.get(id(data))
+        if cached is not None and cached[0] is data:
+            return cached[1]
+        half = np.frombuffer(data, dtype="<f4").astype("<f2").tobytes()
+        self._half[id(data)] = (data, half)
+        while len(self._half) > HALF_CACHE:
+            self._half.popitem(last=False)
+        return half
 
     def _payload_answer(self, round_: int, first_chunk: int) -> tuple[int, tuple[bytes | memoryview, ...] | None]:
         """``OK`` with (chunk digests, payload from ``first_chunk`` on), ``NOT_READY``, or ``BAD_REQUEST``.

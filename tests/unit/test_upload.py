@@ -187,7 +187,7 @@ def test_receivers_follow_fanout_and_swarm_size() -> None:
 
 def test_start_up_warning() -> None:
     d = 1_000_000
-    base = PeerConfig(num_peers=9, fanout=8, mix_peers=4)
+    base = PeerConfig(num_peers=9, fanout=8, mix_peers=4, mix_fp16=False)
     assert upload_cap_warning(base, d) is None  # no cap
     # fp32: 4,000,000-byte payloads to 8 within their deadline max(30, 5 + 4e6 / 65536) = 66.0 s: the rate rule
     # binds, 8 · 4e6 / (5 + (4e6 − 16384) / 65536) B/s = 3.89 Mbit/s; the states (4e6 bytes to 4 within 30 s,
@@ -270,3 +270,21 @@ def test_the_cap_comes_from_the_flag_and_from_toml(tmp_path: Path) -> None:
     path.write_text("[peer]\nmax_upload_mbit = 2.5\n")
     toml = peer_cmd.resolve_config(parse(["peer", "--config", str(path), "--initial-peers", maddr]))
     assert toml.max_upload_mbit == 2.5
+
+
+def test_start_up_warning_with_float16_mixing_states() -> None:
+    """The default mix_fp16: the states are 2·d bytes, so at d = 1e6 the fp32 or int8 payloads set the bound."""
+    d = 1_000_000
+    base = PeerConfig(num_peers=9, fanout=8, mix_peers=4)
+    # states: 2,000,000 bytes to 4 within 30 s: the deadline binds, 4 · 2e6 / 30 B/s = 2.13 Mbit/s (the rate rule
+    # gives 4 · 2e6 / (5 + (2e6 − 16384) / 65536) B/s = 1.81 Mbit/s), below the fp32 payloads' 3.89 Mbit/s
+    assert upload_cap_warning(base.replace(max_upload_mbit=3.9), d) is None
+    line = upload_cap_warning(base.replace(max_upload_mbit=3.0), d)
+    assert line is not None
+    assert "below 3.89 Mbit/s" in line and "4,000,000-byte fp32 payloads to 8" in line
+    line = upload_cap_warning(base.replace(codec="int8", max_upload_mbit=1.0), d)
+    assert line is not None
+    assert "below 3.2 Mbit/s" in line and "1,003,908-byte int8 payloads" in line
+    line = upload_cap_warning(base.replace(codec="topk:density=0.02", max_upload_mbit=1.0), d)
+    assert line is not None
+    assert "below 2.13 Mbit/s" in line and "2,000,000-byte fp16 states (mixing) to 4 at once" in line

@@ -1,0 +1,95 @@
+"""Unit tests: mixing fetches float16 states (``["theta" | "momentum" | "mixed", key, "fp16"]``, 2·d bytes).
+
+The server converts its float32 state (round to nearest, cached per state); the mixing peer asks for float16 while
+``mix_fp16`` is on and its θ and momentum lie within ``HALF_SAFE``, decodes into float32 and counts 2·d bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import p2p_guard.swarm.peer as peer_module
+from p2p_guard.swarm.peer import HALF_SAFE, Peer
+from p2p_guard.swarm.transport import BAD_REQUEST, HALF, NOT_FOUND, OK, FetchResult, PayloadServer
+from tests.unit.test_mix_suspects import FAST, SLOW, _Config, _Local, _Peer
+
+THETA = np.array([1.0, -2.5, 1e-3, 3.14159265], dtype="<f4")
+
+
+def test_the_server_answers_theta_momentum_and_mixed_states_in_float16_when_asked() -> None:
+    server = PayloadServer("run")
+    theta, momentum = THETA.tobytes(), (THETA * 2).tobytes()
+    server.publish_theta(4, theta)
+    server.publish_momentum(4, momentum)
+    server.publish_mixed(4, 1, theta, last=True)
+    for request, source in ((["theta", 4, HALF], THETA), (["theta", -1, HALF], THETA),
+                            (["momentum", 4, HALF], THETA * 2), (["mixed", [4, 1], HALF], THETA),
+                            (["mixed", [4, 3], HALF], THETA)):
+        status, body = server._answer(request)
+        assert status == OK
+        assert body is not None
+        assert body[0] == source.astype("<f2").tobytes()  # round to nearest, 2·d bytes
+    assert server._answer(["theta", 4])[1] == (theta,)  # float32 unless asked
+    assert server._answer(["theta", 5, HALF]) == (NOT_FOUND, None)
+
+
+def test_the_float16_answer_is_converted_once_per_state() -> None:
+    server = PayloadServer("run")
+    theta = THETA.tobytes()
+    server.publish_theta(4, theta)
+    first = server._answer(["theta", 4, HALF])[1]
+    again = server._answer(["theta", 4, HALF])[1]
+    assert first is not None
+    assert again is not None
+    assert first[0] is again[0]
+
+
+@pytest.mark.parametrize("request_", [["theta", 4, "fp8"], ["theta", 4, HALF, 0], ["state", b"h", HALF],
+                                      ["payload", 4, HALF], ["theta", 4, None], ["momentum", True, HALF]])
+def test_other_third_elements_are_bad_requests(request_: list[Any]) -> None:
+    server = PayloadServer("run")
+    server.publish_theta(4, THETA.tobytes())
+    assert server._answer(request_)[0] == BAD_REQUEST
+
+
+def _half_fetch(asked: list[tuple[str, list[Any]]]) -> Any:
+    async def fetch(p2p: object, peer: Any, run_id: str, request: list[Any], **kwargs: Any) -> FetchResult:
+        asked.append((peer.to_base58(), request))
+        width = "<f2" if request[-1] == HALF else "<f4"
+        assert kwargs["max_bytes"] == (2 if request[-1] == HALF else 4) * 4
+        return FetchResult(OK, data=np.full(4, 1.0009765625, dtype=width).tobytes())  # 1 + 2**-10: exact in both
+    return fetch
+
+
+def _mix(peer: _Peer, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[tuple[str, list[Any]]]]:
+    asked: list[tuple[str, list[Any]]] = []
+    monkeypatch.setattr(peer_module, "fetch", _half_fetch(asked))
+    result = asyncio.run(Peer.mixing(peer, 0, asyncio.Event()))  # type: ignore[arg-type]
+    return result, asked
+
+
+def test_mixing_asks_for_float16_states_and_counts_two_bytes_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    peer = _Peer(config=_Config(mix_fp16=True), local=_Local(momentum=torch.full((4,), 0.5)))
+    result, asked = _mix(peer, monkeypatch)
+    assert result is not None
+    assert {tuple(request[:1] + request[2:]) for _, request in asked} == {("theta", HALF), ("momentum", HALF),
+                                                                         ("mixed", HALF)}
+    senders = len(FAST) + 1  # SLOW answers too here
+    assert {name for name, _ in asked} == {SLOW, *FAST}
+    assert result.bytes_received == 2 * 4 * senders * 4  # θ in 3 gossip steps and b, 2 bytes per coordinate
+    # from 1 toward 4 states at 1 + e (e = 2**-10; no difference clipped): 4/5 of the gap per step, 3 steps
+    assert torch.allclose(result.theta, torch.full((4,), (1 - 0.2**3) * 2**-10), rtol=1e-4, atol=0)
+
+
+def test_mixing_asks_for_float32_when_off_or_out_of_float16_range(monkeypatch: pytest.MonkeyPatch) -> None:
+    for peer in (_Peer(config=_Config(mix_fp16=False)),
+                 _Peer(config=_Config(mix_fp16=True), local=_Local(theta=torch.tensor([1.0, 1.0, HALF_SAFE * 2, 1.0])))):
+        result, asked = _mix(peer, monkeypatch)
+        assert result is not None
+        assert all(len(request) == 2 for _, request in asked)
+        assert result.bytes_received == 4 * 4 * (len(FAST) + 1) * 3  # θ in 3 gossip steps, 4 bytes per coordinate
