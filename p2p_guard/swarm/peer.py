@@ -72,7 +72,7 @@ from p2p_guard.swarm.slowloris import server_for, start_slow_client
 from p2p_guard.swarm.suspects import Suspects
 from p2p_guard.swarm.upload import upload_cap_warning
 from p2p_guard.swarm.standing import VoteBook
-from p2p_guard.swarm.transport import HALF, OK, TOO_SLOW, PayloadServer, fetch, is_no_answer
+from p2p_guard.swarm.transport import BAD_REQUEST, HALF, OK, TOO_SLOW, PayloadServer, fetch, is_no_answer
 from p2p_guard.swarm.validator import RecordValidator
 from p2p_guard.swarm.verdicts import SenderVerdict, finite_or_none
 from p2p_guard.tasks import load_task
@@ -844,9 +844,12 @@ class Peer:
         ``kind="mixed"``: their θ after ``step`` gossip steps of the mixing that ends at the start of ``round_``.
         ``round_`` -1 asks for their latest. A peer not at ``round_`` yet (``NOT_FOUND``) is asked again every
         0.5 s for up to ``wait_s`` seconds. Only finite states of exactly 4·d bytes (``half``: 2·d bytes of
-        float16, asked as ``[kind, key, "fp16"]``, returned as float32) are returned.
+        float16, asked as ``[kind, key, "fp16"]``, returned as float32; or 4·d from a peer of an earlier release,
+        which refuses that request and is asked again in float32) are returned.
         """
-        size = (2 if half else 4) * self.local.numel
+        sizes = {4 * self.local.numel: torch.float32}
+        if half:
+            sizes[2 * self.local.numel] = torch.float16
         watch = self.departures.watching(stop) if peers else contextlib.nullcontext()
         async with watch:
             key: int | list[int] = [round_, step] if kind == "mixed" else round_
@@ -854,10 +857,10 @@ class Peer:
                                              for p in peers))
         states: dict[str, torch.Tensor] = {}
         for p, data in zip(peers, results, strict=False):
-            if stop.is_set() or data is None or len(data) != size:
+            if stop.is_set() or data is None or len(data) not in sizes:
                 self.log.debug("state of %s at round %d not used", p[-8:], round_)
                 continue
-            theta = torch.frombuffer(bytearray(data), dtype=torch.float16 if half else torch.float32).float()
+            theta = torch.frombuffer(bytearray(data), dtype=sizes[len(data)]).float()
             if bool(torch.isfinite(theta).all()):
                 states[p] = theta
             else:
@@ -896,6 +899,9 @@ class Peer:
             if result.status == OK:
                 self.suspects.delivered(peer)
                 return result.data
+            if result.status == BAD_REQUEST and len(request) == 3:  # a peer of an earlier release: float32, now
+                request, size = [kind, key], 4 * self.local.numel
+                continue
             if time.monotonic() + 0.5 > deadline:
                 return None
             await asyncio.sleep(0.5)

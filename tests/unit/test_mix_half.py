@@ -93,3 +93,35 @@ def test_mixing_asks_for_float32_when_off_or_out_of_float16_range(monkeypatch: p
         assert result is not None
         assert all(len(request) == 2 for _, request in asked)
         assert result.bytes_received == 4 * 4 * (len(FAST) + 1) * 3  # θ in 3 gossip steps, 4 bytes per coordinate
+
+
+def test_a_peer_that_refuses_the_float16_request_is_asked_again_in_float32(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A peer of an earlier release answers ``[kind, key, "fp16"]`` with BAD_REQUEST: the same state in float32."""
+    asked: list[tuple[str, list[Any]]] = []
+
+    async def fetch(p2p: object, peer: Any, run_id: str, request: list[Any], **kwargs: Any) -> FetchResult:
+        name = peer.to_base58()
+        asked.append((name, request))
+        if name == SLOW and request[-1] == HALF:
+            return FetchResult(BAD_REQUEST)
+        width = "<f2" if request[-1] == HALF else "<f4"
+        return FetchResult(OK, data=np.full(4, 1.0009765625, dtype=width).tobytes())
+
+    monkeypatch.setattr(peer_module, "fetch", fetch)
+    peer = _Peer(config=_Config(mix_fp16=True))
+    states = asyncio.run(Peer.fetch_thetas(peer, [SLOW, FAST[0]], asyncio.Event(), round_=1,  # type: ignore[arg-type]
+                                           half=True))
+    assert [request for name, request in asked if name == SLOW] == [["theta", 1, HALF], ["theta", 1]]
+    assert [request for name, request in asked if name == FAST[0]] == [["theta", 1, HALF]]
+    assert {name: state.tolist() for name, state in states.items()} == {SLOW: [1.0009765625] * 4,
+                                                                        FAST[0]: [1.0009765625] * 4}
+    assert all(state.dtype == torch.float32 for state in states.values())
+
+
+def test_a_state_of_neither_size_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def fetch(p2p: object, peer: Any, run_id: str, request: list[Any], **kwargs: Any) -> FetchResult:
+        return FetchResult(OK, data=b"\x00" * 12)  # 3 bytes per coordinate: neither float16 nor float32
+
+    monkeypatch.setattr(peer_module, "fetch", fetch)
+    peer = _Peer(config=_Config(mix_fp16=True))
+    assert asyncio.run(Peer.fetch_thetas(peer, FAST, asyncio.Event(), round_=1, half=True)) == {}  # type: ignore[arg-type]
