@@ -2,9 +2,9 @@
 bytes each peer served per round are int8 payloads (``expected_payload_bytes``), not fp32 ones.
 
 Two honest digits peers, two rounds, through the command line (one OS process per peer, real p2pd streams).
-What a peer serves in a round is its payload to each receiver plus fp32 θ and momentum states (4·d bytes each)
-for mixing, so ``bytes_sent − served · b`` must be a multiple of 4·d with b the int8 payload size; with fp32
-payloads it would be off by ``served · (4·d − b)``.
+What a peer serves in a round is its payload to each receiver plus θ and momentum states for mixing (float16 by
+default, ``mix_fp16``: 2·d bytes each), so ``bytes_sent − served · b`` must be a multiple of 2·d with b the int8
+payload size; with fp32 payloads it would be off by ``served · (4·d − b)``, not a multiple of 2·d here.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def test_simulate_int8_reports_int8_bytes_per_round(tmp_path: Path) -> None:
         for e in rounds:
             # a served payload is its chunk digests (protocol 3) and then its bytes
             states = e["bytes_sent"] - e["served"] * (CHUNK_DIGEST_BYTES * chunk_count(b) + b)
-            assert states >= 0 and states % (4 * d) == 0, (e["bytes_sent"], e["served"], b, d)
+            assert states >= 0 and states % (2 * d) == 0, (e["bytes_sent"], e["served"], b, d)
             served_total += e["served"]
             sent.append(e["bytes_sent"])
     assert served_total >= 2  # payloads did cross
