@@ -211,6 +211,7 @@ import torch
 
 import p2p_guard.guard.semantic as semantic
 from p2p_guard.api import run_bench_cell
+from p2p_guard.plugin_spec import parse_value, split_params
 from p2p_guard.bench.cell import CellSpec
 from p2p_guard.guard.centre import robust_centre
 from p2p_guard.guard.linalg import cosines_to, row_norms, scalar_median
@@ -225,15 +226,10 @@ Params = tuple[tuple[str, Any], ...]
 
 
 def parse_params(text: str) -> Params:
-    """``k=v,...`` → sorted pairs; ``True``/``False`` are booleans, integers ints, anything else a float."""
-    params: list[tuple[str, Any]] = []
-    for item in filter(None, text.split(",")):
-        key, _, raw = item.partition("=")
-        value: Any = {"True": True, "False": False}.get(raw)
-        if value is None:
-            value = int(raw) if raw.lstrip("-").isdigit() else float(raw)
-        params.append((key, value))
-    return tuple(sorted(params))
+    """``k=v,...`` → sorted pairs, values read as the guard spec parser reads them (``p2p_guard.plugin_spec``)."""
+    if not text:
+        return ()
+    return tuple(sorted((key, parse_value(raw)) for key, raw in split_params(text, spec=text, what="arm").items()))
 
 
 def parse_arm(arm: str) -> tuple[str, str, Params, str | None, dict[str, Any]]:
