@@ -132,6 +132,7 @@ class _Watch:
     parent: psutil.Process
     own_pid: int
     seen: dict[int, float] = field(default_factory=dict)
+    sockets: set[str] = field(default_factory=set)  # of every p2pd seen, removed by the sweep
 
 
 def _descendants(proc: psutil.Process, exclude_pid: int) -> dict[int, float]:
@@ -175,6 +176,9 @@ def _record(watch: _Watch) -> None:
     new = sorted(set(current) - set(still_alive))
     if new:
         logger.debug("watching descendants of %d: new %s", watch.parent.pid, new)
+    for pid in new:
+        if (proc := _alive(pid, current[pid])) is not None:
+            watch.sockets.update(daemon_sockets(_cmdline(proc)))
     still_alive.update(current)
     watch.seen = still_alive
 
@@ -193,16 +197,19 @@ def _signal_all(procs: Iterable[psutil.Process], sig: int) -> None:
             continue
 
 
-def sweep(seen: dict[int, float], *, grace_s: float, own_pid: int) -> list[int]:
+def sweep(seen: dict[int, float], *, grace_s: float, own_pid: int, sockets: Iterable[str] = ()) -> list[int]:
     """SIGTERM, then after ``grace_s`` SIGKILL, every recorded process still alive (and its descendants).
 
     Descendants of recorded processes are added before signalling: a grandchild started between two polls
-    is still found through its parent.
+    is still found through its parent. Then the Unix sockets of every ``p2pd`` among them, and ``sockets``,
+    are removed (:func:`daemon_sockets`), also when nothing was left to signal: a ``p2pd`` that exits with its
+    parent leaves its client's socket (and its own, after SIGKILL) behind.
 
     Args:
         seen: ``{pid: create_time}`` recorded earlier; a pid whose create time differs is left alone.
         grace_s: seconds to wait between SIGTERM and SIGKILL.
         own_pid: our own pid, never signalled.
+        sockets: socket paths recorded earlier from the ``p2pd`` command lines seen (the daemon may be gone).
 
     Returns:
         The pids that were still alive and were signalled.
@@ -212,9 +219,10 @@ def sweep(seen: dict[int, float], *, grace_s: float, own_pid: int) -> list[int]:
         if (proc := _alive(pid, create_time)) is not None:
             targets.update(_descendants(proc, own_pid))
     procs = [p for pid, ct in targets.items() if pid != own_pid and (p := _alive(pid, ct)) is not None]
+    sockets = [*sockets, *(path for p in procs for path in daemon_sockets(_cmdline(p)))]
     if not procs:
+        _remove_sockets(sockets)
         return []
-    sockets = [path for p in procs for path in daemon_sockets(_cmdline(p))]
     logger.warning("parent gone: terminating leftover processes %s", sorted(p.pid for p in procs))
     _signal_all(procs, signal.SIGTERM)
     _, remaining = psutil.wait_procs(procs, timeout=grace_s)
@@ -317,7 +325,7 @@ def watch(parent_pid: int, *, poll_interval_s: float, grace_s: float) -> int:
             record_every_s = _next_record_interval(record_every_s, poll_interval_s, changed=set(state.seen) != before)
             next_record = now + record_every_s
         if _parent_gone(state):
-            sweep(state.seen, grace_s=grace_s, own_pid=state.own_pid)
+            sweep(state.seen, grace_s=grace_s, own_pid=state.own_pid, sockets=state.sockets)
             return 0
         time.sleep(poll_interval_s)
     logger.debug("reaper of %d stopped on request", parent_pid)

@@ -6,11 +6,20 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
 
-from p2p_guard.swarm.reaper import MAX_RECORD_INTERVAL_S, _next_record_interval, _remove_sockets, daemon_sockets, sweep
+from p2p_guard.swarm.reaper import (
+    MAX_RECORD_INTERVAL_S,
+    _next_record_interval,
+    _record,
+    _remove_sockets,
+    _Watch,
+    daemon_sockets,
+    sweep,
+)
 
 
 def test_the_reaper_backs_off_while_nothing_changes_and_returns_to_fast_polls_on_a_change() -> None:
@@ -54,3 +63,47 @@ def test_a_sweep_removes_the_sockets_of_a_killed_daemon_and_nothing_else(tmp_pat
     regular.write_text("not a socket")
     _remove_sockets([str(regular), str(tmp_path / "absent.sock")])
     assert regular.read_text() == "not a socket"
+
+
+def test_a_sweep_removes_the_recorded_sockets_of_a_daemon_that_already_exited(tmp_path: Path) -> None:
+    """A p2pd that exits with its parent leaves its client's socket: nothing to signal, the sockets still go."""
+    uid = "Gone_2"
+    daemon, client = tmp_path / f"hivemind-p2pd-{uid}.sock", tmp_path / f"hivemind-p2pclient-{uid}.sock"
+    listeners = []
+    for path in (daemon, client):
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(path))
+        listeners.append(sock)
+    proc = subprocess.Popen([sys.executable, "-c", "pass", f"-listen=/unix{daemon}"])
+    created = psutil.Process(proc.pid).create_time()
+    proc.wait(timeout=30)
+    try:
+        recorded = daemon_sockets([sys.executable, f"-listen=/unix{daemon}"])
+        assert sweep({proc.pid: created}, grace_s=1.0, own_pid=os.getpid(), sockets=recorded) == []
+        assert not daemon.exists()
+        assert not client.exists()
+    finally:
+        for sock in listeners:
+            sock.close()
+
+
+def test_the_watch_records_the_sockets_of_each_new_daemon(tmp_path: Path) -> None:
+    daemon = tmp_path / "hivemind-p2pd-Rec_3.sock"
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"-listen=/unix{daemon}"])
+    try:
+        _wait_for_cmdline(proc.pid, f"-listen=/unix{daemon}")
+        watch = _Watch(parent=psutil.Process(os.getpid()), own_pid=-1)
+        _record(watch)
+        assert proc.pid in watch.seen
+        assert watch.sockets >= {str(daemon), str(tmp_path / "hivemind-p2pclient-Rec_3.sock")}
+    finally:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+def _wait_for_cmdline(pid: int, arg: str) -> None:
+    """Until the child's command line is the interpreter's (a just-forked child still shows ours)."""
+    deadline = time.monotonic() + 10
+    while arg not in psutil.Process(pid).cmdline():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
