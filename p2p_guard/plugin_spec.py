@@ -13,10 +13,13 @@ A value is read as a bool (``true`` / ``false``, any case), an int, a float, or 
 from __future__ import annotations
 
 import importlib
+import os
 import re
+import sys
 from collections.abc import Collection
+from types import ModuleType
 
-__all__ = ["ParamValue", "import_class", "parse_spec", "parse_value", "split_params"]
+__all__ = ["ParamValue", "import_class", "import_user_module", "parse_spec", "parse_value", "split_params"]
 
 ParamValue = bool | int | float | str
 
@@ -100,6 +103,32 @@ def parse_value(text: str) -> ParamValue:
         return text
 
 
+def import_user_module(module_name: str) -> ModuleType:
+    """Import a user's plugin module, from ``sys.path`` or else from the current directory.
+
+    ``python -m p2p_guard ...`` puts the current directory on ``sys.path``; the ``p2p-guard`` console script puts
+    its own folder there instead. So that ``p2p-guard simulate --task my_tasks:MyTask`` run beside ``my_tasks.py``
+    finds it either way, a module not found on ``sys.path`` is looked for once more with the current directory
+    appended (last: it never shadows an installed module).
+
+    Raises:
+        ModuleNotFoundError: when neither finds it; anything the module raises on import.
+    """
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        top = module_name.partition(".")[0]
+        cwd = os.getcwd()
+        if exc.name not in (module_name, top) or cwd in sys.path or "" in sys.path:
+            raise
+    sys.path.append(cwd)
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError:
+        sys.path.remove(cwd)
+        raise
+
+
 def import_class(spec: str, name: str, *, what: str) -> type:
     """Import ``MODULE:CLASS`` (``name``) for the plugin spec ``spec``.
 
@@ -108,7 +137,7 @@ def import_class(spec: str, name: str, *, what: str) -> type:
     """
     module_name, _, class_name = name.partition(":")
     try:
-        module = importlib.import_module(module_name)
+        module = import_user_module(module_name)
     except ModuleNotFoundError as exc:
         raise ValueError(f"{what} spec {spec!r}: cannot import module {module_name!r}: {exc}") from exc
     cls = getattr(module, class_name, None)

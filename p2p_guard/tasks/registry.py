@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from p2p_guard.plugin_spec import ParamValue, parse_value, split_params
+from p2p_guard.plugin_spec import ParamValue, import_user_module, parse_value, split_params
 
 if TYPE_CHECKING:
     from p2p_guard.tasks.base import Task  # torch: for annotations only
@@ -279,11 +279,11 @@ def _import_task_class(spec: str, name: str) -> type:
     """
     module_name, _, class_name = name.partition(":")
     try:
-        module = importlib.import_module(module_name)
+        module = import_user_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
-            raise ValueError(f"task {spec!r}: no module named {module_name!r} (run from the directory that "
-                             f"holds it, or add that directory to PYTHONPATH)") from None
+            raise ValueError(f"task {spec!r}: no module named {module_name!r} here or on the Python path (run "
+                             f"from the directory that holds it, or add that directory to PYTHONPATH)") from None
         raise ValueError(f"task {spec!r}: module {module_name!r} does not import: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - whatever a user's module raises on import is a bad spec
         raise ValueError(f"task {spec!r}: module {module_name!r} does not import: "

@@ -134,8 +134,9 @@ class TestLoad:
         (f"{EXAMPLE}:width=3", f"task '{EXAMPLE}:width=3': unknown option 'width'; MyTask takes hidden, "
                                "test_fraction"),
         (f"{EXAMPLE}:hidden=x", f"task '{EXAMPLE}:hidden=x': hidden='x' must be an integer >= 1"),
-        ("examples.nosuch:MyTask", "task 'examples.nosuch:MyTask': no module named 'examples.nosuch' (run from "
-                                   "the directory that holds it, or add that directory to PYTHONPATH)"),
+        ("examples.nosuch:MyTask", "task 'examples.nosuch:MyTask': no module named 'examples.nosuch' here or on "
+                                   "the Python path (run from the directory that holds it, or add that directory "
+                                   "to PYTHONPATH)"),
         ("examples.my_task:Nope", "task 'examples.my_task:Nope': module 'examples.my_task' has no class 'Nope'"),
         ("examples.my_task:np", "task 'examples.my_task:np': examples.my_task:np is a module, not a class"),
         ("collections:OrderedDict", "task 'collections:OrderedDict': collections:OrderedDict is not a Task: it "
@@ -200,3 +201,21 @@ def test_toml_task_spec_is_checked_like_the_flag(tmp_path: Path, command: str,
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"p2p-guard {command}: error: task 'shakespeare:n_layers=8,width=512': unknown option 'width'; shakespeare "
         "takes context, d_model, n_layers, n_heads, eval_windows, holdout_works, texts_dir")
+
+
+def test_a_user_module_is_found_in_the_current_directory_when_not_on_the_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ``p2p-guard`` console script's sys.path lacks the current directory; the module is found anyway."""
+    from p2p_guard.plugin_spec import import_user_module
+
+    (tmp_path / "cwd_only_task_mod.py").write_text("VALUE = 42\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "cwd_only_task_mod", raising=False)
+    before = list(sys.path)
+    with pytest.raises(ModuleNotFoundError):
+        import_user_module("cwd_only_task_mod_absent")
+    assert sys.path == before  # the directory is not left on the path after a miss
+    assert import_user_module("cwd_only_task_mod").VALUE == 42
+    assert sys.path == [*before, str(tmp_path)]  # appended last: it never shadows an installed module
+    sys.modules.pop("cwd_only_task_mod")
