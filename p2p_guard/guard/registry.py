@@ -14,6 +14,7 @@ keyword-only constructor arguments; keyword arguments given to :func:`build_guar
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -110,6 +111,10 @@ def build_guard(spec: str = DEFAULT_GUARD, **params: Any) -> Guard:
         raise ValueError(f"guard spec {spec!r}: parameter(s) {both} given both in the spec and as arguments")
     rule = _rule_class(spec, name)
     merged = {**spec_params, **params}
+    unknown = _unknown_parameters(rule, merged)
+    if unknown:
+        raise ValueError(f"guard {spec!r}: unknown parameter(s) {', '.join(unknown)}; {name} takes "
+                         f"{', '.join(_parameter_names(rule)) or 'none'}")
     try:
         aggregator = rule(**merged)
     except TypeError as exc:
@@ -117,6 +122,27 @@ def build_guard(spec: str = DEFAULT_GUARD, **params: Any) -> Guard:
     except ValueError as exc:
         raise ValueError(f"guard {spec!r}: {exc}") from exc
     return Guard(name=spec, aggregator=aggregator)
+
+
+def _parameter_names(rule: Callable[..., Any]) -> list[str]:
+    """The keyword parameters of ``rule``'s constructor, in order (public ones: no leading underscore)."""
+    try:
+        signature = inspect.signature(rule)
+    except (TypeError, ValueError):
+        return []
+    kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p.name for p in signature.parameters.values() if p.kind in kinds and not p.name.startswith("_")]
+
+
+def _unknown_parameters(rule: Callable[..., Any], given: dict[str, Any]) -> list[str]:
+    """The keys of ``given`` that ``rule``'s constructor does not take (none when it takes ``**kwargs``)."""
+    try:
+        parameters = inspect.signature(rule).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return []
+    return sorted(set(given) - set(_parameter_names(rule)))
 
 
 def check_guard_spec(spec: str) -> None:

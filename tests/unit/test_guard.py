@@ -263,7 +263,9 @@ class TestRegistry:
         ("name", "params", "match"),
         [
             ("krum", {}, "unknown guard 'krum'"),
-            ("trimmed_mean", {"beta": 1}, "guard 'trimmed_mean': bad parameters"),
+            ("trimmed_mean", {"beta": 1}, "^guard 'trimmed_mean': unknown parameter\\(s\\) beta; trimmed_mean takes f$"),
+            ("semantic:nosuch=1,c_clip=2", {}, "^guard 'semantic:nosuch=1,c_clip=2': unknown parameter\\(s\\) nosuch; "
+                                               "semantic takes f, duplicates, "),
             ("trimmed_mean", {"f": -1}, "f must be"),
         ],
     )
