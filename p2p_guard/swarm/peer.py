@@ -86,6 +86,9 @@ __all__ = ["EarlierSessionCommit", "Peer", "choose_commit_round", "linger_second
 #: (:func:`linger_seconds`), and never longer than MAX_LINGER_S seconds.
 LINGER_ROUNDS = 2.0
 MAX_LINGER_S = 600.0
+#: How many round starts in a row may retry a catch-up that found no state to adopt while our θ is known to miss
+#: outer steps (restarted, resumed, or our update jumped rounds).
+MAX_CATCH_UP_RETRIES = 2
 #: Largest |value| of our θ and outer momentum with which a mixing asks for float16 states (float16's largest
 #: finite value is 65504; half of it leaves room for the neighbours' states, which differ from ours a little).
 HALF_SAFE = 32768.0
@@ -293,6 +296,7 @@ class Peer:
         self.paused = False
         self.resumed = False  # set when a pause (not the first join) ended; _maybe_catch_up clears it
         self.jumped = False  # set when our update went into a round catch_up_behind or more past its base
+        self.catch_up_retries = 0  # failed catch-ups in a row that set ``jumped`` again (_maybe_catch_up)
         self.metrics: PeerMetrics | None = None  # the Prometheus endpoint's (``metrics_port``); None: off
         self.departures = Departures(dht, config.run_id)  # peers that left (signed leave records)
         self.suspects = Suspects()  # peers we could not reach lately (killed ones): not waited for, not mixed with
@@ -1280,6 +1284,7 @@ async def _start_round(peer: Peer, config: PeerConfig, stop: asyncio.Event) -> i
         if committed is not None and committed >= round_:  # never sign a second envelope for a round (a ban)
             round_ = committed + 1
     peer._set_round(round_)
+    peer.server.serve_from(round_)  # payloads our earlier process committed died with it: say so at once
     peer.serve_state(round_)
     others = await peer.wait_for_peers(stop, timeout_s=config.join_timeout_s)
     return await _maybe_catch_up(peer, round_, others, stop, checkpoint_round=None if ckpt is None else ckpt.round,
@@ -1316,11 +1321,20 @@ async def _maybe_catch_up(peer: Peer, round_: int, others: dict[str, int], stop:
     rounds = sorted(others.values())
     swarm = rounds[(len(rounds) - 1) // 2]
     behind = swarm - round_
-    restarted = checkpoint_round is not None and swarm >= checkpoint_round
+    # restarted: our checkpoint's θ missed the outer steps since checkpoint_round, when the swarm is there or
+    # later, or when our commit mark moved us past it (we committed a round before the crash and continue after it,
+    # so that round's step is missing even while the others' presence records still show the round before)
+    restarted = checkpoint_round is not None and (swarm >= checkpoint_round or round_ > checkpoint_round)
     untrained = fresh and swarm > 0  # our initial model, at any round (a commit mark may put us at the swarm's)
+    if jumped and peer.catch_up_retries and swarm < round_:
+        peer.jumped = True  # a retry waits until the others reach our round: before, their states hold nothing newer
+        return round_
     if (behind >= peer.config.catch_up_behind or (round_ == 0 and behind > 0) or (resumed and behind > 0) or restarted
             or jumped or untrained):
-        if jumped and behind < peer.config.catch_up_behind:
+        if jumped and peer.catch_up_retries and behind < peer.config.catch_up_behind:
+            peer.log.info("our state still misses outer steps (the last catch-up found no newer state): catching "
+                          "up again (try %d of %d)", peer.catch_up_retries + 1, MAX_CATCH_UP_RETRIES + 1)
+        elif jumped and behind < peer.config.catch_up_behind:
             peer.log.info("our last update jumped rounds (we were frozen or slow): our state missed their outer "
                           "steps; catching up")
         elif untrained and behind < peer.config.catch_up_behind:
@@ -1332,7 +1346,16 @@ async def _maybe_catch_up(peer: Peer, round_: int, others: dict[str, int], stop:
             peer.log.info("the swarm is at round %d, %d rounds ahead of us: catching up", swarm, behind)
         target = await peer.catch_up(others, stop, min_round=round_)
         if target is not None:
+            peer.catch_up_retries = 0
             return max(round_, target)
+        if (jumped or restarted or resumed) and peer.catch_up_retries < MAX_CATCH_UP_RETRIES:
+            # our θ still misses outer steps (e.g. restarted right after a commit while the others still finish
+            # that round: their states are older than our round); mixing alone, capped at mix_radius, took 4
+            # rounds to close such a gap (0.149): the next round's start tries again
+            peer.catch_up_retries += 1
+            peer.jumped = True
+    else:
+        peer.catch_up_retries = 0
     return round_
 
 

@@ -284,6 +284,7 @@ class PayloadServer:
         self._momenta: dict[int, bytes] = {}
         self._mixed: dict[int, dict[int, bytes]] = {}
         self._half: OrderedDict[int, tuple[bytes, bytes]] = OrderedDict()  # id(fp32 bytes) -> (them, fp16 bytes)
+        self._first_round: int | None = None  # payloads of earlier rounds are never revealed by this process
         self._withdrawn = False
         self._open = 0
         self._refusing = 0
@@ -326,6 +327,15 @@ class PayloadServer:
     def withdrawn(self) -> bool:
         """True once :meth:`withdraw` was called."""
         return self._withdrawn
+
+    def serve_from(self, round_: int) -> None:
+        """Answer ``NOT_FOUND`` (not ``NOT_READY``) for payloads of rounds before ``round_``.
+
+        A peer restarted after a crash continues after the rounds its earlier process committed; their payloads
+        died with it. Receivers that fetch one stop at once (``unavailable``) instead of polling ``NOT_READY``
+        until their fetch deadline (a SIGKILL right after a commit held every other peer 30 s in that round).
+        """
+        self._first_round = int(round_)
 
     def reveal(self, round_: int, payload: bytes) -> None:
         """Start serving ``payload`` as this peer's update of ``round_``.
@@ -570,15 +580,17 @@ class PayloadServer:
         return half
 
     def _payload_answer(self, round_: int, first_chunk: int) -> tuple[int, tuple[bytes | memoryview, ...] | None]:
-        """``OK`` with (chunk digests, payload from ``first_chunk`` on), ``NOT_READY``, or ``BAD_REQUEST``.
+        """``OK`` with (chunk digests, payload from ``first_chunk`` on); else NOT_READY, NOT_FOUND or BAD_REQUEST.
 
-        ``BAD_REQUEST`` when ``first_chunk`` is outside ``[0, n]`` for the payload's n chunks.
+        ``NOT_FOUND`` once withdrawn, or for a round before :meth:`serve_from`'s; ``BAD_REQUEST`` when
+        ``first_chunk`` is outside ``[0, n]`` for the payload's n chunks.
         """
         if self._withdrawn:
             return NOT_FOUND, None
         served = self._payloads.get(round_)
         if served is None:
-            return NOT_READY, None
+            lost = self._first_round is not None and round_ < self._first_round
+            return (NOT_FOUND if lost else NOT_READY), None
         payload, digests = served
         if not 0 <= first_chunk <= chunk_count(len(payload)):
             return BAD_REQUEST, None

@@ -22,6 +22,7 @@ class _Peer:
 
     resumed: bool = False
     jumped: bool = False
+    catch_up_retries: int = 0
     config: _Config = field(default_factory=_Config)
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("test"))
     asked: int = 0
@@ -57,6 +58,7 @@ def _decide(round_: int, swarm: int, **kwargs: object) -> tuple[int, int]:
     (9, 9, {"checkpoint_round": 8}, (9, 1)),     # restarted: our θ is of round 8, we continue in 9 (committed 8)
     (8, 8, {"checkpoint_round": 8}, (8, 1)),     # restarted level with the swarm: its robust centre anyway
     (8, 7, {"checkpoint_round": 8}, (8, 0)),     # restarted ahead of the swarm's median: keep our θ
+    (4, 2, {"checkpoint_round": 3}, (4, 1)),     # committed 3 before the crash, θ of 3: 3's step is missing
     (44, 44, {"fresh": True}, (44, 1)),          # no usable checkpoint, the commit mark put us level: initial θ
     (44, 45, {"fresh": True}, (45, 1)),          # ... one round behind
     (0, 0, {"fresh": True}, (0, 0)),             # a fresh swarm: everyone starts from θ_0
@@ -94,3 +96,28 @@ def test_a_finished_peer_lingers_two_of_its_last_rounds_within_bounds() -> None:
     assert linger_seconds(30.0, 75.6) == 151.2  # a loaded machine's 75.6 s rounds: two of them
     assert linger_seconds(30.0, 1e6) == MAX_LINGER_S == 600.0
     assert linger_seconds(30.0, -1.0) == 30.0
+
+
+def test_a_failed_catch_up_of_a_known_stale_state_is_tried_again_at_the_next_starts() -> None:
+    """Restarted right after committing round 3 while the others still finish it: their states are older than ours
+    (the catch-up finds none to adopt); the next two round starts try again, then mixing is left to close it."""
+    peer = _Peer(serves=None)
+    others = {"a": 4, "b": 4, "c": 4}
+    assert asyncio.run(_maybe_catch_up(peer, 4, others, asyncio.Event(), checkpoint_round=3)) == 4  # type: ignore[arg-type]
+    assert (peer.asked, peer.jumped, peer.catch_up_retries) == (1, True, 1)
+    # (round, the others' round, catch-ups asked so far, jumped after it, retries): round 5 waits while the others
+    # are behind it (no newer state to take), then retries (2nd), round 6 retries and gives up
+    # (MAX_CATCH_UP_RETRIES = 2), round 7 asks nothing (level, nothing known to be stale) and clears the count
+    for round_, swarm, asked, jumped, retries in ((5, 4, 1, True, 1), (5, 5, 2, True, 2), (6, 6, 3, False, 2),
+                                                  (7, 7, 3, False, 0)):
+        asyncio.run(_maybe_catch_up(peer, round_, {k: swarm for k in others}, asyncio.Event()))  # type: ignore[arg-type]
+        assert (peer.asked, peer.jumped, peer.catch_up_retries) == (asked, jumped, retries)
+    peer.serves, peer.jumped, peer.catch_up_retries = 8, True, 1
+    assert asyncio.run(_maybe_catch_up(peer, 8, {"a": 8}, asyncio.Event())) == 8  # type: ignore[arg-type]
+    assert peer.catch_up_retries == 0  # a successful catch-up resets the count
+
+
+def test_a_failed_catch_up_of_a_peer_merely_behind_is_not_retried() -> None:
+    peer = _Peer(serves=None)
+    asyncio.run(_maybe_catch_up(peer, 5, {"a": 7, "b": 7, "c": 7}, asyncio.Event()))  # type: ignore[arg-type]
+    assert (peer.asked, peer.jumped, peer.catch_up_retries) == (1, False, 0)

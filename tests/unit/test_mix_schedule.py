@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from p2p_guard.swarm.mix_schedule import CONSENSUS_BOUND, MAX_ADAPTIVE_EVERY, MixSchedule
-from p2p_guard.swarm.transport import NOT_FOUND, OK, PayloadServer
+from p2p_guard.swarm.transport import NOT_FOUND, NOT_READY, OK, PayloadServer
 
 
 def test_fixed_schedule_mixes_every_n_rounds_and_when_behind() -> None:
@@ -105,3 +105,16 @@ def test_our_update_rejected_by_others_votes_disturbs_the_round() -> None:
     assert MixSchedule(adaptive=True).disturbed([], rejected_us=1)
     assert not MixSchedule(adaptive=True).disturbed([], rejected_us=0)
     assert not MixSchedule(every=1).disturbed([], rejected_us=3)
+
+
+def test_a_restarted_server_says_at_once_that_earlier_payloads_are_gone() -> None:
+    """Payloads of rounds before ``serve_from`` are NOT_FOUND (receivers stop), later ones NOT_READY until revealed."""
+    server = PayloadServer("run")
+    assert server._answer(["payload", 3]) == (NOT_READY, None)  # a fresh server: any round may still come
+    server.serve_from(4)
+    assert server._answer(["payload", 3]) == (NOT_FOUND, None)
+    assert server._answer(["payload", 4]) == (NOT_READY, None)
+    server.reveal(4, b"abc")
+    status, body = server._answer(["payload", 4])
+    assert status == OK
+    assert body is not None
