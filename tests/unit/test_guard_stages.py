@@ -205,7 +205,7 @@ class TestGuardSpecs:
             ("no_such_module_x:Rule", {}, "cannot import module 'no_such_module_x'"),
             (f"{__name__}:Missing", {}, "has no class 'Missing'"),
             (f"{__name__}:_NoCall", {}, r"has no method __call__\(updates, ctx\) -> Tensor"),
-            (f"{__name__}:_Halve:scale=2", {}, "bad parameters"),
+            (f"{__name__}:_Halve:scale=2", {}, r"unknown parameter\(s\) scale; test_guard_stages:_Halve takes factor$"),
             ("a:b:c:d", {}, "too many ':'"),
         ],
     )
