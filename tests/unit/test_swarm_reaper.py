@@ -40,14 +40,20 @@ def test_the_sockets_of_a_hivemind_p2pd_command_line() -> None:
     assert daemon_sockets([]) == []
 
 
-def test_a_sweep_removes_the_sockets_of_a_killed_daemon_and_nothing_else(tmp_path: Path) -> None:
-    uid = "Tst_1"
-    daemon, client = tmp_path / f"hivemind-p2pd-{uid}.sock", tmp_path / f"hivemind-p2pclient-{uid}.sock"
+def _bound_sockets(folder: Path, uid: str) -> tuple[Path, Path, list[socket.socket]]:
+    """A p2pd's and its client's Unix sockets (as hivemind names them) in ``folder``, bound; close the list after."""
+    daemon, client = folder / f"hivemind-p2pd-{uid}.sock", folder / f"hivemind-p2pclient-{uid}.sock"
     listeners = []
     for path in (daemon, client):
         sock = socket.socket(socket.AF_UNIX)
         sock.bind(str(path))
         listeners.append(sock)
+    return daemon, client, listeners
+
+
+def test_a_sweep_removes_the_sockets_of_a_killed_daemon_and_nothing_else(tmp_path: Path) -> None:
+    uid = "Tst_1"
+    daemon, client, listeners = _bound_sockets(tmp_path, uid)
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"-listen=/unix{daemon}"])
     try:
         ps = psutil.Process(proc.pid)
@@ -68,12 +74,7 @@ def test_a_sweep_removes_the_sockets_of_a_killed_daemon_and_nothing_else(tmp_pat
 def test_a_sweep_removes_the_recorded_sockets_of_a_daemon_that_already_exited(tmp_path: Path) -> None:
     """A p2pd that exits with its parent leaves its client's socket: nothing to signal, the sockets still go."""
     uid = "Gone_2"
-    daemon, client = tmp_path / f"hivemind-p2pd-{uid}.sock", tmp_path / f"hivemind-p2pclient-{uid}.sock"
-    listeners = []
-    for path in (daemon, client):
-        sock = socket.socket(socket.AF_UNIX)
-        sock.bind(str(path))
-        listeners.append(sock)
+    daemon, client, listeners = _bound_sockets(tmp_path, uid)
     proc = subprocess.Popen([sys.executable, "-c", "pass", f"-listen=/unix{daemon}"])
     created = psutil.Process(proc.pid).create_time()
     proc.wait(timeout=30)
