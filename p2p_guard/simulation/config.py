@@ -74,7 +74,7 @@ class SimulationConfig:
         rounds: outer rounds every peer runs.
         seed: run seed (the same for every peer: they start from the same θ_0).
         guard: aggregation rule of every peer (``semantic``, ``mean``, ...).
-        inner_steps: H inner steps per round, 1 to ``swarm.config.MAX_INNER_STEPS`` (None: the task's default).
+        inner_steps: H inner steps per round, 1 to 10^6 (``swarm.config.MAX_INNER_STEPS``; None: the task's default).
         partition: ``iid`` or ``dirichlet:ALPHA``.
         run_id: run name shared by the peers (None: derived from the task spec and seed, so reruns are
             comparable: ``sim-digits-seed0``, or for a spec with options or a ``MODULE:CLASS`` its name and 8 hex
