@@ -13,13 +13,16 @@ A value is read as a bool (``true`` / ``false``, any case), an int, a float, or 
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import re
 import sys
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from types import ModuleType
+from typing import Any
 
-__all__ = ["ParamValue", "import_class", "import_user_module", "parse_spec", "parse_value", "split_params"]
+__all__ = ["ParamValue", "import_class", "import_user_module", "keyword_parameters", "parse_spec", "parse_value",
+           "split_params"]
 
 ParamValue = bool | int | float | str
 
@@ -101,6 +104,23 @@ def parse_value(text: str) -> ParamValue:
         return float(text)
     except ValueError:
         return text
+
+
+def keyword_parameters(cls: Callable[..., Any]) -> list[inspect.Parameter] | None:
+    """The parameters of ``cls``'s constructor that a ``key=value`` option can name, in order.
+
+    Returns:
+        Its positional-or-keyword and keyword-only parameters; None when it takes ``**kwargs`` or has no
+        signature to read (a C class): then only the constructor can judge the options.
+    """
+    try:
+        parameters = list(inspect.signature(cls).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p for p in parameters if p.kind in named]
 
 
 def import_user_module(module_name: str) -> ModuleType:

@@ -14,7 +14,6 @@ keyword-only constructor arguments; keyword arguments given to :func:`build_guar
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -33,7 +32,7 @@ from p2p_guard.guard.baselines import (
 from p2p_guard.guard.guard import Guard
 from p2p_guard.guard.semantic import SemanticGuard
 from p2p_guard.plugin_names import GUARD_NAMES, unknown_guard_error
-from p2p_guard.plugin_spec import import_class, parse_spec
+from p2p_guard.plugin_spec import import_class, keyword_parameters, parse_spec
 
 __all__ = ["DEFAULT_GUARD", "GUARD_NAMES", "build_guard", "check_guard_spec", "parse_guard_spec"]
 
@@ -111,10 +110,11 @@ def build_guard(spec: str = DEFAULT_GUARD, **params: Any) -> Guard:
         raise ValueError(f"guard spec {spec!r}: parameter(s) {both} given both in the spec and as arguments")
     rule = _rule_class(spec, name)
     merged = {**spec_params, **params}
-    unknown = _unknown_parameters(rule, merged)
-    if unknown:
+    named = keyword_parameters(rule)
+    unknown = [] if named is None else sorted(set(merged) - {p.name for p in named})
+    if named is not None and unknown:
         raise ValueError(f"guard {spec!r}: unknown parameter(s) {', '.join(unknown)}; {name} takes "
-                         f"{', '.join(_parameter_names(rule)) or 'none'}")
+                         f"{', '.join(p.name for p in named) or 'none'}")
     try:
         aggregator = rule(**merged)
     except TypeError as exc:
@@ -122,27 +122,6 @@ def build_guard(spec: str = DEFAULT_GUARD, **params: Any) -> Guard:
     except ValueError as exc:
         raise ValueError(f"guard {spec!r}: {exc}") from exc
     return Guard(name=spec, aggregator=aggregator)
-
-
-def _parameter_names(rule: Callable[..., Any]) -> list[str]:
-    """The keyword parameters of ``rule``'s constructor, in order (public ones: no leading underscore)."""
-    try:
-        signature = inspect.signature(rule)
-    except (TypeError, ValueError):
-        return []
-    kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return [p.name for p in signature.parameters.values() if p.kind in kinds and not p.name.startswith("_")]
-
-
-def _unknown_parameters(rule: Callable[..., Any], given: dict[str, Any]) -> list[str]:
-    """The keys of ``given`` that ``rule``'s constructor does not take (none when it takes ``**kwargs``)."""
-    try:
-        parameters = inspect.signature(rule).parameters.values()
-    except (TypeError, ValueError):
-        return []
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        return []
-    return sorted(set(given) - set(_parameter_names(rule)))
 
 
 def check_guard_spec(spec: str) -> None:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from p2p_guard.plugin_spec import ParamValue, import_user_module, parse_value, split_params
+from p2p_guard.plugin_spec import ParamValue, import_user_module, keyword_parameters, parse_value, split_params
 
 if TYPE_CHECKING:
     from p2p_guard.tasks.base import Task  # torch: for annotations only
@@ -306,14 +306,9 @@ def _check_options(spec: str, cls: type, values: dict[str, Any]) -> None:
     Raises:
         ValueError: on an unknown option (naming the allowed ones) or a required one missing.
     """
-    try:
-        parameters = list(inspect.signature(cls).parameters.values())
-    except (TypeError, ValueError):  # no signature to read (a C class): let the constructor judge
+    named = keyword_parameters(cls)
+    if named is None:  # **kwargs, or no signature to read (a C class): let the constructor judge
         return
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        return
-    named = [p for p in parameters if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                                   inspect.Parameter.KEYWORD_ONLY)]
     allowed = [p.name for p in named]
     unknown = [k for k in values if k not in allowed]
     if unknown:
