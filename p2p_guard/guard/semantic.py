@@ -18,7 +18,8 @@ a constructor flag so that its worth can be measured:
    or whose cosine with the centre is below cos_min; the receiver's own row is never rejected;
 3b. support check (:func:`~p2p_guard.guard.verdict.support_outliers`, on when ``ctx.own_reference`` is given):
    reject a *sparse* row (a decoded ``topk`` payload) whose cosine with the receiver's own dense update,
-   taken on the row's own support, is below cos_min. Dense rows never meet it. Why: on decoded topk rows with
+   taken on the row's own support, is below cos_min, or whose norm exceeds c_sparse = 1.3 × the median norm
+   (honest topk rows with error feedback come out nearly the same length). Dense rows never meet it. Why: on decoded topk rows with
    error feedback the two tests of stage 3 fail (:mod:`~p2p_guard.guard.verdict`); measured with ``p2p-guard
    bench wire`` (8 workers, 2 sending ``sign_flip:scale=10``), it rejects 235/240 flipped rows at density 1 %
    where stage 3 alone rejected 66/240, at a cost of 22/600 honest rows;
@@ -162,7 +163,7 @@ class SemanticGuard:
     U   = {i : i = o  or  no j ≠ i has ‖x_i − x_j‖₂ ≤ ρ · t}     t the typical distance (duplicate stage)
     c   = TM_f̂'(NNM_f̂'(x̃_i : i ∈ U)),  f̂' = min(f̂, ⌊(|U| − 1)/2⌋)
     A   = {i : i = o  or  (i ∈ U  and  ‖x_i‖₂ ≤ c_reject · m  and  cos(x_i, c) ≥ cos_min  and  s_i ≥ cos_min
-                            and  ℓ_i ≤ ℓ_0 + c_loss · g)}
+                            and  (x_i dense  or  ‖x_i‖₂ ≤ c_sparse · m)  and  ℓ_i ≤ ℓ_0 + c_loss · g)}
     w_i = clamp((cos(x_i, c) − cos_min) / (cos_full − cos_min), 0, 1),  w_o = 1,  W = Σ_{i∈A} w_i
     a   = (1/W) Σ_{i∈A} w_i x̃_i                                   if n − |A| ≥ f̂
     a   = c + (1/W) Σ_{i∈A} w_i (x̃_i − c) · min(1, τ / ‖x̃_i − c‖₂)  otherwise,
@@ -191,6 +192,12 @@ class SemanticGuard:
 
     Defaults:
         - ``c_reject = 3``: rejection for length for rows clearly off the honest scale (scaling, ×10 flips).
+        - ``c_sparse = 1.3``: the same for sparse rows, which honest senders' error feedback makes nearly equal
+          in length (:mod:`~p2p_guard.guard.verdict`, sparse rows: honest at most 1.22 × the median, ×10 flips
+          late in training 1.07-1.4 ×). ``p2p-guard bench wire`` (digits, 8 workers, 2 of them sending
+          ``sign_flip:scale=10`` or ``alie``, seed 0), guard worst case against fp32's at topk 1 / 2 / 5 %:
+          −3.89 / −2.13 / −0.88 points without it, −1.76 / −0.97 / −0.32 with it (seed 1: −3.10 / −0.69 /
+          −0.65; topk 1 % loses 1.67 points on that seed with no attacker at all).
         - ``cos_min = -0.3``: a row is rejected for its direction only when it points clearly against the
           centre. Near convergence honest pseudo-gradients are mostly noise and their cosines with the centre
           reach below 0 (down to −0.14 by round 11 in a live 12-peer digits run); with ``cos_min = 0`` 10-20 %
@@ -232,6 +239,8 @@ class SemanticGuard:
         anchoring: clip the aggregate around the own row (when ``ctx.own_index`` is set).
         c_clip: clipping multiple of the median norm, ``> 0``.
         c_reject: rejection multiple of the median norm, ``> 0``.
+        c_sparse: rejection multiple of the median norm for sparse rows (stage 3b), ``> 0``; needs
+            ``support_check`` and ``ctx.own_reference``, like the rest of stage 3b.
         cos_min: least cosine with the centre, in ``[-1, 1]``.
         c_loss: loss tolerance in units of our own gain, ``> 0``.
         c_mad: loss-outlier tolerance in robust standard deviations of the rows' losses, ``> 0``.
@@ -281,6 +290,7 @@ class SemanticGuard:
     anchoring: bool = True
     c_clip: float = 2.0
     c_reject: float = 3.0
+    c_sparse: float = 1.3
     cos_min: float = -0.3
     direction_weights: bool = True
     cos_full: float = 0.0
@@ -312,6 +322,7 @@ class SemanticGuard:
         check_real("duplicate_ratio", self.duplicate_ratio, minimum=0.0, inclusive=True)
         check_real("c_clip", self.c_clip, minimum=0.0)
         check_real("c_reject", self.c_reject, minimum=0.0)
+        check_real("c_sparse", self.c_sparse, minimum=0.0)
         if check_real("cos_min", self.cos_min, minimum=-1.0, inclusive=True) > 1.0:
             raise ValueError(f"cos_min must be in [-1, 1], got {self.cos_min!r}")
         if check_real("cos_full", self.cos_full, minimum=-1.0, inclusive=True) > 1.0:
@@ -390,7 +401,8 @@ class SemanticGuard:
                     rejected.setdefault(i, (OUTLIER, detail))
             if self.support_check and ctx.own_reference is not None:
                 sparse, _ = support_outliers(
-                    updates, ctx.own_reference, cos_min=self.cos_min, sparse_max=self.sparse_max
+                    updates, ctx.own_reference, cos_min=self.cos_min, sparse_max=self.sparse_max,
+                    max_norm=self.c_sparse * median_norm,
                 )
                 for i, detail in sparse.items():
                     if i == own or (i in rejected and rejected[i][0] != OUTLIER):

@@ -106,6 +106,24 @@ class TestSupportOutliers:
         assert list(support_outliers(rows, ref, cos_min=-1.0)[0]) == []  # cos = −1, not below −1
         assert list(support_outliers(rows, ref, cos_min=-0.99)[0]) == [0]
 
+    def test_length_bound_on_sparse_rows_only(self) -> None:
+        rows = torch.zeros(3, 8)
+        rows[0, 0] = 1.0  # sparse, norm 1
+        rows[1, 1] = 2.0  # sparse, norm 2
+        rows[2] = 3.0  # dense, far longer: never tested here
+        ref = torch.ones(8)
+        rejected, _ = support_outliers(rows, ref, cos_min=-0.3, sparse_max=0.25, max_norm=1.5)
+        assert list(rejected) == [1]
+        assert rejected[1] == "norm 2 > 1.5 (sparse row, 1 of 8 non-zero)"
+        assert list(support_outliers(rows, ref, cos_min=-0.3, sparse_max=0.25, max_norm=2.0)[0]) == []  # strict
+        assert list(support_outliers(rows, ref, cos_min=-0.3, sparse_max=0.25)[0]) == []  # default: no bound
+
+    def test_length_and_direction_are_named_together(self) -> None:
+        rows = torch.zeros(1, 8)
+        rows[0, 0] = -2.0
+        rejected, _ = support_outliers(rows, torch.ones(8), cos_min=-0.3, max_norm=1.0)
+        assert rejected[0] == "norm 2 > 1; cosine to own update on its support -1.000 < -0.3 (sparse row, 1 of 8 non-zero)"
+
     def test_reference_of_the_wrong_length(self) -> None:
         with pytest.raises(ValueError, match=r"reference must be \(4,\)"):
             support_outliers(torch.zeros(2, 4), torch.zeros(5), cos_min=-0.2)
@@ -152,6 +170,18 @@ class TestSemanticGuardOnTopk:
         result = SemanticGuard().judge(rows, make_ctx(8, own_index=0, own_reference=own))
         assert accepted(result) == "........"
 
+    def test_a_long_sparse_row_pointing_our_way_is_rejected_for_its_length(self) -> None:
+        rows, own = decoded_rows("topk:density=0.02", 16, honest=8, byzantine=0, seed=3)
+        median = float(rows.norm(dim=1).median())
+        rows[5] = rows[5] * (1.4 * median / float(rows[5].norm()))  # same direction, 1.4 × the median norm
+        result = SemanticGuard().judge(rows, make_ctx(8, own_index=0, own_reference=own))
+        assert accepted(result) == ".....x.."
+        assert result.verdicts[5].reason == OUTLIER and result.verdicts[5].detail.startswith("norm ")
+        assert accepted(SemanticGuard(c_sparse=1.5).judge(rows, make_ctx(8, own_index=0, own_reference=own))) == (
+            "........"
+        )
+        assert float(rows[:5].norm(dim=1).max()) <= 1.3 * median  # the honest rows' spread (within 1.3 ×)
+
     def test_the_own_row_is_never_rejected(self) -> None:
         rows, own = decoded_rows("topk:density=0.01", 4)
         result = SemanticGuard().judge(rows, make_ctx(8, own_index=7, own_reference=own))  # own: a flip row
@@ -194,6 +224,8 @@ class TestParameters:
 
     def test_defaults(self) -> None:
         guard = SemanticGuard()
-        assert guard.support_check is True and guard.sparse_max == SPARSE_MAX == 0.25
+        assert guard.support_check is True and guard.sparse_max == SPARSE_MAX == 0.25 and guard.c_sparse == 1.3
+        with pytest.raises(ValueError, match="c_sparse"):
+            SemanticGuard(c_sparse=0.0)
         with pytest.raises(ValueError, match="support_check must be a bool"):
             SemanticGuard(support_check=1)  # type: ignore[arg-type]
