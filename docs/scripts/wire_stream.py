@@ -2,6 +2,8 @@
 
     python docs/scripts/wire_stream.py                          # d = 100,000,000 in int8 and fp16
     python docs/scripts/wire_stream.py --params 25000000 --codecs fp32 int8 int4 topk --whole
+    python docs/scripts/wire_stream.py --params 25338880 --max-upload-mbit 20 --codecs fp32 fp16 int8 int4 \
+        topk:density=0.01 topk:density=0.02 topk:density=0.05      # the 25M char-GPT's payload at a home uplink
 
 Two hivemind p2pd daemons on 127.0.0.1 in this process: an honest ``PayloadServer`` reveals a payload of the
 codec's exact size for d parameters (random bytes: the transport never looks inside; ``payload_cap_bytes`` says
@@ -11,6 +13,8 @@ size, the seconds of the fetch, its rate, and the peak extra memory of the fetch
 (tracemalloc, started after the server holds the payload) and the process RSS sampled every 20 ms (peak minus
 the value before the fetch; the two p2pd daemons are other processes and not counted). ``--whole`` also reads the
 same bytes with the whole-answer ``transport.fetch`` (served as a state), the version 2 way, for comparison.
+``--max-upload-mbit`` caps the server's upload (``PayloadServer(max_upload_bytes_per_s=...)``, the peer's
+``--max-upload-mbit``), to time one payload at a home uplink on loopback.
 """
 
 from __future__ import annotations
@@ -62,12 +66,13 @@ async def measured(fetching: asyncio.Future[FetchResult] | object) -> tuple[Fetc
     return result, took, peak, peak_rss - start_rss
 
 
-async def main(params: int, codecs: list[str], whole: bool) -> None:
+async def main(params: int, codecs: list[str], whole: bool, max_upload_mbit: float | None) -> None:
     server = await P2P.create(host_maddrs=LOOPBACK, nat_port_map=False)
     client = await P2P.create(initial_peers=[str(m) for m in await server.get_visible_maddrs()],
                               host_maddrs=LOOPBACK, nat_port_map=False)
     try:
-        served = PayloadServer(RUN)
+        cap = None if max_upload_mbit is None else max_upload_mbit * 1e6 / 8
+        served = PayloadServer(RUN, max_upload_bytes_per_s=cap)
         await served.attach(server)
         print(f"| codec | payload (bytes) | cap at 2^28 params | fetch (s) | MiB/s | peak extra Python | "
               f"peak extra RSS |{' whole read: Python / RSS |' if whole else ''}")
@@ -104,5 +109,7 @@ if __name__ == "__main__":
     parser.add_argument("--params", type=int, default=100_000_000, help="d, parameters (default: 100,000,000)")
     parser.add_argument("--codecs", nargs="+", default=["int8", "fp16"], help="codec strings (default: int8 fp16)")
     parser.add_argument("--whole", action="store_true", help="also time the whole-answer read (version 2)")
+    parser.add_argument("--max-upload-mbit", type=float, default=None,
+                        help="cap the server's upload at this many Mbit/s (default: no cap)")
     args = parser.parse_args()
-    asyncio.run(main(args.params, args.codecs, args.whole))
+    asyncio.run(main(args.params, args.codecs, args.whole, args.max_upload_mbit))
