@@ -1,15 +1,18 @@
 """One format for every command's errors and warnings: ``p2p-guard CMD: error: MESSAGE`` on stderr.
 
 It is argparse's own format (``parser.error``), so a usage error found by argparse and one found by our
-checks read the same. Exit code 2 is a usage error (bad flag, file, setting, name); 1 a failure at run time.
+checks read the same; ``CliParser`` drops the usage text argparse prints before it (a command's usage runs to
+thirty lines, so the error scrolled out of sight). Exit code 2 is a usage error (bad flag, file, setting, name);
+1 a failure at run time.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import NoReturn
 
-__all__ = ["EXIT_FAILED", "EXIT_USAGE", "print_error", "print_warning"]
+__all__ = ["EXIT_FAILED", "EXIT_USAGE", "CliParser", "print_error", "print_warning"]
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -17,16 +20,30 @@ EXIT_USAGE = 2
 
 def print_error(command: str, message: str) -> None:
     """Write ``p2p-guard COMMAND: error: MESSAGE`` (one line) to stderr."""
-    print(f"p2p-guard {command}: error: {_one_line(message)}", file=sys.stderr, flush=True)  # noqa: T201
+    _print_line(f"p2p-guard {command}", "error", message)
 
 
 def print_warning(command: str, message: str) -> None:
     """Write ``p2p-guard COMMAND: warning: MESSAGE`` (one line) to stderr."""
-    print(f"p2p-guard {command}: warning: {_one_line(message)}", file=sys.stderr, flush=True)  # noqa: T201
+    _print_line(f"p2p-guard {command}", "warning", message)
 
 
-def _one_line(message: str) -> str:
-    return " ".join(message.split())
+def _print_line(prog: str, kind: str, message: str) -> None:
+    """Write ``PROG: KIND: MESSAGE`` to stderr, the message's whitespace and line breaks folded to single spaces."""
+    print(f"{prog}: {kind}: {' '.join(message.split())}", file=sys.stderr, flush=True)  # noqa: T201
+
+
+class CliParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line: ``PROG: error: MESSAGE (see --help)``, exit code 2.
+
+    argparse's own ``error`` prints the whole usage text first. Sub-parsers made by ``add_subparsers`` are of
+    the parent's class, so setting it on the top parser covers every command.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``message`` on one line with a pointer to ``--help``, then exit with ``EXIT_USAGE``."""
+        _print_line(self.prog, "error", f"{message} (see --help)")
+        sys.exit(EXIT_USAGE)
 
 
 class DefaultsOnceFormatter(argparse.ArgumentDefaultsHelpFormatter):

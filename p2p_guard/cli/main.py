@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from p2p_guard.cli import bench_cmd, bootstrap_cmd, peer_cmd, simulate_cmd, status_cmd, verify_proof_cmd
-from p2p_guard.cli.errors import EXIT_USAGE, print_error
+from p2p_guard.cli.errors import EXIT_USAGE, CliParser, print_error
 from p2p_guard.cli.lean_imports import defer_scipy_optimize
 from p2p_guard.cli.logging_setup import setup_logging
 
@@ -20,7 +20,7 @@ __all__ = ["build_parser", "main"]
 
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (one subcommand per module in ``p2p_guard.cli``)."""
-    parser = argparse.ArgumentParser(prog="p2p-guard", description="Byzantine-robust peer-to-peer training.")
+    parser = CliParser(prog="p2p-guard", description="Byzantine-robust peer-to-peer training.")
     parser.add_argument("--log-level", default="INFO", type=str.upper,
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log verbosity (default INFO)")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -45,6 +45,7 @@ from p2p_guard.simulation.processes import (
     RUN_DIR_ENV,
     ManagedProcess,
     find_marked_processes,
+    kill_group,
     kill_processes,
     launch,
     stop_processes,
@@ -390,8 +391,8 @@ class LocalSwarm:
 
     # -- starting ---------------------------------------------------------------------------------------
     def __enter__(self) -> LocalSwarm:
-        """Arm the reaper watchdog (it kills our processes if this one dies)."""
-        self._reaper = start_reaper()
+        """Arm the reaper watchdog (it kills our processes if this one dies, also with its whole group)."""
+        self._reaper = start_reaper(own_session=True)
         return self
 
     def __exit__(
@@ -602,8 +603,7 @@ class LocalSwarm:
             SimulationError: if the peer is not running.
         """
         proc = self._running(peer)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        kill_group(proc)
         proc.popen.wait(timeout=self.config.stop_grace_s)
         self.start_peer(peer)
 
@@ -627,8 +627,7 @@ class LocalSwarm:
         proc = self.bootstrap
         if proc is None or proc.returncode() is not None:
             raise SimulationError("the bootstrap node is not running")
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        kill_group(proc)
         proc.popen.wait(timeout=self.config.stop_grace_s)
 
     def _terminate_wrapped(self, procs: Iterable[ManagedProcess]) -> None:

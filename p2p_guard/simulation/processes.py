@@ -20,10 +20,13 @@ from pathlib import Path
 
 import psutil
 
+from p2p_guard.swarm.reaper import remove_daemon_sockets
+
 __all__ = [
     "RUN_DIR_ENV",
     "ManagedProcess",
     "find_marked_processes",
+    "kill_group",
     "kill_processes",
     "launch",
     "stop_processes",
@@ -113,12 +116,20 @@ def _members(procs: Sequence[ManagedProcess]) -> dict[int, list[psutil.Process]]
     return found
 
 
+def kill_group(proc: ManagedProcess) -> None:
+    """SIGKILL the process group of ``proc`` at once (a fault, no grace); see :func:`_kill_group`."""
+    _kill_group(proc, _members([proc])[proc.pid])
+
+
 def _kill_group(proc: ManagedProcess, members: Sequence[psutil.Process]) -> None:
     """SIGKILL the group of ``proc``: with ``killpg`` while its leader is unreaped, else member by member.
 
     While the leader has not been waited for, its pid, and so the group id, cannot be reused; after that,
-    only the members we identified (psutil checks their create time) are signalled.
+    only the members we identified (psutil checks their create time) are signalled. Then the Unix sockets that
+    the group's ``p2pd`` leaves in ``/tmp`` are removed: the peer's watchdog (``swarm.reaper``), which removes
+    them when a peer alone is killed, dies in the same group.
     """
+    cmdlines = [_cmdline(member) for member in members]
     if proc.popen.returncode is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -127,6 +138,15 @@ def _kill_group(proc: ManagedProcess, members: Sequence[psutil.Process]) -> None
             member.kill()
         except _GONE:
             continue
+    remove_daemon_sockets(cmdlines)
+
+
+def _cmdline(proc: psutil.Process) -> list[str]:
+    """The command line of ``proc``; empty when it cannot be read (gone, or not ours)."""
+    try:
+        return proc.cmdline()
+    except _UNREADABLE:
+        return []
 
 
 def _reap(procs: Iterable[ManagedProcess]) -> None:

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -329,6 +329,64 @@ async def _correct_clock(p2p: P2P, initial_peers: Sequence[str]) -> Callable[[],
     return install_offset(offset)
 
 
+async def _unless_p2pd_gone(stopping: Awaitable[None], p2p: P2P) -> None:
+    """Await ``stopping`` (bounded by ``SHUTDOWN_TIMEOUT_S``) unless ``p2pd`` goes first; then cancel it.
+
+    Raises:
+        whatever ``stopping`` raised, if it ended first.
+    """
+    stop = asyncio.ensure_future(stopping)
+    gone = asyncio.ensure_future(_until_p2pd_gone(p2p))
+    try:
+        await asyncio.wait({stop, gone}, timeout=SHUTDOWN_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (stop, gone):
+            task.cancel()
+    if stop.done() and not stop.cancelled():
+        stop.result()
+
+
+async def _until_p2pd_gone(p2p: P2P) -> None:
+    """Return once ``p2pd`` has exited or our persistent control connection to it has ended.
+
+    Either way no reply comes from it any more. Both are hivemind internals (``P2P._child``, the control client's
+    reader task); where one is missing it is not waited for, and with neither this never returns.
+    """
+    child = getattr(p2p, "_child", None)
+    exited = asyncio.ensure_future(child.wait()) if child is not None else None
+    reader = getattr(_control_client(p2p), "_read_task", None)
+    waits = [w for w in (exited, reader) if isinstance(w, asyncio.Future)]
+    try:
+        if waits:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        else:
+            await asyncio.Event().wait()
+    finally:
+        if exited is not None:
+            exited.cancel()
+
+
+def _control_client(p2p: P2P) -> Any:
+    """The control client of ``p2p`` (hivemind's ``P2P._client.control``); None before start or in another version."""
+    return getattr(getattr(p2p, "_client", None), "control", None)
+
+
+def _collect_control_errors(p2p: P2P) -> None:
+    """Retrieve the errors that ended the control connection's reader and writer tasks (logged at debug).
+
+    When ``p2pd`` died first (Ctrl+C in a terminal), both end with ``BrokenPipeError`` or
+    ``ConnectionResetError`` that nobody awaits, and asyncio printed each as a "Task exception was never
+    retrieved" traceback when the task was garbage-collected.
+    """
+    control = _control_client(p2p)
+    for name in ("_read_task", "_write_task"):
+        task = getattr(control, name, None)
+        if isinstance(task, asyncio.Future) and task.done() and not task.cancelled():
+            error = task.exception()
+            if error is not None:
+                logger.debug("p2pd control connection ended: %r", error)
+
+
 class SwarmDHT:
     """Our DHT node and its P2P, in the caller's event loop: async store/read of our records, and shutdown."""
 
@@ -425,11 +483,18 @@ class SwarmDHT:
         return out
 
     async def shutdown(self) -> None:
-        """Stop the DHT node, then ``p2pd`` (bounded waits); restore DHT time. Safe to call twice."""
+        """Stop the DHT node, then ``p2pd`` (bounded waits); restore DHT time. Safe to call twice.
+
+        The node's shutdown removes its handlers from ``p2pd`` and waits for the daemon's replies; it is given up
+        as soon as ``p2pd`` is gone (see :func:`_until_p2pd_gone`), which a Ctrl+C in a terminal causes: the
+        signal reaches the whole process group, ``p2pd`` included, and the replies never come (the wait took
+        ``SHUTDOWN_TIMEOUT_S``).
+        """
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.node.shutdown(), SHUTDOWN_TIMEOUT_S)
+            await _unless_p2pd_gone(self.node.shutdown(), self.p2p)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.p2p.shutdown(), SHUTDOWN_TIMEOUT_S)
+        _collect_control_errors(self.p2p)
         if self._undo_clock is not None:
             self._undo_clock()
             self._undo_clock = None

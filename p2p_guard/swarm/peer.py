@@ -1460,7 +1460,7 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
                 sealed, serve, sent = await peer.commit(round_, inner)
             mix = peer.mix_schedule.due(round_, behind=target > inner.base_round + 1)
             skipped = inner.base_round if target == inner.base_round + 1 else None
-            pending = asyncio.create_task(clock.time_communication(
+            pending = clock.time_communication(asyncio.create_task(
                 _communication(peer, round_, sent, sealed, serve, stop, mix=mix, own_reference=inner.delta,
                                skipped=skipped)))
             pending_inner = inner
@@ -1615,13 +1615,22 @@ class _RoundClock:
         self.comm_s: float | None = None  # how long the last round's communication took, seconds (None: none yet)
         self.step_s = 0.0  # wall time of one inner step in the last inner phase, seconds
 
-    async def time_communication(self, communication: Awaitable[RoundOutcome]) -> RoundOutcome:
-        """Await a round's communication and keep its duration in ``comm_s`` (it sizes the overlap's head)."""
+    def time_communication(self, communication: asyncio.Task[RoundOutcome]) -> asyncio.Task[RoundOutcome]:
+        """Keep the duration of a round's communication task in ``comm_s`` once it ends (it sizes the overlap's head).
+
+        A done callback, not a coroutine around the task's: a stop request cancels the task, sometimes before it
+        ever ran, and a wrapped coroutine then was never awaited (a ``RuntimeWarning`` on a peer's Ctrl+C).
+
+        Returns:
+            ``communication``.
+        """
         started = time.monotonic()
-        try:
-            return await communication
-        finally:
+
+        def done(_task: asyncio.Task[RoundOutcome]) -> None:
             self.comm_s = time.monotonic() - started
+
+        communication.add_done_callback(done)
+        return communication
 
     @contextlib.contextmanager
     def timed(self, phase: str) -> Iterator[None]:

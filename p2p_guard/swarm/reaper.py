@@ -35,7 +35,15 @@ from dataclasses import dataclass, field
 
 import psutil
 
-__all__ = ["daemon_sockets", "start_reaper", "stop_reaper", "stop_reaper_if_clean", "sweep", "watch"]
+__all__ = [
+    "daemon_sockets",
+    "remove_daemon_sockets",
+    "start_reaper",
+    "stop_reaper",
+    "stop_reaper_if_clean",
+    "sweep",
+    "watch",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -47,17 +55,23 @@ _IGNORED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def start_reaper(
-    *, poll_interval_s: float = POLL_INTERVAL_S, grace_s: float = GRACE_S, log_level: int | None = None
+    *, poll_interval_s: float = POLL_INTERVAL_S, grace_s: float = GRACE_S, log_level: int | None = None,
+    own_session: bool = False,
 ) -> subprocess.Popen[bytes] | None:
     """Launch the watchdog for the current process; call it before starting ``p2pd`` (``swarm.dht.start_dht``).
 
-    The watchdog stays in our process group and shares our stderr (its few log lines land in our log).
+    The watchdog shares our stderr (its few log lines land in our log) and, unless ``own_session``, our
+    process group.
 
     Args:
         poll_interval_s: how often the watchdog looks at our descendants, in seconds.
         grace_s: time between SIGTERM and SIGKILL of leftovers, in seconds.
         log_level: the watchdog's log level (None: this module logger's effective level). At DEBUG it logs
             each descendant it starts watching; at INFO and above, only what it kills.
+        own_session: start it in a session of its own, so that a SIGKILL to our whole process group spares
+            it. For the simulator, whose peers lead sessions of their own: killed with its group, it left them
+            running (and, once they were killed too, their ``p2pd`` sockets in ``/tmp``). A peer's watchdog
+            stays in the peer's group, which the simulator stops as a whole.
 
     Returns:
         The watchdog process (pass it to :func:`stop_reaper` at clean shutdown), or None if it could not be
@@ -78,7 +92,8 @@ def start_reaper(
     ]
     try:
         # our own interpreter running this file, arguments as a list, no shell
-        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, close_fds=True)  # noqa: S603
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, close_fds=True,  # noqa: S603
+                                start_new_session=own_session)
     except OSError as e:
         logger.warning("could not start the process reaper: %s", e)
         return None
@@ -256,6 +271,15 @@ def daemon_sockets(cmdline: Sequence[str]) -> list[str]:
             folder, uid = m.groups()
             return [f"{folder}hivemind-p2pd-{uid}.sock", f"{folder}hivemind-p2pclient-{uid}.sock"]
     return []
+
+
+def remove_daemon_sockets(cmdlines: Iterable[Sequence[str]]) -> None:
+    """Remove the Unix sockets of the ``p2pd`` processes with these command lines (killed: see :func:`daemon_sockets`).
+
+    For a caller that SIGKILLs a whole process group, this watchdog included (the simulator's ``kill_restart``
+    fault); read the command lines before the kill, a dead process has none.
+    """
+    _remove_sockets(path for cmdline in cmdlines for path in daemon_sockets(cmdline))
 
 
 def _cmdline(proc: psutil.Process) -> list[str]:

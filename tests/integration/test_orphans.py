@@ -265,6 +265,34 @@ def test_simulate_interrupted_leaves_nothing(tmp_path: Path, sig: signal.Signals
     _assert_nothing_left(workdir)
 
 
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.live
+@pytest.mark.timeout(420)
+def test_simulate_killed_with_its_whole_group_leaves_nothing(tmp_path: Path) -> None:
+    """SIGKILL to simulate's process group: its reaper (a session of its own) stops the peers, removes their sockets.
+
+    In simulate's group, the reaper died with it: the peers (each in its own session) ran on, and their ``p2pd``
+    sockets stayed in ``/tmp`` once they were killed.
+    """
+    from p2p_guard.swarm.reaper import daemon_sockets
+
+    workdir = tmp_path / "run"
+    proc = _simulate(workdir, *SMALL_RUN, "--rounds", "200")
+    try:
+        assert _wait_for(lambda: _all_ready(workdir, 3) or proc.poll() is not None, timeout_s=240)
+        assert proc.poll() is None, _simulate_output(workdir)
+        sockets = [path for p in find_marked_processes(str(workdir.resolve())) for path in daemon_sockets(p.cmdline())]
+        assert sockets
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert _wait_for(lambda: not find_marked_processes(str(workdir.resolve())), timeout_s=30)
+    finally:
+        _stop(proc)
+    _assert_nothing_left(workdir)
+    assert _wait_for(lambda: not [path for path in sockets if os.path.exists(path)], timeout_s=10), sockets
+
+
 def _rounds_done(workdir: Path, index: int) -> int:
     path = workdir / f"peer{index}.events.jsonl"
     return path.read_text().count('"event": "round"') if path.exists() else 0

@@ -7,8 +7,11 @@ simulation's thread share.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import logging
 import threading
+import warnings
 from dataclasses import dataclass
 
 import pytest
@@ -240,3 +243,31 @@ def test_the_round_event_and_log_line_say_whether_the_round_was_overlapped(
     assert [r["overlapped"] for r in rounds] == [False, True]
     lines = [r.getMessage() for r in caplog.records]
     assert [line.endswith("| overlapped") for line in lines] == [False, True]
+
+
+def test_a_communication_cancelled_before_it_ran_is_timed_and_never_unawaited() -> None:
+    """A stop request can cancel the round's communication task before it ran: no "never awaited" warning."""
+    from types import SimpleNamespace
+
+    from p2p_guard.swarm.peer import _RoundClock
+
+    async def communication() -> RoundOutcome:
+        return RoundOutcome(round=0)
+
+    async def run() -> float | None:
+        server = SimpleNamespace(bytes_sent=0, stats=SimpleNamespace(payloads_served=0))
+        clock = _RoundClock(SimpleNamespace(server=server))  # type: ignore[arg-type]
+        task = clock.time_communication(asyncio.create_task(communication()))
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0)  # done callbacks run at the loop's next turn
+        return clock.comm_s
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        comm_s = asyncio.run(run())
+        gc.collect()
+    assert comm_s is not None
+    assert comm_s >= 0.0
+    assert not [w for w in caught if "never awaited" in str(w.message)], [str(w.message) for w in caught]

@@ -108,3 +108,29 @@ def _wait_for_cmdline(pid: int, arg: str) -> None:
     while arg not in psutil.Process(pid).cmdline():
         assert time.monotonic() < deadline
         time.sleep(0.01)
+
+
+def test_killing_a_peers_group_removes_its_p2pds_sockets(tmp_path: Path) -> None:
+    """The simulator's ``kill_restart`` SIGKILLs a peer's whole group, its watchdog too: the sockets go all the same."""
+    from p2p_guard.simulation.processes import RUN_DIR_ENV, kill_group, launch
+
+    daemon, client, listeners = _bound_sockets(tmp_path, "Grp_4")
+    fake_p2pd = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', " \
+                f"'-listen=/unix{daemon}']); time.sleep(60)"
+    proc = launch("peer0", [sys.executable, "-c", fake_p2pd], log_path=tmp_path / "peer0.log",
+                  env={**os.environ, RUN_DIR_ENV: str(tmp_path)})
+    try:
+        deadline = time.monotonic() + 10
+        while not psutil.Process(proc.pid).children():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        child = psutil.Process(proc.pid).children()[0]
+        _wait_for_cmdline(child.pid, f"-listen=/unix{daemon}")
+        kill_group(proc)
+        assert proc.popen.wait(timeout=5) == -9
+        assert not daemon.exists()
+        assert not client.exists()
+    finally:
+        proc.popen.kill()
+        for sock in listeners:
+            sock.close()
