@@ -165,7 +165,7 @@ class MixCorrection:
         distance: the first step's largest ‖θ_j − θ_i‖ / ‖θ_i‖ before mixing (None: no state arrived).
         median_distance: the first step's median of the same (None: no state arrived); drives the adaptive
             schedule (``swarm.mix_schedule``).
-        bytes_received: bytes of the θ and b vectors fetched.
+        bytes_received: bytes of the θ and b vectors fetched, as they came (2·d each in float16, 4·d in float32).
     """
 
     round: int
@@ -175,6 +175,10 @@ class MixCorrection:
     distance: float | None = None
     median_distance: float | None = None
     bytes_received: int = 0
+
+    def count_received(self, size: int) -> None:
+        """Add one fetched state's ``size`` (bytes) to :attr:`bytes_received`."""
+        self.bytes_received += size
 
 
 @dataclass
@@ -527,7 +531,6 @@ class Peer:
         start = own = self.local.theta  # θ is replaced, never modified in place: no copy needed
         result = MixCorrection(round=round_, theta=torch.zeros_like(start))
         half = self._mix_in_half()
-        state_bytes = (2 if half else 4) * self.local.numel
         missed: set[str] = set()
         for step in range(steps):
             if step > 0:
@@ -538,7 +541,8 @@ class Peer:
                 others = {p: r for p, r in self._mixable(others).items() if p not in missed}
             chosen = sample_senders(others, self.config.mix_peers, self.rng) if others else []
             states = await self.fetch_thetas(chosen, stop, round_=round_ + 1, wait_s=self.config.grace_s * 2,
-                                             kind="theta" if step == 0 else "mixed", step=step, half=half)
+                                             kind="theta" if step == 0 else "mixed", step=step, half=half,
+                                             received=result.count_received)
             if stop.is_set():
                 return None
             missed.update(p for p in chosen if p not in states)
@@ -551,7 +555,6 @@ class Peer:
             distance = max(gossip.distances, default=0.0) / norm
             own = own + gossip.correction
             result.mixed_from = max(result.mixed_from, len(states))
-            result.bytes_received += state_bytes * len(states)
             if step == 0:
                 result.distance = distance
                 result.median_distance = statistics.median(gossip.distances) / norm
@@ -594,8 +597,8 @@ class Peer:
         momentum = self.local.momentum
         if not bool(momentum.any()):
             return None
-        momenta = await self.fetch_thetas(sources, stop, round_=round_ + 1, kind="momentum", half=half)
-        result.bytes_received += (2 if half else 4) * self.local.numel * len(momenta)
+        momenta = await self.fetch_thetas(sources, stop, round_=round_ + 1, kind="momentum", half=half,
+                                          received=result.count_received)
         if not momenta:
             return None
         return clipped_gossip(momentum, list(momenta.values()), max_radius=MOMENTUM_MIX_RADIUS).correction
@@ -842,14 +845,16 @@ class Peer:
         outcome.aggregate = result.aggregate
 
     async def fetch_thetas(self, peers: list[str], stop: asyncio.Event, *, round_: int = -1, wait_s: float = 0.0,
-                           kind: str = "theta", step: int = 0, half: bool = False) -> dict[str, torch.Tensor]:
+                           kind: str = "theta", step: int = 0, half: bool = False,
+                           received: Callable[[int], None] | None = None) -> dict[str, torch.Tensor]:
         """Fetch each of ``peers``' θ (``kind="momentum"``: outer momentum) at the start of ``round_``, bounded reads.
 
         ``kind="mixed"``: their θ after ``step`` gossip steps of the mixing that ends at the start of ``round_``.
         ``round_`` -1 asks for their latest. A peer not at ``round_`` yet (``NOT_FOUND``) is asked again every
         0.5 s for up to ``wait_s`` seconds. Only finite states of exactly 4·d bytes (``half``: 2·d bytes of
         float16, asked as ``[kind, key, "fp16"]``, returned as float32; or 4·d from a peer of an earlier release,
-        which refuses that request and is asked again in float32) are returned.
+        which refuses that request and is asked again in float32) are returned. ``received`` is called with the
+        size in bytes of each state returned (2·d or 4·d, as it came).
         """
         sizes = {4 * self.local.numel: torch.float32}
         if half:
@@ -867,6 +872,8 @@ class Peer:
             theta = torch.frombuffer(bytearray(data), dtype=sizes[len(data)]).float()
             if bool(torch.isfinite(theta).all()):
                 states[p] = theta
+                if received is not None:
+                    received(len(data))
             else:
                 self.log.warning("state of %s has non-finite values: ignored", p[-8:])
         return states

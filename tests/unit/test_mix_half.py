@@ -116,6 +116,10 @@ def test_a_peer_that_refuses_the_float16_request_is_asked_again_in_float32(monke
     assert {name: state.tolist() for name, state in states.items()} == {SLOW: [1.0009765625] * 4,
                                                                         FAST[0]: [1.0009765625] * 4}
     assert all(state.dtype == torch.float32 for state in states.values())
+    sizes: list[int] = []
+    asyncio.run(Peer.fetch_thetas(peer, [SLOW, FAST[0]], asyncio.Event(), round_=1, half=True,  # type: ignore[arg-type]
+                                  received=sizes.append))
+    assert sorted(sizes) == [2 * 4, 4 * 4]  # counted as they came: the refusing peer's state in float32
 
 
 def test_a_state_of_neither_size_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
