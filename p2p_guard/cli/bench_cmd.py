@@ -19,7 +19,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from p2p_guard.cli.errors import DefaultsOnceFormatter, print_error
+from p2p_guard.cli.errors import DefaultsOnceFormatter, name_subcommands, print_error
 
 __all__ = ["add_parser", "run_robustness"]
 
@@ -108,6 +108,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
     bench_wire_cmd.add_parser(sub)
     bench_guard_cmd.add_parser(sub)
+    name_subcommands(sub, "BENCHMARK")
     return bench
 
 

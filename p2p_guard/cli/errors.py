@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import NoReturn
 
-__all__ = ["EXIT_FAILED", "EXIT_USAGE", "CliParser", "print_error", "print_warning"]
+__all__ = ["EXIT_FAILED", "EXIT_USAGE", "CliParser", "name_subcommands", "print_error", "print_warning"]
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -44,6 +44,15 @@ class CliParser(argparse.ArgumentParser):
         """Print ``message`` on one line with a pointer to ``--help``, then exit with ``EXIT_USAGE``."""
         _print_line(self.prog, "error", f"{message} (see --help)")
         sys.exit(EXIT_USAGE)
+
+
+def name_subcommands(subparsers: argparse._SubParsersAction, name: str) -> None:  # type: ignore[type-arg]
+    """Give a sub-command group the ``name`` its errors and usage line use (e.g. ``COMMAND``).
+
+    Without it a missing sub-command is reported by the group's internal ``dest`` ("the following arguments are
+    required: bench_command"); the sub-commands stay listed, one per line, in ``--help``.
+    """
+    subparsers.metavar = name
 
 
 class DefaultsOnceFormatter(argparse.ArgumentDefaultsHelpFormatter):

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from p2p_guard.cli import bench_cmd, bootstrap_cmd, peer_cmd, simulate_cmd, status_cmd, verify_proof_cmd
-from p2p_guard.cli.errors import EXIT_USAGE, CliParser, print_error
+from p2p_guard.cli.errors import EXIT_USAGE, CliParser, name_subcommands, print_error
 from p2p_guard.cli.lean_imports import defer_scipy_optimize
 from p2p_guard.cli.logging_setup import setup_logging
 
@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for module in (bootstrap_cmd, peer_cmd, simulate_cmd, status_cmd, verify_proof_cmd, bench_cmd):
         module.add_parser(sub)
+    name_subcommands(sub, "COMMAND")
     return parser
 
 

@@ -586,8 +586,10 @@ def _cli(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
      "p2p-guard bench robustness: error: argument --acceptance: invalid choice: 'x' (choose from 'digits', "
      "'fashion-mnist') (see --help)"),
     (["simulat"], None,
-     "p2p-guard: error: argument command: invalid choice: 'simulat' (choose from 'bootstrap', 'peer', 'simulate', "
+     "p2p-guard: error: argument COMMAND: invalid choice: 'simulat' (choose from 'bootstrap', 'peer', 'simulate', "
      "'status', 'verify-proof', 'bench') (see --help)"),
+    ([], None, "p2p-guard: error: the following arguments are required: COMMAND (see --help)"),
+    (["bench"], None, "p2p-guard bench: error: the following arguments are required: BENCHMARK (see --help)"),
     (["peer", "--initial-peers", MADDR, "--identity", "."], None,
      "p2p-guard peer: error: --identity .: not a regular file"),
     (["peer", "--initial-peers", MADDR, "--identity", "c.toml"], "not a key",
