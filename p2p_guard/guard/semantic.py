@@ -19,10 +19,11 @@ a constructor flag so that its worth can be measured:
 3b. support check (:func:`~p2p_guard.guard.verdict.support_outliers`, on when ``ctx.own_reference`` is given):
    reject a *sparse* row (a decoded ``topk`` payload) whose cosine with the receiver's own dense update,
    taken on the row's own support, is below cos_min, or whose norm exceeds c_sparse = 1.3 × the median norm
-   (honest topk rows with error feedback come out nearly the same length). Dense rows never meet it. Why: on decoded topk rows with
-   error feedback the two tests of stage 3 fail (:mod:`~p2p_guard.guard.verdict`); measured with ``p2p-guard
-   bench wire`` (8 workers, 2 sending ``sign_flip:scale=10``), it rejects 235/240 flipped rows at density 1 %
-   where stage 3 alone rejected 66/240, at a cost of 22/600 honest rows;
+   (honest topk rows with error feedback come out nearly the same length). Dense rows never meet it. Why:
+   on decoded topk rows with error feedback the two tests of stage 3 fail (:mod:`~p2p_guard.guard.verdict`);
+   measured with ``p2p-guard bench wire`` (8 workers, 2 sending ``sign_flip:scale=10``, seed 0), the support
+   cosine alone rejected 203/240 flipped rows at density 1 % and 173/240 at 2 %, with the length bound
+   237/240 and 240/240, and the length bound rejected no honest row;
 4. loss check (:mod:`~p2p_guard.guard.loss_score`, **off by default**, and run only when ``ctx.loss_at`` is
    given): reject a row whose step raises the receiver's private held-out loss by more than c_loss × what its
    own update lowers it and beyond the other rows' losses; every verdict then carries the row's loss score
