@@ -230,7 +230,8 @@ def convergence(
         ``outer_momentum`` (what the workers used), ``seconds``, and ``guard``,
         ``attack``, ``byzantine`` and ``rejected`` (rows the honest workers' guards rejected, Byzantine and
         honest: ``[byzantine rejected, byzantine judged, honest rejected, honest judged]``), and ``curve``:
-        ``[[round, quality], ...]`` after every ``eval_every`` rounds and after the last (rounds counted from 1).
+        ``[[round, quality], ...]`` after every ``eval_every`` rounds and after the last (rounds counted from 1), and
+        ``partition``.
 
     Raises:
         ValueError: On ``workers < 1`` or ``rounds < 1``, an unknown codec, guard or attack, an attack without
@@ -306,6 +307,7 @@ def convergence(
                 "byzantine": byzantine,
                 "rejected": rounds_run.rejected,
                 "curve": curve,
+                "partition": partition,
             }
         )
     reference = next((result["quality"] for result in results if result["codec"] == "fp32"), None)
@@ -511,9 +513,11 @@ def format_guard_table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def _task_title(row: dict[str, Any]) -> str:
-    """``Digits`` for the default task, else the task spec in backticks."""
+    """``Digits`` for the default task, else the task spec in backticks; a non-IID partition follows it."""
     task = row.get("task", "digits")
-    return "Digits" if task == "digits" else f"`{task}`"
+    title = "Digits" if task == "digits" else f"`{task}`"
+    partition = row.get("partition", "iid")
+    return title if partition == "iid" else f"{title} (partition `{partition}`)"
 
 
 def write_quality_plot(quality: Sequence[dict[str, Any]], guarded: Sequence[dict[str, Any]], path: Path) -> Path:

@@ -55,6 +55,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help="task spec of parts 2 and 3 (digits, shakespeare, shakespeare:n_layers=2, module:Class, ...); "
         "a language model reports validation perplexity",
     )  # fmt: skip
+    parser.add_argument(
+        "--partition", default="iid", metavar="SPEC",
+        help="how the task's training data is split over the workers: iid or dirichlet:ALPHA (non-IID)",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the results here")
     parser.add_argument("--guard", default="semantic", help="guard spec of part 3 (the guard per codec)")
     parser.add_argument(
@@ -146,8 +150,11 @@ def run_wire(args: argparse.Namespace) -> int:
     task = getattr(args, "task", "digits")
     try:
         from p2p_guard.tasks import load_task
+        from p2p_guard.tasks.partition import parse_partition
 
         load_task(task)
+        partition = getattr(args, "partition", "iid")
+        parse_partition(partition)
     except ValueError as error:
         print(f"p2p-guard bench wire: error: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -158,14 +165,15 @@ def run_wire(args: argparse.Namespace) -> int:
 
     sizes = measure_codecs(codecs, QUICK_SIZES if args.quick else FULL_SIZES, seed=args.seed, progress=note)
     quality = convergence(codecs, workers=workers, rounds=rounds, seed=args.seed, progress=note, task=task,
-                          topk_ef_decay=decay, topk_outer_lr=lr, topk_outer_momentum=momentum,
+                          partition=partition, topk_ef_decay=decay, topk_outer_lr=lr, topk_outer_momentum=momentum,
                           eval_every=getattr(args, "eval_every", 0))
     guarded = [
         row
         for codec in codecs
         for attack in guard_attacks
         for row in convergence([codec], workers=workers, rounds=rounds, seed=args.seed, progress=note, task=task,
-                               guard=getattr(args, "guard", "semantic"), attack=attack, byzantine=byzantine,
+                               partition=partition, guard=getattr(args, "guard", "semantic"), attack=attack,
+                               byzantine=byzantine,
                                topk_ef_decay=decay, topk_outer_lr=lr, topk_outer_momentum=momentum)
     ]
     tables = format_tables(sizes, quality)

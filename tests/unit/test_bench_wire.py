@@ -106,6 +106,24 @@ def test_cli_rejects_unknown_codec(capsys: pytest.CaptureFixture[str]) -> None:
     assert "unknown codec(s) ['int9']" in capsys.readouterr().err
 
 
+def test_cli_rejects_a_bad_partition_before_any_run(capsys: pytest.CaptureFixture[str]) -> None:
+    args = argparse.Namespace(codecs=["fp32"], quick=True, workers=4, rounds=1, seed=0, threads=1, json=None,
+                              guard_attacks=[], byzantine=None, out=None, partition="dirichlet:0")
+    assert bench_wire_cmd.run_wire(args) == bench_wire_cmd.EXIT_USAGE
+    assert capsys.readouterr().err == (
+        "p2p-guard bench wire: error: partition 'dirichlet:0': alpha=0.0 must be finite and > 0\n")
+
+
+@pytest.mark.timeout(300)
+def test_convergence_on_a_non_iid_partition_is_another_run_and_says_so() -> None:
+    iid = convergence(["fp32"], workers=2, rounds=1, inner_steps=2)
+    skewed = convergence(["fp32"], workers=2, rounds=1, inner_steps=2, partition="dirichlet:0.1")
+    assert iid[0]["partition"] == "iid" and skewed[0]["partition"] == "dirichlet:0.1"
+    assert iid[0]["loss"] != skewed[0]["loss"]
+    assert "Digits, 2 workers" in format_tables([], iid)
+    assert "Digits (partition `dirichlet:0.1`), 2 workers" in format_tables([], skewed)
+
+
 @pytest.mark.timeout(300)
 def test_cli_quick_run_writes_json(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(bench_wire_cmd, "QUICK_SIZES", (4096,))
