@@ -26,6 +26,7 @@ appended to a JSON-lines file, so an interrupted run resumes where it stopped (`
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import hashlib
 import json
@@ -56,6 +57,7 @@ __all__ = [
     "acceptance_checks",
     "acceptance_config",
     "bench_attacks",
+    "code_digest",
     "code_fingerprint",
     "full_config",
     "expert_arm",
@@ -402,24 +404,63 @@ _NOT_IN_FINGERPRINT = (
 )
 
 
-def code_fingerprint() -> str:
+def code_fingerprint(root: Path | None = None) -> str:
     """SHA-256 over the code a cell's result depends on: every ``p2p_guard`` module but the reporting ones.
 
     The benchmark's grid, report and plots, the other benchmarks (``bench wire``, ``bench guard-cost``), the CLI,
     and the networked code a cell never imports (``swarm/``, ``simulation/``, the wire attacks) are left out
-    (they do not change a cell's figures), and torch's version is put in. A resumed run reuses only cells stamped
-    with the current fingerprint, so results of an older guard, attack or training code never mix with new ones.
+    (they do not change a cell's figures), and torch's version is put in. Each module counts by its syntax tree
+    without docstrings (:func:`code_digest`), so a docstring, comment or formatting edit keeps the fingerprint
+    and a benchmark of hours can still be resumed after it. A resumed run reuses only cells stamped with the
+    current fingerprint, so results of an older guard, attack or training code never mix with new ones.
+
+    Args:
+        root: the package directory (None: this installed ``p2p_guard``).
+
+    Returns:
+        16 hex digits.
     """
     import torch
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[1] if root is None else root
     digest = hashlib.sha256(f"torch {torch.__version__}\n".encode())
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root).as_posix()
         if rel.startswith(_NOT_IN_FINGERPRINT):
             continue
-        digest.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
+        digest.update(rel.encode() + b"\0" + code_digest(path.read_text(encoding="utf-8")) + b"\0")
     return digest.hexdigest()[:16]
+
+
+def code_digest(source: str) -> bytes:
+    """SHA-256 of a module's syntax tree without its bare string statements.
+
+    Those are the docstrings and the strings that document a constant after it; comments and layout never reach
+    the tree.
+
+    Args:
+        source: Python source text.
+
+    Returns:
+        32 bytes; the raw source's digest when it does not parse (so a broken file still changes the fingerprint).
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return hashlib.sha256(source.encode()).digest()
+    for node in ast.walk(tree):
+        for field in ("body", "orelse", "finalbody"):
+            statements = getattr(node, field, None)
+            if isinstance(statements, list) and statements and isinstance(statements[0], ast.stmt):
+                kept = [stmt for stmt in statements if not _is_bare_string(stmt)]
+                setattr(node, field, kept or [ast.Pass()])
+    return hashlib.sha256(ast.dump(tree).encode()).digest()
+
+
+def _is_bare_string(statement: ast.stmt) -> bool:
+    """A statement that is only a string literal: a docstring, or an attribute's documentation after it."""
+    return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant) and isinstance(
+        statement.value.value, str)
 
 
 def load_cells(path: Path, fingerprint: str | None = None) -> dict[str, dict[str, Any]]:

@@ -23,6 +23,7 @@ from p2p_guard.bench.robustness import (
     acceptance_config,
     bench_attacks,
     cell_key,
+    code_digest,
     code_fingerprint,
     expert_cells,
     headline_cells,
@@ -204,6 +205,24 @@ def test_resume_reuses_only_cells_of_the_same_code(tmp_path: Path) -> None:
     assert len(load_cells(path, "new")) == 1
     assert load_cells(path, "other") == {}
     assert len(code_fingerprint()) == 16
+
+
+def test_code_fingerprint_ignores_docstrings_and_comments_but_not_code(tmp_path: Path) -> None:
+    module = tmp_path / "guard" / "rule.py"
+    module.parent.mkdir()
+    module.write_text('"""Doc."""\nX = 1\n"""X\'s doc."""\n\n\ndef f(a):\n    """Doc."""\n    return a + X  # why\n')
+    before = code_fingerprint(tmp_path)
+    module.write_text('"""Other doc."""\nX = 1\n\n\ndef f(a):\n    return (a +\n            X)\n')
+    assert code_fingerprint(tmp_path) == before
+    module.write_text('"""Doc."""\nX = 2\n\n\ndef f(a):\n    return a + X\n')
+    assert code_fingerprint(tmp_path) != before
+    module.write_text('def f(a):\n    """Only a docstring."""\n')
+    assert code_digest('def f(a):\n    pass\n') == code_digest(module.read_text())
+    assert code_digest("def (") != code_digest("def )")  # a file that does not parse still counts
+    without_cli = code_fingerprint(tmp_path)
+    (tmp_path / "cli").mkdir()
+    (tmp_path / "cli" / "main.py").write_text("Y = 3\n")  # the CLI is left out
+    assert code_fingerprint(tmp_path) == without_cli and len(before) == 16
 
 
 def test_run_cells_resumes_from_the_cell_file(tmp_path: Path) -> None:
