@@ -1192,6 +1192,7 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
     slow_client: asyncio.Task[Any] | None = None
     metrics: PeerMetrics | None = None
     peer: Peer | None = None
+    other_session = False
     try:
         start_identity.keep()
         metrics = start_metrics(config.metrics_port, config.host)
@@ -1220,6 +1221,9 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
         watcher.add_done_callback(_log_task_failure)
         slow_client = start_slow_client(attack, p2p, peer.dht, config, peer.me, stop)  # slowloris attackers only
         return await _round_loop(peer, config, progress, stop, events)
+    except EarlierSessionCommit:
+        other_session = True  # its leave record would be the live session's too: the others would drop it
+        raise
     finally:
         stop.set()
         for background in (relay, announcer, watcher, slow_client):
@@ -1227,29 +1231,39 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
                 with contextlib.suppress(BaseException):
                     await asyncio.wait_for(background, LEAVE_TIMEOUT_S)
         if peer is not None:
-            await _leave(peer)
+            await _leave(peer, publish=not other_session)
         await dht.shutdown()
         if metrics is not None:
             metrics.close()
         events.close()
 
 
-async def _leave(peer: Peer) -> None:
+async def _leave(peer: Peer, *, publish: bool = True) -> None:
     """Withdraw from the swarm on the way out: our signed leave record replaces our presence, then we stop serving.
 
     The leave record comes first, so that a peer fetching from us sees it (and drops us) before our server
     answers ``NOT_FOUND``; our announcer has stopped, so no presence record follows it. Bounded: a DHT that
     does not answer costs :data:`LEAVE_TIMEOUT_S`, and the others then drop us when our presence expires.
+
+    Args:
+        peer: the peer leaving.
+        publish: store the leave record. False when this session stops because another session of the same
+            identity signed this round (:class:`EarlierSessionCommit`): the record names the PeerID, not the
+            session, so the others would drop that session, which may be live (a second copy of a running peer
+            knocked it out for three rounds; user test, stop 22).
     """
-    try:
-        stored = await asyncio.wait_for(publish_leave(peer.dht, peer.identity, peer.config.run_id, peer.round),
-                                        LEAVE_TIMEOUT_S)
-    except (asyncio.TimeoutError, OSError, P2PDaemonError) as e:
-        peer.log.debug("leave record not stored: %s", e)
-        stored = False
+    stored = False
+    if publish:
+        try:
+            stored = await asyncio.wait_for(
+                publish_leave(peer.dht, peer.identity, peer.config.run_id, peer.round), LEAVE_TIMEOUT_S)
+        except (asyncio.TimeoutError, OSError, P2PDaemonError) as e:
+            peer.log.debug("leave record not stored: %s", e)
     peer.server.withdraw()
     peer.events.emit("leave", round=peer.round, stored=stored)
-    if stored:
+    if not publish:
+        peer.log.info("stopped without a leave record: another session of this identity may still be in the swarm")
+    elif stored:
         peer.log.info("left the swarm: presence withdrawn (signed leave record), nothing served any more")
     else:
         peer.log.warning("left the swarm without a leave record (the DHT did not take it); nothing served any "

@@ -168,3 +168,52 @@ def test_a_withdrawn_server_serves_nothing() -> None:
     assert server._answer(["payload", 3])[0] == NOT_FOUND
     assert server._answer(["payload", 4])[0] == NOT_FOUND
     assert server._answer(["theta", -1])[0] == NOT_FOUND
+
+
+class TestLeaveOnTheWayOut:
+    """``peer._leave``: a refused second session of a running identity must not publish the leave record."""
+
+    class _Server:
+        withdrawn = False
+
+        def withdraw(self) -> None:
+            self.withdrawn = True
+
+    class _Events:
+        def __init__(self) -> None:
+            self.emitted: list[tuple[str, dict[str, Any]]] = []
+
+        def emit(self, kind: str, **fields: Any) -> None:
+            self.emitted.append((kind, fields))
+
+    def _peer(self, dht: Any) -> Any:
+        import logging
+
+        from p2p_guard.swarm.peer import Peer
+
+        peer: Any = object.__new__(Peer)
+        peer.dht, peer.identity, peer.round = dht, BOB, 3
+        peer.config = PeerConfig(run_id=RUN, task="digits")
+        peer.server, peer.events, peer.log = self._Server(), self._Events(), logging.getLogger("test-leave")
+        return peer
+
+    def test_a_leaving_peer_publishes_its_leave_record(self) -> None:
+        from p2p_guard.swarm.peer import _leave
+
+        dht: Any = FakeDHT()
+        present(dht, ALICE, BOB)
+        peer = self._peer(dht)
+        asyncio.run(_leave(peer))
+        assert asyncio.run(read_roster(dht, RUN)).left == frozenset({B})
+        assert peer.server.withdrawn and peer.events.emitted == [("leave", {"round": 3, "stored": True})]
+
+    def test_a_refused_second_session_leaves_the_live_sessions_presence_alone(self) -> None:
+        from p2p_guard.swarm.peer import _leave
+
+        dht: Any = FakeDHT()
+        present(dht, ALICE, BOB)
+        peer = self._peer(dht)
+        asyncio.run(_leave(peer, publish=False))
+        roster = asyncio.run(read_roster(dht, RUN))
+        assert roster.present == {A: 3, B: 3} and roster.left == frozenset()
+        assert peer.server.withdrawn and peer.events.emitted == [("leave", {"round": 3, "stored": False})]
