@@ -203,14 +203,18 @@ def check_port_free(host: str, port: int) -> None:
 
 
 def check_task_data(task_spec: str) -> None:
-    """Build the task (its spec: name or ``MODULE:CLASS``, and options) and read its data now.
+    """Build the task (its spec: name or ``MODULE:CLASS``, and options) and its model once, and read its data now.
 
     Imports torch (through the task) and, for ``MODULE:CLASS``, the user's module; call it after the cheap
-    checks, so a missing data set or a class that is not a task fails up front.
+    checks, so a missing data set, a class that is not a task, or options the model cannot be built with (a
+    context longer than the corpus allows, a width that does not fit in memory) fail up front with one line, not
+    in every peer (``simulate`` launched such peers again and again; user test, stop 22). The model is built on
+    the CPU with seed 0 and dropped.
 
     Raises:
         ValueError: on an unknown task, bad options, a module that does not import, a class that is not a
-            task, or missing or malformed data files (the message says which package or directory is missing).
+            task, a model that cannot be built (its memory included), or missing or malformed data files (the
+            message says which package or directory is missing).
     """
     from p2p_guard.tasks import load_task
 
@@ -221,6 +225,12 @@ def check_task_data(task_spec: str) -> None:
             check()
         except OSError as e:
             raise ValueError(str(e)) from None
+    try:
+        model = task.build_model(0)
+    except (RuntimeError, MemoryError) as e:  # torch's allocator: "DefaultCPUAllocator: can't allocate memory"
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"task {task_spec!r}: its model cannot be built here: {first}") from None
+    del model
 
 
 def check_names(task: str, guard: str, attack: str | None = None) -> None:

@@ -305,7 +305,11 @@ class ShakespeareTask:
         shortest = 2 * (self.context + 1) / HOLDOUT_FRACTION  # the 10% hold-out of a work must hold 2 windows
         too_short = [n for n, t in zip(names, texts) if len(t) < shortest]
         if any(n in self.holdout_works for n in too_short) or len(too_short) == len(names):
-            raise ValueError(f"works too short for context {self.context}: {too_short}")
+            lengths = dict(zip(names, map(len, texts)))
+            limit = min([max(lengths.values())] + [lengths[w] for w in self.holdout_works])
+            named = ", ".join(too_short[:3]) + (f" and {len(too_short) - 3} more" if len(too_short) > 3 else "")
+            raise ValueError(f"context {self.context} is too long for this corpus: the hold-out of {named} cannot "
+                             f"hold 2 windows (context at most {math.floor(limit * HOLDOUT_FRACTION / 2) - 1:,})")
         if too_short:  # context > 103 on the shipped corpus: phoenix_and_the_turtle (2,096 characters) drops out
             logger.info("shakespeare: context %d leaves out the works shorter than %d characters: %s",
                         self.context, math.ceil(shortest), ", ".join(too_short))

@@ -750,6 +750,23 @@ class TestPreflight:
         with pytest.raises(ValueError, match="unknown task 'fmnist'"):
             check_task_data("fmnist")
 
+    def test_a_model_that_cannot_be_built_fails_up_front(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from p2p_guard.cli.preflight import check_task_data
+        from p2p_guard.tasks.digits import DigitsTask
+
+        with pytest.raises(ValueError, match=r"^context 100000 is too long for this corpus: .* and 39 more cannot "
+                                             r"hold 2 windows \(context at most 4,920\)$"):
+            check_task_data("shakespeare:context=100000")
+
+        def no_memory(self: object, seed: int) -> None:
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 9 bytes\nmore")
+
+        monkeypatch.setattr(DigitsTask, "build_model", no_memory)
+        with pytest.raises(ValueError, match=r"^task 'digits:hidden=7': its model cannot be built here: "
+                                             r"DefaultCPUAllocator: can't allocate memory: you tried to allocate 9 "
+                                             r"bytes$"):
+            check_task_data("digits:hidden=7")
+
     def test_output_file(self, tmp_path: Path) -> None:
         from p2p_guard.cli.preflight import check_output_file
 
