@@ -305,8 +305,8 @@ class ShakespeareTask:
         shortest = 2 * (self.context + 1) / HOLDOUT_FRACTION  # the 10% hold-out of a work must hold 2 windows
         too_short = [n for n, t in zip(names, texts) if len(t) < shortest]
         if any(n in self.holdout_works for n in too_short) or len(too_short) == len(names):
-            lengths = dict(zip(names, map(len, texts)))
-            limit = min([max(lengths.values())] + [lengths[w] for w in self.holdout_works])
+            work_lengths = dict(zip(names, map(len, texts)))
+            limit = min([max(work_lengths.values())] + [work_lengths[w] for w in self.holdout_works])
             named = ", ".join(too_short[:3]) + (f" and {len(too_short) - 3} more" if len(too_short) > 3 else "")
             raise ValueError(f"context {self.context} is too long for this corpus: the hold-out of {named} cannot "
                              f"hold 2 windows (context at most {math.floor(limit * HOLDOUT_FRACTION / 2) - 1:,})")
