@@ -48,7 +48,7 @@ from p2p_guard.guard.apply import judge_rows
 from p2p_guard.guard.integrity import RoundExpectation
 from p2p_guard.identity import Identity, peer_id_to_b58
 from p2p_guard.protocol import CODECS, PROTOCOL_VERSION, Envelope, Rejected, RejectReason, encode_update, \
-    open_envelope, payload_cap_bytes, payload_digest
+    expected_payload_bytes, open_envelope, payload_cap_bytes, payload_digest, sign_envelope
 from p2p_guard.protocol.proof import EquivocationDetector, EquivocationProof, verify_proof
 from p2p_guard.protocol.records import sign_record
 from p2p_guard.swarm.allowlist import filter_allowed, load_allowlist
@@ -80,7 +80,7 @@ from p2p_guard.training.error_feedback import ErrorFeedback
 from p2p_guard.training.inner import InnerPhaseStopped, autocast_dtype
 from p2p_guard.training.local import LocalModel, pick_device, round_generator
 
-__all__ = ["EarlierSessionCommit", "Peer", "choose_commit_round", "linger_seconds", "run_peer"]
+__all__ = ["EarlierSessionCommit", "Peer", "check_model_fits", "choose_commit_round", "linger_seconds", "run_peer"]
 
 #: A peer that finished its rounds keeps serving for this many of its last round's durations at most
 #: (:func:`linger_seconds`), and never longer than MAX_LINGER_S seconds.
@@ -1169,6 +1169,33 @@ async def _linger(peer: Peer, last_round: int, stop: asyncio.Event, *, linger_s:
         await asyncio.sleep(0.5)
 
 
+def check_model_fits(config: PeerConfig, local: LocalModel, identity: Identity) -> None:
+    """Refuse to start when our own updates could never pass our limits (and so every peer's with the same).
+
+    Args:
+        config: the peer's settings (``max_parameters``, ``max_envelope_bytes``, ``codec``).
+        local: our model (its parameter count d and shapes).
+        identity: our key (the envelope is signed as it will be).
+
+    Raises:
+        ValueError: d exceeds ``max_parameters``, or a signed envelope of our model (of any round) exceeds
+            ``max_envelope_bytes``; the message gives both numbers.
+    """
+    if local.numel > config.max_parameters:
+        raise ValueError(f"the task's model has {local.numel:,} parameters, more than --max-parameters "
+                         f"{config.max_parameters:,}: every peer with this limit, we too, would reject its updates")
+    late = 1 << 40  # a round number of the widest encoding: later rounds' envelopes are no longer than this one
+    envelope = Envelope(protocol_version=PROTOCOL_VERSION, run_id=config.run_id, round=late, base_round=late,
+                        sender=identity.peer_id, base_hash=bytes(32), digest=bytes(32), codec=config.codec,
+                        shapes=local.shapes, n_samples=local.shard.num_samples,
+                        payload_bytes=expected_payload_bytes(config.codec, local.numel))
+    size = len(sign_envelope(envelope, identity))
+    if size > config.max_envelope_bytes:
+        raise ValueError(f"our signed envelope is {size:,} bytes (the model's {len(local.shapes)} tensor shapes), "
+                         f"more than --max-envelope-bytes {config.max_envelope_bytes:,}: every peer with this "
+                         "limit would reject our commits")
+
+
 async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
     # A new key file is written only once the DHT is up: a failed start leaves no peer_identity.key behind.
     start_identity = StartIdentity(config.identity)
@@ -1179,6 +1206,7 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
                            partition=config.partition, outer_lr=config.resolved_outer_lr,
                            outer_momentum=config.resolved_outer_momentum,
                            device=pick_device(config.device), mixed_precision=config.bf16_autocast)
+        check_model_fits(config, local, identity)
         events = EventLog(config.events)
         initial_peers = (*config.initial_peers, *_known_peers(config.checkpoint_dir, config.initial_peers))
         dht = await start_dht(identity_path=str(start_identity.key_path), initial_peers=initial_peers,
