@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from p2p_guard.swarm.config import check_inner_steps, check_seed
+from p2p_guard.swarm.config import check_inner_steps, check_run_id, check_seed
 
 __all__ = ["DEFAULT_TIMEOUT_S", "SimulationConfig", "check_partition", "split_attack_mix"]
 
@@ -152,6 +152,8 @@ class SimulationConfig:
             raise ValueError("task must not be empty")
         if not self.guard:
             raise ValueError("guard must not be empty")
+        if self.run_id is not None:
+            check_run_id(self.run_id)  # the peers would refuse it one by one
         check_partition(self.partition)
         _at_least("start_concurrency", self.start_concurrency, 0)
         _at_least("start_retries", self.start_retries, 0)

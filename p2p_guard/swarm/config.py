@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["MAX_INNER_STEPS", "MAX_MIX_STEPS", "MAX_SEED", "REACHABILITY", "CommitPhase", "FetchLimits", "PeerConfig",
-           "check_inner_steps", "check_seed", "config_from_mapping"]
+           "check_inner_steps", "check_run_id", "check_seed", "config_from_mapping"]
 
 #: Values of ``reachability``: ``auto`` lets libp2p's AutoNAT decide; ``public`` / ``private`` force it.
 REACHABILITY = ("auto", "public", "private")
@@ -254,8 +254,7 @@ class PeerConfig:
 
     def __post_init__(self) -> None:
         _check_types(self)
-        if not _RUN_ID.fullmatch(self.run_id):
-            raise ValueError(f"run_id must be 1-64 characters of [A-Za-z0-9._-]; got run_id={self.run_id!r}")
+        check_run_id(self.run_id)
         for name in ("byzantine_count", "assumed_byzantine"):
             value = getattr(self, name)
             if value is not None and value < 0:
@@ -482,6 +481,16 @@ def check_inner_steps(steps: int) -> None:
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_INNER_STEPS:
         raise ValueError(f"inner_steps must be an integer in [1, {MAX_INNER_STEPS}] (10^6); got inner_steps={steps}")
+
+
+def check_run_id(run_id: str) -> None:
+    """A run id must be 1-64 characters of ``[A-Za-z0-9._-]`` (it is part of every DHT key of the run).
+
+    Raises:
+        ValueError: naming the value.
+    """
+    if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
+        raise ValueError(f"run_id must be 1-64 characters of [A-Za-z0-9._-]; got run_id={run_id!r}")
 
 
 def check_seed(seed: int) -> None:

@@ -536,6 +536,14 @@ class TestSimulateSettings:
                                              r"max_parameters \(.*\); see --help for every setting$"):
             peer_cmd.resolve_config(build_parser().parse_args(["peer", "--config", str(path)]))
 
+    @pytest.mark.parametrize("run_id", ["", "a b", "x" * 65, "ü"])
+    def test_simulate_refuses_a_run_id_the_peers_would_refuse(self, run_id: str) -> None:
+        with pytest.raises(ValueError, match=r"^run_id must be 1-64 characters of \[A-Za-z0-9._-\]; got run_id="):
+            SimulationConfig(run_id=run_id)
+        with pytest.raises(ValueError, match=r"^run_id must be 1-64 characters"):
+            PeerConfig(run_id=run_id, task="digits")
+        assert SimulationConfig(run_id="x" * 64).resolved_run_id == "x" * 64
+
     @pytest.mark.parametrize(("honest", "byzantine", "warned"), [(1, 3, True), (2, 2, True), (3, 2, False),
                                                                  (1, 0, False)])
     def test_byzantine_majority_is_a_warning(self, honest: int, byzantine: int, warned: bool,
