@@ -36,6 +36,7 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     seen: dict[str, Any] = {}
     monkeypatch.setattr(peer_module, "load_task", lambda spec: object())
     monkeypatch.setattr(peer_module, "LocalModel", lambda *a, **k: object())
+    monkeypatch.setattr(peer_module, "check_model_fits", lambda *a: None)  # the stand-in model has no size
 
     def no_metrics(*args: Any) -> None:
         raise _Reached
