@@ -104,6 +104,41 @@ def _warn_if_byzantine_majority(config: SimulationConfig) -> None:
                                f"(robust aggregation assumes fewer than half); the guard is not expected to hold")
 
 
+def _warn_if_guard_falls_back(config: SimulationConfig) -> None:
+    """Warn when the guard cannot run on the rows one peer judges and would apply the median every round.
+
+    Each peer judges at most fan-out + 1 rows (``PeerConfig.fanout`` sampled senders and its own), fewer in a
+    smaller swarm; a rule given an f too large for them (``--guard trimmed_mean:f=1000``) raises
+    ``NotEnoughUpdates`` in every round and the peer applies the coordinate-wise median instead, saying so only in
+    its own log (user test, stop 22). A warning, not an error: a run may study the fallback on purpose.
+    """
+    import torch
+
+    from p2p_guard.guard.base import AggregationContext, JudgingAggregator, NotEnoughUpdates
+    from p2p_guard.guard.registry import build_guard
+    from p2p_guard.swarm.config import PeerConfig
+
+    rows = min(PeerConfig().fanout, config.num_peers - 1) + 1
+    if rows < 2:
+        return
+    aggregator = build_guard(config.guard).aggregator
+    generator = torch.Generator().manual_seed(0)
+    updates = torch.randn(rows, 8, generator=generator)
+    ctx = AggregationContext(senders=tuple(f"peer{i:03d}" for i in range(rows)), round=0, generator=generator,
+                             own_index=0, own_reference=updates[0])
+    try:
+        if isinstance(aggregator, JudgingAggregator):
+            aggregator.judge(updates, ctx)
+        else:
+            aggregator(updates, ctx)
+    except NotEnoughUpdates as e:
+        print_warning(COMMAND, f"--guard {config.guard}: {e} in the {rows} rows a peer judges ({rows - 1} "
+                               "sampled senders and its own): every peer will apply the coordinate-wise median "
+                               "instead")
+    except Exception:  # noqa: BLE001 - a user's rule failing on random rows is its own business; the peers log it
+        return
+
+
 def _check_names(config: SimulationConfig) -> None:
     """Check the task, guard and attack (the attack only with Byzantine peers to run it) before any process starts.
 
@@ -218,6 +253,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print_error(COMMAND, str(e))
         return EXIT_USAGE
+    _warn_if_guard_falls_back(config)
     from p2p_guard.simulation.orchestrator import (
         SimulationError,
         SimulationInterrupted,

@@ -536,6 +536,24 @@ class TestSimulateSettings:
                                              r"max_parameters \(.*\); see --help for every setting$"):
             peer_cmd.resolve_config(build_parser().parse_args(["peer", "--config", str(path)]))
 
+    @pytest.mark.parametrize(("guard", "honest", "warned"), [
+        ("trimmed_mean:f=1000", 3, "need n > 2f; got n=4, f=1000 in the 4 rows a peer judges (3 sampled senders"),
+        ("trimmed_mean:f=5", 20, "got n=9, f=5 in the 9 rows a peer judges (8 sampled senders"),  # fan-out 8
+        ("trimmed_mean:f=4", 20, ""),  # 9 > 2·4
+        ("trimmed_mean:f=4", 1, "got n=2, f=4 in the 2 rows a peer judges (1 sampled senders"),
+        ("multi_krum", 3, "need n > 2f + 2; got n=4, f=1"),  # Krum's own bound: a 4-peer swarm is too small
+        ("multi_krum", 5, ""), ("trimmed_mean", 3, ""), ("semantic", 3, ""), ("mean", 3, ""),
+    ])  # fmt: skip
+    def test_a_guard_that_always_falls_back_is_a_warning(self, guard: str, honest: int, warned: str,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+        simulate_cmd._warn_if_guard_falls_back(SimulationConfig(honest=honest, byzantine=1, attack="alie",
+                                                                guard=guard))
+        err = capsys.readouterr().err
+        if warned:
+            assert err.startswith(f"p2p-guard simulate: warning: --guard {guard}: not enough updates: ") and warned in err
+        else:
+            assert err == ""
+
     @pytest.mark.parametrize("run_id", ["", "a b", "x" * 65, "ü"])
     def test_simulate_refuses_a_run_id_the_peers_would_refuse(self, run_id: str) -> None:
         with pytest.raises(ValueError, match=r"^run_id must be 1-64 characters of \[A-Za-z0-9._-\]; got run_id="):
