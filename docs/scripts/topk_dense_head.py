@@ -46,6 +46,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--partitions", nargs="+", default=["dirichlet:0.5", "iid"])
     args = parser.parse_args()
+    from p2p_guard.protocol import Rejected, parse_codec
+    from p2p_guard.tasks.partition import parse_partition
+
+    if any(head < 0 or head >= 4810 for head in args.heads):  # the digits MLP's d
+        parser.error("each HEAD must be in [0, 4810): the digits MLP has 4,810 parameters")
+    if not args.codec.startswith("topk") or isinstance(parse_codec(args.codec), Rejected) or args.rounds < 1:
+        parser.error("--codec must be a topk codec string (topk, topk:density=RHO) and --rounds >= 1")
+    try:
+        for partition in args.partitions:
+            parse_partition(partition)
+    except ValueError as e:
+        parser.error(str(e))
     torch.set_num_threads(1)
     for head in args.heads:
         _patch(head)

@@ -229,6 +229,7 @@ def check_task_data(task_spec: str) -> None:
         model = task.build_model(0)
     except (RuntimeError, MemoryError) as e:  # torch's allocator: "DefaultCPUAllocator: can't allocate memory"
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = re.sub(r"^\[enforce fail at [^\]]*\]\s*(err == 0\.\s*)?", "", first)  # torch's C++ location
         raise ValueError(f"task {task_spec!r}: its model cannot be built here: {first}") from None
     del model
 

@@ -1183,7 +1183,8 @@ def check_model_fits(config: PeerConfig, local: LocalModel, identity: Identity) 
     """
     if local.numel > config.max_parameters:
         raise ValueError(f"the task's model has {local.numel:,} parameters, more than --max-parameters "
-                         f"{config.max_parameters:,}: every peer with this limit, we too, would reject its updates")
+                         f"{config.max_parameters:,}: every peer with this limit (this one too) would reject our "
+                         "updates")
     late = 1 << 40  # a round number of the widest encoding: later rounds' envelopes are no longer than this one
     envelope = Envelope(protocol_version=PROTOCOL_VERSION, run_id=config.run_id, round=late, base_round=late,
                         sender=identity.peer_id, base_hash=bytes(32), digest=bytes(32), codec=config.codec,

@@ -785,7 +785,8 @@ class TestPreflight:
             check_task_data("shakespeare:context=100000")
 
         def no_memory(self: object, seed: int) -> None:
-            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 9 bytes\nmore")
+            raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+                               "memory: you tried to allocate 9 bytes\nmore")
 
         monkeypatch.setattr(DigitsTask, "build_model", no_memory)
         with pytest.raises(ValueError, match=r"^task 'digits:hidden=7': its model cannot be built here: "

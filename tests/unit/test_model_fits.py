@@ -20,7 +20,8 @@ def test_the_defaults_fit_a_small_model() -> None:
 
 def test_a_model_over_max_parameters_is_refused() -> None:
     config = PeerConfig(run_id="r", task="digits", max_parameters=4809)
-    with pytest.raises(ValueError, match=r"^the task's model has 4,810 parameters, more than --max-parameters 4,809"):
+    with pytest.raises(ValueError, match=r"^the task's model has 4,810 parameters, more than --max-parameters 4,809: every peer with this "
+                                         r"limit \(this one too\) would reject our updates$"):
         check_model_fits(config, DIGITS, ME)  # type: ignore[arg-type]
     check_model_fits(PeerConfig(run_id="r", task="digits", max_parameters=4810), DIGITS, ME)  # type: ignore[arg-type]
 
