@@ -153,8 +153,7 @@ def run_wire(args: argparse.Namespace) -> int:
         from p2p_guard.tasks.partition import parse_partition
 
         load_task(task)
-        partition = getattr(args, "partition", "iid")
-        parse_partition(partition)
+        partition = str(parse_partition(getattr(args, "partition", "iid")))  # ' DIRICHLET:0.50' → dirichlet:0.5
     except ValueError as error:
         print(f"p2p-guard bench wire: error: {error}", file=sys.stderr)
         return EXIT_USAGE

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import math
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -141,18 +142,25 @@ def check_names(config: PeerConfig) -> None:
     """Fail before any process starts on a bad task or data, guard, attack or bootstrap or relay address.
 
     The cheap checks again (a no-op after :func:`resolve_config`), then the guard and attack built with their
-    parameters, the task's data read and ``--device cuda`` checked against this machine (torch).
+    parameters, the task's data read, the model's size against ``--max-parameters`` and ``--max-envelope-bytes``
+    (``swarm.peer.check_model_fits``, signed with a throwaway key) and ``--device cuda`` checked against this
+    machine (torch).
 
     Raises:
-        ValueError: naming the bad setting and the valid choices.
+        ValueError: naming the bad setting and the valid choices, or the limit our own updates would exceed.
     """
     from p2p_guard.swarm.addresses import check_initial_peers
 
     preflight.check_names(config.task, config.guard, config.attack)
     check_initial_peers(config.initial_peers)
     check_initial_peers(config.relays, what="--relays")
-    preflight.check_plugins(config.task, config.guard, config.attack)
-    from p2p_guard.training.local import pick_device  # torch: already imported by check_plugins
+    shapes = preflight.check_plugins(config.task, config.guard, config.attack)
+    from p2p_guard.identity import Identity  # torch: already imported by check_plugins
+    from p2p_guard.swarm.peer import check_model_fits
+    from p2p_guard.training.local import pick_device
+
+    numel = sum(math.prod(shape) for shape in shapes)
+    check_model_fits(config, numel, shapes, 0, Identity.generate())  # 0 samples: the shortest envelope
 
     pick_device(config.device)
 

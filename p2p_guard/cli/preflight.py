@@ -202,7 +202,7 @@ def check_port_free(host: str, port: int) -> None:
             raise ValueError(f"--host {host} --port {port}: cannot listen there: {e.strerror or e}") from None
 
 
-def check_task_data(task_spec: str) -> None:
+def check_task_data(task_spec: str) -> tuple[tuple[int, ...], ...]:
     """Build the task (its spec: name or ``MODULE:CLASS``, and options) and its model once, and read its data now.
 
     Imports torch (through the task) and, for ``MODULE:CLASS``, the user's module; call it after the cheap
@@ -210,6 +210,9 @@ def check_task_data(task_spec: str) -> None:
     context longer than the corpus allows, a width that does not fit in memory) fail up front with one line, not
     in every peer (``simulate`` launched such peers again and again; user test, stop 22). The model is built on
     the CPU with seed 0 and dropped.
+
+    Returns:
+        The model's parameter shapes (``training.params.param_shapes``), for the checks that need its size.
 
     Raises:
         ValueError: on an unknown task, bad options, a module that does not import, a class that is not a
@@ -231,7 +234,9 @@ def check_task_data(task_spec: str) -> None:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         first = re.sub(r"^\[enforce fail at [^\]]*\]\s*(err == 0\.\s*)?", "", first)  # torch's C++ location
         raise ValueError(f"task {task_spec!r}: its model cannot be built here: {first}") from None
-    del model
+    from p2p_guard.training.params import param_shapes
+
+    return param_shapes(model)
 
 
 def check_names(task: str, guard: str, attack: str | None = None) -> None:
@@ -263,10 +268,13 @@ def check_names(task: str, guard: str, attack: str | None = None) -> None:
         raise ValueError(str(e)) from None
 
 
-def check_plugins(task: str, guard: str, attack: str | None = None) -> None:
+def check_plugins(task: str, guard: str, attack: str | None = None) -> tuple[tuple[int, ...], ...]:
     """Build the guard and the attack once (parameters, ``MODULE:CLASS`` imports) and read the task's data.
 
     Imports torch: call it after :func:`check_names` and every other cheap check.
+
+    Returns:
+        The task model's parameter shapes (:func:`check_task_data`).
 
     Raises:
         ValueError: on a guard or attack that does not build, or data that is missing or malformed.
@@ -274,7 +282,7 @@ def check_plugins(task: str, guard: str, attack: str | None = None) -> None:
     from p2p_guard.guard.registry import check_guard_spec
 
     check_guard_spec(guard)  # a name, NAME:key=value,... or module:Class (the message names the problem)
-    check_task_data(task)
+    shapes = check_task_data(task)
     if attack:
         from p2p_guard.attacks import load_attack
 
@@ -282,3 +290,4 @@ def check_plugins(task: str, guard: str, attack: str | None = None) -> None:
             load_attack(attack)
         except Exception as e:  # noqa: BLE001 - whatever the user's spec raises is a usage error
             raise ValueError(f"--attack {attack!r} does not load: {e}") from None
+    return shapes

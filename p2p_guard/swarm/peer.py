@@ -1169,30 +1169,34 @@ async def _linger(peer: Peer, last_round: int, stop: asyncio.Event, *, linger_s:
         await asyncio.sleep(0.5)
 
 
-def check_model_fits(config: PeerConfig, local: LocalModel, identity: Identity) -> None:
+def check_model_fits(
+    config: PeerConfig, numel: int, shapes: tuple[tuple[int, ...], ...], n_samples: int, identity: Identity
+) -> None:
     """Refuse to start when our own updates could never pass our limits (and so every peer's with the same).
 
     Args:
-        config: the peer's settings (``max_parameters``, ``max_envelope_bytes``, ``codec``).
-        local: our model (its parameter count d and shapes).
+        config: the peer's settings (``max_parameters``, ``max_envelope_bytes``, ``codec``, ``run_id``).
+        numel: d, our model's parameter count.
+        shapes: our model's parameter shapes (``training.params.param_shapes``), as the envelope carries them.
+        n_samples: the samples behind our updates (the envelope's ``n_samples``; a larger number may take a
+            few more bytes: the CLI's pre-start check passes 0, the peer its shard's size).
         identity: our key (the envelope is signed as it will be).
 
     Raises:
         ValueError: d exceeds ``max_parameters``, or a signed envelope of our model (of any round) exceeds
             ``max_envelope_bytes``; the message gives both numbers.
     """
-    if local.numel > config.max_parameters:
-        raise ValueError(f"the task's model has {local.numel:,} parameters, more than --max-parameters "
+    if numel > config.max_parameters:
+        raise ValueError(f"the task's model has {numel:,} parameters, more than --max-parameters "
                          f"{config.max_parameters:,}: every peer with this limit (this one too) would reject our "
                          "updates")
     late = 1 << 40  # a round number of the widest encoding: later rounds' envelopes are no longer than this one
     envelope = Envelope(protocol_version=PROTOCOL_VERSION, run_id=config.run_id, round=late, base_round=late,
                         sender=identity.peer_id, base_hash=bytes(32), digest=bytes(32), codec=config.codec,
-                        shapes=local.shapes, n_samples=local.shard.num_samples,
-                        payload_bytes=expected_payload_bytes(config.codec, local.numel))
+                        shapes=shapes, n_samples=n_samples, payload_bytes=expected_payload_bytes(config.codec, numel))
     size = len(sign_envelope(envelope, identity))
     if size > config.max_envelope_bytes:
-        raise ValueError(f"our signed envelope is {size:,} bytes (the model's {len(local.shapes)} tensor shapes), "
+        raise ValueError(f"our signed envelope is {size:,} bytes (the model's {len(shapes)} tensor shapes), "
                          f"more than --max-envelope-bytes {config.max_envelope_bytes:,}: every peer with this "
                          "limit would reject our commits")
 
@@ -1207,7 +1211,7 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
                            partition=config.partition, outer_lr=config.resolved_outer_lr,
                            outer_momentum=config.resolved_outer_momentum,
                            device=pick_device(config.device), mixed_precision=config.bf16_autocast)
-        check_model_fits(config, local, identity)
+        check_model_fits(config, local.numel, local.shapes, local.shard.num_samples, identity)
         events = EventLog(config.events)
         initial_peers = (*config.initial_peers, *_known_peers(config.checkpoint_dir, config.initial_peers))
         dht = await start_dht(identity_path=str(start_identity.key_path), initial_peers=initial_peers,

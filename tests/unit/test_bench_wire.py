@@ -114,6 +114,29 @@ def test_cli_rejects_a_bad_partition_before_any_run(capsys: pytest.CaptureFixtur
         "p2p-guard bench wire: error: partition 'dirichlet:0': alpha=0.0 must be finite and > 0\n")
 
 
+def test_cli_runs_the_canonical_partition_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    """' DIRICHLET:0.50' reaches the run (and so the report's title) as dirichlet:0.5."""
+    seen: list[str] = []
+
+    class _Stop(Exception):
+        pass
+
+    import p2p_guard.bench.wire as wire
+
+    monkeypatch.setattr(wire, "measure_codecs", lambda *a, **k: [])
+
+    def convergence(*args: object, partition: str, **kwargs: object) -> None:
+        seen.append(partition)
+        raise _Stop
+
+    monkeypatch.setattr(wire, "convergence", convergence)
+    args = argparse.Namespace(codecs=["fp32"], quick=True, workers=4, rounds=1, seed=0, threads=1, json=None,
+                              guard_attacks=[], byzantine=None, out=None, partition=" DIRICHLET:0.50")
+    with pytest.raises(_Stop):
+        bench_wire_cmd.run_wire(args)
+    assert seen == ["dirichlet:0.5"]
+
+
 @pytest.mark.timeout(300)
 def test_convergence_on_a_non_iid_partition_is_another_run_and_says_so() -> None:
     iid = convergence(["fp32"], workers=2, rounds=1, inner_steps=2)

@@ -6,6 +6,7 @@ import asyncio
 import os
 import stat
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -35,7 +36,8 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """Stand-ins for the task, model and metrics; ``seen`` records the key file p2pd was handed."""
     seen: dict[str, Any] = {}
     monkeypatch.setattr(peer_module, "load_task", lambda spec: object())
-    monkeypatch.setattr(peer_module, "LocalModel", lambda *a, **k: object())
+    model = SimpleNamespace(numel=0, shapes=(), shard=SimpleNamespace(num_samples=0))
+    monkeypatch.setattr(peer_module, "LocalModel", lambda *a, **k: model)
     monkeypatch.setattr(peer_module, "check_model_fits", lambda *a: None)  # the stand-in model has no size
 
     def no_metrics(*args: Any) -> None:
