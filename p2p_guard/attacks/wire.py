@@ -292,7 +292,7 @@ class DigestMismatch(WireBehaviour):
         payload = bytearray(draft.digest_payload)
         if not payload:
             return dataclasses.replace(draft, serve_payload=b"\x00")
-        element = expected_payload_bytes(draft.envelope.codec, 1)
+        element = expected_payload_bytes(draft.envelope.codec, 1, ((1,),))  # one value (dense=head: a 1-D one)
         for index in range(element - 1, len(payload), element):
             payload[index] ^= 0x80
         return dataclasses.replace(draft, serve_payload=bytes(payload))
@@ -341,7 +341,7 @@ class NaNPayload(WireBehaviour):
     def mutate(self, draft: CommitDraft, generator: torch.Generator) -> CommitDraft:
         """Decode the honest payload, poison it, re-encode it as both the digested and the served bytes."""
         numel = draft.envelope.numel
-        update = decode_update(draft.digest_payload, draft.envelope.codec, numel)
+        update = decode_update(draft.digest_payload, draft.envelope.codec, numel, draft.envelope.shapes)
         if isinstance(update, Rejected) or numel == 0:
             detail = update.detail if isinstance(update, Rejected) else "no parameters"
             raise ValueError(f"NaNPayload needs a decodable, non-empty honest payload: {detail}")
@@ -349,7 +349,7 @@ class NaNPayload(WireBehaviour):
         update[positions[0]] = float("nan")
         if numel > 1:
             update[positions[1]] = float("inf")
-        payload = encode_update(update, draft.envelope.codec)
+        payload = encode_update(update, draft.envelope.codec, draft.envelope.shapes)
         return dataclasses.replace(
             _with_envelope(draft, payload_bytes=len(payload)), digest_payload=payload, serve_payload=payload
         )
@@ -408,10 +408,10 @@ class Equivocate(WireBehaviour):
     def second_commit(self, draft: CommitDraft, generator: torch.Generator) -> CommitDraft:
         """The conflicting draft: the same envelope fields over ``scale ×`` the honest payload."""
         numel = draft.envelope.numel
-        vector = decode_update(draft.digest_payload, draft.envelope.codec, numel)
+        vector = decode_update(draft.digest_payload, draft.envelope.codec, numel, draft.envelope.shapes)
         if isinstance(vector, Rejected):
             raise ValueError(f"cannot equivocate on an undecodable draft: {vector.detail}")
-        payload = encode_update(vector * self.scale, draft.envelope.codec)
+        payload = encode_update(vector * self.scale, draft.envelope.codec, draft.envelope.shapes)
         return dataclasses.replace(draft, digest_payload=payload, serve_payload=payload)
 
     def __repr__(self) -> str:
@@ -639,11 +639,12 @@ class Copycat(WireBehaviour):
                 _with_envelope(draft, codec=envelope.codec, payload_bytes=len(payload)),
                 digest_payload=payload, serve_payload=payload)
         numel = draft.envelope.numel
-        vectors = [decode_update(payload, envelope.codec, numel) for envelope, payload in served]
+        vectors = [decode_update(payload, envelope.codec, numel, draft.envelope.shapes) for envelope, payload in served]
         decoded = [v for v in vectors if isinstance(v, torch.Tensor)]
         if not decoded:
             return None
-        payload = encode_update(self.scale * torch.stack(decoded).mean(dim=0), draft.envelope.codec)
+        payload = encode_update(self.scale * torch.stack(decoded).mean(dim=0), draft.envelope.codec,
+                                draft.envelope.shapes)
         logger.info("copycat: committing %g × the mean of %d revealed payload(s)", self.scale, len(decoded))
         return dataclasses.replace(_with_envelope(draft, payload_bytes=len(payload)), digest_payload=payload,
                                    serve_payload=payload)

@@ -135,7 +135,7 @@ def check_envelope(env: Envelope, expect: RoundExpectation) -> Accepted | Reject
     if env.payload_bytes > expect.max_payload_bytes:
         return Rejected(RejectReason.OVERSIZE,
                         f"declares {env.payload_bytes} payload bytes, limit {expect.max_payload_bytes}")
-    expected = spec.payload_bytes(expect.numel)
+    expected = spec.payload_bytes(expect.numel, expect.shapes)  # the shapes match: checked above
     if env.payload_bytes != expected:
         detail = f"declares {env.payload_bytes} payload bytes; {env.codec} × {expect.numel} is {expected}"
         return Rejected(RejectReason.DECODE_ERROR, detail)
@@ -165,7 +165,7 @@ def check_payload(env: Envelope, payload: bytes | bytearray | memoryview, expect
         return Rejected(RejectReason.OVERSIZE, f"served {len(payload)} bytes, declared {env.payload_bytes}")
     if payload_digest(payload) != env.digest:
         return Rejected(RejectReason.DIGEST_MISMATCH, f"{len(payload)} served bytes do not match the digest")
-    update = decode_update(payload, env.codec, expect.numel)
+    update = decode_update(payload, env.codec, expect.numel, expect.shapes)
     if isinstance(update, Rejected):
         return update
     problem = check_values(update)

@@ -1,16 +1,20 @@
 """Codecs: a flat float32 update ⇄ the payload bytes a peer serves.
 
-A codec string is a name from :data:`CODECS`, optionally with parameters (only ``topk`` has one)::
+A codec string is a name from :data:`CODECS`, optionally with parameters (only ``topk`` has them)::
 
     fp32                  float32 LE of Δ                                     4·d bytes       lossless
     fp16                  float16 LE of Δ (round to nearest even)             2·d
     int8                  absmax int8, one float32 scale per 1024 values      4·⌈d/1024⌉ + d
     int4                  absmax 4-bit, one float32 scale per 64 values       4·⌈d/64⌉ + ⌈d/2⌉
     topk[:density=ρ]      top-k per 4096 values, 2-bit values (ρ = 0.02)      8·m + 2·K + ⌈K/4⌉
+    topk:…,dense=head     the same on d − D values; D (1-D tensors and the     topk(d − D) + 2·D
+                          output layer) as float16
 
 (layouts in :mod:`p2p_guard.protocol.quantized` and :mod:`p2p_guard.protocol.sparse`; ``docs/protocol.md``
 §2). The receiver computes the exact size from the envelope's codec string and the model's d before it
-reads a byte (:func:`expected_payload_bytes`), and every decoder returns ``Rejected`` on hostile bytes.
+reads a byte (:func:`expected_payload_bytes`), and every decoder returns ``Rejected`` on hostile bytes. A
+``dense=head`` codec also needs the model's parameter shapes (the envelope's, already checked against the
+receiver's model): its dense set D is a function of them (``protocol.sparse.dense_mask``).
 
 Hard caps are per codec: a receiver never reads more than ``payload_cap_bytes(codec, P)``, the codec's exact size
 for P = ``max_parameters`` parameters (:data:`MAX_PARAMETERS` = 2**28 ≈ 268M by default), so a 100M-parameter
@@ -26,6 +30,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,7 +48,11 @@ from p2p_guard.protocol.reasons import Rejected, RejectReason
 from p2p_guard.protocol.sparse import (
     TOPK_DEFAULT_DENSITY,
     decode_topk,
+    decode_topk_dense,
+    dense_mask,
     encode_topk,
+    encode_topk_dense,
+    topk_dense_payload_bytes,
     topk_payload_bytes,
 )
 
@@ -72,6 +81,8 @@ MAX_PARAMETERS = 1 << 28
 _NUMPY_DTYPES = {"fp32": "<f4", "fp16": "<f2"}
 _MAX_CODEC_CHARS = 32
 _DENSITY = re.compile(r"density=([0-9]{1,3}(?:\.[0-9]{1,12})?(?:[eE]-?[0-9]{1,3})?)")
+_DENSE = "dense=head"
+Shapes = Sequence[Sequence[int]]
 
 
 @dataclass(frozen=True)
@@ -82,18 +93,28 @@ class CodecSpec:
         name: The codec, one of :data:`CODECS`.
         density: ρ of ``topk`` (fraction of values kept, in (0, 1]; 0.02 when the string names none); None
             for the others.
+        dense: ``topk`` only: the dense set (1-D tensors and the output layer) is sent as float16
+            (``dense=head``; ``protocol.sparse``).
     """
 
     name: str
     density: float | None = None
+    dense: bool = False
 
     @property
     def lossless(self) -> bool:
         """True when decode(encode(x)) == x bit for bit (``fp32``)."""
         return self.name in LOSSLESS_CODECS
 
-    def payload_bytes(self, numel: int) -> int:
-        """Exact payload size in bytes for d = ``numel`` (formulas in the module docstring)."""
+    def payload_bytes(self, numel: int, shapes: Shapes | None = None) -> int:
+        """Exact payload size in bytes for d = ``numel`` (formulas in the module docstring).
+
+        Raises:
+            ValueError: a ``dense=head`` codec without ``shapes``, or shapes that do not hold ``numel`` values.
+        """
+        if self.dense:
+            dense = int(_dense_mask(numel, shapes).sum())
+            return topk_dense_payload_bytes(numel, self.density or TOPK_DEFAULT_DENSITY, dense)
         if self.name in _NUMPY_DTYPES:
             return np.dtype(_NUMPY_DTYPES[self.name]).itemsize * numel
         if self.name == "int8":
@@ -107,7 +128,8 @@ def parse_codec(codec: object) -> CodecSpec | Rejected:
     """Parse a codec string (from a config or from a hostile envelope).
 
     Grammar: ``NAME`` for a name of :data:`CODECS`, or ``topk:density=ρ`` with ρ a decimal (at most 3 integer
-    and 12 fraction digits, optional exponent) in (0, 1]. At most 32 characters.
+    and 12 fraction digits, optional exponent) in (0, 1], ``topk:density=ρ,dense=head`` or ``topk:dense=head``.
+    At most 32 characters.
 
     Returns:
         The :class:`CodecSpec`, or ``Rejected(DECODE_ERROR)`` naming what is wrong. Never raises.
@@ -125,13 +147,17 @@ def parse_codec(codec: object) -> CodecSpec | Rejected:
         return CodecSpec(name, TOPK_DEFAULT_DENSITY if name == "topk" else None)
     if name != "topk":
         return Rejected(RejectReason.DECODE_ERROR, f"codec {name} takes no parameters, got {codec!r}")
-    match = _DENSITY.fullmatch(params)
+    dense = params == _DENSE or params.endswith("," + _DENSE)
+    if params == _DENSE:
+        return CodecSpec(name, TOPK_DEFAULT_DENSITY, dense=True)
+    match = _DENSITY.fullmatch(params.removesuffix("," + _DENSE))
     density = float(match.group(1)) if match else math.nan
     if not 0.0 < density <= 1.0:
         return Rejected(
-            RejectReason.DECODE_ERROR, f"codec {codec!r}: expected topk:density=ρ with ρ in (0, 1]"
+            RejectReason.DECODE_ERROR,
+            f"codec {codec!r}: expected topk:density=ρ with ρ in (0, 1], optionally followed by ,{_DENSE}",
         )
-    return CodecSpec(name, density)
+    return CodecSpec(name, density, dense=dense)
 
 
 def codec_spec(codec: str) -> CodecSpec:
@@ -146,31 +172,33 @@ def codec_spec(codec: str) -> CodecSpec:
     return spec
 
 
-def expected_payload_bytes(codec: str, numel: int) -> int:
+def expected_payload_bytes(codec: str, numel: int, shapes: Shapes | None = None) -> int:
     """Exact payload size for ``numel`` parameters in ``codec``.
 
     Args:
         codec: A codec string (see :func:`parse_codec`).
         numel: Number of parameters d (≥ 0).
+        shapes: The model's parameter shapes in flattening order (needed by ``dense=head`` codecs only).
 
     Returns:
         Size in bytes (formulas in the module docstring): 4·d for fp32, 2·d for fp16, ...
 
     Raises:
-        ValueError: Unknown codec or negative ``numel``.
+        ValueError: Unknown codec, negative ``numel``, or a ``dense=head`` codec without matching ``shapes``.
     """
     spec = codec_spec(codec)
     if isinstance(numel, bool) or not isinstance(numel, int) or numel < 0:
         raise ValueError(f"numel must be a non-negative int, got {numel!r}")
-    return spec.payload_bytes(numel)
+    return spec.payload_bytes(numel, shapes)
 
 
 def payload_cap_bytes(codec: str, max_parameters: int = MAX_PARAMETERS) -> int:
     """The hard cap on one payload in ``codec``: its exact size for ``max_parameters`` parameters.
 
     ``cap(c, P) = payload_bytes(c, P)`` (formulas in the module docstring); every size formula grows with d,
-    so a payload within the cap declares at most P parameters. At P = 2**28: fp32 1,073,741,824 B, fp16
-    536,870,912, int8 269,484,032, int4 150,994,944, topk (ρ = 0.02) by its formula.
+    so a payload within the cap declares at most P parameters. A ``dense=head`` codec's size also depends on the
+    dense set D ≤ P: its cap is ``topk_payload_bytes(P, ρ) + 2·P``, at least its size for any D. At P = 2**28:
+    fp32 1,073,741,824 B, fp16 536,870,912, int8 269,484,032, int4 150,994,944, topk (ρ = 0.02) by its formula.
 
     Args:
         codec: A codec string (see :func:`parse_codec`).
@@ -184,22 +212,27 @@ def payload_cap_bytes(codec: str, max_parameters: int = MAX_PARAMETERS) -> int:
     """
     if isinstance(max_parameters, bool) or not isinstance(max_parameters, int) or max_parameters <= 0:
         raise ValueError(f"max_parameters must be a positive int, got {max_parameters!r}")
-    return codec_spec(codec).payload_bytes(max_parameters)
+    spec = codec_spec(codec)
+    if spec.dense:  # any split of P into top-k and float16 values: at most both payloads
+        return topk_payload_bytes(max_parameters, spec.density or TOPK_DEFAULT_DENSITY) + 2 * max_parameters
+    return spec.payload_bytes(max_parameters)
 
 
-def encode_update(vector: torch.Tensor, codec: str) -> bytes:
+def encode_update(vector: torch.Tensor, codec: str, shapes: Shapes | None = None) -> bytes:
     """Encode a flat update.
 
     Args:
         vector: ``(d,)`` floating-point tensor on any device. NaN/Inf are encoded as they are by fp32/fp16;
             the other codecs give their chunk a non-finite scale, so a receiver rejects it (``NON_FINITE``).
         codec: A codec string (see :func:`parse_codec`).
+        shapes: The model's parameter shapes in flattening order (needed by ``dense=head`` codecs only).
 
     Returns:
-        ``expected_payload_bytes(codec, d)`` bytes.
+        ``expected_payload_bytes(codec, d, shapes)`` bytes.
 
     Raises:
-        ValueError: Unknown codec, or ``vector`` is not a flat floating-point tensor.
+        ValueError: Unknown codec, ``vector`` is not a flat floating-point tensor, or a ``dense=head`` codec
+            without ``shapes`` that hold d values.
     """
     spec = codec_spec(codec)
     if not isinstance(vector, torch.Tensor) or not vector.is_floating_point() or vector.dim() != 1:
@@ -212,16 +245,22 @@ def encode_update(vector: torch.Tensor, codec: str) -> bytes:
         return encode_int8(flat)
     if spec.name == "int4":
         return encode_int4(flat)
+    if spec.dense:
+        return encode_topk_dense(flat, spec.density or TOPK_DEFAULT_DENSITY, _dense_mask(flat.numel(), shapes))
     return encode_topk(flat, spec.density or TOPK_DEFAULT_DENSITY)
 
 
-def decode_update(payload: bytes | bytearray | memoryview, codec: str, numel: int) -> torch.Tensor | Rejected:
+def decode_update(
+    payload: bytes | bytearray | memoryview, codec: str, numel: int, shapes: Shapes | None = None
+) -> torch.Tensor | Rejected:
     """Decode a payload into a flat float32 update.
 
     Args:
         payload: The received bytes (bytes, bytearray or memoryview), possibly hostile.
         codec: The codec string named in the (already checked) envelope.
         numel: Number of parameters d the model has.
+        shapes: The model's parameter shapes in flattening order (``dense=head`` codecs: without them, or with
+            shapes that do not hold d values, the payload is rejected).
 
     Returns:
         A new ``(numel,)`` ``torch.float32`` CPU tensor (fp32/fp16 may hold NaN/Inf; the guard checks that),
@@ -232,6 +271,12 @@ def decode_update(payload: bytes | bytearray | memoryview, codec: str, numel: in
     spec = parse_codec(codec)
     if isinstance(spec, Rejected):
         return spec
+    if spec.dense:
+        try:
+            mask = _dense_mask(numel, shapes)
+        except ValueError as e:
+            return Rejected(RejectReason.DECODE_ERROR, str(e))
+        return decode_topk_dense(payload, numel, spec.density or TOPK_DEFAULT_DENSITY, mask)
     expected = spec.payload_bytes(numel)
     if len(payload) != expected:
         return Rejected(
@@ -246,6 +291,20 @@ def decode_update(payload: bytes | bytearray | memoryview, codec: str, numel: in
     if spec.name == "int4":
         return decode_int4(payload, numel)
     return decode_topk(payload, numel, spec.density or TOPK_DEFAULT_DENSITY)
+
+
+def _dense_mask(numel: int, shapes: Shapes | None) -> torch.Tensor:
+    """``protocol.sparse.dense_mask(shapes)`` after checking that the shapes hold ``numel`` values.
+
+    Raises:
+        ValueError: no shapes, or shapes whose sizes do not add up to ``numel``.
+    """
+    if shapes is None:
+        raise ValueError(f"a topk {_DENSE} codec needs the model's parameter shapes")
+    held = sum(math.prod(int(n) for n in shape) for shape in shapes)
+    if held != numel:
+        raise ValueError(f"the parameter shapes hold {held} values, not {numel}")
+    return dense_mask(shapes)
 
 
 def _describe(value: object) -> str:

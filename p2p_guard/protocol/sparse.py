@@ -27,6 +27,18 @@ A decoder rejects (never raises): a non-finite level (``NON_FINITE``); a negativ
 chunk, indices of a chunk that are not strictly increasing (duplicates, unsorted), non-zero padding bits
 (``DECODE_ERROR``).
 
+The dense set (``topk:density=ρ,dense=head``): the D coordinates of every tensor with at most one dimension
+(biases, norm scales) and of the output layer (the last tensor with two or more dimensions and every tensor after
+it, in flattening order) are sent exactly, as float16, and the other d − D through the layout above::
+
+    payload = topk payload of the d − D other values (in flattening order)  topk_payload_bytes(d − D, ρ)
+            + the D dense values, float16 LE, in flattening order          2·D
+
+The set is a function of the model's parameter shapes alone (:func:`dense_mask`), which the envelope carries and
+the receiver has checked against its own model before it decodes. A dense value that is not finite (fp16
+overflow) is rejected (``NON_FINITE``). Why: on non-IID shards and on the char-GPT, the top-k of a flat update
+starves the small tensors that differ most between peers (measured in ``docs/protocol.md`` §2).
+
 References:
     Sarfi, Thérien, Lidin, Belilovsky, "Communication Efficient LLM Pre-training with SparseLoCo",
     arXiv:2508.15706, 2025 (chunk-wise top-k at 1–3 % density, 2-bit values, error feedback).
@@ -36,6 +48,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -47,9 +60,13 @@ __all__ = [
     "TOPK_CHUNK",
     "TOPK_DEFAULT_DENSITY",
     "decode_topk",
+    "decode_topk_dense",
+    "dense_mask",
     "encode_topk",
+    "encode_topk_dense",
     "topk_kept",
     "topk_payload_bytes",
+    "topk_dense_payload_bytes",
     "topk_per_chunk",
 ]
 
@@ -147,6 +164,71 @@ def decode_topk(
     out = np.zeros(numel, dtype=np.float32)
     out[chunk_of * TOPK_CHUNK + indices] = values
     return torch.from_numpy(out)
+
+
+def dense_mask(shapes: Sequence[Sequence[int]]) -> torch.Tensor:
+    """The dense set of a model with these parameter shapes (flattening order), as a ``(d,)`` bool CPU tensor.
+
+    True on every tensor with at most one dimension and on the output layer: the last tensor with two or more
+    dimensions and every tensor after it (a model with none: the 1-D tensors only). Module docstring.
+    """
+    shapes = [tuple(int(n) for n in shape) for shape in shapes]
+    last_matrix = max((i for i, shape in enumerate(shapes) if len(shape) >= 2), default=len(shapes))
+    parts = [torch.full((math.prod(shape),), len(shape) <= 1 or i >= last_matrix, dtype=torch.bool)
+             for i, shape in enumerate(shapes)]
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.bool)
+
+
+def topk_dense_payload_bytes(numel: int, density: float, dense: int) -> int:
+    """Exact ``topk:…,dense=head`` payload size ``topk_payload_bytes(d − D, ρ) + 2·D`` (D = ``dense`` ≤ d)."""
+    return topk_payload_bytes(numel - dense, density) + 2 * dense
+
+
+def encode_topk_dense(vector: torch.Tensor, density: float, mask: torch.Tensor) -> bytes:
+    """Encode a flat float32 CPU ``(d,)`` tensor: top-k of ``vector[~mask]``, then ``vector[mask]`` as float16.
+
+    ``mask`` is :func:`dense_mask` of the model (``(d,)`` bool). A dense value beyond ±65504 becomes ±Inf, which a
+    receiver rejects (``NON_FINITE``): the error feedback's encoder refuses such an update first.
+    """
+    with np.errstate(over="ignore"):
+        dense = vector[mask].numpy().astype("<f2").tobytes()
+    return encode_topk(vector[~mask].contiguous(), density) + dense
+
+
+def decode_topk_dense(
+    payload: bytes | bytearray | memoryview, numel: int, density: float, mask: torch.Tensor
+) -> torch.Tensor | Rejected:
+    """Decode a ``topk:…,dense=head`` payload of exactly ``topk_dense_payload_bytes`` bytes into float32.
+
+    Args:
+        payload: the received bytes, possibly hostile.
+        numel: d.
+        density: ρ.
+        mask: :func:`dense_mask` of the receiver's model (``(d,)`` bool; the envelope's shapes matched it).
+
+    Returns:
+        A new ``(d,)`` CPU tensor, or :class:`Rejected` (module docstring). Never raises.
+    """
+    if mask.numel() != numel:
+        return Rejected(RejectReason.DECODE_ERROR, f"the model's dense set covers {mask.numel()} values, not {numel}")
+    dense = int(mask.sum())
+    expected = topk_dense_payload_bytes(numel, density, dense)
+    if len(payload) != expected:
+        return Rejected(
+            RejectReason.DECODE_ERROR,
+            f"topk payload with {dense} dense values of {numel} must be {expected} bytes, got {len(payload)}",
+        )
+    split = expected - 2 * dense
+    sparse = decode_topk(memoryview(payload)[:split], numel - dense, density)
+    if isinstance(sparse, Rejected):
+        return sparse
+    exact = np.frombuffer(payload, dtype="<f2", offset=split, count=dense).astype(np.float32)
+    if not bool(np.isfinite(exact).all()):
+        return Rejected(RejectReason.NON_FINITE, "a dense value of the topk payload is NaN or ±Inf")
+    out = torch.empty(numel, dtype=torch.float32)
+    out[~mask] = sparse
+    out[mask] = torch.from_numpy(exact)
+    return out
 
 
 def _check_indices(rows: np.ndarray, length: int, first_chunk: int) -> Rejected | None:

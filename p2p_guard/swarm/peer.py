@@ -79,6 +79,7 @@ from p2p_guard.tasks import load_task
 from p2p_guard.training.error_feedback import ErrorFeedback
 from p2p_guard.training.inner import InnerPhaseStopped, autocast_dtype
 from p2p_guard.training.local import LocalModel, pick_device, round_generator
+from p2p_guard.training.outer import dense_outer_lr
 
 __all__ = ["EarlierSessionCommit", "Peer", "check_model_fits", "choose_commit_round", "linger_seconds", "run_peer"]
 
@@ -292,7 +293,7 @@ class Peer:
         self.log = _PeerLog(logger, {"peer": self.me[-8:], "round": 0})
         self.inner_steps = config.inner_steps or local.task.default_hparams.inner_steps
         self.wire = wire_behaviour(self.attack)
-        self.error_feedback = ErrorFeedback(config.codec, local.numel, config.resolved_ef_decay)
+        self.error_feedback = ErrorFeedback(config.codec, local.numel, config.resolved_ef_decay, local.shapes)
         self.votes = _vote_book(config, identity, dht, self.wire, allowed) if config.reputation else None
         self.rng = random.SystemRandom()
         # (θ, where our last inner phase ended): an overlapped round's head continues from there while θ is unchanged
@@ -633,7 +634,7 @@ class Peer:
             payload, sent = self.error_feedback.compress(update)
         except ValueError as e:  # a non-finite Δ (only an attack or a local fault makes one): sent as it is
             self.log.error("error feedback refused our update (%s); sending it without", e)
-            payload, sent = encode_update(update, self.config.codec), update
+            payload, sent = encode_update(update, self.config.codec, self.local.shapes), update
         envelope = Envelope(protocol_version=PROTOCOL_VERSION, run_id=self.config.run_id, round=round_,
                             sender=self.identity.peer_id, base_hash=self.local.state_hash(),
                             digest=payload_digest(payload), codec=self.config.codec, shapes=self.local.shapes,
@@ -1193,7 +1194,8 @@ def check_model_fits(
     late = 1 << 40  # a round number of the widest encoding: later rounds' envelopes are no longer than this one
     envelope = Envelope(protocol_version=PROTOCOL_VERSION, run_id=config.run_id, round=late, base_round=late,
                         sender=identity.peer_id, base_hash=bytes(32), digest=bytes(32), codec=config.codec,
-                        shapes=shapes, n_samples=n_samples, payload_bytes=expected_payload_bytes(config.codec, numel))
+                        shapes=shapes, n_samples=n_samples,
+                        payload_bytes=expected_payload_bytes(config.codec, numel, shapes))
     size = len(sign_envelope(envelope, identity))
     if size > config.max_envelope_bytes:
         raise ValueError(f"our signed envelope is {size:,} bytes (the model's {len(shapes)} tensor shapes), "
@@ -1209,7 +1211,7 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
         task = load_task(config.task)
         local = LocalModel(task, seed=config.seed, num_shards=config.num_peers, shard_index=config.peer_index,
                            partition=config.partition, outer_lr=config.resolved_outer_lr,
-                           outer_momentum=config.resolved_outer_momentum,
+                           outer_momentum=config.resolved_outer_momentum, dense_outer_lr=dense_outer_lr(config.codec),
                            device=pick_device(config.device), mixed_precision=config.bf16_autocast)
         check_model_fits(config, local.numel, local.shapes, local.shard.num_samples, identity)
         events = EventLog(config.events)
@@ -1233,7 +1235,7 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
         allowed = None if config.allow_peers is None else load_allowlist(config.allow_peers) | {identity.peer_id_b58}
         attack = load_attack(config.attack) if config.attack else None
         server = server_for(config, allowed, attack)  # a slowloris attacker's server trickles its answers
-        cap_warning = upload_cap_warning(config, local.numel)
+        cap_warning = upload_cap_warning(config, local.numel, local.shapes)
         if cap_warning is not None:
             logger.warning("%s", cap_warning)
         await server.attach(p2p)

@@ -177,7 +177,9 @@ def upload_receivers(config: PeerConfig, wanted: int) -> int:
     return wanted if config.num_peers <= 1 else min(wanted, config.num_peers - 1)
 
 
-def upload_cap_warning(config: PeerConfig, numel: int) -> str | None:
+def upload_cap_warning(
+    config: PeerConfig, numel: int, shapes: tuple[tuple[int, ...], ...] | None = None
+) -> str | None:
     """One line saying that ``config.max_upload_mbit`` is below :func:`min_upload_bytes_per_s`, else None.
 
     Two loads are checked, the larger bound wins: the payload of ``config.codec`` (``expected_payload_bytes``)
@@ -190,15 +192,17 @@ def upload_cap_warning(config: PeerConfig, numel: int) -> str | None:
     Args:
         config: The peer's settings.
         numel: d, the model's parameter count.
+        shapes: the model's parameter shapes (a ``dense=head`` codec's size depends on them).
 
     Raises:
-        ValueError: ``numel`` negative or the codec unknown (``expected_payload_bytes``).
+        ValueError: ``numel`` negative, the codec unknown, or a ``dense=head`` codec without ``shapes``
+            (``expected_payload_bytes``).
     """
     if config.max_upload_mbit is None:
         return None
     from p2p_guard.protocol.codecs import expected_payload_bytes
 
-    payload = expected_payload_bytes(config.codec, numel)
+    payload = expected_payload_bytes(config.codec, numel, shapes)
     # A payload's deadline grows with its size and its sender's measured rate up to idle + b / ρ_min
     # (swarm.pacing.fetch_deadline_s); a state is fetched whole within fetch_timeout_s.
     payload_deadline = max(config.fetch_timeout_s,

@@ -30,11 +30,12 @@ References:
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from p2p_guard.protocol.codecs import codec_spec, decode_update, encode_update
+from p2p_guard.protocol.codecs import codec_spec, decode_update, encode_update, expected_payload_bytes
 from p2p_guard.protocol.reasons import Rejected
 
 __all__ = ["TOPK_EF_DECAY", "ErrorFeedback", "check_ef_decay", "default_ef_decay"]
@@ -79,6 +80,7 @@ class ErrorFeedback:
         numel: d, the number of parameters (≥ 0).
         decay: β in [0, 1], the factor the residual is multiplied by before the next Δ is added (None: the
             codec's default, :func:`default_ef_decay`: 0.95 for ``topk`` as in SparseLoCo, 1 for the others).
+        shapes: the model's parameter shapes in flattening order (a ``dense=head`` codec needs them).
 
     Attributes:
         codec: The codec string.
@@ -87,14 +89,18 @@ class ErrorFeedback:
         residual: ``(d,)`` float32 CPU tensor e_r (zeros at the start; always zeros for ``fp32``).
 
     Raises:
-        ValueError: Unknown codec, a negative ``numel`` or ``decay`` outside [0, 1].
+        ValueError: Unknown codec, a negative ``numel``, ``decay`` outside [0, 1], or a ``dense=head`` codec
+            without ``shapes`` that hold ``numel`` values.
     """
 
-    def __init__(self, codec: str, numel: int, decay: float | None = None) -> None:
-        """Check the codec and β and start with a zero residual."""
+    def __init__(self, codec: str, numel: int, decay: float | None = None,
+                 shapes: Sequence[Sequence[int]] | None = None) -> None:
+        """Check the codec, β and shapes and start with a zero residual."""
         self._spec = codec_spec(codec)
         if isinstance(numel, bool) or not isinstance(numel, int) or numel < 0:
             raise ValueError(f"numel must be a non-negative int, got {numel!r}")
+        expected_payload_bytes(codec, numel, shapes)  # a dense=head codec without matching shapes: ValueError
+        self.shapes = None if shapes is None else tuple(tuple(int(n) for n in shape) for shape in shapes)
         self.codec = codec
         self.numel = numel
         self.decay = default_ef_decay(codec) if decay is None else check_ef_decay(decay)
@@ -134,15 +140,15 @@ class ErrorFeedback:
             )
         flat = delta.detach().to(device="cpu", dtype=torch.float32)
         if self._spec.lossless:
-            return encode_update(flat, self.codec), flat.clone()
+            return encode_update(flat, self.codec, self.shapes), flat.clone()
         # SparseLoCo (arXiv:2508.15706): e ← β·e + Δ; with β = 1 no multiplication (bit-identical plain EF)
         target = flat + (self.residual if self.decay == 1.0 else self.residual * self.decay)
         if not bool(torch.isfinite(target).all()):
             raise ValueError(
                 f"the update to send holds {int((~torch.isfinite(target)).sum())} NaN/±Inf values"
             )
-        payload = encode_update(target, self.codec)
-        sent = decode_update(payload, self.codec, self.numel)
+        payload = encode_update(target, self.codec, self.shapes)
+        sent = decode_update(payload, self.codec, self.numel, self.shapes)
         if isinstance(sent, Rejected) or not bool(torch.isfinite(sent).all()):  # fp16 beyond ±65504
             detail = sent.detail if isinstance(sent, Rejected) else "it decodes to NaN/±Inf"
             raise ValueError(f"{self.codec} cannot carry this update: {detail}")

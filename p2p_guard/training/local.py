@@ -15,6 +15,7 @@ import threading
 import torch
 
 from p2p_guard.protocol import state_hash
+from p2p_guard.protocol.sparse import dense_mask
 from p2p_guard.tasks import Task
 from p2p_guard.training.inner import make_inner_optimizer, run_inner_steps
 from p2p_guard.training.outer import OuterNesterov
@@ -55,7 +56,7 @@ class LocalModel:
 
     def __init__(self, task: Task, *, seed: int, num_shards: int, shard_index: int, partition: str,
                  outer_lr: float = 0.7, outer_momentum: float = 0.9, device: torch.device | None = None,
-                 mixed_precision: bool = True) -> None:
+                 mixed_precision: bool = True, dense_outer_lr: float | None = None) -> None:
         """Build θ_0 from the run seed (identical on every peer) and this peer's shard.
 
         Args:
@@ -67,6 +68,8 @@ class LocalModel:
             device: where the inner steps run (None: CPU). Outer state stays on the CPU.
             mixed_precision: bf16 autocast of the inner forward passes on a CUDA device (no effect on CPU;
                 :func:`~p2p_guard.training.inner.inner_autocast`).
+            dense_outer_lr: with a ``topk:…,dense=head`` codec, the outer lr of its dense set
+                (``protocol.sparse.dense_mask`` of this model; ``training.outer.dense_outer_lr``); None: η everywhere.
         """
         self.task = task
         self.device = device if device is not None else torch.device("cpu")
@@ -74,11 +77,12 @@ class LocalModel:
         self.model = task.build_model(seed).to(self.device)
         self.shard = task.shard(num_shards, shard_index, partition, seed)
         self.inner_optimizer = make_inner_optimizer(self.model, task)
-        self.outer = OuterNesterov(lr=outer_lr, momentum=outer_momentum)
+        self.shapes = param_shapes(self.model)
+        dense = None if dense_outer_lr is None else (dense_mask(self.shapes), dense_outer_lr)
+        self.outer = OuterNesterov(lr=outer_lr, momentum=outer_momentum, dense=dense)
         self.theta = flatten(self.model)
         self.momentum = torch.zeros_like(self.theta)
         self.previous_aggregate = torch.zeros_like(self.theta)
-        self.shapes = param_shapes(self.model)
         self._eval_model: torch.nn.Module | None = None
 
     @property

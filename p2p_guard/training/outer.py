@@ -38,8 +38,8 @@ from torch import Tensor
 
 from p2p_guard.protocol.codecs import codec_spec
 
-__all__ = ["DILOCO_OUTER_LR", "DILOCO_OUTER_MOMENTUM", "TOPK_OUTER_LR", "TOPK_OUTER_MOMENTUM", "OuterNesterov",
-           "outer_defaults"]
+__all__ = ["DILOCO_OUTER_LR", "DILOCO_OUTER_MOMENTUM", "TOPK_DENSE_OUTER_LR", "TOPK_OUTER_LR", "TOPK_OUTER_MOMENTUM",
+           "OuterNesterov", "dense_outer_lr", "outer_defaults"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +61,13 @@ seed 0; perplexity at rounds 6 / 12 / 18, fp32 9.81 / 7.56 / 6.62) α = 3 was al
 13.98 / 9.38, α = 3 7.17 at round 20 (+9.4 % against fp32's 6.55), α = 4 13.25 / 9.43, α = 6 13.95 / 9.51 / 7.78;
 β = 1 at α = 3 12.53 / 9.05 (docs/protocol.md §2)."""
 
+TOPK_DENSE_OUTER_LR = 1.0
+"""Outer learning rate of the dense set of a ``topk:…,dense=head`` codec (its 1-D tensors and output layer, sent
+as float16): those coordinates arrive from every sender, undiluted by the top-k, so they take the plain mean
+(θ ← θ − 1 · mean) where the top-k coordinates take α = :data:`TOPK_OUTER_LR`. Measured (docs/protocol.md §2;
+``docs/scripts/topk_dense.py``) on Shakespeare, 8 workers, 20 rounds, seed 0, perplexity (fp32 6.55, plain topk
+2 % 7.18): the dense set at lr 1 6.69, at α = 3 7.81, with DiLoCo's Nesterov (0.7, 0.9) 6.98."""
+
 TOPK_OUTER_MOMENTUM = 0.0
 """No outer momentum with ``topk``: the error feedback's decayed accumulator replaces it (SparseLoCo, Sarfi et
 al., arXiv:2508.15706, 2025)."""
@@ -80,12 +87,23 @@ def outer_defaults(codec: str) -> tuple[float, float]:
     return DILOCO_OUTER_LR, DILOCO_OUTER_MOMENTUM
 
 
+def dense_outer_lr(codec: str) -> float | None:
+    """The outer lr of a codec's dense set: :data:`TOPK_DENSE_OUTER_LR` for ``topk:…,dense=head``, else None.
+
+    Raises:
+        ValueError: Unknown or malformed codec string.
+    """
+    return TOPK_DENSE_OUTER_LR if codec_spec(codec).dense else None
+
+
 class OuterNesterov:
     """Nesterov SGD on flat float32 vectors, matching ``torch.optim.SGD(nesterov=True)`` bit for bit.
 
     Args:
         lr: Outer learning rate η, finite and ``> 0``.
         momentum: Momentum coefficient μ, in ``[0, 1)``; with 0 this is plain SGD.
+        dense: Optional ``(mask, η_dense)``: the coordinates where the ``(d,)`` bool ``mask`` is True step with
+            η_dense instead of η (a ``topk:…,dense=head`` codec's dense set, :func:`dense_outer_lr`).
 
     Attributes:
         lr: η.
@@ -99,8 +117,15 @@ class OuterNesterov:
         Douillard et al., arXiv:2311.08105, 2023.
     """
 
-    def __init__(self, lr: float = DILOCO_OUTER_LR, momentum: float = DILOCO_OUTER_MOMENTUM) -> None:
+    def __init__(self, lr: float = DILOCO_OUTER_LR, momentum: float = DILOCO_OUTER_MOMENTUM,
+                 dense: tuple[Tensor, float] | None = None) -> None:
         """Check and store the hyper-parameters; the buffer starts empty."""
+        if dense is not None:
+            mask, dense_lr = dense
+            if not isinstance(mask, Tensor) or mask.dtype != torch.bool or mask.dim() != 1:
+                raise ValueError("dense mask must be a (d,) bool tensor")
+            OuterNesterov(lr=dense_lr)  # the same range check as lr
+        self.dense = dense
         if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0.0:
             raise ValueError(f"lr={lr!r} must be a finite number > 0")
         if (
@@ -154,7 +179,14 @@ class OuterNesterov:
                 buf = buf.mul(self.momentum).add_(grad)
             self.momentum_buffer = buf
             grad = grad.add(buf, alpha=self.momentum)
-        return theta.detach().clone().add_(grad, alpha=-self.lr)
+        if self.dense is None:
+            return theta.detach().clone().add_(grad, alpha=-self.lr)
+        mask, dense_lr = self.dense
+        if mask.shape != grad.shape:
+            raise ValueError(f"aggregate {tuple(grad.shape)} does not match the dense mask {tuple(mask.shape)}")
+        step = grad * self.lr
+        step[mask] = grad[mask] * dense_lr
+        return theta.detach().clone().sub_(step)
 
     def state_dict(self) -> dict[str, Any]:
         """The optimiser state, to ship to a late joiner or checkpoint.

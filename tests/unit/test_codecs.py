@@ -426,3 +426,91 @@ class TestErrorFeedback:
 def test_protocol_md_test_vectors(codec: str, hex_payload: str) -> None:
     """docs/protocol.md §10: Δ = [1.0, −2.0, 0.5]."""
     assert encode_update(torch.tensor([1.0, -2.0, 0.5]), codec).hex() == hex_payload
+
+
+class TestDenseHead:
+    """``topk:…,dense=head``: the 1-D tensors and the output layer as float16, the rest through top-k."""
+
+    MLP = ((64, 64), (64,), (10, 64), (10,))  # the digits MLP: dense 64 + 640 + 10 = 714 of 4,810
+
+    @pytest.mark.parametrize(
+        ("codec", "spec"),
+        [("topk:dense=head", CodecSpec("topk", 0.02, dense=True)),
+         ("topk:density=0.05,dense=head", CodecSpec("topk", 0.05, dense=True))],
+    )
+    def test_accepts(self, codec: str, spec: CodecSpec) -> None:
+        assert parse_codec(codec) == spec
+
+    @pytest.mark.parametrize("codec", ["topk:dense=all", "topk:dense=head,density=0.05", "int8:dense=head",
+                                       "topk:density=0.05,dense=head,", "topk:,dense=head", "topk:dense=HEAD"])
+    def test_rejects(self, codec: str) -> None:
+        assert reason_of(parse_codec(codec)) is RejectReason.DECODE_ERROR
+
+    def test_mask(self) -> None:
+        from p2p_guard.protocol.sparse import dense_mask
+
+        mask = dense_mask(self.MLP)
+        assert mask.shape == (4810,) and int(mask.sum()) == 714
+        assert not mask[:4096].any() and mask[4096:].all()
+        assert dense_mask(((3, 3), (2,), (4, 2, 1), (5, 5), (1,))).tolist() == [False] * 9 + [True] * 2 + [False] * 8 + [True] * 26
+        assert dense_mask(((4,), ())).all() and dense_mask(()).numel() == 0
+
+    def test_size_formula(self) -> None:
+        # topk of the 4,096 body values (one chunk: 8 + 2·82 + 21) + 2 · 714
+        assert expected_payload_bytes("topk:dense=head", 4810, self.MLP) == 8 + 2 * 82 + 21 + 2 * 714
+        assert len(encode_update(torch.linspace(-1, 1, 4810), "topk:dense=head", self.MLP)) == 193 + 1428
+        with pytest.raises(ValueError, match="needs the model's parameter shapes"):
+            expected_payload_bytes("topk:dense=head", 4810)
+        with pytest.raises(ValueError, match="the parameter shapes hold 4810 values, not 4811"):
+            encode_update(torch.zeros(4811), "topk:dense=head", self.MLP)
+
+    def test_known_answer(self) -> None:
+        """Shapes ((2, 2), (1,)): the matrix is the output layer, so all five values are dense, as float16."""
+        payload = encode_update(torch.tensor([1.0, -2.0, 0.1, 0.0, 3.0]), "topk:dense=head", ((2, 2), (1,)))
+        assert payload == np.array([1.0, -2.0, 0.1, 0.0, 3.0], dtype="<f2").tobytes()
+        body = ((4, 1), (1, 1))  # (4, 1) is the body (top-k), (1, 1) the output layer
+        payload = encode_update(torch.tensor([0.0, 5.0, 0.0, 0.0, 0.5]), "topk:density=0.0002,dense=head", body)
+        # one chunk of 4 values keeps ⌈1·4/4096⌉ = 1: levels (5, 5), index 1, code 0b10; then 0.5 as float16
+        assert payload == f32(5.0) + f32(5.0) + struct.pack("<H", 1) + bytes([0b10]) + struct.pack("<e", 0.5)
+        decoded = decode_update(payload, "topk:density=0.0002,dense=head", 5, body)
+        assert isinstance(decoded, torch.Tensor) and decoded.tolist() == [0.0, 5.0, 0.0, 0.0, 0.5]
+
+    def test_non_finite_dense_value_is_rejected(self) -> None:
+        payload = bytearray(encode_update(torch.ones(4810), "topk:dense=head", self.MLP))
+        payload[-2:] = struct.pack("<H", 0x7C00)  # +Inf
+        assert reason_of(decode_update(bytes(payload), "topk:dense=head", 4810, self.MLP)) is RejectReason.NON_FINITE
+
+    def test_cap_bounds_every_dense_set(self) -> None:
+        from p2p_guard.protocol import payload_cap_bytes
+
+        cap = payload_cap_bytes("topk:density=1,dense=head", 8192)
+        for layout in (((8192,),), ((8192, 1),), ((8191, 1), (1, 1)), ((4096, 1), (4096,), (0, 1))):
+            assert expected_payload_bytes("topk:density=1,dense=head", 8192, layout) <= cap
+
+    def test_error_feedback_keeps_the_float16_rounding_only(self) -> None:
+        feedback = ErrorFeedback("topk:dense=head", 4810, decay=1.0, shapes=self.MLP)
+        delta = torch.randn(4810, generator=torch.Generator().manual_seed(0))
+        _, sent = feedback.compress(delta)
+        assert torch.equal(sent[4096:], delta[4096:].half().float())
+        assert torch.equal(feedback.residual[4096:], delta[4096:] - delta[4096:].half().float())
+        assert int((sent[:4096] != 0).sum()) == 82
+        with pytest.raises(ValueError, match="needs the model's parameter shapes"):
+            ErrorFeedback("topk:dense=head", 4810)
+
+
+def test_outer_step_with_a_dense_lr() -> None:
+    """θ ← θ − η·g on the top-k coordinates, θ − η_dense·g on the dense ones (momentum 0 and 0.5)."""
+    from p2p_guard.training.outer import TOPK_DENSE_OUTER_LR, OuterNesterov, dense_outer_lr
+
+    mask = torch.tensor([False, True, False, True])
+    theta, g = torch.zeros(4), torch.tensor([1.0, 1.0, 2.0, -2.0])
+    assert OuterNesterov(3.0, 0.0, dense=(mask, 1.0)).step(theta, g).tolist() == [-3.0, -1.0, -6.0, 2.0]
+    outer = OuterNesterov(2.0, 0.5, dense=(mask, 1.0))
+    outer.step(theta, g)  # b = g, step g + 0.5·b = 1.5·g
+    assert outer.step(theta, g).tolist() == [-3.5, -1.75, -7.0, 3.5]  # b = 1.5·g, step g + 0.75·g
+    assert dense_outer_lr("topk:dense=head") == TOPK_DENSE_OUTER_LR == 1.0
+    assert dense_outer_lr("topk") is None and dense_outer_lr("fp32") is None
+    with pytest.raises(ValueError, match="lr="):
+        OuterNesterov(3.0, 0.0, dense=(mask, 0.0))
+    with pytest.raises(ValueError, match="does not match the dense mask"):
+        OuterNesterov(3.0, 0.0, dense=(mask, 1.0)).step(torch.zeros(3), torch.ones(3))
