@@ -4,6 +4,8 @@
     python docs/scripts/wire_stream.py --params 25000000 --codecs fp32 int8 int4 topk --whole
     python docs/scripts/wire_stream.py --params 25338880 --max-upload-mbit 20 --codecs fp32 fp16 int8 int4 \
         topk:density=0.01 topk:density=0.02 topk:density=0.05      # the 25M char-GPT's payload at a home uplink
+    python docs/scripts/wire_stream.py --task shakespeare:n_layers=8,d_model=512,n_heads=8 --max-upload-mbit 20 \
+        --codecs topk:density=0.02 topk:density=0.02,dense=head    # d and the dense set from the task's model
 
 Two hivemind p2pd daemons on 127.0.0.1 in this process: an honest ``PayloadServer`` reveals a payload of the
 codec's exact size for d parameters (random bytes: the transport never looks inside; ``payload_cap_bytes`` says
@@ -14,13 +16,15 @@ size, the seconds of the fetch, its rate, and the peak extra memory of the fetch
 the value before the fetch; the two p2pd daemons are other processes and not counted). ``--whole`` also reads the
 same bytes with the whole-answer ``transport.fetch`` (served as a state), the version 2 way, for comparison.
 ``--max-upload-mbit`` caps the server's upload (``PayloadServer(max_upload_bytes_per_s=...)``, the peer's
-``--max-upload-mbit``), to time one payload at a home uplink on loopback.
+``--max-upload-mbit``), to time one payload at a home uplink on loopback. ``--task SPEC`` takes d and the parameter
+shapes (which a ``dense=head`` codec's size needs) from the task's model instead of ``--params``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import time
 import tracemalloc
@@ -66,7 +70,8 @@ async def measured(fetching: asyncio.Future[FetchResult] | object) -> tuple[Fetc
     return result, took, peak, peak_rss - start_rss
 
 
-async def main(params: int, codecs: list[str], whole: bool, max_upload_mbit: float | None) -> None:
+async def main(params: int, codecs: list[str], whole: bool, max_upload_mbit: float | None,
+               shapes: tuple[tuple[int, ...], ...] | None = None) -> None:
     server = await P2P.create(host_maddrs=LOOPBACK, nat_port_map=False)
     client = await P2P.create(initial_peers=[str(m) for m in await server.get_visible_maddrs()],
                               host_maddrs=LOOPBACK, nat_port_map=False)
@@ -78,7 +83,7 @@ async def main(params: int, codecs: list[str], whole: bool, max_upload_mbit: flo
               f"peak extra RSS |{' whole read: Python / RSS |' if whole else ''}")
         print(f"|---|---:|---:|---:|---:|---:|---:|{'---:|' if whole else ''}")
         for round_, codec in enumerate(codecs):
-            size = expected_payload_bytes(codec, params)
+            size = expected_payload_bytes(codec, params, shapes)
             payload = os.urandom(size)
             root = payload_digest(payload)
             served.reveal(round_, payload)
@@ -108,8 +113,16 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", type=int, default=100_000_000, help="d, parameters (default: 100,000,000)")
     parser.add_argument("--codecs", nargs="+", default=["int8", "fp16"], help="codec strings (default: int8 fp16)")
+    parser.add_argument("--task", default=None, help="take d and the shapes from this task's model (a task spec)")
     parser.add_argument("--whole", action="store_true", help="also time the whole-answer read (version 2)")
     parser.add_argument("--max-upload-mbit", type=float, default=None,
                         help="cap the server's upload at this many Mbit/s (default: no cap)")
     args = parser.parse_args()
-    asyncio.run(main(args.params, args.codecs, args.whole, args.max_upload_mbit))
+    task_shapes = None
+    if args.task is not None:
+        from p2p_guard.tasks import load_task
+        from p2p_guard.training.params import param_shapes
+
+        task_shapes = param_shapes(load_task(args.task).build_model(0))
+        args.params = sum(math.prod(shape) for shape in task_shapes)
+    asyncio.run(main(args.params, args.codecs, args.whole, args.max_upload_mbit, task_shapes))

@@ -72,8 +72,10 @@ WIRE_CODECS: tuple[str, ...] = (
     "topk:density=0.01",
     "topk:density=0.02",
     "topk:density=0.05",
+    "topk:density=0.02,dense=head",
 )
-"""The codecs the benchmark compares (issue 10: fp32, fp16, int8, 4-bit, topk at 1, 2 and 5 %)."""
+"""The codecs the benchmark compares (issue 10: fp32, fp16, int8, 4-bit, topk at 1, 2 and 5 %; and topk at 2 % with
+the 1-D tensors and the output layer dense, ``protocol.sparse``)."""
 
 GUARD_ATTACKS: tuple[str, ...] = ("sign_flip:scale=10", "alie")
 """The attacks the guard meets per codec (issue 10: its worst case per codec within 2 points of fp32's)."""

@@ -97,7 +97,7 @@ class SimulationConfig:
         keep_snapshots: keep the peers' per-round θ snapshots after their consensus distance is computed
             (they take d × 4 bytes per peer and round, so they are deleted unless this is on).
         codec: wire codec of every peer's pseudo-gradients (``fp32``, ``fp16``, ``int8``, ``int4``,
-            ``topk[:density=ρ]``; ``PeerConfig.codec``).
+            ``topk[:density=ρ]``, ``topk:density=ρ,dense=head``; ``PeerConfig.codec``).
         max_upload_mbit: upload cap of every peer, in Mbit/s (None: unlimited; ``PeerConfig.max_upload_mbit``):
             emulates home uplinks on loopback.
         overlap: every peer overlaps round r's communication with round r + 1's inner phase (on), never (off),
@@ -171,7 +171,7 @@ class SimulationConfig:
                 f"join_timeout_s must be a positive number of seconds, got {self.join_timeout_s!r}"
             )
         if not isinstance(self.codec, str) or not self.codec:
-            raise ValueError(f"codec must be a codec name (fp32, fp16, int8, int4, topk[:density=RHO]), "
+            raise ValueError(f"codec must be a codec name (fp32, fp16, int8, int4, topk[:density=RHO][,dense=head]), "
                              f"got {self.codec!r}")  # the full check imports torch: simulate_cmd's preflight
         if self.max_upload_mbit is not None and (
             isinstance(self.max_upload_mbit, bool) or not isinstance(self.max_upload_mbit, (int, float))

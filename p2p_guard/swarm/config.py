@@ -52,7 +52,8 @@ class PeerConfig:
         assumed_byzantine: f̂, how many Byzantine senders the guard is configured to tolerate (None: guard default).
         attack: attack spec for a simulated adversarial peer (``NAME:key=value,...`` or ``module:Class``).
         byzantine_count: how many Byzantine peers the attack may assume collude (omniscient attacks use it).
-        codec: wire codec of pseudo-gradients (``fp32``, ``fp16``, ``int8``, ``int4``, ``topk[:density=ρ]``).
+        codec: wire codec of pseudo-gradients (``fp32``, ``fp16``, ``int8``, ``int4``, ``topk[:density=ρ]``,
+            ``topk:density=ρ,dense=head``: the 1-D tensors and the output layer as float16, ``protocol.sparse``).
         outer_lr: outer learning rate α, finite and > 0 (None: from the codec, 0.7 as in DiLoCo for fp32, fp16,
             int8 and int4, ``training.outer.TOPK_OUTER_LR`` for topk, measured with SparseLoCo's step without
             momentum in docs/wire.md; ``training.outer.outer_defaults``).

@@ -38,6 +38,8 @@ def test_measure_codecs_sizes_and_errors() -> None:
         "fp32": 32768, "fp16": 16384, "int8": 4 * 8 + 8192, "int4": 4 * 128 + 4096,
         "topk:density=0.01": 16 + 2 * 82 + 21, "topk:density=0.02": 16 + 2 * 164 + 41,
         "topk:density=0.05": 16 + 2 * 410 + 103,
+        # synthetic layout: 82 dense values (the output layer, ⌈8192/100⌉); 8110 top-k: k 82 + ⌈82·4014/4096⌉ = 81
+        "topk:density=0.02,dense=head": 16 + 2 * 163 + 41 + 2 * 82,
     }  # fmt: skip
     assert by_codec["fp32"]["rel_error"] == 0.0
     errors = [by_codec[c]["rel_error"] for c in ("fp16", "int8", "int4", "topk:density=0.05")]
