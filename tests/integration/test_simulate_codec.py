@@ -85,3 +85,35 @@ def test_simulate_topk_trains_with_sparseloco_defaults(tmp_path: Path) -> None:
     report = json.loads(report_path.read_text())
     assert report["config"]["codec"] == "topk:density=0.02"
     assert report["final"]["accuracy"] > 0.3
+
+
+@pytest.mark.timeout(420)
+def test_simulate_topk_dense_head_serves_its_exact_size(tmp_path: Path) -> None:
+    """``--codec topk:density=0.02,dense=head`` over real streams: every served payload is the codec's size for
+    the digits MLP's shapes (top-k of 4,096 values, 714 float16 values: 1,621 bytes), every update crosses, θ learns.
+    """
+    from p2p_guard.tasks import load_task
+    from p2p_guard.training.params import param_shapes
+
+    codec = "topk:density=0.02,dense=head"
+    shapes = param_shapes(load_task("digits").build_model(0))
+    workdir, report_path = tmp_path / "run", tmp_path / "report.json"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run(
+        [sys.executable, "-m", "p2p_guard.cli.main", "simulate", "--task", "digits", "--honest", "3",
+         "--byzantine", "0", "--rounds", "3", "--codec", codec, "--workdir", str(workdir),
+         "--report", str(report_path), "--no-progress", "--timeout-s", "360"],
+        capture_output=True, text=True, timeout=400, env=env, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(report_path.read_text())
+    assert report["config"]["codec"] == codec
+    b = expected_payload_bytes(codec, 4810, shapes)
+    assert b == 8 + 2 * 82 + 21 + 2 * 714
+    served = 0
+    for index in range(3):
+        for e in (e for e in read_events(peer_paths(workdir, index)["events"]) if e["event"] == "round"):
+            states = e["bytes_sent"] - e["served"] * (CHUNK_DIGEST_BYTES * chunk_count(b) + b)
+            assert states >= 0 and states % (2 * 4810) == 0, (e["bytes_sent"], e["served"], b)
+            served += e["served"]
+    assert served >= 6  # payloads did cross
+    assert report["final"]["accuracy"] > 0.5
