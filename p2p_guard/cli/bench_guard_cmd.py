@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -70,16 +71,24 @@ def run_guard_cost(args: argparse.Namespace) -> int:
 
     from p2p_guard.bench.guard_cost import inner_phase_seconds, render, time_guard, write_plot
     from p2p_guard.bench.report import command_line, machine_info
+    from p2p_guard.cli.preflight import check_output_file
     from p2p_guard.guard.registry import check_guard_spec
+    from p2p_guard.protocol.codecs import MAX_PARAMETERS
 
     started = time.monotonic()
     fanouts = tuple(args.fanouts or (QUICK_FANOUTS if args.quick else FULL_FANOUTS))
-    sizes = tuple(int(s) for s in (args.sizes or (QUICK_SIZES if args.quick else FULL_SIZES)))
+    raw_sizes = args.sizes or (QUICK_SIZES if args.quick else FULL_SIZES)
+    if not all(math.isfinite(s) and 1 <= s <= MAX_PARAMETERS for s in raw_sizes):
+        return _error(f"--sizes must be numbers of parameters in [1, {MAX_PARAMETERS:,}] (2**28, the largest model a "
+                      f"peer accepts), got {' '.join(f'{s:g}' for s in raw_sizes)}")
+    sizes = tuple(int(s) for s in raw_sizes)
     round_steps = args.round_steps if args.round_steps is not None else (0 if args.quick else 2)
-    if min(fanouts) < 1 or min(sizes) < 1 or args.repeats < 1 or args.threads < 1 or round_steps < 0:
+    if min(fanouts) < 1 or args.repeats < 1 or args.threads < 1 or round_steps < 0:
         return _error("--fanouts, --sizes, --repeats and --threads must be >= 1, --round-steps >= 0")
-    try:
+    try:  # before any timing: the guard and the output paths
         check_guard_spec(args.guard)
+        check_output_file(args.out, flag="--out")
+        check_output_file(args.json, flag="--json")
     except ValueError as exc:
         return _error(str(exc))
     torch.set_num_threads(args.threads)

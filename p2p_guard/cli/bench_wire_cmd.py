@@ -116,8 +116,8 @@ def run_wire(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    workers = args.workers or (4 if args.quick else 8)
-    rounds = args.rounds or (10 if args.quick else 20)
+    workers = (4 if args.quick else 8) if args.workers is None else args.workers  # 0 is refused, not a default
+    rounds = (10 if args.quick else 20) if args.rounds is None else args.rounds
     if workers < 1 or rounds < 1 or args.threads < 1 or getattr(args, "eval_every", 0) < 0:
         print("p2p-guard bench wire: error: --workers, --rounds and --threads must be >= 1, --eval-every >= 0",
               file=sys.stderr)
@@ -133,7 +133,8 @@ def run_wire(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"p2p-guard bench wire: error: --guard-attacks: {error}", file=sys.stderr)
         return EXIT_USAGE
-    byzantine = getattr(args, "byzantine", None) or max(1, workers // 4)
+    byzantine = getattr(args, "byzantine", None)
+    byzantine = max(1, workers // 4) if byzantine is None else byzantine
     if guard_attacks and not 1 <= byzantine < workers / 2:
         print(f"p2p-guard bench wire: error: --byzantine must be >= 1 and a minority of --workers {workers}; got "
               f"{byzantine}", file=sys.stderr)
@@ -148,12 +149,17 @@ def run_wire(args: argparse.Namespace) -> int:
               "--topk-outer-momentum in [0, 1)", file=sys.stderr)
         return EXIT_USAGE
     task = getattr(args, "task", "digits")
-    try:
-        from p2p_guard.tasks import load_task
+    try:  # everything the runs need, before they start: the task's data and model, the guard, the output paths
+        from p2p_guard.cli.preflight import check_output_file, check_task_data
+        from p2p_guard.guard.registry import check_guard_spec
         from p2p_guard.tasks.partition import parse_partition
 
-        load_task(task)
+        check_task_data(task)
         partition = str(parse_partition(getattr(args, "partition", "iid")))  # ' DIRICHLET:0.50' → dirichlet:0.5
+        if guard_attacks:
+            check_guard_spec(getattr(args, "guard", "semantic"))
+        check_output_file(args.json, flag="--json")
+        check_output_file(getattr(args, "out", None), flag="--out")
     except ValueError as error:
         print(f"p2p-guard bench wire: error: {error}", file=sys.stderr)
         return EXIT_USAGE

@@ -105,7 +105,7 @@ def _precheck(values: Mapping[str, Any]) -> None:
         check_announce_host(values["announce_host"], port)
     for key in ("events", "state_out"):
         if isinstance(values[key], str):
-            check_output_file(values[key], flag=_flag(key))
+            check_output_file(values[key], flag=_flag(key), replaced=False)  # appended / torch.save in place
     for key in ("checkpoint_dir", "snapshot_dir", "proof_dir"):
         if isinstance(values[key], str):
             check_output_dir(values[key], flag=_flag(key))

@@ -95,20 +95,28 @@ def check_announce_host(host: str | None, port: int) -> None:
                          "port; --port 0 picks a random one)")
 
 
-def check_output_file(path: str | Path | None, *, flag: str) -> None:
+def check_output_file(path: str | Path | None, *, flag: str, replaced: bool = True) -> None:
     """A file the command will write (``--report``, ``--events``, ``--address-file``) must be creatable there.
 
-    Missing parent directories are fine (they are created); a parent that is a file, an unwritable one, or a
-    ``path`` that is a directory is not.
+    Missing parent directories are fine (they are created); a parent that is a file, an unwritable one, a
+    ``path`` that is a directory, or, when the command ``replaced`` the file (written to a temporary file and
+    renamed over it: ``--report``, ``--address-file``), one that exists and is not a regular file (a device such
+    as ``/dev/full``, a FIFO) is not. A symlink is followed. A file written in place (``--events``,
+    ``--state-out``: ``replaced=False``) may be a device.
 
     Raises:
         ValueError: naming ``flag``, the path and the part in the way.
     """
     if path is None:
         return
+    if not str(path).strip():
+        raise ValueError(f"{flag}: empty path")
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{flag} {path}: is a directory, not a file")
+    if replaced and path.exists() and not path.is_file():
+        raise ValueError(f"{flag} {path}: exists and is not a regular file (a device or a pipe); name a file")
+    path = path.resolve()
     parent = _first_existing(path.parent)
     if not parent.is_dir():
         raise ValueError(f"{flag} {path}: {parent} is a file, not a directory")
@@ -230,6 +238,8 @@ def check_task_data(task_spec: str) -> tuple[tuple[int, ...], ...]:
             raise ValueError(str(e)) from None
     try:
         model = task.build_model(0)
+    except OSError as e:  # the model's size comes from the data (shakespeare's vocabulary): missing texts
+        raise ValueError(f"task {task_spec!r}: {e}") from None
     except (RuntimeError, MemoryError) as e:  # torch's allocator: "DefaultCPUAllocator: can't allocate memory"
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         first = re.sub(r"^\[enforce fail at [^\]]*\]\s*(err == 0\.\s*)?", "", first)  # torch's C++ location

@@ -18,7 +18,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from p2p_guard.cli.errors import EXIT_FAILED, EXIT_USAGE, print_error, print_warning
-from p2p_guard.cli.preflight import check_output_file
+from p2p_guard.cli.preflight import check_output_dir, check_output_file
 from p2p_guard.cli.typed_config import add_config_flags, load_config
 from p2p_guard.simulation.config import SimulationConfig, split_attack_mix
 from p2p_guard.simulation.faults import FaultPlan, check_plan_tools, load_plan
@@ -57,9 +57,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--report", type=Path, default=None, help="also write the JSON report here")
     parser.add_argument(
         "--workdir",
-        type=Path,
+        type=_nonempty_path,
         default=None,
-        help="directory for logs, keys, events and states (None: a fresh runs/<timestamp>)",
+        help="directory for logs, keys, events and states; new or empty (default: a fresh runs/<timestamp>)",
     )
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress bar (there is none anyway when stderr is not a terminal)")
@@ -205,6 +205,30 @@ def _sigterm_raises() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _nonempty_path(value: str) -> Path:
+    """The --workdir type: a path that is not empty (``Path("")`` would be the current directory)."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("empty path")
+    return Path(value)
+
+
+def _check_workdir(workdir: Path | None) -> None:
+    """``--workdir`` must be new or an empty directory that can be written.
+
+    An earlier run's folder holds its peers' keys and checkpoints: its peers would resume at its last round and
+    stop at once, and the old results would be reported as this run's (user test, stop 23).
+
+    Raises:
+        ValueError: an empty path, a file, a non-empty directory, or a place that cannot be created.
+    """
+    if workdir is None:
+        return
+    if workdir.is_dir() and any(workdir.iterdir()):
+        raise ValueError(f"--workdir {workdir} is not empty (an earlier run's keys and checkpoints would be resumed); "
+                         "remove it or name a new directory")
+    check_output_dir(workdir, flag="--workdir")
+
+
 def _interrupted(e: Any, report_path: Path | None, workdir: Path, *, terminated: bool) -> int:
     """Ctrl+C or SIGTERM: print the partial report's table, write it to ``--report`` too, say where; 130/143."""
     from p2p_guard.simulation.orchestrator import signals_deferred, write_report
@@ -245,6 +269,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         check_output_file(args.report, flag="--report")
+        _check_workdir(args.workdir)
     except ValueError as e:
         print_error(COMMAND, f"cannot write there: {e}")
         return EXIT_USAGE

