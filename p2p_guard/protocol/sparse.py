@@ -190,9 +190,10 @@ def encode_topk_dense(vector: torch.Tensor, density: float, mask: torch.Tensor) 
     ``mask`` is :func:`dense_mask` of the model (``(d,)`` bool). A dense value beyond ±65504 becomes ±Inf, which a
     receiver rejects (``NON_FINITE``): the error feedback's encoder refuses such an update first.
     """
+    runs = _runs(mask)
     with np.errstate(over="ignore"):
-        dense = vector[mask].numpy().astype("<f2").tobytes()
-    return encode_topk(vector[~mask].contiguous(), density) + dense
+        dense = _gather(vector, runs, True).numpy().astype("<f2").tobytes()
+    return encode_topk(_gather(vector, runs, False), density) + dense
 
 
 def decode_topk_dense(
@@ -226,9 +227,27 @@ def decode_topk_dense(
     if not bool(np.isfinite(exact).all()):
         return Rejected(RejectReason.NON_FINITE, "a dense value of the topk payload is NaN or ±Inf")
     out = torch.empty(numel, dtype=torch.float32)
-    out[~mask] = sparse
-    out[mask] = torch.from_numpy(exact)
+    taken = {False: 0, True: 0}
+    parts = {False: sparse, True: torch.from_numpy(exact)}
+    for start, stop, is_dense in _runs(mask):  # slices, not a boolean index: 10× faster at d = 10⁷
+        out[start:stop] = parts[is_dense][taken[is_dense] : taken[is_dense] + stop - start]
+        taken[is_dense] += stop - start
     return out
+
+
+def _runs(mask: torch.Tensor) -> list[tuple[int, int, bool]]:
+    """The maximal runs ``(start, stop, value)`` of a ``(d,)`` bool mask, in order (one per tensor or fewer)."""
+    values = mask.numpy()
+    if values.size == 0:
+        return []
+    edges = [0, *(np.flatnonzero(values[1:] != values[:-1]) + 1).tolist(), values.size]
+    return [(a, b, bool(values[a])) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+
+
+def _gather(vector: torch.Tensor, runs: list[tuple[int, int, bool]], dense: bool) -> torch.Tensor:
+    """The values of ``vector`` in the runs whose value is ``dense``, in order, as one contiguous tensor."""
+    pieces = [vector[a:b] for a, b, value in runs if value == dense]
+    return torch.cat(pieces) if pieces else vector.new_zeros(0)
 
 
 def _check_indices(rows: np.ndarray, length: int, first_chunk: int) -> Rejected | None:
