@@ -1544,6 +1544,9 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
             await deferred.apply(peer, RoundOutcome(round=round_))
         await reports.wait(timeout_s=_Reports.SHUTDOWN_WAIT_S if stop.is_set() else None)
     peer._set_round(round_)
+    if completed == 0 and last is not None and round_ >= last and not stop.is_set():
+        peer.log.warning("the swarm is at round %d, at or past --rounds %d: this peer had nothing left to train; "
+                         "raise --rounds (0: no limit) to join it", round_, last)
     if not stop.is_set():
         record = sign_record("presence", config.run_id, round_, round_, peer.identity)
         await peer.dht.store(presence_key(config.run_id), peer.me, record, PRESENCE_TTL_S)
