@@ -29,7 +29,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_fuzz_codecs import ref_decode, ref_layout  # the plain topk reference (tests/unit is on sys.path)
+from test_fuzz_codecs import mutate_bytes, ref_decode, ref_layout  # the plain topk reference (tests/unit on sys.path)
 
 from p2p_guard.protocol import Rejected, RejectReason, decode_update, encode_update
 
@@ -131,22 +131,6 @@ def test_random_bytes(codec: str, shapes: tuple[tuple[int, ...], ...], data: st.
     check("random bytes", data.draw(st.binary(min_size=length, max_size=length)), codec, shapes, kind)
 
 
-def mutate(data: bytearray, rng: np.random.Generator) -> bytes:
-    """1-3 mutations: bit flips, replaced runs, truncation, extension."""
-    for _ in range(int(rng.integers(1, 4))):
-        op = rng.choice(["flip", "flip", "replace", "truncate", "extend"])
-        if op == "flip" and data:
-            data[int(rng.integers(len(data)))] ^= 1 << int(rng.integers(8))
-        elif op == "replace" and data:
-            start = int(rng.integers(len(data)))
-            data[start : start + 4] = rng.bytes(int(rng.integers(1, 5)))
-        elif op == "truncate":
-            del data[int(rng.integers(len(data) + 1)) :]
-        else:
-            data += rng.bytes(int(rng.integers(1, 9)))
-    return bytes(data)
-
-
 @pytest.mark.timeout(300)
 @fuzz_settings("mutated payloads", 1200)
 @given(codecs, layouts, st.integers(0, 2**32 - 1), st.sampled_from([1e-6, 1.0, 1e3]), kinds)
@@ -155,7 +139,7 @@ def test_mutated_payloads(codec: str, shapes: tuple[tuple[int, ...], ...], seed:
     rng = np.random.default_rng(seed)
     honest = encode_update(honest_vector(shapes, seed, scale), codec, shapes)
     for _ in range(3):
-        check("mutated payloads", mutate(bytearray(honest), rng), codec, shapes, kind)
+        check("mutated payloads", mutate_bytes(bytearray(honest), rng), codec, shapes, kind)
 
 
 @pytest.mark.timeout(300)
