@@ -101,7 +101,7 @@ def check_output_file(path: str | Path | None, *, flag: str, replaced: bool = Tr
     Missing parent directories are fine (they are created); a parent that is a file, an unwritable one, a
     ``path`` that is a directory, or, when the command ``replaced`` the file (written to a temporary file and
     renamed over it: ``--report``, ``--address-file``), one that exists and is not a regular file (a device such
-    as ``/dev/full``, a FIFO) is not. A symlink is followed. A file written in place (``--events``,
+    as ``/dev/full``, a FIFO) is not. A symlink's own folder is checked (``write_report`` writes through it). A file written in place (``--events``,
     ``--state-out``: ``replaced=False``) may be a device.
 
     Raises:
@@ -116,7 +116,6 @@ def check_output_file(path: str | Path | None, *, flag: str, replaced: bool = Tr
         raise ValueError(f"{flag} {path}: is a directory, not a file")
     if replaced and path.exists() and not path.is_file():
         raise ValueError(f"{flag} {path}: exists and is not a regular file (a device or a pipe); name a file")
-    path = path.resolve()
     parent = _first_existing(path.parent)
     if not parent.is_dir():
         raise ValueError(f"{flag} {path}: {parent} is a file, not a directory")
