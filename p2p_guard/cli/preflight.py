@@ -101,8 +101,8 @@ def check_output_file(path: str | Path | None, *, flag: str, replaced: bool = Tr
     Missing parent directories are fine (they are created); a parent that is a file, an unwritable one, a
     ``path`` that is a directory, or, when the command ``replaced`` the file (written to a temporary file and
     renamed over it: ``--report``, ``--address-file``), one that exists and is not a regular file (a device such
-    as ``/dev/full``, a FIFO) is not. A symlink's own folder is checked (``write_report`` writes through it). A file written in place (``--events``,
-    ``--state-out``: ``replaced=False``) may be a device.
+    as ``/dev/full``, a FIFO) is not. A symlink's own folder is checked (``write_report`` writes through it). A
+    file written in place (``--events``, ``--state-out``: ``replaced=False``) may be a device.
 
     Raises:
         ValueError: naming ``flag``, the path and the part in the way.
