@@ -132,8 +132,18 @@ def import_user_module(module_name: str) -> ModuleType:
     appended (last: it never shadows an installed module).
 
     Raises:
-        ModuleNotFoundError: when neither finds it; anything the module raises on import.
+        ModuleNotFoundError: when neither finds it; ImportError: the module calls ``sys.exit()`` on import (which
+            would otherwise end the run silently); anything else the module raises on import.
     """
+    try:
+        return _import_module(module_name)
+    except SystemExit as exc:
+        call = "sys.exit()" if exc.code is None else f"sys.exit({exc.code!r})"
+        raise ImportError(f"it calls {call} on import") from None
+
+
+def _import_module(module_name: str) -> ModuleType:
+    """:func:`import_user_module` but for its ``sys.exit()`` check: ``sys.path`` first, then the current folder."""
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
@@ -153,13 +163,17 @@ def import_class(spec: str, name: str, *, what: str) -> type:
     """Import ``MODULE:CLASS`` (``name``) for the plugin spec ``spec``.
 
     Raises:
-        ValueError: when the module cannot be imported or holds no class of that name.
+        ValueError: when the module cannot be imported (not found, or it raises or calls ``sys.exit()`` on import)
+            or holds no class of that name.
     """
     module_name, _, class_name = name.partition(":")
     try:
         module = import_user_module(module_name)
     except ModuleNotFoundError as exc:
         raise ValueError(f"{what} spec {spec!r}: cannot import module {module_name!r}: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - whatever a user's module raises on import is a bad spec
+        raise ValueError(f"{what} spec {spec!r}: module {module_name!r} does not import: "
+                         f"{type(exc).__name__}: {exc}") from None
     cls = getattr(module, class_name, None)
     if not isinstance(cls, type):
         raise ValueError(f"{what} spec {spec!r}: module {module_name!r} has no class {class_name!r}")

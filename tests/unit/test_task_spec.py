@@ -219,3 +219,25 @@ def test_a_user_module_is_found_in_the_current_directory_when_not_on_the_path(
     assert import_user_module("cwd_only_task_mod").VALUE == 42
     assert sys.path == [*before, str(tmp_path)]  # appended last: it never shadows an installed module
     sys.modules.pop("cwd_only_task_mod")
+
+
+@pytest.mark.parametrize(("code", "call"), [("import sys\nsys.exit()\n", "sys.exit()"),
+                                            ("raise SystemExit(3)\n", "sys.exit(3)")])
+def test_a_plugin_module_that_calls_sys_exit_on_import_is_a_one_line_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], code: str,
+        call: str) -> None:
+    """``sys.exit()`` at import would end the run silently (exit 0): it is a bad spec, as any other import failure."""
+    from p2p_guard.attacks import load_attack
+    from p2p_guard.cli.main import main
+    from p2p_guard.guard.registry import build_guard
+
+    (tmp_path / "exiting_plugin.py").write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reason = f"module 'exiting_plugin' does not import: ImportError: it calls {call} on import"
+    for load, what in ((load_task, "task"), (build_guard, "guard spec"), (load_attack, "attack spec")):
+        with pytest.raises(ValueError) as info:
+            load("exiting_plugin:Plugin")
+        assert str(info.value) == f"{what} 'exiting_plugin:Plugin': {reason}"
+    assert "exiting_plugin" not in sys.modules
+    assert main(["simulate", "--guard", "exiting_plugin:Plugin", "--workdir", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err == f"p2p-guard simulate: error: guard spec 'exiting_plugin:Plugin': {reason}\n"
