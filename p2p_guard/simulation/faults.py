@@ -56,6 +56,7 @@ __all__ = [
     "FaultInjector",
     "FaultPlan",
     "FaultRecord",
+    "check_plan_rounds",
     "check_plan_tools",
     "faketime_prefix",
     "load_plan",
@@ -215,6 +216,21 @@ def load_plan(path: str | Path, *, honest: int) -> FaultPlan:
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"{path}: not valid TOML: {e}") from e
     return parse_plan(data, honest=honest, source=str(path))
+
+
+def check_plan_rounds(plan: FaultPlan, rounds: int) -> None:
+    """Fail before any process starts on a fault whose round the run never reaches.
+
+    A peer's position goes up to ``rounds`` (once it has reported its last round, ``rounds - 1``), so a fault at
+    a later round would only be reported as not fired at the end of the run.
+
+    Raises:
+        ValueError: one line naming the plan, the fault, its round and the run's rounds.
+    """
+    for fault in plan.faults:
+        if fault.round > rounds:
+            raise ValueError(f"{plan.source}: fault {fault.number} ({fault.kind}): round {fault.round} is past the "
+                             f"run's last round (--rounds {rounds}); it would never fire")
 
 
 def check_plan_tools(plan: FaultPlan, which: Callable[[str], str | None] = shutil.which) -> None:

@@ -23,6 +23,7 @@ from p2p_guard.simulation.config import SimulationConfig
 from p2p_guard.simulation.faults import (
     Fault,
     FaultInjector,
+    check_plan_rounds,
     check_plan_tools,
     faketime_prefix,
     load_plan,
@@ -536,6 +537,30 @@ def test_a_whole_run_on_stand_in_peers_fires_the_plan_and_reports_every_figure(t
     assert report["memory"]["by_peer"]["0"]["samples"] >= 1
     assert report["fault_plan"]["source"] == "plan.toml"
     assert report["startup"]["swarm_s"] is not None
+
+
+def test_a_fault_past_the_last_round_is_refused_before_any_process_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A position reaches ``rounds`` (the last round reported), never more: a later fault would never fire."""
+    plan = parse_plan({"fault": [{"round": 10, "kind": "kill_bootstrap"},
+                                 {"round": 11, "peer": 0, "kind": "kill_restart"}]}, honest=1, source="p.toml")
+    check_plan_rounds(plan, 11)
+    with pytest.raises(ValueError) as caught:
+        check_plan_rounds(plan, 10)
+    assert str(caught.value) == ("p.toml: fault 2 (kill_restart): round 11 is past the run's last round "
+                                 "(--rounds 10); it would never fire")
+    path = tmp_path / "plan.toml"
+    path.write_text('[[fault]]\nround = 6\npeer = 1\nkind = "stop"\nseconds = 5\n')
+    workdir = tmp_path / "run"
+    code = cli_main(["simulate", "--honest", "3", "--byzantine", "0", "--rounds", "5", "--faults", str(path),
+                     "--workdir", str(workdir), "--no-progress"])  # fmt: skip
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (
+        f"p2p-guard simulate: error: {path}: fault 1 (stop): round 6 is past the run's last round (--rounds 5); "
+        "it would never fire"
+    )
+    assert not workdir.exists()
 
 
 def test_the_documented_chaos_soak_plan_is_valid() -> None:
