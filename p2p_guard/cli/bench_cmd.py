@@ -132,6 +132,13 @@ def _error(message: str) -> None:
     print_error("bench robustness", message)
 
 
+def _with_our_flag(message: str) -> str:
+    """A task's error, with the Fashion-MNIST folder named as this command takes it (``--data-dir``, not a task)."""
+    from p2p_guard.tasks.fashion_mnist_files import DATA_DIR_HINT
+
+    return message.replace(DATA_DIR_HINT, "--data-dir DIR")
+
+
 def _describe_model(model: Any) -> str:
     from torch import nn
 
@@ -185,7 +192,7 @@ def run_robustness(args: argparse.Namespace) -> int:
         if callable(check):
             check()
     except (OSError, ValueError) as exc:
-        _error(str(exc))
+        _error(_with_our_flag(str(exc)))
         return EXIT_USAGE
     numel = sum(p.numel() for p in model.parameters())
     reused = 0

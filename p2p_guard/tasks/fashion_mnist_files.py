@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["DEFAULT_DATA_DIR", "FILES", "check_data_dir", "check_files", "find_file"]
+__all__ = ["DATA_DIR_HINT", "DEFAULT_DATA_DIR", "FILES", "check_data_dir", "check_files", "find_file"]
 
 DEFAULT_DATA_DIR = Path("/usr/share/datasets/fashion-mnist")
 """Where Debian's ``dataset-fashion-mnist`` installs the IDX files."""
@@ -22,6 +22,10 @@ FILES: dict[str, str] = {
 }
 """Base names of the four IDX files (each may also carry a ``.gz`` suffix)."""
 
+DATA_DIR_HINT = "--task fashion-mnist:data_dir=DIR"
+"""How the messages below say to name another folder; a command that takes it otherwise (``bench robustness
+--data-dir``) puts its own flag in its place."""
+
 
 def check_data_dir(data_dir: Path) -> None:
     """Fail unless ``data_dir`` is a directory.
@@ -32,7 +36,7 @@ def check_data_dir(data_dir: Path) -> None:
     if not data_dir.is_dir():
         raise FileNotFoundError(
             f"fashion-mnist: directory {data_dir} does not exist; install the Debian package "
-            f"(apt-get install dataset-fashion-mnist), or pass --task fashion-mnist:data_dir=DIR"
+            f"(apt-get install dataset-fashion-mnist), or pass {DATA_DIR_HINT}"
         )
 
 
@@ -49,7 +53,7 @@ def find_file(data_dir: Path, base: str) -> Path:
     raise FileNotFoundError(
         f"fashion-mnist: {base}[.gz] not found in {data_dir}; install the Debian package "
         f"(apt-get install dataset-fashion-mnist), which holds the four IDX files ({', '.join(FILES.values())}), "
-        f"or pass --task fashion-mnist:data_dir=DIR"
+        f"or pass {DATA_DIR_HINT}"
     )
 
 

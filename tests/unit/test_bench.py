@@ -399,6 +399,22 @@ def test_cli_rejects_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "apt-get install dataset-fashion-mnist" in capsys.readouterr().err
 
 
+def test_cli_missing_data_suggests_its_own_data_dir_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """bench robustness takes no --task: the task's hint for another folder becomes --data-dir."""
+    missing, empty = tmp_path / "none", tmp_path / "empty"
+    empty.mkdir()
+    out = ["--out", str(tmp_path / "x.md")]
+    assert main(["bench", "robustness", "--data-dir", str(missing), *out]) == 2
+    assert main(["bench", "robustness", "--acceptance", "fashion-mnist", "--data-dir", str(empty), *out]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == (f"p2p-guard bench robustness: error: fashion-mnist: directory {missing} does not exist; "
+                        "install the Debian package (apt-get install dataset-fashion-mnist), or pass --data-dir DIR")
+    assert lines[1].startswith(f"p2p-guard bench robustness: error: fashion-mnist: train-images-idx3-ubyte[.gz] "
+                               f"not found in {empty}; ")
+    assert lines[1].endswith(", or pass --data-dir DIR")
+    assert len(lines) == 2
+
+
 def test_loss_at_is_the_private_holdout_loss() -> None:
     from p2p_guard.tasks import load_task
     from p2p_guard.training.local import LocalModel
