@@ -228,7 +228,9 @@ async def _main(config: StatusConfig) -> int:
                                                record_validators=[RecordValidator([config.run_id])],
                                                client_mode=True))
         except (OSError, TimeoutError, ValueError, P2PDaemonError) as e:
-            print_error(COMMAND, f"cannot join the DHT: {e}")
+            detail = str(e) or (f"no answer within {config.timeout_s:g} s (--timeout-s)"
+                                if isinstance(e, TimeoutError) else type(e).__name__)
+            print_error(COMMAND, f"cannot join the DHT: {detail}")
             return EXIT_FAILED
         if dht is None:
             return 0

@@ -437,7 +437,7 @@ class LocalSwarm:
             self._raise_if_exited(self.bootstrap)
             if time.monotonic() >= deadline:
                 raise SimulationTimeout(
-                    f"the bootstrap node published no address within {self.config.startup_timeout_s:.0f} s; "
+                    f"the bootstrap node published no address within {self.config.startup_timeout_s:g} s; "
                     f"its log: {self.bootstrap.log_path}"
                 )
             time.sleep(0.1)
@@ -473,7 +473,7 @@ class LocalSwarm:
             self.check_processes()
             if time.monotonic() >= stalled_at:
                 raise SimulationTimeout(
-                    f"no starting peer got ready within {stall_s:.0f} s "
+                    f"no starting peer got ready within {stall_s:g} s "
                     f"({len(pending)} peers not launched yet); logs in {self.workdir}"
                 )
             time.sleep(0.2)
@@ -796,7 +796,7 @@ class LocalSwarm:
                 return
             self.check_processes(watched)
             if time.monotonic() >= deadline:
-                raise SimulationTimeout(f"{what}: not within {timeout_s:.0f} s; logs in {self.workdir}")
+                raise SimulationTimeout(f"{what}: not within {timeout_s:g} s; logs in {self.workdir}")
             time.sleep(0.2)
 
     def wait_ready(self, timeout_s: float, indices: Iterable[int] | None = None) -> dict[int, Event]:
@@ -976,7 +976,7 @@ def _drive(
             return
         if time.monotonic() >= deadline:
             raise SimulationTimeout(
-                f"the run did not finish within {swarm.config.timeout_s:.0f} s "
+                f"the run did not finish within {swarm.config.timeout_s:g} s "
                 f"({current.rounds_done}/{current.rounds_total} rounds done); logs in {swarm.workdir}"
             )
         time.sleep(poll_interval_s)

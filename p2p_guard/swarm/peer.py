@@ -385,7 +385,7 @@ class Peer:
                     self.paused = False
                 return others
             if timeout_s is not None and time.monotonic() - started > timeout_s:
-                raise TimeoutError(f"only {len(others) + 1} of {needed} peers joined within {timeout_s:.0f} s; "
+                raise TimeoutError(f"only {len(others) + 1} of {needed} peers joined within {timeout_s:g} s; "
                                    "check --initial-peers")
             if not self.paused:
                 self.paused = True

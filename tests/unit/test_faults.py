@@ -575,6 +575,18 @@ def test_the_documented_chaos_soak_plan_is_valid() -> None:
     ]
 
 
+def test_timeouts_below_a_second_are_printed_as_given(tmp_path: Path) -> None:
+    """``--timeout-s 0.001`` was reported as "within 0 s"."""
+    from p2p_guard.simulation.orchestrator import SimulationTimeout, _drive, _Watchers
+    from p2p_guard.simulation.snapshots import ConsensusTracker
+
+    swarm = LocalSwarm(SimulationConfig(honest=1, byzantine=0, rounds=3, timeout_s=0.001), tmp_path / "run")
+    with pytest.raises(SimulationTimeout, match=r"^the run did not finish within 0\.001 s \(0/3 rounds done\); "):
+        _drive(swarm, time.monotonic(), None, 0.01, _Watchers(ConsensusTracker({0: tmp_path / "snapshots"}), 0.0))
+    with pytest.raises(SimulationTimeout, match=r"^the first round: not within 0\.25 s; logs in "):
+        swarm.wait_until(lambda: False, timeout_s=0.25, what="the first round")
+
+
 _INDEX_1_EXITS = (
     "import json, sys, time; a = sys.argv; p = a[a.index('--events') + 1]; "
     "open(p, 'a').write(json.dumps({'event': 'ready', 'peer_id': p, 'time': time.time()}) + '\\n'); "

@@ -7,6 +7,7 @@ import asyncio
 import json
 
 import msgpack
+import pytest
 
 from p2p_guard.cli.status_cmd import render_json, render_table
 from p2p_guard.identity import Identity
@@ -127,3 +128,19 @@ def test_empty_swarm_and_hostile_values_never_crash() -> None:
                        proofs_key(RUN): {"x": b"\xc1" * 100}})
     status = asyncio.run(collect_status(hostile, RUN))
     assert status.peers == [] and status.skipped == {"presence": 40, "proofs": 1}
+
+
+def test_a_join_timeout_names_the_limit_as_given(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """``--timeout-s 0.001``: asyncio's TimeoutError has no text, so the message was "cannot join the DHT: "."""
+    import p2p_guard.swarm.dht as dht_module
+    from p2p_guard.cli.status_cmd import StatusConfig, _main
+
+    async def times_out(**_: object) -> None:
+        raise TimeoutError
+
+    monkeypatch.setattr(dht_module, "start_dht", times_out)
+    peers = ("/ip4/127.0.0.1/tcp/31337/p2p/" + ALICE.peer_id_b58,)
+    assert asyncio.run(_main(StatusConfig(initial_peers=peers, timeout_s=0.001))) == 1
+    assert capsys.readouterr().err == ("p2p-guard status: error: cannot join the DHT: no answer within 0.001 s "
+                                       "(--timeout-s)\n")

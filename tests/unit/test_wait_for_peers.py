@@ -79,3 +79,11 @@ def test_a_suspect_that_stores_its_presence_again_counts_and_we_resume(monkeypat
 
     assert asyncio.run(run()) == {"other": 7}
     assert fake.emitted == ["pause", "resume"] and suspects.unreachable(time.monotonic()) == frozenset()
+
+
+def test_a_join_timeout_below_a_second_is_named_as_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--join-timeout-s 0.05`` was reported as "joined within 0 s"."""
+    monkeypatch.setattr(peer_module, "WAIT_POLL_S", 0.01)
+    fake = fake_peer({}, Suspects())
+    with pytest.raises(TimeoutError, match=r"^only 1 of 2 peers joined within 0\.05 s; check --initial-peers$"):
+        asyncio.run(Peer.wait_for_peers(fake, asyncio.Event(), timeout_s=0.05))  # type: ignore[arg-type]
