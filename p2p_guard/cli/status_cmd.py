@@ -7,7 +7,9 @@ one table, or with ``--json`` one JSON object; ``--watch SECONDS`` refreshes unt
 
 Every :class:`StatusConfig` field is a flag and a key of the ``[status]`` table of ``--config``.
 
-Exit codes: 0 printed (or stopped with Ctrl+C while watching), 1 the DHT could not be joined, 2 a usage error.
+Exit codes: 0 printed (``--watch``: also when Ctrl+C or SIGTERM ends it after a first print, its normal end, as
+for a peer's clean stop), 1 the DHT could not be joined, 2 a usage error, 130 Ctrl+C (143 SIGTERM) before anything
+was printed (as for ``simulate``: the status was not given).
 """
 
 from __future__ import annotations
@@ -218,9 +220,10 @@ async def _main(config: StatusConfig) -> int:
     from p2p_guard.swarm.validator import RecordValidator
 
     stop = asyncio.Event()
+    caught: list[int] = []  # the stop signal, for the exit status of a run stopped before it printed anything
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, _stop, stop, caught, sig)
     try:
         try:
             dht = await _until(stop, start_dht(identity_path=None, initial_peers=config.initial_peers,
@@ -233,23 +236,37 @@ async def _main(config: StatusConfig) -> int:
             print_error(COMMAND, f"cannot join the DHT: {detail}")
             return EXIT_FAILED
         if dht is None:
-            return 0
+            return _interrupted(caught)
+        printed = False
         try:
             while not stop.is_set():
                 status = await _until(stop, collect_status(dht, config.run_id, depth=config.depth))
                 if status is None:
                     break
                 _print(status, config)
+                printed = True
                 if config.watch is None:
                     break
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), config.watch)
         finally:
             await dht.shutdown()
-        return 0
+        return 0 if printed else _interrupted(caught)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+
+
+def _stop(stop: asyncio.Event, caught: list[int], sig: signal.Signals) -> None:
+    """SIGINT or SIGTERM: note the first one and set ``stop``."""
+    if not caught:
+        caught.append(int(sig))
+    stop.set()
+
+
+def _interrupted(caught: list[int]) -> int:
+    """The exit status of a run a signal stopped before it printed anything: 128 + the signal (130: Ctrl+C)."""
+    return 128 + (caught[0] if caught else signal.SIGINT)
 
 
 async def _until(stop: asyncio.Event, work: Any) -> Any:

@@ -144,3 +144,51 @@ def test_a_join_timeout_names_the_limit_as_given(monkeypatch: pytest.MonkeyPatch
     assert asyncio.run(_main(StatusConfig(initial_peers=peers, timeout_s=0.001))) == 1
     assert capsys.readouterr().err == ("p2p-guard status: error: cannot join the DHT: no answer within 0.001 s "
                                        "(--timeout-s)\n")
+
+
+@pytest.mark.parametrize(("watch", "interrupt_in", "code"), [
+    (0.01, "print", 0),  # --watch ends with Ctrl+C, its normal end (as a peer's clean stop): 0
+    (None, "collect", 130),  # stopped before the status was printed: interrupted (as simulate)
+    (0.01, "collect", 130),
+    (None, "join", 130),
+    (None, "join-sigterm", 143),
+])
+def test_a_stop_signal_is_an_interruption_only_before_anything_was_printed(
+        monkeypatch: pytest.MonkeyPatch, watch: float | None, interrupt_in: str, code: int) -> None:
+    import os
+    import signal
+
+    import p2p_guard.swarm.dht as dht_module
+    import p2p_guard.swarm.status as status_module
+    from p2p_guard.cli import status_cmd
+
+    sig = signal.SIGTERM if interrupt_in.endswith("sigterm") else signal.SIGINT
+    printed: list[object] = []
+
+    class Dht:
+        async def shutdown(self) -> None:
+            pass
+
+    async def start_dht(**_: object) -> Dht:
+        if interrupt_in.startswith("join"):
+            os.kill(os.getpid(), sig)
+            await asyncio.sleep(60)
+        return Dht()
+
+    async def collect(*_: object, **__: object) -> str:
+        if interrupt_in == "collect":
+            os.kill(os.getpid(), sig)
+            await asyncio.sleep(60)
+        return "status"
+
+    def fake_print(status: object, config: object) -> None:
+        printed.append(status)
+        if interrupt_in == "print":
+            os.kill(os.getpid(), sig)
+
+    monkeypatch.setattr(dht_module, "start_dht", start_dht)
+    monkeypatch.setattr(status_module, "collect_status", collect)
+    monkeypatch.setattr(status_cmd, "_print", fake_print)
+    peers = ("/ip4/127.0.0.1/tcp/31337/p2p/" + ALICE.peer_id_b58,)
+    assert asyncio.run(status_cmd._main(status_cmd.StatusConfig(initial_peers=peers, watch=watch))) == code
+    assert printed == (["status"] if interrupt_in == "print" else [])
