@@ -33,11 +33,12 @@ def load_allowlist(path: str | Path) -> frozenset[str]:
             at most :data:`MAX_ALLOWLIST_BYTES` bytes.
 
     Returns:
-        The PeerIDs as canonical base58 text. An empty file gives an empty set (nobody else is heard).
+        The PeerIDs as canonical base58 text (never empty).
 
     Raises:
-        ValueError: the file cannot be read, is too large or not UTF-8, or a line is not a PeerID (the
-            message names the file and the line number).
+        ValueError: the file cannot be read, is too large or not UTF-8, a line is not a PeerID (the
+            message names the file and the line number), or it holds no PeerID (a peer would hear nobody, and a
+            peer never trains alone: an empty or truncated file, or the wrong one).
     """
     path = Path(path)
     try:
@@ -51,7 +52,11 @@ def load_allowlist(path: str | Path) -> frozenset[str]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}: allow-list is not UTF-8 text (byte {e.start})") from e
-    return parse_allowlist(text, source=str(path))
+    allowed = parse_allowlist(text, source=str(path))
+    if not allowed:
+        raise ValueError(f"{path}: the allow-list holds no PeerID (one base58 PeerID per line); a peer that hears "
+                         f"nobody never trains (leave --allow-peers out for an open swarm)")
+    return allowed
 
 
 def parse_allowlist(text: str, *, source: str = "<allow-list>") -> frozenset[str]:

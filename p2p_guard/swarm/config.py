@@ -94,8 +94,8 @@ class PeerConfig:
             unlimited). Receivers keep up when it is at least about k · max(min_fetch_bytes_per_s, b /
             fetch_timeout_s) for b-byte answers to k receivers at once (exact bound: ``swarm.upload``,
             ``docs/networking.md``); the peer warns at start-up when it is below that for its own payloads.
-        allow_peers: allow-list file, one base58 PeerID per line (None: open swarm). Peers outside it are
-            ignored (commits, presence, votes) and their streams refused.
+        allow_peers: allow-list file, one base58 PeerID per line (None: open swarm; a file with none is an error).
+            Peers outside it are ignored (commits, presence, votes) and their streams refused.
         identity: path of the Ed25519 identity file (created on first start, mode 0600).
         host: address to listen on.
         port: TCP port (0 = any free port).

@@ -64,6 +64,22 @@ class TestLoad:
         with pytest.raises(ValueError, match=rf"^{path}:3: not a base58 PeerID: 'bogus'"):
             load_allowlist(path)
 
+    @pytest.mark.parametrize("text", ["", "\n\n", "# the members, one a line\n"])
+    def test_a_file_with_no_peer_id_is_refused(self, tmp_path: Path, text: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+        from p2p_guard.cli.main import main
+
+        path = tmp_path / "allow.txt"
+        path.write_text(text, encoding="utf-8")
+        message = (f"{path}: the allow-list holds no PeerID (one base58 PeerID per line); a peer that hears nobody "
+                   "never trains (leave --allow-peers out for an open swarm)")
+        with pytest.raises(ValueError) as excinfo:
+            load_allowlist(path)
+        assert str(excinfo.value) == message
+        assert main(["peer", "--initial-peers", "/ip4/127.0.0.1/tcp/1/p2p/" + A, "--identity",
+                     str(tmp_path / "id.key"), "--port", "0", "--allow-peers", str(path)]) == 2
+        assert capsys.readouterr().err == f"p2p-guard peer: error: {message}\n"
+
     def test_missing_file(self, tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="cannot read the allow-list"):
             load_allowlist(tmp_path / "nope.txt")
