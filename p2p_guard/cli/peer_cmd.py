@@ -95,7 +95,7 @@ def _precheck(values: Mapping[str, Any]) -> None:
 
     check_partition(values["partition"])
     if isinstance(values["identity"], str):
-        check_identity_file(values["identity"])
+        check_identity_file(values["identity"], create_folder=False)  # a mistyped folder is no new PeerID
     host, port = values["host"], values["port"]
     if isinstance(host, str):
         check_listen_host(host)

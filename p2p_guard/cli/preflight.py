@@ -22,10 +22,17 @@ __all__ = ["check_announce_host", "check_identity_file", "check_listen_host", "c
            "check_output_file", "check_plugins", "check_port_free", "check_task_data"]
 
 
-def check_identity_file(path: str | Path, *, flag: str = "--identity") -> None:
+def check_identity_file(path: str | Path, *, flag: str = "--identity", create_folder: bool = True) -> None:
     """An existing identity file must be a readable Ed25519 key file; a missing one must be creatable.
 
     Imports ``cryptography`` (a fraction of a second), not torch.
+
+    Args:
+        path: the identity file.
+        flag: its option, for messages.
+        create_folder: whether a missing file's missing folders may be created (a bootstrap node's default
+            ``bootstrap/identity.key``); False (a peer): a new key file goes only into an existing folder, so that
+            a mistyped folder is an error rather than a new PeerID.
 
     Raises:
         ValueError: naming the path and what is wrong with it.
@@ -46,6 +53,9 @@ def check_identity_file(path: str | Path, *, flag: str = "--identity") -> None:
     parent = _first_existing(path.parent)
     if not _writable_dir(parent):
         raise ValueError(f"{flag} {path}: cannot be created ({parent} is not a writable directory)")
+    if not create_folder and parent != path.parent:
+        raise ValueError(f"{flag} {path}: no such directory {path.parent} (a new identity, with a new PeerID, is "
+                         f"created only in an existing directory; check the path)")
 
 
 _HOST_HINTS = {"--host": "this machine's address, or 0.0.0.0 for all", "--announce-host": "the public IP others dial"}

@@ -187,7 +187,7 @@ class Identity:
         identity = cls.generate()
         if _create_exclusive(path, identity.to_key_bytes()):
             identity.path = path
-            logger.info("created identity %s in %s", identity.peer_id_b58, path)
+            logger.info("created a new identity at %s (PeerID %s)", path, identity.peer_id_b58)
             return identity
         return cls.load(path)
 

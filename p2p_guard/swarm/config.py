@@ -96,7 +96,8 @@ class PeerConfig:
             ``docs/networking.md``); the peer warns at start-up when it is below that for its own payloads.
         allow_peers: allow-list file, one base58 PeerID per line (None: open swarm; a file with none is an error).
             Peers outside it are ignored (commits, presence, votes) and their streams refused.
-        identity: path of the Ed25519 identity file (created on first start, mode 0600).
+        identity: path of the Ed25519 identity file. A missing one is created (mode 0600, a new PeerID, logged)
+            once the peer has started, only in an existing directory: a mistyped directory is an error.
         host: address to listen on.
         port: TCP port (0 = any free port).
         announce_host: public address to announce to other peers (None: the listen address).

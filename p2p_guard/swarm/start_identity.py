@@ -80,5 +80,6 @@ class StartIdentity:
             raise ValueError(f"--identity {self.path}: another process created this file while this peer started "
                              f"with a new key ({self.identity.peer_id_b58}); start one peer per identity file")
         self.identity.path = self.path
-        logger.info("created identity %s in %s", self.identity.peer_id_b58, self.path)
+        logger.info("created a new identity at %s (PeerID %s); keep this file: it is this peer's identity",
+                    self.path, self.identity.peer_id_b58)
         return self.identity

@@ -126,3 +126,31 @@ def test_keep_refuses_a_file_another_process_created_meanwhile(tmp_path: Path) -
         starting.keep()
     assert Identity.load(path).peer_id == other.peer_id
     assert not starting.key_path.exists()
+
+
+def test_keep_logs_the_new_identity_its_path_and_peer_id(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A new key file means a new PeerID: said at INFO (the default level), with the path and the PeerID."""
+    path = tmp_path / "peer_identity.key"
+    starting = StartIdentity(path)
+    with caplog.at_level("INFO", logger="p2p_guard"):
+        starting.keep()
+        starting.keep()  # once only
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("INFO", f"created a new identity at {path} (PeerID {starting.identity.peer_id_b58}); keep this file: it is "
+                 "this peer's identity")]
+
+
+def test_the_peer_command_creates_no_identity_in_a_missing_directory(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """A mistyped --identity folder is a usage error (exit 2), not a new PeerID in a new folder."""
+    from p2p_guard.cli.main import main
+    from p2p_guard.cli.preflight import check_identity_file
+
+    path = tmp_path / "keys" / "peer0.key"
+    assert main(["peer", "--initial-peers", BOOTSTRAP, "--identity", str(path), "--port", "0"]) == 2
+    assert capsys.readouterr().err == (
+        f"p2p-guard peer: error: --identity {path}: no such directory {path.parent} (a new identity, with a new "
+        "PeerID, is created only in an existing directory; check the path)\n")
+    assert list(tmp_path.iterdir()) == []
+    check_identity_file(path)  # a bootstrap node's (its default bootstrap/identity.key): its folder is created
+    check_identity_file(tmp_path / "peer0.key", create_folder=False)  # an existing folder: created on start
