@@ -70,15 +70,31 @@ def resolve_config(args: argparse.Namespace) -> PeerConfig:
 
     Raises:
         ValueError: on a bad file or value (the message names the setting), a bad partition, no
-            ``--initial-peers``, or a bad ``--allow-peers`` file (the message names the file and the line).
+            ``--initial-peers``, or a bad ``--allow-peers`` file (the message names the file and the line; a
+            list holding only this peer's own PeerID, read from an existing ``--identity`` file, is bad too).
     """
     config = load_config(PeerConfig, args=args, table="peer", config_path=getattr(args, "config", None),
                          precheck=_precheck)
     if config.allow_peers is not None:
         from p2p_guard.swarm.allowlist import load_allowlist  # fail at start on a bad allow-list file
 
-        load_allowlist(config.allow_peers)
+        allowed = load_allowlist(config.allow_peers)
+        own = _existing_peer_id(config.identity)
+        if own is not None and not allowed - {own}:
+            raise ValueError(f"{config.allow_peers}: the allow-list holds only this peer's own PeerID {own}; a peer "
+                             f"that hears nobody never trains (list the other members' PeerIDs)")
     return config
+
+
+def _existing_peer_id(identity: str) -> str | None:
+    """The base58 PeerID of the key file ``identity`` if it exists and is readable, else None (a new key's
+    PeerID cannot be on a list yet; a bad file is reported when the peer starts)."""
+    from p2p_guard.identity import Identity
+
+    try:
+        return Identity.load(identity).peer_id_b58
+    except (OSError, ValueError):
+        return None
 
 
 def _precheck(values: Mapping[str, Any]) -> None:

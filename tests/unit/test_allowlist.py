@@ -80,6 +80,24 @@ class TestLoad:
                      str(tmp_path / "id.key"), "--port", "0", "--allow-peers", str(path)]) == 2
         assert capsys.readouterr().err == f"p2p-guard peer: error: {message}\n"
 
+    def test_a_file_with_only_our_own_peer_id_is_refused(self, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+        from p2p_guard.cli.main import main
+
+        key = tmp_path / "id.key"
+        identity = Identity.from_seed(bytes([9]) * 32)
+        key.write_bytes(identity.to_key_bytes())
+        key.chmod(0o600)
+        own = identity.peer_id_b58
+        path = tmp_path / "allow.txt"
+        path.write_text(f"# just me\n{own}\n", encoding="utf-8")
+        args = ["peer", "--initial-peers", "/ip4/127.0.0.1/tcp/1/p2p/" + A, "--identity", str(key), "--port", "0",
+                "--allow-peers", str(path)]
+        assert main(args) == 2
+        assert capsys.readouterr().err == (
+            f"p2p-guard peer: error: {path}: the allow-list holds only this peer's own PeerID {own}; a peer that "
+            "hears nobody never trains (list the other members' PeerIDs)\n")
+
     def test_missing_file(self, tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="cannot read the allow-list"):
             load_allowlist(tmp_path / "nope.txt")
