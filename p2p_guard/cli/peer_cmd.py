@@ -87,8 +87,10 @@ def resolve_config(args: argparse.Namespace) -> PeerConfig:
 
 
 def _existing_peer_id(identity: str) -> str | None:
-    """The base58 PeerID of the key file ``identity`` if it exists and is readable, else None (a new key's
-    PeerID cannot be on a list yet; a bad file is reported when the peer starts)."""
+    """The base58 PeerID of the key file ``identity`` if it exists and is readable, else None.
+
+    A new key's PeerID cannot be on a list yet; a bad key file is reported when the peer starts.
+    """
     from p2p_guard.identity import Identity
 
     try:
