@@ -12,12 +12,12 @@ and error feedback), on ``--task`` (default ``shakespeare``: 8 workers, 20 round
 one torch thread), with two things patched for the run only: the dense set (``--set``: ``head+1d`` is
 ``protocol.sparse.dense_mask``; ``head`` keeps only the output layer, ``1d`` only the tensors of at most one
 dimension, ``ends`` adds to head+1d every tensor before the first 1-D one: the char-GPT's token and position
-embeddings, 84 × 96 and 64 × 96) and the outer step on it (``--dense-lr``: a number is its lr with no
-momentum, ``nesterov`` DiLoCo's outer Nesterov with lr 0.7 and momentum 0.9 on the dense coordinates, a buffer
-of their own; the top-k coordinates keep α = 3 and no momentum). It prints the quality curve (perplexity, or accuracy for a classifier)
-every ``--eval-every`` rounds. ``p2p-guard bench wire --task shakespeare --codecs fp32 topk:density=0.02
-topk:density=0.02,dense=head --guard-attacks none --rounds 20 --eval-every 5 --seed S`` gives the fp32, plain
-topk and shipped-codec rows of the same runs.
+embeddings, 84 × 96 and 64 × 96) and the outer step on it (``--dense-lr``: a number is its lr with no momentum,
+``nesterov`` DiLoCo's outer Nesterov with lr 0.7 and momentum 0.9 on the dense coordinates, a buffer of their own;
+the top-k coordinates keep α = 3 and no momentum). It prints the quality curve (perplexity, or accuracy for a
+classifier) every ``--eval-every`` rounds. ``p2p-guard bench wire --task shakespeare --codecs fp32
+topk:density=0.02 topk:density=0.02,dense=head --guard-attacks none --rounds 20 --eval-every 5 --seed S`` gives the
+fp32, plain topk and shipped-codec rows of the same runs.
 
 ``--set ends`` (measured 2026-12-05, Shakespeare, perplexity after round 20; fp32 and head+1d from the ``bench
 wire`` command above): seed 0 6.7667 (+3.31 % over fp32's 6.5500; head+1d 6.7098, +2.44 %), seed 1 6.7325
