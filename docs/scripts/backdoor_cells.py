@@ -24,6 +24,9 @@ An arm is ``[LABEL=]GUARD[:key=value,...][+PROTOTYPE[:key=value,...]]``. A proto
   (scikit-learn, ``min_cluster_size = ⌊n/2⌋ + 1``, ``min_samples = 1``, one cluster allowed) on the rows' cosine
   distances; every row outside the largest cluster, except the own row, is rejected (reason ``cluster``).
 
+- ``dnc[:c=C,cut=CUT,k=K,unit=U,hist=H,b=B,iters=I,streak=S,own=O]``: Divide-and-Conquer's spectral filter
+  (Shejwalkar & Houmansadr, NDSS 2021, "Manipulating the Byzantine"), section "Spectral filter" at the end.
+
 FLAME's other two steps are guard parameters: clipping to the median norm is ``magnitude=True,c_clip=1`` and its
 noise ``noise=λ`` (``p2p_guard/guard/noise.py``), e.g. ``--arm "flame=semantic:magnitude=True,c_clip=1,noise=0.001
 +hdbscan"``.
@@ -196,6 +199,119 @@ at τ" is missed by the attackers as often as it is met by honest peers. It also
 backdoor (−7 and −5 points on seeds 1 and 2; the table does not record which rows were rejected there) and
 honest FP under ALIE on seed 1 (7 %), and under IPM it moves accuracy by −5 and +2 points on seeds 0 and 1
 (mean −1); the IPM honest FP is the default guard's own (0.06, 0.06, 0.02 without the stage).
+
+
+Spectral filter (DnC), measured 2026-12-05 by a fifth helper. The prototype ``dnc``, per receiver and round, on
+the m rows the guard accepted (after its own stages; f̂ = ⌊(n − 1)/2⌋ = 4, never the true f):
+
+    r_i = (x_i − c) / ‖x_i − c‖₂        (``unit=True``, the default: unit residuals from the robust centre c)
+    r_i = x_i                           (``unit=False``: DnC as published)
+    R_i = Σ_{rounds ≤ r} r_i            (``hist=True``: per (receiver, sender), as the collusion stage sums them)
+    s_i = ⟨R_i − R̄, v⟩²,  v the top right singular vector of the centred (R_i − R̄)_i, R̄ their mean
+          (``b=B,iters=I``: I random subsets of B coordinates, a row's score its largest score / median)
+    budget = ⌈C · f̂⌉ − (rows the guard already rejected)     (``c=C``, default 1)
+    remove the highest-scoring rows (never the receiver's own, ``own=skip``), how many set by ``cut``:
+      ``count``: the budget (DnC's c · f);  ``gap``: up to the largest ratio between consecutive sorted scores
+      among the first budget + 1, if it is ≥ K;  ``mad``: those above median + K · 1.4826 · MAD, at most budget;
+    ``streak=S``: reject only a sender that has been among the ``count`` highest for S consecutive rounds.
+    The rest goes to the guard's ``_aggregate`` (the plain weighted mean once the rejections reach f̂).
+    ``own=keep`` ranks the own row too and keeps it if chosen (no substitute); ``own=remove`` lets the receiver
+    reject its own row: a *diagnostic* (every receiver then applies the same aggregate), not a defence.
+
+Why unit residuals: an open-loop screen (the semantic guard's rows as recorded at receivers peer00 and peer06,
+undefended runs, seeds 0-2, 24 calls each) put on average 1.1-1.25 of the 3 backdoor rows among the 3 highest
+scores with DnC's raw scores (random: 0.9; the raw score follows the residual's length, which is large for
+honest peers with classes of their own), and 2.1-2.7 of 3 with unit residuals. But in the clean runs the highest
+unit-residual scores are as peaked (up to 9 × the median, against 2-4.5 × for the backdoor rows): honest peers
+with similar label mixes share a direction too. So no data-driven cut separates them (``mad`` k = 3: 0.3-2.9 %
+clean honest FP and no ASR effect), and a count cut removes that many honest rows from every clean round.
+
+Cells (seeds 0, 1, 2; mean, then each seed; "clean honest FP" as above). The baseline was rerun because the
+guard changed since the tables above (ASR 0.852, 0.867, 0.923 now; was 0.852, 0.920, 0.969):
+
+    python docs/scripts/backdoor_cells.py --seeds 0 1 2 --attacks sign_flip:scale=10 ipm:epsilon=0.1 alie \
+        --arm semantic --arm "dnc-raw=semantic+dnc:unit=False,c=1" --arm "dnc1=semantic+dnc:c=1" \
+        --arm "dnc.5=semantic+dnc:c=0.5" --arm "dnc.5b=semantic+dnc:c=0.5,b=500,iters=5" \
+        --arm "gap2=semantic+dnc:cut=gap,k=2" --arm "mad3=semantic+dnc:cut=mad,k=3" \
+        --arm "hist.5=semantic+dnc:c=0.5,hist=True" --arm "histgap2=semantic+dnc:cut=gap,k=2,hist=True" \
+        --arm "diag.5=semantic+dnc:c=0.5,own=remove" --arm "diag1=semantic+dnc:c=1,own=remove" \
+        --arm "diaggap2=semantic+dnc:cut=gap,k=2,own=remove"
+    python docs/scripts/backdoor_cells.py --seeds 0 1 2 --attacks --arm "s8=semantic+dnc:c=0.75,streak=8" \
+        --arm "s6=semantic+dnc:c=0.75,streak=6" --arm "s4=semantic+dnc:c=0.75,streak=4"
+    python docs/scripts/backdoor_cells.py --seeds 0 --attacks --arm "semantic+dnc:c=0.5,own=keep" \
+        --arm "semantic+dnc:c=1,own=keep"
+
+| arm | clean acc | clean honest FP (mean) | backdoor ASR | backdoor acc |
+|---|---|---|---|---|
+| semantic | 0.930 (0.936, 0.936, 0.917) | 0 | 0.881 (0.852, 0.867, 0.923) | 0.923 (0.928, 0.931, 0.911) |
+| dnc-raw (DnC, 4 rows) | 0.713 (0.757, 0.721, 0.661) | 0.444 | 0.144 (0.006, 0.084, 0.344) | 0.700 |
+| dnc1 (unit, 4 rows) | 0.766 (0.813, 0.768, 0.716) | 0.441 | **0.056 (0.000, 0.000, 0.166)** | 0.737 |
+| dnc.5 (unit, 2 rows) | 0.846 (0.827, 0.819, 0.892) | 0.215 | 0.284 (0.061, 0.115, 0.676) | 0.874 |
+| dnc.5b (500 coords × 5) | 0.788 (0.838, 0.750, 0.776) | 0.221 | 0.416 (0.470, 0.212, 0.566) | 0.782 |
+| gap2 | 0.873 (0.920, 0.922, 0.777) | 0.038 | 0.745 (0.575, 0.737, 0.923) | 0.898 (0.882, 0.902, 0.911) |
+| mad3 | 0.889 (0.930, 0.916, 0.822) | 0.020 | 0.869 (0.818, 0.867, 0.923) | 0.925 (0.933, 0.931, 0.911) |
+| hist.5 (cross-round, 2 rows) | 0.852 (0.831, 0.833, 0.893) | 0.215 | 0.374 (0.357, 0.022, 0.744) | 0.864 |
+| histgap2 (cross-round) | 0.879 (0.925, 0.936, 0.776) | 0.023 | 0.755 (0.474, 0.867, 0.923) | 0.881 |
+| s8 (top 3, 8 rounds) | 0.928 (0.936, 0.931, 0.917) | 0.001 | 0.669 (0.627, 0.633, 0.747) | 0.872 |
+| s6 | 0.912 (0.931, 0.923, 0.881) | 0.027 | 0.629 (0.552, 0.646, 0.690) | 0.850 (0.933, 0.863, 0.755) |
+| s4 | 0.896 (0.917, 0.918, 0.853) | 0.072 | 0.346 (0.117, 0.338, 0.583) | 0.866 (0.928, 0.850, 0.820) |
+| keep, c = 0.5 (seed 0) | 0.851 | 0.200 | 0.389 | 0.856 |
+| keep, c = 1 (seed 0) | 0.808 | 0.400 | 0.000 | 0.857 |
+| diag.5 (own removable) | 0.927 (0.953, 0.942, 0.886) | 0.200 | 0.414 (0.139, 0.426, 0.676) | 0.921 |
+| diag1 (own removable) | 0.891 (0.939, 0.883, 0.850) | 0.400 | 0.078 (0.052, 0.000, 0.182) | 0.894 |
+| diaggap2 (own removable) | 0.928 (0.936, 0.931, 0.917) | 0.011 | 0.867 (0.812, 0.867, 0.923) | 0.926 |
+
+| arm | sign_flip:10 | ipm:0.1 | alie |
+|---|---|---|---|
+| semantic | 0.904 (0.933, 0.858, 0.922) | 0.904 (0.924, 0.853, 0.936) | 0.899 (0.922, 0.850, 0.925) |
+| dnc-raw | 0.842 (0.891, 0.720, 0.914) | 0.832 (0.891, 0.720, 0.885) | 0.752 (0.860, 0.678, 0.719) |
+| dnc1 | 0.838 (0.802, 0.782, 0.931) | 0.832 (0.798, 0.763, 0.936) | 0.819 (0.809, 0.719, 0.928) |
+| dnc.5 | 0.904 (= semantic) | 0.904 (= semantic) | 0.903 (0.926, 0.853, 0.931) |
+| dnc.5b | 0.904 (= semantic) | 0.904 (= semantic) | 0.859 (0.871, 0.775, 0.931) |
+| gap2 | 0.849 (0.933, 0.677, 0.936) | 0.869 (0.901, 0.817, 0.887) | 0.869 (0.906, 0.815, 0.885) |
+| mad3 | 0.862 (0.911, 0.765, 0.910) | 0.887 (0.898, 0.831, 0.931) | 0.869 (0.910, 0.810, 0.887) |
+| hist.5 | 0.904 (= semantic) | 0.904 (= semantic) | 0.903 (0.926, 0.853, 0.931) |
+| histgap2 | 0.844 (0.933, 0.677, 0.922) | 0.892 (0.908, 0.831, 0.939) | 0.881 (0.911, 0.806, 0.925) |
+| diag.5 | 0.904 (= semantic) | 0.904 (= semantic) | 0.903 (0.926, 0.853, 0.931) |
+| diag1 | 0.898 (0.927, 0.836, 0.931) | 0.903 (0.924, 0.850, 0.936) | 0.904 (0.929, 0.856, 0.928) |
+| diaggap2 | 0.909 (0.933, 0.858, 0.936) | 0.904 (0.922, 0.853, 0.936) | 0.898 (0.920, 0.850, 0.925) |
+
+(Backdoor acc: the mean alone where the seeds do not fit the line. The s and keep rows: attack columns not
+run. With c = 0.5 the budget ⌈0.5 · 4⌉ = 2 is used up by the 3 rows the guard already rejects under sign_flip
+and IPM, so those columns are the baseline's, bit for bit.)
+
+Result: negative; no setting meets the target, the guard is unchanged. The spectral score on unit residuals does
+find the backdoor group (open loop, 2.1-2.7 of the 3 rows in the top 3), and removing ⌈c·f̂⌉ = 4 rows a round
+drives ASR to 0.000 on seeds 0 and 1, but 0.166 on seed 2, at 12-20 points of clean accuracy (mean 0.766 against
+0.930) and up to 13 points under the other attacks (means −6.6 to −8.0). The data-driven cuts do not separate: the
+only one within a clean point (s8, 0.928) leaves ASR at 0.63-0.75; gap and MAD cost 14 and 10 clean points on seed
+2 and up to 18 points under sign_flip on seed 1, for ASR 0.75-0.87. Why it costs so much: any cut that removes the
+backdoor trio removes the most skewed honest rows in clean rounds (the top scores are as peaked there), and since
+the receiver's own row is never removed the receivers' aggregates then differ, so the peers' models part: in
+``dnc.5`` on seed 0 the honest peers' final accuracies spread over 0.75-0.90, against one shared θ in the baseline
+(a control that multiplies each receiver's aggregate by 1 + 10⁻⁶ · own_index, or 10⁻³, costs nothing: 0.936,
+0.936, 0.938, so the per-receiver cell itself is not the cause). The ``own=remove`` diagnostic, which keeps every
+receiver's aggregate identical, removes 2 honest rows a round at no clean cost on seeds 0 and 1 (0.953, 0.942) and
+with 4 rows reaches ASR 0.078 (0.052, 0.000, 0.182) at −3.9 clean points: closer, still not the target, and it
+drops the rule that a receiver never rejects its own row (the self-anchor, 2 × ‖own row‖, would still bound a
+round). Not measured: an attacker aware of the filter (each backdoor row adding a private random direction to its
+residual would lower the group's shared component, as for the collusion stage).
+
+Earlier negatives, measured by another engineer with scratch scripts (not in the repo; same setting: digits,
+10 peers, 3 ``backdoor``, Dirichlet 0.5, 12 rounds, seeds 0/1/2; default semantic guard baseline then ASR
+0.852/0.920/0.969, clean 0.936/0.936/0.906):
+- coordinate-wise clipping of every row to centre ± τ · MAD (per coordinate) before the aggregate: τ = 1
+  ASR 0.651/0.873/0.997, clean 0.936/0.944/0.795; τ = 2 ASR 0.846/0.846/0.954 (clean mean 0.930); τ = 3 ASR
+  0.852/0.839/0.932 (clean mean 0.930). It fails because the trigger is learned through active coordinates: of
+  the four trigger pixels the inner two, (6, 6) and (7, 6), are non-zero in 50 % and 34 % of digits; the outer
+  two are almost never non-zero, so the backdoor's weights are not outlying coordinates;
+- honest peers adding a random bright patch (≤ 3 px) to a fraction of each batch, labels kept: 25 % → ASR
+  0.775/0.769/0.877 (clean 0.942/0.947/0.881); 50 % → ASR 0.59/0.679/0.765 (clean 0.936/0.944/0.878). Partial
+  only;
+- Neural-Cleanse-style trigger reversal per class on the receiver's own batch (50 Adam steps, λ = 0.01,
+  statistics only, seed 0): under the backdoor the smallest mask was class 0 (the target), norm 23.5 against a
+  median of 29.2 (anomaly index 2.66); in a clean run the anomaly index still reached 1.46 (class 5): weak
+  separation, and slow (about 4 minutes per 2 cells); unlearning not run.
 """
 
 from __future__ import annotations
@@ -211,10 +327,10 @@ import torch
 
 import p2p_guard.guard.semantic as semantic
 from p2p_guard.api import run_bench_cell
-from p2p_guard.plugin_spec import parse_value, split_params
 from p2p_guard.bench.cell import CellSpec
 from p2p_guard.guard.centre import robust_centre
 from p2p_guard.guard.linalg import cosines_to, row_norms, scalar_median
+from p2p_guard.plugin_spec import parse_value, split_params
 
 N, F = 10, 3
 PARTITION = "dirichlet:0.5"
@@ -276,6 +392,48 @@ def hdbscan_outliers(rows: torch.Tensor) -> list[int]:
     return [i for i, v in enumerate(labels) if v != largest]
 
 
+def spectral_scores(residuals: torch.Tensor, generator: torch.Generator | None = None, iters: int = 1,
+                    b: int = 0) -> torch.Tensor:
+    """DnC's outlier scores: ``(⟨r_i − r̄, v⟩)²`` with v the top right singular vector of the centred rows.
+
+    With ``b > 0``, each of ``iters`` iterations takes a random subset of ``b`` coordinates (DnC's subsampling)
+    and the score of a row is its largest over the iterations, each divided by that iteration's median (so a row
+    flagged by any iteration is flagged, as DnC intersects the good sets). (m,) float64.
+    """
+    r = residuals.to(torch.float64)
+    out = torch.zeros(len(r), dtype=torch.float64)
+    for _ in range(max(iters, 1) if b > 0 else 1):
+        sub = r if b <= 0 or b >= r.shape[1] else r[:, torch.randperm(r.shape[1], generator=generator)[:b]]
+        centred = sub - sub.mean(dim=0)
+        v = torch.linalg.svd(centred, full_matrices=False)[2][0]
+        score = (centred @ v) ** 2
+        out = torch.maximum(out, score / torch.clamp(score.median(), min=1e-300))
+    return out
+
+
+def spectral_cut(scores: list[float], budget: int, cut: str, k: float) -> int:
+    """How many of the highest ``scores`` (sorted descending) to remove, at most ``budget``.
+
+    ``count``: ``budget``; ``gap``: up to the largest ratio between consecutive scores among the first
+    ``budget + 1`` (none if that ratio is below ``k``); ``mad``: those above median + k · 1.4826 · MAD.
+    """
+    if budget <= 0 or not scores:
+        return 0
+    if cut == "count":
+        return min(budget, len(scores))
+    if cut == "gap":
+        ratios = [scores[j] / max(scores[j + 1], 1e-300) for j in range(min(budget, len(scores) - 1))]
+        if not ratios:
+            return 0
+        j = max(range(len(ratios)), key=ratios.__getitem__)
+        return j + 1 if ratios[j] >= k else 0
+    if cut == "mad":
+        med = statistics.median(scores)
+        mad = statistics.median(abs(v - med) for v in scores)
+        return min(budget, sum(v > med + k * 1.4826 * mad for v in scores))
+    raise ValueError(f"unknown cut {cut!r}")
+
+
 @contextlib.contextmanager
 def prototype(name: str | None, params: dict[str, Any]) -> Iterator[None]:
     """Wrap ``SemanticGuard._aggregate`` with a prototype defence while the block runs."""
@@ -284,17 +442,70 @@ def prototype(name: str | None, params: dict[str, Any]) -> Iterator[None]:
         yield
         return
 
-    def aggregate(self: Any, clipped: torch.Tensor, centre: torch.Tensor, rejected: dict[int, tuple[str, str]],
-                  f: int, ctx: Any) -> torch.Tensor:
+    # (receiver, sender) → (round, Σ residual before this round, Σ residual with it)
+    history: dict[tuple[str, str], tuple[int, torch.Tensor, torch.Tensor]] = {}
+    streaks: dict[tuple[str, str], tuple[int, int, int]] = {}  # (receiver, sender) → (round, before, after)
+
+    def dnc(clipped: torch.Tensor, centre: torch.Tensor, rejected: dict[int, tuple[str, str]], f: int,
+            ctx: Any) -> None:
+        accepted = [i for i in range(len(clipped)) if i not in rejected]
+        if len(accepted) < 3:
+            return
+        rows = clipped.to(torch.float64)
+        if params.get("unit", True):  # unit residuals from the robust centre
+            res = rows - centre.to(torch.float64)
+            res = res / torch.clamp(torch.linalg.vector_norm(res, dim=1), min=1e-300)[:, None]
+        else:  # DnC as published: the rows themselves (centred on the accepted rows' mean below)
+            res = rows
+        if params.get("hist", False):  # cross-round: Σ over rounds of each sender's residual, per receiver
+            me = ctx.senders[ctx.own_index] if ctx.own_index is not None else ""
+            summed = []
+            for i, sender in enumerate(ctx.senders):
+                last = history.get((me, sender))
+                if last is None or ctx.round == 0 or last[0] > ctx.round:
+                    prev = torch.zeros_like(res[i])  # a new cell (or a new history)
+                else:
+                    prev = last[1] if last[0] == ctx.round else last[2]  # a second call in a round replaces it
+                history[(me, sender)] = (ctx.round, prev, prev + res[i])
+                summed.append(prev + res[i])
+            res = torch.stack(summed)
+        score = spectral_scores(res[accepted], ctx.generator, int(params.get("iters", 1)), int(params.get("b", 0)))
+        budget = math.ceil(params.get("c", 1.0) * f) - (len(clipped) - len(accepted))
+        own = params.get("own", "skip")
+        ranked = sorted((j for j in range(len(accepted)) if own != "skip" or accepted[j] != ctx.own_index),
+                        key=lambda j: -float(score[j]))
+        drop = spectral_cut([float(score[j]) for j in ranked], budget, params.get("cut", "count"),
+                            float(params.get("k", 2.0)))
+        if params.get("streak", 0) > 0:  # reject only a sender in the top for `streak` consecutive rounds
+            me = ctx.senders[ctx.own_index] if ctx.own_index is not None else ""
+            top = {accepted[j] for j in ranked[:drop]}
+            for i, sender in enumerate(ctx.senders):
+                seen = streaks.get((me, sender))
+                if seen is None or ctx.round == 0 or seen[0] > ctx.round:
+                    before = 0
+                else:
+                    before = seen[1] if seen[0] == ctx.round else seen[2]
+                streaks[(me, sender)] = (ctx.round, before, before + 1 if i in top else 0)
+            ranked = [j for j in ranked if streaks[(me, ctx.senders[accepted[j]])][2] >= params["streak"]]
+            drop = len(ranked)
+        for j in ranked[:drop]:
+            if own == "remove" or accepted[j] != ctx.own_index:  # "remove": a diagnostic, never a defence
+                rejected[accepted[j]] = ("spectral", f"DnC score {float(score[j]):.3g} x median")
+
+    def aggregate(self: Any, clipped: torch.Tensor, centre: torch.Tensor, cosines: torch.Tensor,
+                  rejected: dict[int, tuple[str, str]], f: int, ctx: Any) -> torch.Tensor:
+        if name == "dnc":
+            dnc(clipped, centre, rejected, f, ctx)
+            return original(self, clipped, centre, cosines, rejected, f, ctx)
         if name == "hdbscan":
             for i in hdbscan_outliers(clipped):
                 if i != ctx.own_index:
                     rejected.setdefault(i, ("cluster", "outside the largest HDBSCAN cluster"))
-            return original(self, clipped, centre, rejected, f, ctx)
+            return original(self, clipped, centre, cosines, rejected, f, ctx)
         accepted = [i for i in range(len(clipped)) if i not in rejected]
         kept = clipped[accepted]
         if name == "sign_mask":
-            out = original(self, clipped, centre, rejected, f, ctx)
+            out = original(self, clipped, centre, cosines, rejected, f, ctx)
             agree = torch.sign(kept).mean(dim=0).abs()
             return torch.where(agree >= params.get("agree", 0.4), out, torch.zeros_like(out))
         if name != "foolsgold":
