@@ -399,6 +399,17 @@ def test_cli_rejects_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "apt-get install dataset-fashion-mnist" in capsys.readouterr().err
 
 
+def test_cli_checks_out_and_cells_before_any_cell(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A folder as --out or --cells was a traceback (--cells) or minutes of cells lost (--out, at the report)."""
+    assert main(["bench", "robustness", "--quick", "--cells", str(tmp_path), "--out", str(tmp_path / "x.md")]) == 2
+    assert main(["bench", "robustness", "--quick", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"p2p-guard bench robustness: error: --cells {tmp_path}: is a directory, not a file",
+        f"p2p-guard bench robustness: error: --out {tmp_path}: is a directory, not a file",
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_cli_missing_data_suggests_its_own_data_dir_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """bench robustness takes no --task: the task's hint for another folder becomes --data-dir."""
     missing, empty = tmp_path / "none", tmp_path / "empty"
