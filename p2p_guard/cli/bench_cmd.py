@@ -186,9 +186,9 @@ def run_robustness(args: argparse.Namespace) -> int:
     out = args.out or (QUICK_OUT if args.quick else Path(f"runs/bench-{mode}.md") if args.acceptance else FULL_OUT)
     cells = args.cells or Path(f"runs/bench-{mode}-cells.jsonl")
     try:
-        from p2p_guard.cli.preflight import check_output_file
+        from p2p_guard.cli.preflight import check_output_file, check_report_with_plots
 
-        check_output_file(out, flag="--out")  # before any cell: a bad path failed only when the report was written
+        check_report_with_plots(out, flag="--out")  # before any cell, not when the report is written
         check_output_file(cells, flag="--cells", replaced=False)  # appended to, cell by cell
         task = load_task(cfg.task, **dict(cfg.task_options))
         model = task.build_model(0)

@@ -71,7 +71,7 @@ def run_guard_cost(args: argparse.Namespace) -> int:
 
     from p2p_guard.bench.guard_cost import inner_phase_seconds, render, time_guard, write_plot
     from p2p_guard.bench.report import command_line, machine_info
-    from p2p_guard.cli.preflight import check_output_file
+    from p2p_guard.cli.preflight import check_output_file, check_report_with_plots
     from p2p_guard.guard.registry import check_guard_spec
     from p2p_guard.protocol.codecs import MAX_PARAMETERS
 
@@ -87,7 +87,7 @@ def run_guard_cost(args: argparse.Namespace) -> int:
         return _error("--fanouts, --sizes, --repeats and --threads must be >= 1, --round-steps >= 0")
     try:  # before any timing: the guard and the output paths
         check_guard_spec(args.guard)
-        check_output_file(args.out, flag="--out")
+        check_report_with_plots(args.out or (QUICK_OUT if args.quick else FULL_OUT), flag="--out")
         check_output_file(args.json, flag="--json")
     except ValueError as exc:
         return _error(str(exc))

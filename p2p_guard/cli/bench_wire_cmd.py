@@ -150,7 +150,7 @@ def run_wire(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     task = getattr(args, "task", "digits")
     try:  # everything the runs need, before they start: the task's data and model, the guard, the output paths
-        from p2p_guard.cli.preflight import check_output_file, check_task_data
+        from p2p_guard.cli.preflight import check_output_file, check_report_with_plots, check_task_data
         from p2p_guard.guard.registry import check_guard_spec
         from p2p_guard.tasks.partition import parse_partition
 
@@ -159,7 +159,7 @@ def run_wire(args: argparse.Namespace) -> int:
         if guard_attacks:
             check_guard_spec(getattr(args, "guard", "semantic"))
         check_output_file(args.json, flag="--json")
-        check_output_file(getattr(args, "out", None), flag="--out")
+        check_report_with_plots(getattr(args, "out", None), flag="--out")
     except ValueError as error:
         print(f"p2p-guard bench wire: error: {error}", file=sys.stderr)
         return EXIT_USAGE

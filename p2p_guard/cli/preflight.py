@@ -19,7 +19,8 @@ import socket
 from pathlib import Path
 
 __all__ = ["check_announce_host", "check_identity_file", "check_listen_host", "check_names", "check_output_dir",
-           "check_output_file", "check_plugins", "check_port_free", "check_task_data"]
+           "check_output_file", "check_plugins", "check_port_free", "check_report_with_plots",
+           "check_task_data"]
 
 
 def check_identity_file(path: str | Path, *, flag: str = "--identity", create_folder: bool = True) -> None:
@@ -133,6 +134,26 @@ def check_output_file(path: str | Path | None, *, flag: str, replaced: bool = Tr
         raise ValueError(f"{flag} {path}: cannot be created ({parent} is not a writable directory)")
     if path.exists() and not os.access(path, os.W_OK):
         raise ValueError(f"{flag} {path}: not writable")
+
+
+def check_report_with_plots(path: str | Path | None, *, flag: str) -> None:
+    """A bench report whose plots go to the folder of its name without suffix (``docs/wire.md``: ``docs/wire/``).
+
+    :func:`check_output_file`, and the report needs a suffix: without one the plots' folder is the report's own
+    path (the plots were written, then the report failed on that folder); that folder must not be a file.
+
+    Raises:
+        ValueError: naming ``flag``, the path and the part in the way.
+    """
+    check_output_file(path, flag=flag)
+    if path is None:
+        return
+    path = Path(path)
+    plots = path.with_suffix("")
+    if plots == path:
+        raise ValueError(f"{flag} {path}: needs a suffix such as .md (the plots go to the folder of the same name "
+                         "without suffix)")
+    check_output_dir(plots, flag=f"{flag} {path}: its plots' folder")
 
 
 def check_output_dir(path: str | Path | None, *, flag: str) -> None:

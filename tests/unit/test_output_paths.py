@@ -55,6 +55,12 @@ def _main(*argv: str) -> int:
         (("bench", "guard", "--quick", "--sizes", "1e12"), "got 1e+12"),
         (("bench", "guard", "--quick", "--out", "/tmp"), "--out /tmp: is a directory, not a file"),
         (("bench", "wire", "--quick", "--json", "/proc/x"), "--json /proc/x: cannot be created"),
+        (("bench", "guard", "--quick", "--out", "/tmp/h30-no-such-report"),
+         "error: --out /tmp/h30-no-such-report: needs a suffix such as .md (the plots go to the folder of the same "
+         "name without suffix)\n"),
+        (("bench", "wire", "--quick", "--out", "/tmp/h30-no-such-report"), "--out /tmp/h30-no-such-report: needs a suffix"),
+        (("bench", "robustness", "--quick", "--out", "/tmp/h30-no-such-report"),
+         "--out /tmp/h30-no-such-report: needs a suffix"),
         (("bench", "wire", "--quick", "--workers", "0"), "--workers, --rounds and --threads must be >= 1"),
         (("bench", "wire", "--quick", "--rounds", "0"), "--workers, --rounds and --threads must be >= 1"),
         (("bench", "wire", "--quick", "--guard", "nope"), "unknown guard 'nope'"),
@@ -65,6 +71,16 @@ def test_bench_commands_refuse_before_any_work(argv: tuple[str, ...], message: s
     assert _main(*argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and " ...\n" not in err  # no progress line: nothing ran
+
+
+def test_a_report_whose_plots_folder_is_a_file_is_refused(tmp_path: Path) -> None:
+    from p2p_guard.cli.preflight import check_report_with_plots
+
+    (tmp_path / "wire").write_text("")
+    with pytest.raises(ValueError, match=rf"^--out {tmp_path}/wire.md: its plots' folder {tmp_path}/wire: is a file"):
+        check_report_with_plots(tmp_path / "wire.md", flag="--out")
+    check_report_with_plots(tmp_path / "new" / "guard-cost.md", flag="--out")
+    check_report_with_plots(None, flag="--out")
 
 
 def test_missing_shakespeare_texts_are_one_line(tmp_path: Path) -> None:
