@@ -207,6 +207,15 @@ def test_resume_reuses_only_cells_of_the_same_code(tmp_path: Path) -> None:
     assert len(code_fingerprint()) == 16
 
 
+def test_resume_skips_lines_that_are_not_cells(tmp_path: Path) -> None:
+    """--resume --cells with another file was a traceback (UnicodeDecodeError, or a JSON line without a spec)."""
+    path = tmp_path / "cells.jsonl"
+    cell = {"spec": {"guard": "mean"}, "code": "c", "final_accuracy": 0.5}
+    path.write_bytes(b"\x90\xff\xfe garbage\n1\n[]\n{\"code\": \"c\"}\n{\"spec\": 3}\n" + json.dumps(cell).encode() + b"\n")
+    assert load_cells(path, "c") == {cell_key(cell["spec"]): cell}
+    assert load_cells(path) == {cell_key(cell["spec"]): cell}
+
+
 def test_code_fingerprint_ignores_docstrings_and_comments_but_not_code(tmp_path: Path) -> None:
     module = tmp_path / "guard" / "rule.py"
     module.parent.mkdir()
