@@ -71,7 +71,7 @@ def run_guard_cost(args: argparse.Namespace) -> int:
 
     from p2p_guard.bench.guard_cost import inner_phase_seconds, render, time_guard, write_plot
     from p2p_guard.bench.report import command_line, machine_info
-    from p2p_guard.cli.preflight import check_output_file, check_report_with_plots
+    from p2p_guard.cli.preflight import check_output_file, check_report_with_plots, check_seed_and_threads
     from p2p_guard.guard.registry import check_guard_spec
     from p2p_guard.protocol.codecs import MAX_PARAMETERS
 
@@ -86,6 +86,7 @@ def run_guard_cost(args: argparse.Namespace) -> int:
     if min(fanouts) < 1 or args.repeats < 1 or args.threads < 1 or round_steps < 0:
         return _error("--fanouts, --sizes, --repeats and --threads must be >= 1, --round-steps >= 0")
     try:  # before any timing: the guard and the output paths
+        check_seed_and_threads(args.seed, args.threads)
         check_guard_spec(args.guard)
         check_report_with_plots(args.out or (QUICK_OUT if args.quick else FULL_OUT), flag="--out")
         check_output_file(args.json, flag="--json")

@@ -150,10 +150,16 @@ def run_wire(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     task = getattr(args, "task", "digits")
     try:  # everything the runs need, before they start: the task's data and model, the guard, the output paths
-        from p2p_guard.cli.preflight import check_output_file, check_report_with_plots, check_task_data
+        from p2p_guard.cli.preflight import (
+            check_output_file,
+            check_report_with_plots,
+            check_seed_and_threads,
+            check_task_data,
+        )
         from p2p_guard.guard.registry import check_guard_spec
         from p2p_guard.tasks.partition import parse_partition
 
+        check_seed_and_threads(args.seed, args.threads)
         check_task_data(task)
         partition = str(parse_partition(getattr(args, "partition", "iid")))  # ' DIRICHLET:0.50' → dirichlet:0.5
         if guard_attacks:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 __all__ = ["check_announce_host", "check_identity_file", "check_listen_host", "check_names", "check_output_dir",
            "check_output_file", "check_plugins", "check_port_free", "check_report_with_plots",
-           "check_task_data"]
+           "check_seed_and_threads", "check_task_data", "MAX_TORCH_THREADS"]
 
 
 def check_identity_file(path: str | Path, *, flag: str = "--identity", create_folder: bool = True) -> None:
@@ -134,6 +134,27 @@ def check_output_file(path: str | Path | None, *, flag: str, replaced: bool = Tr
         raise ValueError(f"{flag} {path}: cannot be created ({parent} is not a writable directory)")
     if path.exists() and not os.access(path, os.W_OK):
         raise ValueError(f"{flag} {path}: not writable")
+
+
+MAX_TORCH_THREADS = 1024
+"""Most torch threads a command takes (``bench wire`` and ``bench guard``'s ``--threads``): 100,000 crashed torch."""
+
+
+def check_seed_and_threads(seed: int, threads: int) -> None:
+    """A bench's ``--seed`` in ``[0, 2**63 - 1]`` (a run seed's range) and ``--threads`` in ``[1, MAX_TORCH_THREADS]``.
+
+    A negative or huge seed was a traceback in numpy or torch's generators after minutes of work, and
+    ``torch.set_num_threads(100000)`` a segmentation fault.
+
+    Raises:
+        ValueError: naming the flag and the value.
+    """
+    from p2p_guard.swarm.config import MAX_SEED
+
+    if not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"--seed must be in [0, 2**63 - 1]; got {seed}")
+    if not 1 <= threads <= MAX_TORCH_THREADS:
+        raise ValueError(f"--threads must be in [1, {MAX_TORCH_THREADS}]; got {threads}")
 
 
 def check_report_with_plots(path: str | Path | None, *, flag: str) -> None:

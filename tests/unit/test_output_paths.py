@@ -64,6 +64,10 @@ def _main(*argv: str) -> int:
         (("bench", "wire", "--quick", "--workers", "0"), "--workers, --rounds and --threads must be >= 1"),
         (("bench", "wire", "--quick", "--rounds", "0"), "--workers, --rounds and --threads must be >= 1"),
         (("bench", "wire", "--quick", "--guard", "nope"), "unknown guard 'nope'"),
+        (("bench", "wire", "--quick", "--seed", "-1"), "bench wire: error: --seed must be in [0, 2**63 - 1]; got -1\n"),
+        (("bench", "guard", "--quick", "--seed", str(2**64)), f"--seed must be in [0, 2**63 - 1]; got {2**64}\n"),
+        (("bench", "wire", "--quick", "--threads", "100000"), "error: --threads must be in [1, 1024]; got 100000\n"),
+        (("bench", "guard", "--quick", "--threads", "1025"), "error: --threads must be in [1, 1024]; got 1025\n"),
     ],
 )
 def test_bench_commands_refuse_before_any_work(argv: tuple[str, ...], message: str,
