@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from p2p_guard.cli.errors import DefaultsOnceFormatter
+from p2p_guard.cli.preflight import nonempty_path
 
 __all__ = ["add_parser", "run_guard_cost"]
 
@@ -51,11 +52,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="seed of the rows")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument(
-        "--out", type=Path, default=None,
+        "--out", type=nonempty_path, default=None,
         help=f"report path; the plot goes to the directory of the same name without suffix (default {FULL_OUT}; "
         f"--quick {QUICK_OUT})",
     )  # fmt: skip
-    parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the results here")
+    parser.add_argument("--json", type=nonempty_path, default=None, metavar="PATH", help="also write the results here")
     parser.set_defaults(func=run_guard_cost)
     return parser
 

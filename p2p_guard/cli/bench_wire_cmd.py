@@ -11,10 +11,10 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from p2p_guard.cli.errors import DefaultsOnceFormatter
+from p2p_guard.cli.preflight import nonempty_path
 
 __all__ = ["add_parser", "run_wire"]
 
@@ -59,7 +59,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "--partition", default="iid", metavar="SPEC",
         help="how the task's training data is split over the workers: iid or dirichlet:ALPHA (non-IID)",
     )  # fmt: skip
-    parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the results here")
+    parser.add_argument("--json", type=nonempty_path, default=None, metavar="PATH", help="also write the results here")
     parser.add_argument("--guard", default="semantic", help="guard spec of part 3 (the guard per codec)")
     parser.add_argument(
         "--guard-attacks", nargs="*", default=None,
@@ -82,7 +82,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "--topk-ef-decay 1 --topk-outer-lr 0.7 is the scheme before SparseLoCo)",
     )  # fmt: skip
     parser.add_argument(
-        "--out", type=Path, default=None,
+        "--out", type=nonempty_path, default=None,
         help="also write the tables as a Markdown report, with a plot of quality against bytes in the folder of "
         "the same name without suffix (the full run's is docs/wire.md)",
     )  # fmt: skip

@@ -11,6 +11,7 @@ the attack with their parameters, read the task's data: torch).
 
 from __future__ import annotations
 
+import argparse
 import errno
 import ipaddress
 import os
@@ -20,7 +21,17 @@ from pathlib import Path
 
 __all__ = ["check_announce_host", "check_identity_file", "check_listen_host", "check_names", "check_output_dir",
            "check_output_file", "check_plugins", "check_port_free", "check_report_with_plots",
-           "check_seed_and_threads", "check_task_data", "MAX_TORCH_THREADS"]
+           "check_seed_and_threads", "check_task_data", "MAX_TORCH_THREADS", "nonempty_path"]
+
+
+def nonempty_path(value: str) -> Path:
+    """The argparse type of a path option: an empty path is refused.
+
+    ``Path("")`` is the current directory, so ``--report ""`` was reported as ``--report .: is a directory``.
+    """
+    if not value.strip():
+        raise argparse.ArgumentTypeError("empty path")
+    return Path(value)
 
 
 def check_identity_file(path: str | Path, *, flag: str = "--identity", create_folder: bool = True) -> None:

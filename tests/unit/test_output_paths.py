@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from p2p_guard.cli import simulate_cmd
-from p2p_guard.cli.preflight import check_output_file
+from p2p_guard.cli.preflight import check_output_file, nonempty_path
 from p2p_guard.simulation.orchestrator import write_report
 
 
@@ -36,7 +36,7 @@ def test_workdir_must_be_new_or_empty(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=rf"^--workdir {tmp_path} is not empty \(an earlier run's keys"):
         simulate_cmd._check_workdir(tmp_path)
     with pytest.raises(argparse.ArgumentTypeError, match="empty path"):
-        simulate_cmd._nonempty_path(" ")
+        nonempty_path(" ")
 
 
 def _main(*argv: str) -> int:
@@ -75,6 +75,17 @@ def test_bench_commands_refuse_before_any_work(argv: tuple[str, ...], message: s
     assert _main(*argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and " ...\n" not in err  # no progress line: nothing ran
+
+
+@pytest.mark.parametrize("argv", [("simulate", "--report", ""), ("simulate", "--faults", " "),
+                                  ("bench", "guard", "--quick", "--out", ""), ("bench", "wire", "--json", ""),
+                                  ("bench", "robustness", "--cells", ""), ("bench", "robustness", "--data-dir", "")])
+def test_an_empty_path_is_a_usage_error_not_the_current_directory(argv: tuple[str, ...],
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """``--report ""`` was reported as ``--report .: is a directory`` (Path("") is ".")."""
+    assert _main(*argv) == 2
+    flag = next(a for a in argv if a.startswith("--") and a != "--quick")
+    assert capsys.readouterr().err.endswith(f": error: argument {flag}: empty path (see --help)\n")
 
 
 def test_a_report_whose_plots_folder_is_a_file_is_refused(tmp_path: Path) -> None:
