@@ -272,7 +272,7 @@ def check_port_free(host: str, port: int) -> None:
             raise ValueError(f"--host {host} --port {port}: cannot listen there: {e.strerror or e}") from None
 
 
-def check_task_data(task_spec: str) -> tuple[tuple[int, ...], ...]:
+def check_task_data(task_spec: str, *, shard: tuple[int, int, str, int] | None = None) -> tuple[tuple[int, ...], ...]:
     """Build the task (its spec: name or ``MODULE:CLASS``, and options) and its model once, and read its data now.
 
     Imports torch (through the task) and, for ``MODULE:CLASS``, the user's module; call it after the cheap
@@ -281,13 +281,19 @@ def check_task_data(task_spec: str) -> tuple[tuple[int, ...], ...]:
     in every peer (``simulate`` launched such peers again and again; user test, stop 22). The model is built on
     the CPU with seed 0 and dropped.
 
+    Args:
+        task_spec: the task spec.
+        shard: ``(num_shards, index, partition, seed)``: also cut the training data as that peer does (a swarm of
+            more peers than the task has training items: every peer stopped at start, and ``simulate`` launched
+            them again and again until its timeout).
+
     Returns:
         The model's parameter shapes (``training.params.param_shapes``), for the checks that need its size.
 
     Raises:
         ValueError: on an unknown task, bad options, a module that does not import, a class that is not a
-            task, a model that cannot be built (its memory included), or missing or malformed data files (the
-            message says which package or directory is missing).
+            task, a model that cannot be built (its memory included), missing or malformed data files (the
+            message says which package or directory is missing), or data that cannot be cut into ``shard``.
     """
     from p2p_guard.tasks import load_task
 
@@ -306,6 +312,11 @@ def check_task_data(task_spec: str) -> tuple[tuple[int, ...], ...]:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         first = re.sub(r"^\[enforce fail at [^\]]*\]\s*(err == 0\.\s*)?", "", first)  # torch's C++ location
         raise ValueError(f"task {task_spec!r}: its model cannot be built here: {first}") from None
+    if shard is not None:
+        try:
+            task.shard(*shard)
+        except ValueError as e:  # partition.split_*: "cannot cut 1437 items into 1700 non-empty shards"
+            raise ValueError(f"task {task_spec!r}: {e} (fewer peers, or a task with more data)") from None
     from p2p_guard.training.params import param_shapes
 
     return param_shapes(model)
@@ -340,10 +351,12 @@ def check_names(task: str, guard: str, attack: str | None = None) -> None:
         raise ValueError(str(e)) from None
 
 
-def check_plugins(task: str, guard: str, attack: str | None = None) -> tuple[tuple[int, ...], ...]:
+def check_plugins(task: str, guard: str, attack: str | None = None, *,
+                  shard: tuple[int, int, str, int] | None = None) -> tuple[tuple[int, ...], ...]:
     """Build the guard and the attack once (parameters, ``MODULE:CLASS`` imports) and read the task's data.
 
-    Imports torch: call it after :func:`check_names` and every other cheap check.
+    Imports torch: call it after :func:`check_names` and every other cheap check. ``shard``: as for
+    :func:`check_task_data`.
 
     Returns:
         The task model's parameter shapes (:func:`check_task_data`).
@@ -354,7 +367,7 @@ def check_plugins(task: str, guard: str, attack: str | None = None) -> tuple[tup
     from p2p_guard.guard.registry import check_guard_spec
 
     check_guard_spec(guard)  # a name, NAME:key=value,... or module:Class (the message names the problem)
-    shapes = check_task_data(task)
+    shapes = check_task_data(task, shard=shard)
     if attack:
         from p2p_guard.attacks import load_attack
 

@@ -155,8 +155,9 @@ def _check_names(config: SimulationConfig) -> None:
     attacks = split_attack_mix(config.attack) if config.byzantine > 0 and config.attack else (None,)
     for attack in attacks:
         check_names(config.task, config.guard, attack)
-    for attack in attacks:
-        check_plugins(config.task, config.guard, attack)
+    for i, attack in enumerate(attacks):  # the data cut once: every peer's shard comes from the same split
+        check_plugins(config.task, config.guard, attack,
+                      shard=None if i else (config.num_peers, 0, config.partition, config.seed))
     from p2p_guard.protocol.codecs import codec_spec  # torch: already imported by check_plugins
 
     try:
