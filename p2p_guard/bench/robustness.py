@@ -464,7 +464,10 @@ def _is_bare_string(statement: ast.stmt) -> bool:
 
 
 def load_cells(path: Path, fingerprint: str | None = None) -> dict[str, dict[str, Any]]:
-    """Results already in a JSON-lines cell file, by :func:`cell_key` (a torn last line is ignored).
+    """Results already in a JSON-lines cell file, by :func:`cell_key`.
+
+    A line that is not a cell (a torn last line, bytes that are not UTF-8, JSON that is not an object with a
+    ``spec``: another file named as ``--cells``) is skipped, as a cell not yet run.
 
     Args:
         path: the cell file.
@@ -473,10 +476,12 @@ def load_cells(path: Path, fingerprint: str | None = None) -> dict[str, dict[str
     done: dict[str, dict[str, Any]] = {}
     if not path.exists():
         return done
-    for line in path.read_text().splitlines():
+    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
         try:
             result = json.loads(line)
         except json.JSONDecodeError:
+            continue
+        if not isinstance(result, dict) or not isinstance(result.get("spec"), dict):
             continue
         if fingerprint is None or result.get("code") == fingerprint:
             done[cell_key(result["spec"])] = result

@@ -20,6 +20,7 @@ from types import FrameType
 from typing import Any
 
 from p2p_guard.cli.errors import DefaultsOnceFormatter, name_subcommands, print_error
+from p2p_guard.cli.preflight import nonempty_path
 
 __all__ = ["add_parser", "run_robustness"]
 
@@ -74,7 +75,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--data-dir",
-        type=Path,
+        type=nonempty_path,
         default=None,
         help="directory of the Fashion-MNIST IDX files (default: the Debian package's, "
         "/usr/share/datasets/fashion-mnist)",
@@ -85,7 +86,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--sweep-seeds", type=int, default=1, help="seeds per sweep cell")
     parser.add_argument(
         "--out",
-        type=Path,
+        type=nonempty_path,
         default=None,
         help=f"report path; plots go to the directory of the same name without suffix "
         f"(default {FULL_OUT}; --quick {QUICK_OUT}; --acceptance TASK runs/bench-acceptance-TASK.md)",
@@ -93,7 +94,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (one torch thread each)")
     parser.add_argument(
         "--cells",
-        type=Path,
+        type=nonempty_path,
         default=None,
         help="JSON-lines file of finished cells (default runs/bench-<full|quick|acceptance-TASK>-cells.jsonl)",
     )
@@ -186,6 +187,10 @@ def run_robustness(args: argparse.Namespace) -> int:
     out = args.out or (QUICK_OUT if args.quick else Path(f"runs/bench-{mode}.md") if args.acceptance else FULL_OUT)
     cells = args.cells or Path(f"runs/bench-{mode}-cells.jsonl")
     try:
+        from p2p_guard.cli.preflight import check_output_file, check_report_with_plots
+
+        check_report_with_plots(out, flag="--out")  # before any cell, not when the report is written
+        check_output_file(cells, flag="--cells", replaced=False)  # appended to, cell by cell
         task = load_task(cfg.task, **dict(cfg.task_options))
         model = task.build_model(0)
         check = getattr(task, "check_data", None)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from p2p_guard.cli.errors import DefaultsOnceFormatter
+from p2p_guard.cli.preflight import nonempty_path
 
 __all__ = ["add_parser", "run_guard_cost"]
 
@@ -51,11 +52,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="seed of the rows")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument(
-        "--out", type=Path, default=None,
+        "--out", type=nonempty_path, default=None,
         help=f"report path; the plot goes to the directory of the same name without suffix (default {FULL_OUT}; "
         f"--quick {QUICK_OUT})",
     )  # fmt: skip
-    parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the results here")
+    parser.add_argument("--json", type=nonempty_path, default=None, metavar="PATH", help="also write the results here")
     parser.set_defaults(func=run_guard_cost)
     return parser
 
@@ -71,7 +72,7 @@ def run_guard_cost(args: argparse.Namespace) -> int:
 
     from p2p_guard.bench.guard_cost import inner_phase_seconds, render, time_guard, write_plot
     from p2p_guard.bench.report import command_line, machine_info
-    from p2p_guard.cli.preflight import check_output_file
+    from p2p_guard.cli.preflight import check_output_file, check_report_with_plots, check_seed_and_threads
     from p2p_guard.guard.registry import check_guard_spec
     from p2p_guard.protocol.codecs import MAX_PARAMETERS
 
@@ -86,8 +87,9 @@ def run_guard_cost(args: argparse.Namespace) -> int:
     if min(fanouts) < 1 or args.repeats < 1 or args.threads < 1 or round_steps < 0:
         return _error("--fanouts, --sizes, --repeats and --threads must be >= 1, --round-steps >= 0")
     try:  # before any timing: the guard and the output paths
+        check_seed_and_threads(args.seed, args.threads)
         check_guard_spec(args.guard)
-        check_output_file(args.out, flag="--out")
+        check_report_with_plots(args.out or (QUICK_OUT if args.quick else FULL_OUT), flag="--out")
         check_output_file(args.json, flag="--json")
     except ValueError as exc:
         return _error(str(exc))

@@ -11,10 +11,10 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from p2p_guard.cli.errors import DefaultsOnceFormatter
+from p2p_guard.cli.preflight import nonempty_path
 
 __all__ = ["add_parser", "run_wire"]
 
@@ -59,7 +59,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "--partition", default="iid", metavar="SPEC",
         help="how the task's training data is split over the workers: iid or dirichlet:ALPHA (non-IID)",
     )  # fmt: skip
-    parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the results here")
+    parser.add_argument("--json", type=nonempty_path, default=None, metavar="PATH", help="also write the results here")
     parser.add_argument("--guard", default="semantic", help="guard spec of part 3 (the guard per codec)")
     parser.add_argument(
         "--guard-attacks", nargs="*", default=None,
@@ -82,7 +82,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "--topk-ef-decay 1 --topk-outer-lr 0.7 is the scheme before SparseLoCo)",
     )  # fmt: skip
     parser.add_argument(
-        "--out", type=Path, default=None,
+        "--out", type=nonempty_path, default=None,
         help="also write the tables as a Markdown report, with a plot of quality against bytes in the folder of "
         "the same name without suffix (the full run's is docs/wire.md)",
     )  # fmt: skip
@@ -104,17 +104,14 @@ def run_wire(args: argparse.Namespace) -> int:
         measure_codecs,
         write_quality_plot,
     )
-    from p2p_guard.protocol import CODECS, Rejected, parse_codec
+    from p2p_guard.protocol import Rejected, parse_codec
 
     started = time.monotonic()
     codecs = list(args.codecs or WIRE_CODECS)
-    bad = [c for c in codecs if isinstance(parse_codec(c), Rejected)]
-    if bad:
-        print(
-            f"p2p-guard bench wire: error: unknown codec(s) {bad}; known: {', '.join(CODECS)} "
-            f"(topk:density=RHO)",
-            file=sys.stderr,
-        )
+    parsed = [parse_codec(c) for c in codecs]
+    bad = [p.detail for p in parsed if isinstance(p, Rejected)]
+    if bad:  # the codec's own reason: "topk:density=2" is a density out of range, not an unknown codec
+        print(f"p2p-guard bench wire: error: --codecs: {'; '.join(bad)}", file=sys.stderr)
         return EXIT_USAGE
     workers = (4 if args.quick else 8) if args.workers is None else args.workers  # 0 is refused, not a default
     rounds = (10 if args.quick else 20) if args.rounds is None else args.rounds
@@ -150,16 +147,22 @@ def run_wire(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     task = getattr(args, "task", "digits")
     try:  # everything the runs need, before they start: the task's data and model, the guard, the output paths
-        from p2p_guard.cli.preflight import check_output_file, check_task_data
+        from p2p_guard.cli.preflight import (
+            check_output_file,
+            check_report_with_plots,
+            check_seed_and_threads,
+            check_task_data,
+        )
         from p2p_guard.guard.registry import check_guard_spec
         from p2p_guard.tasks.partition import parse_partition
 
+        check_seed_and_threads(args.seed, args.threads)
         check_task_data(task)
         partition = str(parse_partition(getattr(args, "partition", "iid")))  # ' DIRICHLET:0.50' → dirichlet:0.5
         if guard_attacks:
             check_guard_spec(getattr(args, "guard", "semantic"))
         check_output_file(args.json, flag="--json")
-        check_output_file(getattr(args, "out", None), flag="--out")
+        check_report_with_plots(getattr(args, "out", None), flag="--out")
     except ValueError as error:
         print(f"p2p-guard bench wire: error: {error}", file=sys.stderr)
         return EXIT_USAGE

@@ -172,7 +172,8 @@ def check_names(config: PeerConfig) -> None:
     preflight.check_names(config.task, config.guard, config.attack)
     check_initial_peers(config.initial_peers)
     check_initial_peers(config.relays, what="--relays")
-    shapes = preflight.check_plugins(config.task, config.guard, config.attack)
+    shapes = preflight.check_plugins(config.task, config.guard, config.attack,
+                                     shard=(config.num_peers, config.peer_index, config.partition, config.seed))
     from p2p_guard.identity import Identity  # torch: already imported by check_plugins
     from p2p_guard.swarm.peer import check_model_fits
     from p2p_guard.training.local import pick_device

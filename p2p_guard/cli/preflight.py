@@ -11,6 +11,7 @@ the attack with their parameters, read the task's data: torch).
 
 from __future__ import annotations
 
+import argparse
 import errno
 import ipaddress
 import os
@@ -19,7 +20,18 @@ import socket
 from pathlib import Path
 
 __all__ = ["check_announce_host", "check_identity_file", "check_listen_host", "check_names", "check_output_dir",
-           "check_output_file", "check_plugins", "check_port_free", "check_task_data"]
+           "check_output_file", "check_plugins", "check_port_free", "check_report_with_plots",
+           "check_seed_and_threads", "check_task_data", "MAX_TORCH_THREADS", "nonempty_path"]
+
+
+def nonempty_path(value: str) -> Path:
+    """The argparse type of a path option: an empty path is refused.
+
+    ``Path("")`` is the current directory, so ``--report ""`` was reported as ``--report .: is a directory``.
+    """
+    if not value.strip():
+        raise argparse.ArgumentTypeError("empty path")
+    return Path(value)
 
 
 def check_identity_file(path: str | Path, *, flag: str = "--identity", create_folder: bool = True) -> None:
@@ -135,6 +147,47 @@ def check_output_file(path: str | Path | None, *, flag: str, replaced: bool = Tr
         raise ValueError(f"{flag} {path}: not writable")
 
 
+MAX_TORCH_THREADS = 1024
+"""Most torch threads a command takes (``bench wire`` and ``bench guard``'s ``--threads``): 100,000 crashed torch."""
+
+
+def check_seed_and_threads(seed: int, threads: int) -> None:
+    """A bench's ``--seed`` in ``[0, 2**63 - 1]`` (a run seed's range) and ``--threads`` in ``[1, MAX_TORCH_THREADS]``.
+
+    A negative or huge seed was a traceback in numpy or torch's generators after minutes of work, and
+    ``torch.set_num_threads(100000)`` a segmentation fault.
+
+    Raises:
+        ValueError: naming the flag and the value.
+    """
+    from p2p_guard.swarm.config import MAX_SEED
+
+    if not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"--seed must be in [0, 2**63 - 1]; got {seed}")
+    if not 1 <= threads <= MAX_TORCH_THREADS:
+        raise ValueError(f"--threads must be in [1, {MAX_TORCH_THREADS}]; got {threads}")
+
+
+def check_report_with_plots(path: str | Path | None, *, flag: str) -> None:
+    """A bench report whose plots go to the folder of its name without suffix (``docs/wire.md``: ``docs/wire/``).
+
+    :func:`check_output_file`, and the report needs a suffix: without one the plots' folder is the report's own
+    path (the plots were written, then the report failed on that folder); that folder must not be a file.
+
+    Raises:
+        ValueError: naming ``flag``, the path and the part in the way.
+    """
+    check_output_file(path, flag=flag)
+    if path is None:
+        return
+    path = Path(path)
+    plots = path.with_suffix("")
+    if plots == path:
+        raise ValueError(f"{flag} {path}: needs a suffix such as .md (the plots go to the folder of the same name "
+                         "without suffix)")
+    check_output_dir(plots, flag=f"{flag} {path}: its plots' folder")
+
+
 def check_output_dir(path: str | Path | None, *, flag: str) -> None:
     """A folder the command will write into must be an existing writable directory, or creatable.
 
@@ -219,7 +272,7 @@ def check_port_free(host: str, port: int) -> None:
             raise ValueError(f"--host {host} --port {port}: cannot listen there: {e.strerror or e}") from None
 
 
-def check_task_data(task_spec: str) -> tuple[tuple[int, ...], ...]:
+def check_task_data(task_spec: str, *, shard: tuple[int, int, str, int] | None = None) -> tuple[tuple[int, ...], ...]:
     """Build the task (its spec: name or ``MODULE:CLASS``, and options) and its model once, and read its data now.
 
     Imports torch (through the task) and, for ``MODULE:CLASS``, the user's module; call it after the cheap
@@ -228,13 +281,19 @@ def check_task_data(task_spec: str) -> tuple[tuple[int, ...], ...]:
     in every peer (``simulate`` launched such peers again and again; user test, stop 22). The model is built on
     the CPU with seed 0 and dropped.
 
+    Args:
+        task_spec: the task spec.
+        shard: ``(num_shards, index, partition, seed)``: also cut the training data as that peer does (a swarm of
+            more peers than the task has training items: every peer stopped at start, and ``simulate`` launched
+            them again and again until its timeout).
+
     Returns:
         The model's parameter shapes (``training.params.param_shapes``), for the checks that need its size.
 
     Raises:
         ValueError: on an unknown task, bad options, a module that does not import, a class that is not a
-            task, a model that cannot be built (its memory included), or missing or malformed data files (the
-            message says which package or directory is missing).
+            task, a model that cannot be built (its memory included), missing or malformed data files (the
+            message says which package or directory is missing), or data that cannot be cut into ``shard``.
     """
     from p2p_guard.tasks import load_task
 
@@ -253,6 +312,11 @@ def check_task_data(task_spec: str) -> tuple[tuple[int, ...], ...]:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         first = re.sub(r"^\[enforce fail at [^\]]*\]\s*(err == 0\.\s*)?", "", first)  # torch's C++ location
         raise ValueError(f"task {task_spec!r}: its model cannot be built here: {first}") from None
+    if shard is not None:
+        try:
+            task.shard(*shard)
+        except ValueError as e:  # partition.split_*: "cannot cut 1437 items into 1700 non-empty shards"
+            raise ValueError(f"task {task_spec!r}: {e} (fewer peers, or a task with more data)") from None
     from p2p_guard.training.params import param_shapes
 
     return param_shapes(model)
@@ -287,10 +351,12 @@ def check_names(task: str, guard: str, attack: str | None = None) -> None:
         raise ValueError(str(e)) from None
 
 
-def check_plugins(task: str, guard: str, attack: str | None = None) -> tuple[tuple[int, ...], ...]:
+def check_plugins(task: str, guard: str, attack: str | None = None, *,
+                  shard: tuple[int, int, str, int] | None = None) -> tuple[tuple[int, ...], ...]:
     """Build the guard and the attack once (parameters, ``MODULE:CLASS`` imports) and read the task's data.
 
-    Imports torch: call it after :func:`check_names` and every other cheap check.
+    Imports torch: call it after :func:`check_names` and every other cheap check. ``shard``: as for
+    :func:`check_task_data`.
 
     Returns:
         The task model's parameter shapes (:func:`check_task_data`).
@@ -301,7 +367,7 @@ def check_plugins(task: str, guard: str, attack: str | None = None) -> tuple[tup
     from p2p_guard.guard.registry import check_guard_spec
 
     check_guard_spec(guard)  # a name, NAME:key=value,... or module:Class (the message names the problem)
-    shapes = check_task_data(task)
+    shapes = check_task_data(task, shard=shard)
     if attack:
         from p2p_guard.attacks import load_attack
 

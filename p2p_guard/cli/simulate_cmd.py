@@ -18,7 +18,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from p2p_guard.cli.errors import EXIT_FAILED, EXIT_USAGE, print_error, print_warning
-from p2p_guard.cli.preflight import check_output_dir, check_output_file
+from p2p_guard.cli.preflight import check_output_dir, check_output_file, nonempty_path
 from p2p_guard.cli.typed_config import add_config_flags, load_config
 from p2p_guard.simulation.config import SimulationConfig, split_attack_mix
 from p2p_guard.simulation.faults import FaultPlan, check_plan_rounds, check_plan_tools, load_plan
@@ -54,10 +54,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "directory.",
     )
     parser.add_argument("--config", metavar="TOML", help="config file with a [simulate] table")
-    parser.add_argument("--report", type=Path, default=None, help="also write the JSON report here")
+    parser.add_argument("--report", type=nonempty_path, default=None, help="also write the JSON report here")
     parser.add_argument(
         "--workdir",
-        type=_nonempty_path,
+        type=nonempty_path,
         default=None,
         help="directory for logs, keys, events and states; new or empty (default: a fresh runs/<timestamp>)",
     )
@@ -66,7 +66,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     add_config_flags(parser.add_argument_group("settings"), SimulationConfig,
                      metavars={"inner_steps": "H", "attack": "SPEC", "partition": "SPEC", "task": "SPEC"})
     parser.add_argument(
-        "--faults", type=Path, default=None, metavar="PLAN.toml",
+        "--faults", type=nonempty_path, default=None, metavar="PLAN.toml",
         help="fault plan: [[fault]] tables (round, peer, kind = slow|stop|kill_restart|clock_shift|kill_bootstrap, "
         "and the kind's fields); see docs/faults.md",
     )  # fmt: skip
@@ -155,8 +155,9 @@ def _check_names(config: SimulationConfig) -> None:
     attacks = split_attack_mix(config.attack) if config.byzantine > 0 and config.attack else (None,)
     for attack in attacks:
         check_names(config.task, config.guard, attack)
-    for attack in attacks:
-        check_plugins(config.task, config.guard, attack)
+    for i, attack in enumerate(attacks):  # the data cut once: every peer's shard comes from the same split
+        check_plugins(config.task, config.guard, attack,
+                      shard=None if i else (config.num_peers, 0, config.partition, config.seed))
     from p2p_guard.protocol.codecs import codec_spec  # torch: already imported by check_plugins
 
     try:
@@ -206,11 +207,6 @@ def _sigterm_raises() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _nonempty_path(value: str) -> Path:
-    """The --workdir type: a path that is not empty (``Path("")`` would be the current directory)."""
-    if not value.strip():
-        raise argparse.ArgumentTypeError("empty path")
-    return Path(value)
 
 
 def _check_workdir(workdir: Path | None) -> None:

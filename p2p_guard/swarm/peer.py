@@ -1945,11 +1945,15 @@ async def _remember_peers(peer: Peer, folder: str) -> None:
 
 
 def _known_peers(folder: str | None, given: tuple[str, ...]) -> list[str]:
-    """Multiaddrs remembered in our checkpoint folder (checked like --initial-peers), minus those given."""
+    """Multiaddrs remembered in our checkpoint folder (checked like --initial-peers), minus those given.
+
+    A damaged file (bytes that are not UTF-8) gives its readable lines only: it is a hint, and stopping the peer
+    on it (as a ``UnicodeDecodeError`` did) would keep it from restarting until the file is removed by hand.
+    """
     if not folder:
         return []
     try:
-        lines = (Path(folder) / KNOWN_PEERS_FILE).read_text().split()
+        lines = (Path(folder) / KNOWN_PEERS_FILE).read_bytes().decode("utf-8", errors="replace").split()
     except OSError:
         return []
     from p2p_guard.swarm.addresses import check_initial_peers

@@ -207,6 +207,15 @@ def test_resume_reuses_only_cells_of_the_same_code(tmp_path: Path) -> None:
     assert len(code_fingerprint()) == 16
 
 
+def test_resume_skips_lines_that_are_not_cells(tmp_path: Path) -> None:
+    """--resume --cells with another file was a traceback (UnicodeDecodeError, or a JSON line without a spec)."""
+    path = tmp_path / "cells.jsonl"
+    cell = {"spec": {"guard": "mean"}, "code": "c", "final_accuracy": 0.5}
+    path.write_bytes(b"\x90\xff\xfe garbage\n1\n[]\n{\"code\": \"c\"}\n{\"spec\": 3}\n" + json.dumps(cell).encode() + b"\n")
+    assert load_cells(path, "c") == {cell_key(cell["spec"]): cell}
+    assert load_cells(path) == {cell_key(cell["spec"]): cell}
+
+
 def test_code_fingerprint_ignores_docstrings_and_comments_but_not_code(tmp_path: Path) -> None:
     module = tmp_path / "guard" / "rule.py"
     module.parent.mkdir()
@@ -397,6 +406,17 @@ def test_cli_rejects_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture
         == 2
     )
     assert "apt-get install dataset-fashion-mnist" in capsys.readouterr().err
+
+
+def test_cli_checks_out_and_cells_before_any_cell(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A folder as --out or --cells was a traceback (--cells) or minutes of cells lost (--out, at the report)."""
+    assert main(["bench", "robustness", "--quick", "--cells", str(tmp_path), "--out", str(tmp_path / "x.md")]) == 2
+    assert main(["bench", "robustness", "--quick", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"p2p-guard bench robustness: error: --cells {tmp_path}: is a directory, not a file",
+        f"p2p-guard bench robustness: error: --out {tmp_path}: is a directory, not a file",
+    ]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_cli_missing_data_suggests_its_own_data_dir_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

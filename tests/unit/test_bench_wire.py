@@ -105,7 +105,17 @@ def test_cli_rejects_unknown_codec(capsys: pytest.CaptureFixture[str]) -> None:
     args = argparse.Namespace(codecs=["int9"], quick=True, workers=None, rounds=None, seed=0, threads=1,
                               json=None, guard_attacks=None, byzantine=None, out=None)
     assert bench_wire_cmd.run_wire(args) == bench_wire_cmd.EXIT_USAGE
-    assert "unknown codec(s) ['int9']" in capsys.readouterr().err
+    assert capsys.readouterr().err == ("p2p-guard bench wire: error: --codecs: unknown codec 'int9'; known: fp32, "
+                                       "fp16, int8, int4, topk\n")
+
+
+def test_cli_names_the_codecs_own_reason(capsys: pytest.CaptureFixture[str]) -> None:
+    """A density out of range was reported as an unknown codec (the peer and simulate name the range)."""
+    args = argparse.Namespace(codecs=["fp32", "topk:density=2"], quick=True, workers=None, rounds=None, seed=0,
+                              threads=1, json=None, guard_attacks=None, byzantine=None, out=None)
+    assert bench_wire_cmd.run_wire(args) == bench_wire_cmd.EXIT_USAGE
+    assert capsys.readouterr().err == ("p2p-guard bench wire: error: --codecs: codec 'topk:density=2': expected "
+                                       "topk:density=ρ with ρ in (0, 1], optionally followed by ,dense=head\n")
 
 
 def test_cli_rejects_a_bad_partition_before_any_run(capsys: pytest.CaptureFixture[str]) -> None:

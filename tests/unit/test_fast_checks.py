@@ -145,6 +145,33 @@ class TestLightAgreesWithHeavy:
         with pytest.raises(ValueError, match=r"--attack 'sign_flip:nosuch=1' does not load: .*bad parameters"):
             check_plugins("digits", "mean", "sign_flip:nosuch=1")
 
+    def test_more_peers_than_training_items_is_caught_up_front(self) -> None:
+        """Every peer stopped at start ("cannot cut ..."), and simulate launched them again until its timeout."""
+        check_plugins("digits", "mean", shard=(100, 99, "iid", 0))
+        with pytest.raises(ValueError, match=r"^task .digits.: a shard of 1 item\(s\) cannot spare a hold-out"):
+            check_plugins("digits", "mean", shard=(1437, 1436, "iid", 0))
+        with pytest.raises(ValueError, match=r"^task 'digits': cannot cut 1437 items into 1438 non-empty shards "
+                                             r"\(fewer peers, or a task with more data\)$"):
+            check_plugins("digits", "mean", shard=(1438, 0, "iid", 0))
+        with pytest.raises(ValueError, match=r"^task 'digits': cannot cut 1437 items into 1700 non-empty shards"):
+            check_plugins("digits", "mean", shard=(1700, 3, "dirichlet:0.5", 0))
+
+    def test_simulate_and_peer_refuse_more_peers_than_items(self, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+        from p2p_guard.cli.main import main
+
+        maddr = "/ip4/127.0.0.1/tcp/1/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN"
+        assert main(["simulate", "--honest", "1500", "--byzantine", "200", "--workdir", str(tmp_path / "w")]) == 2
+        assert main(["peer", "--initial-peers", maddr, "--num-peers", "2000", "--peer-index", "3",
+                     "--identity", str(tmp_path / "p.key")]) == 2
+        assert capsys.readouterr().err.splitlines() == [
+            "p2p-guard simulate: error: task 'digits': cannot cut 1437 items into 1700 non-empty shards (fewer "
+            "peers, or a task with more data)",
+            "p2p-guard peer: error: task 'digits': cannot cut 1437 items into 2000 non-empty shards (fewer peers, "
+            "or a task with more data)",
+        ]
+        assert list(tmp_path.iterdir()) == []
+
     def test_multiaddr_verdicts_are_hiveminds(self) -> None:
         """The light check (hivemind's parser, loaded alone) against hivemind imported the usual way."""
         code = (

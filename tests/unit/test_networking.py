@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from p2p_guard.cli.bootstrap_cmd import BootstrapConfig
@@ -103,3 +105,13 @@ def test_a_daemon_that_fails_at_start_is_shut_down_in_the_loop(monkeypatch: pyte
     p2p = asyncio.run(dht._create_p2p(_FakeP2P))
     assert isinstance(p2p, _FakeP2P)
     assert _FakeP2P.shutdowns == []
+
+
+def test_a_damaged_known_peers_file_gives_its_readable_lines(tmp_path: Path) -> None:
+    """Bytes that are not UTF-8 in known_peers.txt stopped the peer at start (peer stopped: 'utf-8' codec ...)."""
+    from p2p_guard.swarm.peer import KNOWN_PEERS_FILE, _known_peers
+
+    (tmp_path / KNOWN_PEERS_FILE).write_bytes(b"\xff\xfe\x00garbage\n/ip4/garbage\n" + RELAY.encode() + b"\n")
+    assert _known_peers(str(tmp_path), ()) == [RELAY]
+    assert _known_peers(str(tmp_path), (RELAY,)) == []
+    assert _known_peers(str(tmp_path / "none"), ()) == []

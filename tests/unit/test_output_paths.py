@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from p2p_guard.cli import simulate_cmd
-from p2p_guard.cli.preflight import check_output_file
+from p2p_guard.cli.preflight import check_output_file, nonempty_path
 from p2p_guard.simulation.orchestrator import write_report
 
 
@@ -36,7 +36,7 @@ def test_workdir_must_be_new_or_empty(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=rf"^--workdir {tmp_path} is not empty \(an earlier run's keys"):
         simulate_cmd._check_workdir(tmp_path)
     with pytest.raises(argparse.ArgumentTypeError, match="empty path"):
-        simulate_cmd._nonempty_path(" ")
+        nonempty_path(" ")
 
 
 def _main(*argv: str) -> int:
@@ -55,9 +55,19 @@ def _main(*argv: str) -> int:
         (("bench", "guard", "--quick", "--sizes", "1e12"), "got 1e+12"),
         (("bench", "guard", "--quick", "--out", "/tmp"), "--out /tmp: is a directory, not a file"),
         (("bench", "wire", "--quick", "--json", "/proc/x"), "--json /proc/x: cannot be created"),
+        (("bench", "guard", "--quick", "--out", "/tmp/h30-no-such-report"),
+         "error: --out /tmp/h30-no-such-report: needs a suffix such as .md (the plots go to the folder of the same "
+         "name without suffix)\n"),
+        (("bench", "wire", "--quick", "--out", "/tmp/h30-no-such-report"), "--out /tmp/h30-no-such-report: needs a suffix"),
+        (("bench", "robustness", "--quick", "--out", "/tmp/h30-no-such-report"),
+         "--out /tmp/h30-no-such-report: needs a suffix"),
         (("bench", "wire", "--quick", "--workers", "0"), "--workers, --rounds and --threads must be >= 1"),
         (("bench", "wire", "--quick", "--rounds", "0"), "--workers, --rounds and --threads must be >= 1"),
         (("bench", "wire", "--quick", "--guard", "nope"), "unknown guard 'nope'"),
+        (("bench", "wire", "--quick", "--seed", "-1"), "bench wire: error: --seed must be in [0, 2**63 - 1]; got -1\n"),
+        (("bench", "guard", "--quick", "--seed", str(2**64)), f"--seed must be in [0, 2**63 - 1]; got {2**64}\n"),
+        (("bench", "wire", "--quick", "--threads", "100000"), "error: --threads must be in [1, 1024]; got 100000\n"),
+        (("bench", "guard", "--quick", "--threads", "1025"), "error: --threads must be in [1, 1024]; got 1025\n"),
     ],
 )
 def test_bench_commands_refuse_before_any_work(argv: tuple[str, ...], message: str,
@@ -65,6 +75,27 @@ def test_bench_commands_refuse_before_any_work(argv: tuple[str, ...], message: s
     assert _main(*argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and " ...\n" not in err  # no progress line: nothing ran
+
+
+@pytest.mark.parametrize("argv", [("simulate", "--report", ""), ("simulate", "--faults", " "),
+                                  ("bench", "guard", "--quick", "--out", ""), ("bench", "wire", "--json", ""),
+                                  ("bench", "robustness", "--cells", ""), ("bench", "robustness", "--data-dir", "")])
+def test_an_empty_path_is_a_usage_error_not_the_current_directory(argv: tuple[str, ...],
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """``--report ""`` was reported as ``--report .: is a directory`` (Path("") is ".")."""
+    assert _main(*argv) == 2
+    flag = next(a for a in argv if a.startswith("--") and a != "--quick")
+    assert capsys.readouterr().err.endswith(f": error: argument {flag}: empty path (see --help)\n")
+
+
+def test_a_report_whose_plots_folder_is_a_file_is_refused(tmp_path: Path) -> None:
+    from p2p_guard.cli.preflight import check_report_with_plots
+
+    (tmp_path / "wire").write_text("")
+    with pytest.raises(ValueError, match=rf"^--out {tmp_path}/wire.md: its plots' folder {tmp_path}/wire: is a file"):
+        check_report_with_plots(tmp_path / "wire.md", flag="--out")
+    check_report_with_plots(tmp_path / "new" / "guard-cost.md", flag="--out")
+    check_report_with_plots(None, flag="--out")
 
 
 def test_missing_shakespeare_texts_are_one_line(tmp_path: Path) -> None:
