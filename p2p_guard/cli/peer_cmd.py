@@ -161,8 +161,8 @@ def check_names(config: PeerConfig) -> None:
 
     The cheap checks again (a no-op after :func:`resolve_config`), then the guard and attack built with their
     parameters, the task's data read, the model's size against ``--max-parameters`` and ``--max-envelope-bytes``
-    (``swarm.peer.check_model_fits``, signed with a throwaway key) and ``--device cuda`` checked against this
-    machine (torch).
+    (``swarm.peer.check_model_fits``, signed with a throwaway key), no folder in ``--checkpoint-dir`` where a
+    file it replaces each round goes, and ``--device cuda`` checked against this machine (torch).
 
     Raises:
         ValueError: naming the bad setting and the valid choices, or the limit our own updates would exceed.
@@ -175,9 +175,12 @@ def check_names(config: PeerConfig) -> None:
     shapes = preflight.check_plugins(config.task, config.guard, config.attack,
                                      shard=(config.num_peers, config.peer_index, config.partition, config.seed))
     from p2p_guard.identity import Identity  # torch: already imported by check_plugins
-    from p2p_guard.swarm.peer import check_model_fits
+    from p2p_guard.swarm.checkpoint import COMMIT_MARK, FILE_NAME, PREVIOUS_NAME
+    from p2p_guard.swarm.peer import KNOWN_PEERS_FILE, check_model_fits
     from p2p_guard.training.local import pick_device
 
+    preflight.check_replaceable_files(config.checkpoint_dir, (FILE_NAME, PREVIOUS_NAME, COMMIT_MARK, KNOWN_PEERS_FILE),
+                                      flag="--checkpoint-dir")
     numel = sum(math.prod(shape) for shape in shapes)
     check_model_fits(config, numel, shapes, 0, Identity.generate())  # 0 samples: the shortest envelope
 

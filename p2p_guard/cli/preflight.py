@@ -17,6 +17,7 @@ import ipaddress
 import os
 import re
 import socket
+from collections.abc import Sequence
 from pathlib import Path
 
 __all__ = ["check_announce_host", "check_identity_file", "check_listen_host", "check_names", "check_output_dir",
@@ -207,6 +208,29 @@ def check_output_dir(path: str | Path | None, *, flag: str) -> None:
         raise ValueError(f"{flag} {path}: {parent} is a file, not a directory")
     if not _writable_dir(parent):
         raise ValueError(f"{flag} {path}: {parent} is not writable")
+
+
+def check_replaceable_files(folder: str | Path | None, names: Sequence[str], *, flag: str) -> None:
+    """The files a command replaces in ``folder`` (``os.replace``) must not exist as folders.
+
+    A folder named ``checkpoint.pt`` in a peer's ``--checkpoint-dir`` would otherwise stop the peer at its first
+    save, after it had trained a round.
+
+    Args:
+        folder: the folder (None or missing: nothing to check).
+        names: the file names inside it that will be replaced.
+        flag: the command-line flag named in the error.
+
+    Raises:
+        ValueError: naming ``flag`` and the first path in the way.
+    """
+    if folder is None:
+        return
+    for name in names:
+        path = Path(folder) / name
+        if path.is_dir() and not path.is_symlink():  # rename(2) cannot replace a folder by a file
+            raise ValueError(f"{flag} {folder}: {path} is a folder, not a file (it is replaced on every round); "
+                             "move it away")
 
 
 _MOUNTS = Path("/proc/self/mounts")

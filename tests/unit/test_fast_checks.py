@@ -172,6 +172,25 @@ class TestLightAgreesWithHeavy:
         ]
         assert list(tmp_path.iterdir()) == []
 
+    def test_peer_refuses_a_folder_where_its_checkpoint_goes(self, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+        """A folder named checkpoint.pt (or any file replaced each round) is refused at start, not at the first save."""
+        from p2p_guard.cli.main import main
+
+        maddr = "/ip4/127.0.0.1/tcp/1/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN"
+        ckpt = tmp_path / "ckpt"
+        errors = []
+        for name in ("checkpoint.pt", "checkpoint.prev.pt", "last_commit", "known_peers.txt"):
+            (ckpt / name).mkdir(parents=True)
+            assert main(["peer", "--initial-peers", maddr, "--identity", str(tmp_path / "p.key"),
+                         "--checkpoint-dir", str(ckpt)]) == 2
+            errors += capsys.readouterr().err.splitlines()
+            (ckpt / name).rmdir()
+        assert errors == [f"p2p-guard peer: error: --checkpoint-dir {ckpt}: {ckpt / name} is a folder, not a file "
+                          "(it is replaced on every round); move it away"
+                          for name in ("checkpoint.pt", "checkpoint.prev.pt", "last_commit", "known_peers.txt")]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no identity created
+
     def test_multiaddr_verdicts_are_hiveminds(self) -> None:
         """The light check (hivemind's parser, loaded alone) against hivemind imported the usual way."""
         code = (
