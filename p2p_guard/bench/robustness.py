@@ -27,12 +27,14 @@ appended to a JSON-lines file, so an interrupted run resumes where it stopped (`
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
 import math
 import multiprocessing
+import os
 import signal
 import statistics
 import traceback
@@ -937,6 +939,24 @@ def iter_specs(cfg: BenchConfig) -> Iterator[CellSpec]:
 ProgressFactory = Callable[[int, str], Any]
 
 
+def end_torn_line(path: Path) -> None:
+    """End a file's torn last line (a run killed mid-write) with a newline, so the next appended cell stands alone.
+
+    Without it, the first cell a resumed run appends joins the torn line and is lost to the next resume.
+
+    Args:
+        path: a JSON-lines file; missing or empty: nothing to do.
+
+    Raises:
+        OSError: if the file cannot be read or appended to.
+    """
+    with contextlib.suppress(FileNotFoundError), open(path, "rb+") as fh:
+        if fh.seek(0, os.SEEK_END) > 0:
+            fh.seek(-1, os.SEEK_END)
+            if fh.read(1) != b"\n":
+                fh.write(b"\n")
+
+
 def run_benchmark(
     cfg: BenchConfig,
     *,
@@ -970,6 +990,7 @@ def run_benchmark(
         cells_path.parent.mkdir(parents=True, exist_ok=True)
         if resume:
             done = load_cells(cells_path, fingerprint)
+            end_torn_line(cells_path)
             logger.info("resuming: %d cells of code %s already in %s", len(done), fingerprint, cells_path)
         else:
             cells_path.write_text("")

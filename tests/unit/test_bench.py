@@ -25,6 +25,7 @@ from p2p_guard.bench.robustness import (
     cell_key,
     code_digest,
     code_fingerprint,
+    end_torn_line,
     expert_cells,
     headline_cells,
     load_cells,
@@ -244,6 +245,20 @@ def test_run_cells_resumes_from_the_cell_file(tmp_path: Path) -> None:
     assert set(done) == {cell_key(s) for s in specs}
     again = run_cells(specs, jobs=1, done=done, sink=lambda r: pytest.fail("reran a finished cell"))
     assert [r["state_hash"] for r in again] == [r["state_hash"] for r in first]
+
+
+def test_a_resumed_run_does_not_append_to_a_torn_last_line(tmp_path: Path) -> None:
+    """A kill mid-write left '{torn' with no newline; the first cell of the resumed run joined it and was lost."""
+    path = tmp_path / "cells.jsonl"
+    path.write_text("{torn")
+    results, _ = run_benchmark(_tiny(), jobs=1, cells_path=path, resume=True)
+    lines = path.read_text().splitlines()
+    assert lines[0] == "{torn" and len(lines) == 1 + len(results)
+    assert len(load_cells(path)) == len({cell_key(r["spec"]) for r in results})
+    path.write_bytes(b"")
+    end_torn_line(path)
+    end_torn_line(tmp_path / "missing.jsonl")
+    assert path.read_bytes() == b"" and not (tmp_path / "missing.jsonl").exists()
 
 
 def test_a_failing_cell_is_reported_not_raised() -> None:
