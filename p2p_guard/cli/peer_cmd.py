@@ -199,9 +199,16 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = resolve_config(args)
         check_names(config)
+        session = preflight.lock_identity(config.identity)  # one peer per key on this machine
     except ValueError as e:
         print_error(COMMAND, str(e))
         return EXIT_USAGE
+    with session:
+        return _run_checked(config, args)
+
+
+def _run_checked(config: PeerConfig, args: argparse.Namespace) -> int:
+    """Run the peer of a checked ``config`` (:func:`run`'s second half); return its exit code."""
     logger.debug("peer config: %s", {k: v for k, v in dataclasses.asdict(config).items() if v not in (None, {}, ())})
     from tqdm.contrib.logging import logging_redirect_tqdm
 

@@ -12,6 +12,7 @@ the attack with their parameters, read the task's data: torch).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import ipaddress
 import os
@@ -19,6 +20,7 @@ import re
 import socket
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 __all__ = ["check_announce_host", "check_identity_file", "check_listen_host", "check_names", "check_output_dir",
            "check_output_file", "check_plugins", "check_port_free", "check_report_with_plots",
@@ -231,6 +233,44 @@ def check_replaceable_files(folder: str | Path | None, names: Sequence[str], *, 
         if path.is_dir() and not path.is_symlink():  # rename(2) cannot replace a folder by a file
             raise ValueError(f"{flag} {folder}: {path} is a folder, not a file (it is replaced on every round); "
                              "move it away")
+
+
+def lock_identity(path: str | Path, *, flag: str = "--identity") -> contextlib.AbstractContextManager[Any]:
+    """Take this machine's advisory lock (``flock(2)``) on an existing identity file, for the peer's life.
+
+    A second peer started with the same key on this machine would otherwise run until its first commit and then
+    be refused as another session of the identity (and its first commit could equivocate). The lock is the
+    kernel's: it goes with the process, even after ``kill -9``, and ``p2pd`` does not inherit it. A key file that
+    does not exist yet is not locked (the peer creates it once its DHT is up). Peers on other machines are not
+    seen; they are caught at their first commit, as before.
+
+    Args:
+        path: the identity file.
+        flag: its option, for messages.
+
+    Returns:
+        A context manager that releases the lock on exit (already held; a no-op one if the file is missing).
+
+    Raises:
+        ValueError: another process on this machine holds the lock.
+    """
+    import fcntl
+
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 - returned, closed by the caller's ``with``
+    except FileNotFoundError:
+        return contextlib.nullcontext()
+    except OSError as e:
+        raise ValueError(f"{flag} {path}: cannot be opened ({e.strerror})") from None
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise ValueError(f"{flag} {path}: another peer on this machine is running with this identity; stop it "
+                         "first, or give this one its own --identity") from None
+    except OSError:
+        return handle  # a filesystem without flock (some network mounts): no lock, as before
+    return handle
 
 
 _MOUNTS = Path("/proc/self/mounts")

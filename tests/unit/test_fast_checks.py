@@ -191,6 +191,29 @@ class TestLightAgreesWithHeavy:
                           for name in ("checkpoint.pt", "checkpoint.prev.pt", "last_commit", "known_peers.txt")]
         assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no identity created
 
+    def test_a_second_peer_with_the_same_identity_is_refused_at_start(self, tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+        """On one machine, a second session of a key was refused only at its first commit, after a round's work."""
+        from p2p_guard.cli.main import main
+        from p2p_guard.cli.preflight import lock_identity
+        from p2p_guard.identity import Identity
+
+        key = tmp_path / "p.key"
+        key.write_bytes(Identity.generate().to_key_bytes())
+        key.chmod(0o600)
+        maddr = "/ip4/127.0.0.1/tcp/1/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN"
+        with lock_identity(key):
+            with pytest.raises(ValueError, match=r"another peer on this machine is running with this identity"):
+                lock_identity(key)
+            assert main(["peer", "--initial-peers", maddr, "--identity", str(key)]) == 2
+        assert capsys.readouterr().err.splitlines() == [
+            f"p2p-guard peer: error: --identity {key}: another peer on this machine is running with this identity; "
+            "stop it first, or give this one its own --identity"]
+        with lock_identity(key):  # released on exit
+            pass
+        with lock_identity(tmp_path / "missing.key"):  # a key not created yet: nothing to lock
+            assert not (tmp_path / "missing.key").exists()
+
     def test_multiaddr_verdicts_are_hiveminds(self) -> None:
         """The light check (hivemind's parser, loaded alone) against hivemind imported the usual way."""
         code = (
