@@ -105,6 +105,39 @@ def _warn_if_byzantine_majority(config: SimulationConfig) -> None:
                                f"(robust aggregation assumes fewer than half); the guard is not expected to hold")
 
 
+PEER_MEMORY_FLOOR_BYTES = 180 * 2**20
+"""A lower bound on one peer process's memory (PSS): ``simulate`` reports a mean of 189-204 MiB per peer for
+digits and Shakespeare (``p2p-guard simulate --honest 3 --byzantine 0 --rounds 5`` and ``--task shakespeare``,
+2026-12-06), and larger models take more."""
+
+
+def _check_memory(config: SimulationConfig, *, total: int, available: int) -> None:
+    """Refuse a swarm that cannot fit this machine's memory; warn when it exceeds what is available now.
+
+    Every peer is its own OS process (torch, hivemind, ``p2pd``): at least :data:`PEER_MEMORY_FLOOR_BYTES` each,
+    so ``simulate --task shakespeare --honest 200`` needs over 35 GiB; it used to start on a 24 GiB machine
+    (helper-30's test) rather than fail at once.
+
+    Args:
+        config: the swarm.
+        total: this machine's physical memory, bytes.
+        available: its memory available now, bytes.
+
+    Raises:
+        ValueError: the peers' floor exceeds ``total``.
+    """
+    need = (config.num_peers + 1) * PEER_MEMORY_FLOOR_BYTES  # + the bootstrap node
+    gib = 2**30
+    if need > total:
+        raise ValueError(f"{config.num_peers} peers need at least {need / gib:.1f} GiB of memory (each is its own "
+                         f"process, about {PEER_MEMORY_FLOOR_BYTES // 2**20} MiB or more); this machine has "
+                         f"{total / gib:.1f} GiB: run at most {total // PEER_MEMORY_FLOOR_BYTES - 1} peers")
+    if need > available:
+        print_warning(COMMAND, f"{config.num_peers} peers need at least {need / gib:.1f} GiB of memory and "
+                               f"{available / gib:.1f} GiB is available now: expect swapping, or peers killed "
+                               "for memory")
+
+
 def _warn_if_guard_falls_back(config: SimulationConfig) -> None:
     """Warn when the guard cannot run on the rows one peer judges and would apply the median every round.
 
@@ -259,7 +292,11 @@ def run(args: argparse.Namespace) -> int:
         print_error(COMMAND, str(e))
         return EXIT_USAGE
     _warn_if_byzantine_majority(config)
+    import psutil
+
+    memory = psutil.virtual_memory()
     try:
+        _check_memory(config, total=memory.total, available=memory.available)
         plan = _fault_plan(args, config)
     except ValueError as e:
         print_error(COMMAND, str(e))

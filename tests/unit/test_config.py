@@ -575,6 +575,31 @@ class TestSimulateSettings:
         else:
             assert err == ""
 
+    def test_a_swarm_over_the_machines_memory_is_refused_and_over_what_is_free_warned(
+            self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+        gib = 2**30
+        config = SimulationConfig(honest=130, byzantine=6)  # 137 processes with the bootstrap: 24.08 GiB
+        with pytest.raises(ValueError) as e:
+            simulate_cmd._check_memory(config, total=24 * gib, available=24 * gib)
+        assert str(e.value) == ("136 peers need at least 24.1 GiB of memory (each is its own process, about 180 MiB "
+                                "or more); this machine has 24.0 GiB: run at most 135 peers")
+        simulate_cmd._check_memory(SimulationConfig(honest=129, byzantine=6), total=24 * gib, available=24 * gib)
+        assert capsys.readouterr().err == ""
+        simulate_cmd._check_memory(config, total=32 * gib, available=8 * gib)
+        assert capsys.readouterr().err == ("p2p-guard simulate: warning: 136 peers need at least 24.1 GiB of memory "
+                                           "and 8.0 GiB is available now: expect swapping, or peers killed for "
+                                           "memory\n")
+        import psutil
+
+        from p2p_guard.cli.main import main
+
+        monkeypatch.setattr(psutil, "virtual_memory", lambda: type("M", (), {"total": 4 * gib, "available": gib}))
+        assert main(["simulate", "--honest", "30", "--workdir", str(tmp_path / "w")]) == 2  # + 2 Byzantine
+        assert capsys.readouterr().err == ("p2p-guard simulate: error: 32 peers need at least 5.8 GiB of memory "
+                                           "(each is its own process, about 180 MiB or more); this machine has 4.0 "
+                                           "GiB: run at most 21 peers\n")
+        assert not (tmp_path / "w").exists()
+
 
 def _cli(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     """Run the CLI in a fresh interpreter; it prints whether torch or hivemind were imported by the end."""
