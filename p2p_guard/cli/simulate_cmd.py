@@ -106,9 +106,10 @@ def _warn_if_byzantine_majority(config: SimulationConfig) -> None:
 
 
 PEER_MEMORY_FLOOR_BYTES = 180 * 2**20
-"""A lower bound on one peer process's memory (PSS): ``simulate`` reports a mean of 189-204 MiB per peer for
-digits and Shakespeare (``p2p-guard simulate --honest 3 --byzantine 0 --rounds 5`` and ``--task shakespeare``,
-2026-12-06), and larger models take more."""
+"""A lower bound on one peer process's memory (PSS): ``p2p-guard simulate --honest 3 --byzantine 0 --rounds 5``
+reports 276 MiB per running peer (digits, 2026-12-06; Shakespeare's peak 343 MiB). The floor is lower because
+PSS splits the pages the peers share (torch's libraries) among them, so it shrinks as the swarm grows; larger
+models take more."""
 
 
 def _check_memory(config: SimulationConfig, *, total: int, available: int) -> None:

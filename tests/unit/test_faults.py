@@ -431,6 +431,32 @@ def test_start_peers_with_concurrency_one_launches_each_peer_after_the_previous_
         swarm.stop()
 
 
+_READY_ON_GO = (
+    "import json, os, sys, time; a = sys.argv; p = a[a.index('--events') + 1]\n"
+    "while not os.path.exists(p + '.go'):\n    time.sleep(0.05)\n"
+    "open(p, 'a').write(json.dumps({'event': 'ready', 'peer_id': p}) + '\\n'); time.sleep(60)"
+)
+
+
+def test_memory_is_sampled_only_once_a_peer_is_ready(tmp_path: Path) -> None:
+    """A starting peer's few MiB (the interpreter loading) pulled the mean PSS of short runs down to 3 MiB."""
+    config = SimulationConfig(honest=1, byzantine=0, stop_grace_s=2.0)
+    swarm = LocalSwarm(config, tmp_path / "run", entry=(sys.executable, "-c", _READY_ON_GO))
+    swarm.initial_peers = ["/ip4/127.0.0.1/tcp/1/p2p/QmFake"]
+    try:
+        swarm.start_peer(0)
+        time.sleep(0.5)
+        swarm.poll_events()
+        swarm.sample_memory()
+        assert swarm.memory_samples[0] == []
+        (tmp_path / "run" / "peer0.events.jsonl.go").touch()
+        swarm.wait_ready(20.0)
+        swarm.sample_memory()
+        assert len(swarm.memory_samples[0]) == 1 and swarm.memory_samples[0][0] > 1_000_000
+    finally:
+        swarm.stop()
+
+
 def test_start_peers_retries_a_failed_start_and_goes_on(tmp_path: Path) -> None:
     config = SimulationConfig(honest=2, byzantine=0, stop_grace_s=2.0, start_concurrency=1, start_retries=1)
     swarm = LocalSwarm(config, tmp_path / "run", entry=(sys.executable, "-c", _FAIL_ONCE))
