@@ -293,11 +293,7 @@ def run(args: argparse.Namespace) -> int:
         print_error(COMMAND, str(e))
         return EXIT_USAGE
     _warn_if_byzantine_majority(config)
-    import psutil
-
-    memory = psutil.virtual_memory()
     try:
-        _check_memory(config, total=memory.total, available=memory.available)
         plan = _fault_plan(args, config)
     except ValueError as e:
         print_error(COMMAND, str(e))
@@ -308,8 +304,12 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print_error(COMMAND, f"cannot write there: {e}")
         return EXIT_USAGE
+    import psutil
+
+    memory = psutil.virtual_memory()
     try:
         _check_names(config)
+        _check_memory(config, total=memory.total, available=memory.available)  # a data split that cannot be: first
     except ValueError as e:
         print_error(COMMAND, str(e))
         return EXIT_USAGE
