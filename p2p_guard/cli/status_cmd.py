@@ -132,7 +132,8 @@ def render_table(status: SwarmStatus) -> str:
     COMMIT / BASE / BASE_HASH / CODEC (its latest commit envelope: the round, the claimed base round and the first
     8 hex digits of the claimed base hash, the codec), CLOSED (its latest close record: round and, in brackets,
     the commits in its closed set), VOTED / ACC / REJ (its latest votes record: round, senders accepted and
-    rejected), NOTE (``banned``: a valid equivocation proof accuses it).
+    rejected), NOTE (``banned``: a valid equivocation proof accuses it; ``left``: its signed leave record replaced
+    its presence).
 
     Args:
         status: a snapshot from :func:`~p2p_guard.swarm.status.collect_status`.
@@ -149,7 +150,8 @@ def render_table(status: SwarmStatus) -> str:
     rows = []
     for p in status.peers:
         c, k, v = p.commit, p.close, p.votes
-        notes = [n for n, on in (("banned", p.banned), ("not present", p.presence_round is None)) if on]
+        notes = [n for n, on in (("banned", p.banned), ("left", p.left),
+                                  ("not present", p.presence_round is None and not p.left)) if on]
         rows.append([
             p.short_id, _cell(p.presence_round),
             _cell(c and c.round), _cell(c and c.base_round), "-" if c is None else c.base_hash[:SHORT_HASH_CHARS],

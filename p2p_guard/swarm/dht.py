@@ -427,6 +427,18 @@ class SwarmDHT:
                 out.append((info.peer_id.to_base58(), str(addr)))
         return out
 
+    async def ping(self, maddr: str) -> bool:
+        """Ping the DHT node at ``maddr`` (``.../p2p/<PeerID>``), which puts us in its routing table.
+
+        A bootstrap node that was restarted knows nobody; the peers that joined through it before do not dial it
+        again on their own, so a newcomer joining through it would find no swarm.
+
+        Returns:
+            True if it answered.
+        """
+        peer_id = PeerID.from_base58(Multiaddr(maddr).value_for_protocol("p2p"))
+        return await self.node.protocol.call_ping(peer_id) is not None
+
     def validator_report(self) -> Any:
         """What our :class:`~p2p_guard.swarm.validator.RecordValidator` instances saw (counts, proofs, refusals).
 

@@ -104,6 +104,9 @@ PRESENCE_REFRESH_S = 5.0
 WAIT_POLL_S = 2.0
 #: How often the peer asks ``p2pd`` for its addresses and connections (``network`` events), in seconds.
 NETWORK_POLL_S = 5.0
+#: How often the peer pings its --initial-peers, in seconds: a bootstrap node restarted after a crash knows nobody,
+#: and a newcomer joining through it found no swarm (it waited alone) until the peers that were there pinged it.
+REJOIN_POLL_S = 30.0
 #: On the way out, the leave record's store and the announcer's last store are each given this long (seconds).
 LEAVE_TIMEOUT_S = 3.0
 #: An equivocating attacker stores its second envelope this long after the first (seconds).
@@ -1141,6 +1144,25 @@ async def _watch_network(dht: SwarmDHT, events: EventLog, stop: asyncio.Event) -
             await asyncio.wait_for(stop.wait(), NETWORK_POLL_S)
 
 
+async def _rejoin_initial_peers(dht: SwarmDHT, initial_peers: Sequence[str], stop: asyncio.Event,
+                                poll_s: float = REJOIN_POLL_S) -> None:
+    """Ping each of ``initial_peers`` every ``poll_s`` seconds (``SwarmDHT.ping``) until ``stop``.
+
+    A bootstrap node that was restarted (an empty routing table) then knows us again and introduces newcomers to
+    the swarm; a ping that fails (the node is still down) is tried again next period.
+    """
+    while True:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), poll_s)
+        if stop.is_set():
+            return
+        for maddr in initial_peers:
+            try:
+                await dht.ping(maddr)
+            except Exception as e:  # noqa: BLE001 - best effort: a bootstrap node that is down stays down for now
+                logger.debug("ping of initial peer %s failed: %s", maddr, e)
+
+
 def _log_task_failure(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
         logger.error("background task failed", exc_info=task.exception())
@@ -1224,6 +1246,7 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
     relay: asyncio.Task[None] | None = None
     announcer: asyncio.Task[None] | None = None
     watcher: asyncio.Task[None] | None = None
+    rejoiner: asyncio.Task[None] | None = None
     slow_client: asyncio.Task[Any] | None = None
     metrics: PeerMetrics | None = None
     peer: Peer | None = None
@@ -1254,6 +1277,8 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
         announcer.add_done_callback(_log_task_failure)
         watcher = asyncio.create_task(_watch_network(dht, events, stop))
         watcher.add_done_callback(_log_task_failure)
+        rejoiner = asyncio.create_task(_rejoin_initial_peers(dht, config.initial_peers, stop))
+        rejoiner.add_done_callback(_log_task_failure)
         slow_client = start_slow_client(attack, p2p, peer.dht, config, peer.me, stop)  # slowloris attackers only
         return await _round_loop(peer, config, progress, stop, events)
     except EarlierSessionCommit:
@@ -1261,7 +1286,9 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
         raise
     finally:
         stop.set()
-        for background in (relay, announcer, watcher, slow_client):
+        if rejoiner is not None:
+            rejoiner.cancel()  # a ping of a bootstrap node that is down lasts up to DHT_RPC_TIMEOUT_S
+        for background in (relay, announcer, watcher, rejoiner, slow_client):
             if background is not None:
                 with contextlib.suppress(BaseException):
                     await asyncio.wait_for(background, LEAVE_TIMEOUT_S)

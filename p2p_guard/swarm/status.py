@@ -107,6 +107,7 @@ class PeerStatus:
         close: its latest close record in the rounds read.
         votes: its latest votes record in the rounds read.
         banned: a valid equivocation proof accuses it.
+        left: its latest presence value is its own signed leave record (it stopped cleanly).
     """
 
     peer_id: str
@@ -115,6 +116,7 @@ class PeerStatus:
     close: CloseClaim | None = None
     votes: VoteCounts | None = None
     banned: bool = False
+    left: bool = False
 
     @property
     def short_id(self) -> str:
@@ -162,7 +164,7 @@ class SwarmStatus:
                  "commit": None if p.commit is None else vars(p.commit).copy(),
                  "close": None if p.close is None else vars(p.close).copy(),
                  "votes": None if p.votes is None else vars(p.votes).copy(),
-                 "banned": p.banned}
+                 "banned": p.banned, "left": p.left}
                 for p in self.peers],
             "proofs": [vars(proof).copy() for proof in self.proofs],
             "base_hash_claims": {str(r): dict(claims) for r, claims in sorted(self.base_hash_claims.items())},
@@ -196,7 +198,7 @@ async def collect_status(dht: DHTReader, run_id: str, *, depth: int = DEFAULT_DE
         raise ValueError(f"depth must be >= 0; got {depth}")
     skipped: Counter[str] = Counter()
     presence_raw, proofs_raw = await asyncio.gather(dht.read(presence_key(run_id)), dht.read(proofs_key(run_id)))
-    presence = _open_presence(presence_raw, run_id, skipped)
+    presence, left = _open_presence(presence_raw, run_id, skipped)
     anchor = swarm_round(presence)
     rounds = [] if anchor is None else list(range(max(0, anchor - depth), anchor + 2))
     reads = await asyncio.gather(*(dht.read(key(run_id, r)) for r in rounds
@@ -208,6 +210,8 @@ async def collect_status(dht: DHTReader, run_id: str, *, depth: int = DEFAULT_DE
 
     for peer_id, round_ in presence.items():
         entry(peer_id).presence_round = round_
+    for peer_id in left:
+        entry(peer_id).left = True
     for i, round_ in enumerate(rounds):  # ascending: a later round's record replaces an earlier one
         commits, closes, votes = reads[3 * i: 3 * i + 3]
         for peer_id, commit in _open_commits(commits, run_id, round_, skipped).items():
@@ -237,15 +241,20 @@ def _signer_is(sender: bytes, subkey: str) -> bool:
         return False
 
 
-def _open_presence(raw: Mapping[str, bytes], run_id: str, skipped: Counter[str]) -> dict[str, int]:
+def _open_presence(raw: Mapping[str, bytes], run_id: str,
+                   skipped: Counter[str]) -> tuple[dict[str, int], set[str]]:
     present: dict[str, int] = {}
+    left: set[str] = set()
     for subkey, value in raw.items():
-        record = open_record(value, kind="presence", run_id=run_id)
+        # A peer's signed leave record replaces its presence on a clean stop: it is valid, just not present.
+        record = open_record(value, kind=("presence", "leave"), run_id=run_id)
         if isinstance(record, Rejected) or not _signer_is(record.sender, subkey):
             skipped["presence"] += 1
-        else:
+        elif record.kind == "presence":
             present[subkey] = int(record.value)
-    return present
+        else:
+            left.add(subkey)
+    return present, left
 
 
 def _open_commits(raw: Mapping[str, bytes], run_id: str, round_: int,

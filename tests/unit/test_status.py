@@ -110,13 +110,31 @@ def test_json_from_fabricated_records_exact() -> None:
         "peer_id": ALICE.peer_id_b58, "short_id": ALICE.peer_id_b58[-8:], "presence_round": 5,
         "commit": {"round": 5, "base_round": 5, "base_hash": "bb" * 32, "codec": "int8", "payload_bytes": 16,
                    "n_samples": 10},
-        "close": {"round": 4, "commits": 3}, "votes": {"round": 4, "accepted": 2, "rejected": 1}, "banned": False}
+        "close": {"round": 4, "commits": 3}, "votes": {"round": 4, "accepted": 2, "rejected": 1}, "banned": False,
+        "left": False}
     assert peers[BOB.peer_id_b58]["commit"]["codec"] == "fp\x1b[31m16"  # JSON escapes it; the table replaces it
     assert peers[CAROL.peer_id_b58]["votes"] is None  # round 3 is below the window at depth 1
     assert out["proofs"] == [{"accused": MALLORY.peer_id_b58, "round": 4, "digest_a": "01" * 32,
                               "digest_b": "02" * 32}]
     assert out["base_hash_claims"] == {"4": {"aa" * 32: 1, "bb" * 32: 1}, "5": {"bb" * 32: 2}}
     assert out["skipped"] == {"close": 1, "commit": 1, "presence": 3, "proofs": 1, "votes": 1}
+
+
+def test_a_signed_leave_record_is_a_peer_that_left_not_an_invalid_record() -> None:
+    """A peer's clean stop replaces its presence with its signed leave record: it was counted as an invalid
+    presence record ("invalid records skipped: presence 1") and the peer vanished from the table."""
+    presence = {ALICE.peer_id_b58: sign_record("presence", RUN, 7, 7, ALICE),
+                BOB.peer_id_b58: sign_record("leave", RUN, 7, 1_000, BOB),
+                CAROL.peer_id_b58: sign_record("leave", RUN, 7, 1_000, ALICE)}  # signed by another: skipped
+    status = asyncio.run(collect_status(FakeDHT({presence_key(RUN): presence}), RUN))
+    assert status.skipped == {"presence": 1}
+    rows = {p.peer_id: p for p in status.peers}
+    assert rows[BOB.peer_id_b58].left and rows[BOB.peer_id_b58].presence_round is None
+    assert not rows[ALICE.peer_id_b58].left and CAROL.peer_id_b58 not in rows
+    assert [p.peer_id for p in status.present] == [ALICE.peer_id_b58]
+    table = render_table(status)
+    assert "Lr2NASuq      -       -     -  -          -           -      -    -    -  left" in table, table
+    assert json.loads(render_json(status))["peers"][0]["left"] is True
 
 
 def test_empty_swarm_and_hostile_values_never_crash() -> None:
