@@ -34,7 +34,8 @@ class BootstrapConfig:
 
     Attributes:
         identity: identity file, created on first start (mode 0600); its PeerID is part of the multiaddr
-            peers join with, so keep it.
+            peers join with, so keep it. A missing folder is created for the default path only; another path's
+            folder must exist (a mistyped one is an error, not a new PeerID).
         host: listen address (0.0.0.0: every interface).
         port: TCP port to open (0 = any free port).
         announce_host: public IP peers should dial, when it differs from the listen address (a cloud VM
@@ -114,7 +115,9 @@ def run(args: argparse.Namespace) -> int:
     defer_import("scipy.optimize")
     try:
         config = resolve(args)
-        check_identity_file(config.identity)
+        # only the default's folder is created: a mistyped --identity folder would be a new PeerID, and every
+        # multiaddr already handed to the peers would stop working
+        check_identity_file(config.identity, create_folder=config.identity == BootstrapConfig.identity)
         check_listen_host(config.host)
         check_port_free(config.host, config.port)
         check_announce_host(config.announce_host, config.port)

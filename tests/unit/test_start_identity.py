@@ -154,3 +154,23 @@ def test_the_peer_command_creates_no_identity_in_a_missing_directory(tmp_path: P
     assert list(tmp_path.iterdir()) == []
     check_identity_file(path)  # a bootstrap node's (its default bootstrap/identity.key): its folder is created
     check_identity_file(tmp_path / "peer0.key", create_folder=False)  # an existing folder: created on start
+
+
+def test_the_bootstrap_command_creates_no_identity_in_a_missing_directory_but_its_default(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mistyped bootstrap --identity folder was created with a new key: every multiaddr handed out broke."""
+    from p2p_guard.cli import bootstrap_cmd
+    from p2p_guard.cli.main import main
+
+    path = tmp_path / "nodir" / "b.key"
+    assert main(["bootstrap", "--identity", str(path), "--host", "127.0.0.1", "--port", "0"]) == 2
+    assert capsys.readouterr().err == (
+        f"p2p-guard bootstrap: error: --identity {path}: no such directory {path.parent} (a new identity, with a "
+        "new PeerID, is created only in an existing directory; check the path)\n")
+    assert list(tmp_path.iterdir()) == []
+    started: list[str] = []
+    monkeypatch.setattr("p2p_guard.swarm.bootstrap.run_bootstrap", lambda identity_path, **_: started.append(
+        identity_path) or 0)
+    monkeypatch.chdir(tmp_path)  # the default, bootstrap/identity.key, gets its folder
+    assert main(["bootstrap", "--host", "127.0.0.1", "--port", "0"]) == 0
+    assert started == [bootstrap_cmd.BootstrapConfig.identity]
