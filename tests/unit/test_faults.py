@@ -404,6 +404,13 @@ def test_clock_shift_restarts_the_peer_under_faketime(make_swarm: Any) -> None:
     assert swarm.marked_processes() == []
 
 
+def _stand_in_swarm(config: SimulationConfig, tmp_path: Path, script: str) -> LocalSwarm:
+    """A swarm whose peers run ``python -c script`` (stand-ins that write events), behind a fake bootstrap node."""
+    swarm = LocalSwarm(config, tmp_path / "run", entry=(sys.executable, "-c", script))
+    swarm.initial_peers = ["/ip4/127.0.0.1/tcp/1/p2p/QmFake"]
+    return swarm
+
+
 _READY_THEN_SLEEP = (
     "import json, sys, time; a = sys.argv; p = a[a.index('--events') + 1]; "
     "open(p, 'a').write(json.dumps({'event': 'ready', 'peer_id': p, 'time': time.time()}) + '\\n'); time.sleep(60)"
@@ -419,8 +426,7 @@ def test_start_peers_with_concurrency_one_launches_each_peer_after_the_previous_
     tmp_path: Path,
 ) -> None:
     config = SimulationConfig(honest=3, byzantine=0, stop_grace_s=2.0, start_concurrency=1)
-    swarm = LocalSwarm(config, tmp_path / "run", entry=(sys.executable, "-c", _READY_THEN_SLEEP))
-    swarm.initial_peers = ["/ip4/127.0.0.1/tcp/1/p2p/QmFake"]
+    swarm = _stand_in_swarm(config, tmp_path, _READY_THEN_SLEEP)
     try:
         swarm.start_peers()
         swarm.wait_ready(20.0)
@@ -441,8 +447,7 @@ _READY_ON_GO = (
 def test_memory_is_sampled_only_once_a_peer_is_ready(tmp_path: Path) -> None:
     """A starting peer's few MiB (the interpreter loading) pulled the mean PSS of short runs down to 3 MiB."""
     config = SimulationConfig(honest=1, byzantine=0, stop_grace_s=2.0)
-    swarm = LocalSwarm(config, tmp_path / "run", entry=(sys.executable, "-c", _READY_ON_GO))
-    swarm.initial_peers = ["/ip4/127.0.0.1/tcp/1/p2p/QmFake"]
+    swarm = _stand_in_swarm(config, tmp_path, _READY_ON_GO)
     try:
         swarm.start_peer(0)
         time.sleep(0.5)
@@ -459,8 +464,7 @@ def test_memory_is_sampled_only_once_a_peer_is_ready(tmp_path: Path) -> None:
 
 def test_start_peers_retries_a_failed_start_and_goes_on(tmp_path: Path) -> None:
     config = SimulationConfig(honest=2, byzantine=0, stop_grace_s=2.0, start_concurrency=1, start_retries=1)
-    swarm = LocalSwarm(config, tmp_path / "run", entry=(sys.executable, "-c", _FAIL_ONCE))
-    swarm.initial_peers = ["/ip4/127.0.0.1/tcp/1/p2p/QmFake"]
+    swarm = _stand_in_swarm(config, tmp_path, _FAIL_ONCE)
     try:
         swarm.start_peers()
         swarm.wait_ready(20.0)
@@ -622,8 +626,7 @@ _INDEX_1_EXITS = (
 
 def test_stop_stranded_ends_a_peer_left_alone_after_the_grace_only(tmp_path: Path) -> None:
     config = SimulationConfig(honest=2, byzantine=0, stop_grace_s=2.0)
-    swarm = LocalSwarm(config, tmp_path / "run", entry=(sys.executable, "-c", _INDEX_1_EXITS))
-    swarm.initial_peers = ["/ip4/127.0.0.1/tcp/1/p2p/QmFake"]
+    swarm = _stand_in_swarm(config, tmp_path, _INDEX_1_EXITS)
     try:
         swarm.start_peers()
         swarm.wait_ready(20.0)
