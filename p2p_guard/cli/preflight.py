@@ -269,7 +269,7 @@ def lock_identity(path: str | Path, *, flag: str = "--identity") -> contextlib.A
         raise ValueError(f"{flag} {path}: another peer on this machine is running with this identity; stop it "
                          "first, or give this one its own --identity") from None
     except OSError:
-        return handle  # a filesystem without flock (some network mounts): no lock, as before
+        pass  # a filesystem without flock (some network mounts): no lock, as before
     return handle
 
 

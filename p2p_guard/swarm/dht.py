@@ -307,13 +307,18 @@ async def _create_node(p2p: P2P, initial_peers: Sequence[str], record_validators
         raise TimeoutError(f"none of the initial peers answered the DHT ({e}); check --initial-peers") from None
 
 
+def _peer_id_of(maddr: str) -> PeerID:
+    """The PeerID in a multiaddr's ``/p2p/`` part (checked by ``swarm.addresses.check_initial_peers``)."""
+    return PeerID.from_base58(Multiaddr(maddr).value_for_protocol("p2p"))
+
+
 async def _correct_clock(p2p: P2P, initial_peers: Sequence[str]) -> Callable[[], None] | None:
     """Measure our clock against the initial peers; correct DHT time past the tolerance (see ``swarm.clock``).
 
     Raises:
         ClockSkewError: the offset is beyond ``MAX_CLOCK_CORRECTION_S``.
     """
-    peers = list(dict.fromkeys(PeerID.from_base58(Multiaddr(m).value_for_protocol("p2p")) for m in initial_peers))
+    peers = list(dict.fromkeys(_peer_id_of(m) for m in initial_peers))
     offset, answered = await measure_offset(p2p, peers)
     if offset is None:
         logger.debug("no initial peer answered a clock ping; DHT time left uncorrected")
@@ -436,8 +441,7 @@ class SwarmDHT:
         Returns:
             True if it answered.
         """
-        peer_id = PeerID.from_base58(Multiaddr(maddr).value_for_protocol("p2p"))
-        return await self.node.protocol.call_ping(peer_id) is not None
+        return await self.node.protocol.call_ping(_peer_id_of(maddr)) is not None
 
     def validator_report(self) -> Any:
         """What our :class:`~p2p_guard.swarm.validator.RecordValidator` instances saw (counts, proofs, refusals).
