@@ -9,7 +9,10 @@ that it finishes with exit code 0, and that the honest peers end within the cons
 from __future__ import annotations
 
 import math
+import os
 import re
+import signal
+import time
 
 import pytest
 
@@ -86,8 +89,11 @@ def test_a_slowloris_sender_and_client_cost_honest_peers_bounded_time(live: Swar
     requests at ``request_timeout_s``. So every honest round lasts at most ``IDLE_TIMEOUT_S + HONEST_ROUND_S``
     (12 s), below the 30 s fetch deadline that an uncut trickle (2.7 hours for its 19 KB) would reach. The
     attacker leaves its own row out of its aggregate, so its commit is on the honest base (not ``stale_base``)
-    in every round; on a loaded machine its round-1 commit may come after the honest peers closed the commit
-    phase (``late_commit``)."""
+    in every round. On a loaded machine the slowloris itself is slow (the servers its own slow streams hold refuse
+    its requests as busy), so its round-1 commit may come after the honest peers closed the commit phase
+    (``late_commit``) or after their one re-read of the commit key (no round-1 verdict at all; CI of stop 25): each
+    costs the honest peers nothing. Only the honest peers must finish; the slowloris is then stopped with Ctrl+C
+    (SIGINT) if it has not finished (it may wait for peers that left), which logs its client's counters."""
     n_honest, rounds = 2, 2
     n = n_honest + 1
     maddr = live.start_bootstrap()
@@ -98,8 +104,15 @@ def test_a_slowloris_sender_and_client_cost_honest_peers_bounded_time(live: Swar
         live.start_peer(i, maddr, common)
     live.start_peer(n_honest, maddr, [*common, "--attack", "slowloris:client_streams=12",
                                       "--byzantine-count", "1"])
-    codes = live.wait_exit(["peer0", "peer1", f"peer{n_honest}"], 240)
-    assert codes == {"peer0": 0, "peer1": 0, f"peer{n_honest}": 0}
+    codes = live.wait_exit(["peer0", "peer1"], 240)
+    assert codes == {"peer0": 0, "peer1": 0}
+    attacker = live.procs[f"peer{n_honest}"]
+    deadline = time.monotonic() + 30
+    while attacker.returncode() is None and time.monotonic() < deadline:
+        time.sleep(0.25)
+    if attacker.returncode() is None:
+        os.killpg(attacker.pid, signal.SIGINT)
+    assert live.wait_exit([f"peer{n_honest}"], 30)[f"peer{n_honest}"] in {0, 130}
     slow = _ids(live, n_honest, ["slowloris"])["slowloris"]
     bound_s = IDLE_TIMEOUT_S + HONEST_ROUND_S
     assert bound_s < FETCH_TIMEOUT_S / 2
@@ -107,14 +120,14 @@ def test_a_slowloris_sender_and_client_cost_honest_peers_bounded_time(live: Swar
         verdicts = _verdicts(live, i, slow)
         # Round 0 starts together for every peer, so the slowloris's commit is in and its payload is cut. In round 1
         # the slowloris may commit after the honest commit phase closed (CI, loaded: its own requests had been refused
-        # as busy by the servers its 12 slow streams hold), which is ``late_commit``, never fetched: also no cost.
+        # as busy by the servers its 12 slow streams hold), which is ``late_commit``, never fetched, or after our one
+        # re-read of the commit key, which gives no verdict: also no cost.
         assert verdicts[0] == (0, False, "timeout"), verdicts
-        assert verdicts[1] in {(1, False, "timeout"), (1, False, "late_commit")}, verdicts
-        assert len(verdicts) == 2, verdicts
+        assert verdicts[1:] in ([(1, False, "timeout")], [(1, False, "late_commit")], []), verdicts
         details = [v["detail"] for v in live.events(i, "verdict") if v["sender"] == slow and v["reason"] == "timeout"]
         assert details and all(d.startswith("sender too slow, stream cut (") for d in details), details
         summaries = live.events(i, "round")
-        assert [(e["round"], e["accepted"], e["rejected"]) for e in summaries] == [(0, 1, 1), (1, 1, 1)]
+        assert [(e["round"], e["accepted"], e["rejected"]) for e in summaries] == [(0, 1, 1), (1, 1, len(verdicts) - 1)]
         assert all(e["seconds"] < bound_s for e in summaries), [e["seconds"] for e in summaries]
         log = live.log(i)
         cut = f"fetch stream from {slow[-12:]}: no complete request within {REQUEST_TIMEOUT_S:.1f} s, stream cut"
