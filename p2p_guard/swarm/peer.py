@@ -1361,12 +1361,13 @@ async def _start_round(peer: Peer, config: PeerConfig, stop: asyncio.Event) -> i
                 except ValueError as e:
                     peer.log.warning("error-feedback buffer of the checkpoint not used: %s", e)
             round_ = ckpt.round
-            peer.log.info("resumed from our checkpoint at round %d", round_)
-            peer.events.emit("resume_checkpoint", round=round_)
         committed = last_committed(config.checkpoint_dir)
         if committed is not None and committed >= round_:  # never sign a second envelope for a round (a ban)
             round_ = committed + 1
-    peer._set_round(round_)
+    peer._set_round(round_)  # before the line below: its prefix is the round we go on from, not [r0]
+    if ckpt is not None:
+        peer.log.info("resumed from our checkpoint at round %d", ckpt.round)
+        peer.events.emit("resume_checkpoint", round=ckpt.round)
     peer.server.serve_from(round_)  # payloads our earlier process committed died with it: say so at once
     peer.serve_state(round_)
     others = await peer.wait_for_peers(stop, timeout_s=config.join_timeout_s)

@@ -1,0 +1,71 @@
+"""Where a restarted peer goes on from (``peer._start_round``): its checkpoint, then its commit mark.
+
+The log prefix is the round the peer goes on from: helper-32 saw ``[… r0] resumed from our checkpoint at round 74``,
+because the line was written before the peer's round was set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from p2p_guard.swarm import peer
+from p2p_guard.swarm.checkpoint import Checkpoint, mark_committed, save_checkpoint
+
+D = 6
+
+
+class _Events:
+    def __init__(self) -> None:
+        self.emitted: list[tuple[str, dict[str, Any]]] = []
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        self.emitted.append((kind, fields))
+
+
+def _stub(folder: Path) -> Any:
+    """The parts of a :class:`peer.Peer` that ``_start_round`` touches, with the real ``_set_round``."""
+    resumed: list[int] = []
+    stub = types.SimpleNamespace(
+        round=0, events=_Events(), resumed_at=resumed,
+        log=peer._PeerLog(logging.getLogger("p2p_guard.swarm.peer"), {"peer": "abcdefgh", "round": 0}),
+        local=types.SimpleNamespace(numel=D, resume=lambda theta, momentum: resumed.append(int(theta[0]))),
+        error_feedback=types.SimpleNamespace(load_state_dict=lambda state: None),
+        server=types.SimpleNamespace(serve_from=lambda r: None), serve_state=lambda r: None)
+    stub._set_round = types.MethodType(peer.Peer._set_round, stub)
+
+    async def wait_for_peers(stop: asyncio.Event, timeout_s: float) -> dict[str, int]:
+        return {}
+
+    stub.wait_for_peers = wait_for_peers
+    return stub
+
+
+@pytest.mark.parametrize(("mark", "goes_on_from"), [(None, 74), (73, 74), (74, 75)])
+def test_the_resume_line_carries_the_round_the_peer_goes_on_from(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                                 monkeypatch: pytest.MonkeyPatch, mark: int | None,
+                                                                 goes_on_from: int) -> None:
+    save_checkpoint(tmp_path, Checkpoint("run", 74, torch.full((D,), 7.0), torch.zeros(D)))
+    if mark is not None:
+        mark_committed(tmp_path, mark)  # a commit of round 74 was signed: never sign a second one
+    stub = _stub(tmp_path)
+
+    async def no_catch_up(p: Any, round_: int, others: dict[str, int], stop: asyncio.Event, **kw: Any) -> int:
+        return round_
+
+    monkeypatch.setattr(peer, "_maybe_catch_up", no_catch_up)
+    config = types.SimpleNamespace(checkpoint_dir=str(tmp_path), run_id="run", join_timeout_s=1.0)
+    with caplog.at_level(logging.INFO, logger="p2p_guard.swarm.peer"):
+        got = asyncio.run(peer._start_round(stub, config, asyncio.Event()))  # type: ignore[arg-type]
+    assert got == goes_on_from
+    assert stub.round == goes_on_from
+    assert stub.resumed_at == [7]
+    lines = [r.getMessage() for r in caplog.records if "resumed from our checkpoint" in r.getMessage()]
+    assert lines == [f"[abcdefgh r{goes_on_from}] resumed from our checkpoint at round 74"]
+    assert stub.events.emitted == [("resume_checkpoint", {"round": 74})]
