@@ -106,33 +106,52 @@ def _warn_if_byzantine_majority(config: SimulationConfig) -> None:
 
 
 PEER_MEMORY_FLOOR_BYTES = 180 * 2**20
-"""A lower bound on one peer process's memory (PSS): ``p2p-guard simulate --honest 3 --byzantine 0 --rounds 5``
-reports 276 MiB per running peer (digits, 2026-12-06; Shakespeare's peak 343 MiB). The floor is lower because
-PSS splits the pages the peers share (torch's libraries) among them, so it shrinks as the swarm grows; larger
-models take more."""
+"""A lower bound on one peer process's memory (PSS) before its model: ``p2p-guard simulate --honest 3 --byzantine
+0 --rounds 5`` reports 276 MiB per running peer (digits, 4,810 parameters, 2026-12-06; Shakespeare's peak 343 MiB).
+The floor is lower because PSS splits the pages the peers share (torch's libraries) among them, so it shrinks as
+the swarm grows."""
+
+PEER_MEMORY_BYTES_PER_PARAM = 120
+"""What one peer holds per model parameter, in bytes, on top of :data:`PEER_MEMORY_FLOOR_BYTES`: θ, the inner
+model, its gradients and Adam states, the outer momentum, the error-feedback buffer, the fetched rows, their
+stacked copy and the mixing states. ``p2p-guard simulate --task shakespeare:n_layers=8,d_model=512,n_heads=8
+--honest 3 --byzantine 0 --rounds 2 --inner-steps 2 --seed 0`` (25,338,880 parameters, fp32, 2 sampled senders;
+2026-12-06) reported PSS per peer mean 3184 MiB, max 4538 MiB: 120 bytes per parameter above the digits peer's
+276 MiB on the mean, 173 on the max. With 100 bytes the check let 9 such peers start on this 24 GiB machine
+(23.0 GiB estimated) and one was killed for memory within 10 minutes; more sampled senders and mixing peers take
+more than the 2 measured."""
 
 
-def _check_memory(config: SimulationConfig, *, total: int, available: int) -> None:
+def _peer_memory_bytes(params: int) -> int:
+    """Least memory (bytes) of one peer process with a ``params``-parameter model."""
+    return PEER_MEMORY_FLOOR_BYTES + PEER_MEMORY_BYTES_PER_PARAM * params
+
+
+def _check_memory(config: SimulationConfig, *, params: int, total: int, available: int) -> None:
     """Refuse a swarm that cannot fit this machine's memory; warn when it exceeds what is available now.
 
-    Every peer is its own OS process (torch, hivemind, ``p2pd``): at least :data:`PEER_MEMORY_FLOOR_BYTES` each,
-    so ``simulate --task shakespeare --honest 200`` needs over 35 GiB; it used to start on a 24 GiB machine
-    (helper-30's test) rather than fail at once.
+    Every peer is its own OS process (torch, hivemind, ``p2pd``) holding several copies of the model: at least
+    :func:`_peer_memory_bytes` each, and the bootstrap node :data:`PEER_MEMORY_FLOOR_BYTES`. So ``simulate --task
+    shakespeare --honest 200`` needs over 35 GiB (it used to start on a 24 GiB machine: helper-30's test), and 8 peers
+    of the 25M-parameter char-GPT at least 24.2 GiB (the floor alone had said 1.6).
 
     Args:
         config: the swarm.
+        params: parameters of the task's model.
         total: this machine's physical memory, bytes.
         available: its memory available now, bytes.
 
     Raises:
-        ValueError: the peers' floor exceeds ``total``.
+        ValueError: the peers' least memory exceeds ``total``.
     """
-    need = (config.num_peers + 1) * PEER_MEMORY_FLOOR_BYTES  # + the bootstrap node
+    per_peer = _peer_memory_bytes(params)
+    need = config.num_peers * per_peer + PEER_MEMORY_FLOOR_BYTES  # + the bootstrap node
     gib = 2**30
     if need > total:
+        fit = max(0, (total - PEER_MEMORY_FLOOR_BYTES) // per_peer)
         raise ValueError(f"{config.num_peers} peers need at least {need / gib:.1f} GiB of memory (each is its own "
-                         f"process, about {PEER_MEMORY_FLOOR_BYTES // 2**20} MiB or more); this machine has "
-                         f"{total / gib:.1f} GiB: run at most {total // PEER_MEMORY_FLOOR_BYTES - 1} peers")
+                         f"process, about {per_peer / 2**20:,.0f} MiB or more with a {params:,}-parameter model); "
+                         f"this machine has {total / gib:.1f} GiB: run at most {fit} peers")
     if need > available:
         print_warning(COMMAND, f"{config.num_peers} peers need at least {need / gib:.1f} GiB of memory and "
                                f"{available / gib:.1f} GiB is available now: expect swapping, or peers killed "
@@ -174,30 +193,37 @@ def _warn_if_guard_falls_back(config: SimulationConfig) -> None:
         return
 
 
-def _check_names(config: SimulationConfig) -> None:
+def _check_names(config: SimulationConfig) -> int:
     """Check the task, guard and attack (the attack only with Byzantine peers to run it) before any process starts.
 
     The names and the task's files first (no torch: at once, so a typo fails fast), then the guard and attack
     built with their parameters and the task's data read (torch).
 
+    Returns:
+        The number of parameters of the task's model.
+
     Raises:
         ValueError: on an unknown task or guard (naming the valid ones), missing or malformed task data, an
             attack spec that does not load, or an unknown or malformed ``--codec``.
     """
+    import math
+
     from p2p_guard.cli.preflight import check_names, check_plugins
 
     attacks = split_attack_mix(config.attack) if config.byzantine > 0 and config.attack else (None,)
     for attack in attacks:
         check_names(config.task, config.guard, attack)
+    shapes: tuple[tuple[int, ...], ...] = ()
     for i, attack in enumerate(attacks):  # the data cut once: every peer's shard comes from the same split
-        check_plugins(config.task, config.guard, attack,
-                      shard=None if i else (config.num_peers, 0, config.partition, config.seed))
+        shapes = check_plugins(config.task, config.guard, attack,
+                               shard=None if i else (config.num_peers, 0, config.partition, config.seed))
     from p2p_guard.protocol.codecs import codec_spec  # torch: already imported by check_plugins
 
     try:
         codec_spec(config.codec)
     except ValueError as e:
         raise ValueError(f"--codec: {e}") from None
+    return sum(math.prod(shape) for shape in shapes)
 
 
 @contextlib.contextmanager
@@ -308,8 +334,8 @@ def run(args: argparse.Namespace) -> int:
 
     memory = psutil.virtual_memory()
     try:
-        _check_names(config)
-        _check_memory(config, total=memory.total, available=memory.available)  # a data split that cannot be: first
+        params = _check_names(config)  # a data split that cannot be: before the memory check
+        _check_memory(config, params=params, total=memory.total, available=memory.available)
     except ValueError as e:
         print_error(COMMAND, str(e))
         return EXIT_USAGE

@@ -578,15 +578,17 @@ class TestSimulateSettings:
     def test_a_swarm_over_the_machines_memory_is_refused_and_over_what_is_free_warned(
             self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         gib = 2**30
-        config = SimulationConfig(honest=130, byzantine=6)  # 137 processes with the bootstrap: 24.08 GiB
+        config = SimulationConfig(honest=130, byzantine=6)  # with the bootstrap node and the models: 24.16 GiB
         with pytest.raises(ValueError) as e:
-            simulate_cmd._check_memory(config, total=24 * gib, available=24 * gib)
-        assert str(e.value) == ("136 peers need at least 24.1 GiB of memory (each is its own process, about 180 MiB "
-                                "or more); this machine has 24.0 GiB: run at most 135 peers")
-        simulate_cmd._check_memory(SimulationConfig(honest=129, byzantine=6), total=24 * gib, available=24 * gib)
+            simulate_cmd._check_memory(config, params=4810, total=24 * gib, available=24 * gib)
+        assert str(e.value) == ("136 peers need at least 24.2 GiB of memory (each is its own process, about 181 MiB "
+                                "or more with a 4,810-parameter model); this machine has 24.0 GiB: run at most 135 "
+                                "peers")
+        simulate_cmd._check_memory(SimulationConfig(honest=129, byzantine=6), params=4810, total=24 * gib,
+                                   available=24 * gib)
         assert capsys.readouterr().err == ""
-        simulate_cmd._check_memory(config, total=32 * gib, available=8 * gib)
-        assert capsys.readouterr().err == ("p2p-guard simulate: warning: 136 peers need at least 24.1 GiB of memory "
+        simulate_cmd._check_memory(config, params=4810, total=32 * gib, available=8 * gib)
+        assert capsys.readouterr().err == ("p2p-guard simulate: warning: 136 peers need at least 24.2 GiB of memory "
                                            "and 8.0 GiB is available now: expect swapping, or peers killed for "
                                            "memory\n")
         import psutil
@@ -596,9 +598,24 @@ class TestSimulateSettings:
         monkeypatch.setattr(psutil, "virtual_memory", lambda: type("M", (), {"total": 4 * gib, "available": gib}))
         assert main(["simulate", "--honest", "30", "--workdir", str(tmp_path / "w")]) == 2  # + 2 Byzantine
         assert capsys.readouterr().err == ("p2p-guard simulate: error: 32 peers need at least 5.8 GiB of memory "
-                                           "(each is its own process, about 180 MiB or more); this machine has 4.0 "
-                                           "GiB: run at most 21 peers\n")
+                                           "(each is its own process, about 181 MiB or more with a 4,810-parameter "
+                                           "model); this machine has 4.0 GiB: run at most 21 peers\n")
         assert not (tmp_path / "w").exists()
+
+    def test_the_memory_a_swarm_needs_grows_with_its_models_size(self, capsys: pytest.CaptureFixture[str]) -> None:
+        gib = 2**30
+        d = 25_338_880  # shakespeare:n_layers=8,d_model=512,n_heads=8
+        per_peer = simulate_cmd.PEER_MEMORY_FLOOR_BYTES + simulate_cmd.PEER_MEMORY_BYTES_PER_PARAM * d
+        assert per_peer == 3_229_409_280
+        with pytest.raises(ValueError) as e:  # 9 such peers were killed for memory on this 24 GiB machine
+            simulate_cmd._check_memory(SimulationConfig(honest=9, byzantine=0), params=d, total=24 * gib,
+                                       available=24 * gib)
+        assert str(e.value) == ("9 peers need at least 27.2 GiB of memory (each is its own process, about 3,080 MiB "
+                                "or more with a 25,338,880-parameter model); this machine has 24.0 GiB: run at "
+                                "most 7 peers")
+        simulate_cmd._check_memory(SimulationConfig(honest=7, byzantine=0), params=d, total=24 * gib,
+                                   available=24 * gib)
+        assert capsys.readouterr().err == ""
 
 
 def _cli(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
