@@ -1369,6 +1369,8 @@ async def _start_round(peer: Peer, config: PeerConfig, stop: asyncio.Event) -> i
     peer._set_round(round_)
     peer.server.serve_from(round_)  # payloads our earlier process committed died with it: say so at once
     peer.serve_state(round_)
+    if 0 < config.rounds <= round_:  # a finished run restarted: waiting for peers (join_timeout_s) would be for nothing
+        return round_
     others = await peer.wait_for_peers(stop, timeout_s=config.join_timeout_s)
     return await _maybe_catch_up(peer, round_, others, stop, checkpoint_round=None if ckpt is None else ckpt.round,
                                  fresh=ckpt is None)
@@ -1572,8 +1574,8 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
         await reports.wait(timeout_s=_Reports.SHUTDOWN_WAIT_S if stop.is_set() else None)
     peer._set_round(round_)
     if completed == 0 and last is not None and round_ >= last and not stop.is_set():
-        peer.log.warning("the swarm is at round %d, at or past --rounds %d: this peer had nothing left to train; "
-                         "raise --rounds (0: no limit) to join it", round_, last)
+        peer.log.warning("this peer starts at round %d (its checkpoint's, or the swarm's it caught up with), at or "
+                         "past --rounds %d: nothing left to train; raise --rounds (0: no limit) to go on", round_, last)
     if not stop.is_set():
         record = sign_record("presence", config.run_id, round_, round_, peer.identity)
         await peer.dht.store(presence_key(config.run_id), peer.me, record, PRESENCE_TTL_S)
