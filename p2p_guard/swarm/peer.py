@@ -90,6 +90,9 @@ MAX_LINGER_S = 600.0
 #: How many round starts in a row may retry a catch-up that found no state to adopt while our θ is known to miss
 #: outer steps (restarted, resumed, or our update jumped rounds).
 MAX_CATCH_UP_RETRIES = 2
+#: How many rounds past the sources' median presence round a catch-up follows their close records (one DHT read
+#: each): a presence record lags its peer by up to PRESENCE_REFRESH_S, several short rounds.
+CLOSED_ROUNDS_READ = 8
 #: Largest |value| of our θ and outer momentum with which a mixing asks for float16 states (float16's largest
 #: finite value is 65504; half of it leaves room for the neighbours' states, which differ from ours a little).
 HALF_SAFE = 32768.0
@@ -922,6 +925,20 @@ class Peer:
             await asyncio.sleep(0.5)
         return None
 
+    async def _first_open_round(self, round_: int) -> int:
+        """The first round from ``round_`` on that no other peer has closed yet (at most ``CLOSED_ROUNDS_READ`` on).
+
+        A closed round's peers are about to serve, or serve, their state of the next one. Presence rounds lag their
+        peers by up to ``PRESENCE_REFRESH_S`` (5 s), five rounds of 1 s on digits: a restarted peer asked for
+        states of a round its sources no longer kept (``MAX_KEPT_ROUNDS``), waited ``reveal_wait_s`` +
+        2·``grace_s`` (14 s) for them, and fell back to their latest states (user test).
+        """
+        for _ in range(CLOSED_ROUNDS_READ):
+            if not await read_closes(self.dht, self.config.run_id, round_) - {self.me} - set(self.banned):
+                break
+            round_ += 1
+        return round_
+
     async def catch_up(self, others: dict[str, int], stop: asyncio.Event, *, min_round: int = 0) -> int | None:
         """Adopt the coordinate-wise median of several sampled peers' states and our own (late join, far behind).
 
@@ -954,15 +971,15 @@ class Peer:
             fetched (we keep our model).
         """
         chosen = sample_senders(others, self.config.catch_up_peers, self.rng)
-        target = sorted(others[p] for p in chosen)[(len(chosen) - 1) // 2] if chosen else 0
-        if await read_closes(self.dht, self.config.run_id, target) - {self.me} - set(self.banned):
-            target += 1  # that round is closing: its peers are about to serve their state of the next one
+        median = sorted(others[p] for p in chosen)[(len(chosen) - 1) // 2] if chosen else 0
+        target = await self._first_open_round(median)
         wait_s = self.config.reveal_wait_s + 2 * self.config.grace_s
         if target < min_round:  # we cannot take part in an earlier round (we committed it before a restart)
             target, wait_s = min_round, wait_s + self.config.commit_timeout_s
-        # Only a source already in round target - 1 or later is waited for; one further behind (another peer that
-        # was paused with us) cannot serve that state in time and is asked once.
-        near = [p for p in chosen if others[p] >= target - 1]
+        # Only a source already in round target - 1 or later (by its presence record, or by the close records
+        # that moved target past it) is waited for; one further behind (another peer that was paused with us)
+        # cannot serve that state in time and is asked once.
+        near = [p for p in chosen if others[p] >= min(target, median + 1) - 1]
         far = [p for p in chosen if others[p] < target - 1]
         fetched = await asyncio.gather(self.fetch_thetas(near, stop, round_=target, wait_s=wait_s),
                                        self.fetch_thetas(far, stop, round_=target))

@@ -69,6 +69,7 @@ class _Peer:
         pass
 
     _catch_up_momentum = Peer._catch_up_momentum
+    _first_open_round = Peer._first_open_round
 
 
 def _catch_up(peer: _Peer, others: dict[str, int], monkeypatch: Any, min_round: int = 0) -> int | None:
@@ -144,3 +145,27 @@ def test_without_outer_momentum_no_momentum_is_fetched_nor_adopted(monkeypatch: 
     assert theta.tolist() == [1.0, 2.0] and momentum is None
     assert [kind for kind, _ in peer.asked] == ["theta", "theta"]  # the near and the far sources' states only
     assert peer.events.emitted[-1]["momentum_estimated"] is False
+
+
+def test_the_close_records_carry_the_target_past_lagging_presence_rounds(monkeypatch: Any) -> None:
+    """Presence said round 3 while the swarm ran round 8 (1 s rounds): round 4's states were gone, 14 s waited."""
+    async def closes(dht: object, run_id: str, round_: int) -> set[str]:
+        return {"a", "b"} if round_ < 8 else set()
+
+    served = {("theta", 8): {p: torch.tensor([1.0, 2.0]) for p in SOURCES},
+              ("momentum", 8): {p: torch.tensor([3.0, 3.0]) for p in SOURCES}}
+    peer = _Peer(served)
+    monkeypatch.setattr(peer_module, "read_closes", closes)
+    lagging = {p: 3 for p in SOURCES}
+    assert asyncio.run(Peer.catch_up(peer, lagging, asyncio.Event())) == 8  # type: ignore[arg-type]
+    assert peer.asked[0] == ("theta", 8) and ("theta", -1) not in peer.asked
+
+
+def test_close_records_move_the_target_at_most_closed_rounds_read_on(monkeypatch: Any) -> None:
+    async def closes(dht: object, run_id: str, round_: int) -> set[str]:
+        return {"a"}  # a hostile peer closes every round
+
+    peer = _Peer({})
+    monkeypatch.setattr(peer_module, "read_closes", closes)
+    assert asyncio.run(Peer.catch_up(peer, dict(SOURCES), asyncio.Event())) is None  # type: ignore[arg-type]
+    assert peer.asked[0] == ("theta", 6 + peer_module.CLOSED_ROUNDS_READ)
