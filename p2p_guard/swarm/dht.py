@@ -29,6 +29,7 @@ from typing import Any
 
 import hivemind.utils
 from hivemind.dht.node import DHTNode
+from hivemind.dht.routing import DHTID
 from hivemind.dht.validation import CompositeValidator, RecordValidatorBase
 from hivemind.p2p import P2P, P2PDaemonError, PeerID
 from hivemind.utils.multiaddr import Multiaddr
@@ -53,6 +54,7 @@ __all__ = [
     "is_relayed",
     "relay_of",
     "listen_maddr",
+    "node_id_of",
     "start_dht",
 ]
 
@@ -297,14 +299,28 @@ def _p2p_network_kwargs(network: NetworkOptions) -> dict[str, Any]:
 
 async def _create_node(p2p: P2P, initial_peers: Sequence[str], record_validators: list[RecordValidatorBase],
                        client_mode: bool = False) -> DHTNode:
-    """``DHTNode.create`` on our P2P, as hivemind's ``DHT.run`` does in its forked process."""
+    """``DHTNode.create`` on our P2P, as hivemind's ``DHT.run`` does in its forked process (:func:`node_id_of`)."""
     try:
-        return await DHTNode.create(p2p=p2p, initial_peers=list(initial_peers) or None,
+        return await DHTNode.create(p2p=p2p, node_id=node_id_of(p2p.peer_id),
+                                    initial_peers=list(initial_peers) or None,
                                     num_replicas=NUM_REPLICAS, record_validator=CompositeValidator(record_validators),
                                     wait_timeout=DHT_RPC_TIMEOUT_S, blacklist_time=DHT_BLACKLIST_S,
                                     client_mode=client_mode)
     except RuntimeError as e:  # hivemind: "DHTNode bootstrap failed: none of the initial_peers responded"
         raise TimeoutError(f"none of the initial peers answered the DHT ({e}); check --initial-peers") from None
+
+
+def node_id_of(peer_id: PeerID) -> DHTID:
+    """Our DHT node id: a hash of our PeerID, so that a restarted peer (same identity) is the same DHT node.
+
+    hivemind draws a random one per process by default, and its routing tables keep a node id until it stops
+    answering, even when the PeerID it maps to comes back under a new one. A peer restarted a few times was then
+    several "replicas" of the nearest nodes: every store went to it that many times, the duplicates were answered
+    False (the value was already there), and a store that returns on the first answer (``SwarmDHT.store``) was
+    reported refused: a clean Ctrl+C logged "left the swarm without a leave record" and the others counted the
+    peer present for 30 s more (user test).
+    """
+    return DHTID.generate(source=peer_id.to_bytes())
 
 
 def _peer_id_of(maddr: str) -> PeerID:

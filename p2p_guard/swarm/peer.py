@@ -90,6 +90,9 @@ MAX_LINGER_S = 600.0
 #: How many round starts in a row may retry a catch-up that found no state to adopt while our θ is known to miss
 #: outer steps (restarted, resumed, or our update jumped rounds).
 MAX_CATCH_UP_RETRIES = 2
+#: How many rounds past the sources' median presence round a catch-up follows their close records (one DHT read
+#: each): a presence record lags its peer by up to PRESENCE_REFRESH_S, several short rounds.
+CLOSED_ROUNDS_READ = 8
 #: Largest |value| of our θ and outer momentum with which a mixing asks for float16 states (float16's largest
 #: finite value is 65504; half of it leaves room for the neighbours' states, which differ from ours a little).
 HALF_SAFE = 32768.0
@@ -922,6 +925,20 @@ class Peer:
             await asyncio.sleep(0.5)
         return None
 
+    async def _first_open_round(self, round_: int) -> int:
+        """The first round from ``round_`` on that no other peer has closed yet (at most ``CLOSED_ROUNDS_READ`` on).
+
+        A closed round's peers are about to serve, or serve, their state of the next one. Presence rounds lag their
+        peers by up to ``PRESENCE_REFRESH_S`` (5 s), five rounds of 1 s on digits: a restarted peer asked for
+        states of a round its sources no longer kept (``MAX_KEPT_ROUNDS``), waited ``reveal_wait_s`` +
+        2·``grace_s`` (14 s) for them, and fell back to their latest states (user test).
+        """
+        for _ in range(CLOSED_ROUNDS_READ):
+            if not await read_closes(self.dht, self.config.run_id, round_) - {self.me} - set(self.banned):
+                break
+            round_ += 1
+        return round_
+
     async def catch_up(self, others: dict[str, int], stop: asyncio.Event, *, min_round: int = 0) -> int | None:
         """Adopt the coordinate-wise median of several sampled peers' states and our own (late join, far behind).
 
@@ -954,16 +971,16 @@ class Peer:
             fetched (we keep our model).
         """
         chosen = sample_senders(others, self.config.catch_up_peers, self.rng)
-        target = sorted(others[p] for p in chosen)[(len(chosen) - 1) // 2] if chosen else 0
-        if await read_closes(self.dht, self.config.run_id, target) - {self.me} - set(self.banned):
-            target += 1  # that round is closing: its peers are about to serve their state of the next one
+        median = sorted(others[p] for p in chosen)[(len(chosen) - 1) // 2] if chosen else 0
+        target = await self._first_open_round(median)
         wait_s = self.config.reveal_wait_s + 2 * self.config.grace_s
         if target < min_round:  # we cannot take part in an earlier round (we committed it before a restart)
             target, wait_s = min_round, wait_s + self.config.commit_timeout_s
-        # Only a source already in round target - 1 or later is waited for; one further behind (another peer that
-        # was paused with us) cannot serve that state in time and is asked once.
-        near = [p for p in chosen if others[p] >= target - 1]
-        far = [p for p in chosen if others[p] < target - 1]
+        # Only a source already in round target - 1 or later (by its presence record, or by the close records
+        # that moved target past it) is waited for; one further behind (another peer that was paused with us)
+        # cannot serve that state in time and is asked once.
+        near = [p for p in chosen if others[p] >= min(target, median + 1) - 1]
+        far = [p for p in chosen if p not in near]  # each source asked once (near and far could overlap)
         fetched = await asyncio.gather(self.fetch_thetas(near, stop, round_=target, wait_s=wait_s),
                                        self.fetch_thetas(far, stop, round_=target))
         states = {**fetched[0], **fetched[1]}
@@ -1370,6 +1387,8 @@ async def _start_round(peer: Peer, config: PeerConfig, stop: asyncio.Event) -> i
         peer.events.emit("resume_checkpoint", round=ckpt.round)
     peer.server.serve_from(round_)  # payloads our earlier process committed died with it: say so at once
     peer.serve_state(round_)
+    if 0 < config.rounds <= round_:  # a finished run restarted: waiting for peers (join_timeout_s) would be for nothing
+        return round_
     others = await peer.wait_for_peers(stop, timeout_s=config.join_timeout_s)
     return await _maybe_catch_up(peer, round_, others, stop, checkpoint_round=None if ckpt is None else ckpt.round,
                                  fresh=ckpt is None)
@@ -1573,8 +1592,8 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
         await reports.wait(timeout_s=_Reports.SHUTDOWN_WAIT_S if stop.is_set() else None)
     peer._set_round(round_)
     if completed == 0 and last is not None and round_ >= last and not stop.is_set():
-        peer.log.warning("the swarm is at round %d, at or past --rounds %d: this peer had nothing left to train; "
-                         "raise --rounds (0: no limit) to join it", round_, last)
+        peer.log.warning("this peer starts at round %d (its checkpoint's, or the swarm's it caught up with), at or "
+                         "past --rounds %d: nothing left to train; raise --rounds (0: no limit) to go on", round_, last)
     if not stop.is_set():
         record = sign_record("presence", config.run_id, round_, round_, peer.identity)
         await peer.dht.store(presence_key(config.run_id), peer.me, record, PRESENCE_TTL_S)

@@ -348,6 +348,9 @@ class PayloadServer:
         self._payloads[round_] = (payload, chunk_digests(payload))
         for old in sorted(self._payloads)[:-MAX_KEPT_ROUNDS]:
             del self._payloads[old]
+            # Gone for good: NOT_FOUND, not NOT_READY. A peer frozen (SIGSTOP) for 60 s woke up in its old round
+            # and polled NOT_READY for its whole fetch deadline (30 s) before it caught up (user test).
+            self.serve_from(max(old + 1, self._first_round or 0))
 
     def publish_state(self, state_hash: bytes, state: bytes) -> None:
         """Serve ``state`` (raw fp32 bytes of θ and the outer momentum) under its hash."""
@@ -582,7 +585,8 @@ class PayloadServer:
     def _payload_answer(self, round_: int, first_chunk: int) -> tuple[int, tuple[bytes | memoryview, ...] | None]:
         """``OK`` with (chunk digests, payload from ``first_chunk`` on); else NOT_READY, NOT_FOUND or BAD_REQUEST.
 
-        ``NOT_FOUND`` once withdrawn, or for a round before :meth:`serve_from`'s; ``BAD_REQUEST`` when
+        ``NOT_FOUND`` once withdrawn, or for a round before :meth:`serve_from`'s or one dropped after
+        :data:`MAX_KEPT_ROUNDS` later reveals; ``BAD_REQUEST`` when
         ``first_chunk`` is outside ``[0, n]`` for the payload's n chunks.
         """
         if self._withdrawn:

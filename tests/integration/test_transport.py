@@ -178,8 +178,8 @@ def test_only_recent_rounds_are_kept() -> None:
         for round_ in rounds:
             result = await fetch_payload(client, server.peer_id, RUN, round_, verifier_for(bytes([round_]) * 8),
                                          timeout_s=10)
-            if round_ < len(rounds) - MAX_KEPT_ROUNDS:
-                assert result.status == NOT_READY, round_
+            if round_ < len(rounds) - MAX_KEPT_ROUNDS:  # dropped for good: the fetcher stops at once
+                assert result.status == NOT_FOUND, round_
             else:
                 assert result == FetchResult(OK, bytes([round_]) * 8), round_
 

@@ -58,10 +58,13 @@ class _Peer:
     round: int = 7
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("test"))
     asked: list[tuple[str, int]] = field(default_factory=list)
+    asked_whom: list[str] = field(default_factory=list)  # the sources of every theta request, in order
 
     async def fetch_thetas(self, peers: list[str], stop: asyncio.Event, *, round_: int = -1, wait_s: float = 0.0,
                            kind: str = "theta", step: int = 0) -> dict[str, torch.Tensor]:
         self.asked.append((kind, round_))
+        if kind == "theta":
+            self.asked_whom += peers
         table = self.served.get((kind, round_), {})
         return {p: table[p] for p in peers if p in table}
 
@@ -69,6 +72,7 @@ class _Peer:
         pass
 
     _catch_up_momentum = Peer._catch_up_momentum
+    _first_open_round = Peer._first_open_round
 
 
 def _catch_up(peer: _Peer, others: dict[str, int], monkeypatch: Any, min_round: int = 0) -> int | None:
@@ -144,3 +148,28 @@ def test_without_outer_momentum_no_momentum_is_fetched_nor_adopted(monkeypatch: 
     assert theta.tolist() == [1.0, 2.0] and momentum is None
     assert [kind for kind, _ in peer.asked] == ["theta", "theta"]  # the near and the far sources' states only
     assert peer.events.emitted[-1]["momentum_estimated"] is False
+
+
+def test_the_close_records_carry_the_target_past_lagging_presence_rounds(monkeypatch: Any) -> None:
+    """Presence said round 3 while the swarm ran round 8 (1 s rounds): round 4's states were gone, 14 s waited."""
+    async def closes(dht: object, run_id: str, round_: int) -> set[str]:
+        return {"a", "b"} if round_ < 8 else set()
+
+    served = {("theta", 8): {p: torch.tensor([1.0, 2.0]) for p in SOURCES},
+              ("momentum", 8): {p: torch.tensor([3.0, 3.0]) for p in SOURCES}}
+    peer = _Peer(served)
+    monkeypatch.setattr(peer_module, "read_closes", closes)
+    lagging = {p: 3 for p in SOURCES}
+    assert asyncio.run(Peer.catch_up(peer, lagging, asyncio.Event())) == 8  # type: ignore[arg-type]
+    assert peer.asked[0] == ("theta", 8) and ("theta", -1) not in peer.asked
+    assert sorted(peer.asked_whom) == sorted(SOURCES)  # each source asked once (near and far do not overlap)
+
+
+def test_close_records_move_the_target_at_most_closed_rounds_read_on(monkeypatch: Any) -> None:
+    async def closes(dht: object, run_id: str, round_: int) -> set[str]:
+        return {"a"}  # a hostile peer closes every round
+
+    peer = _Peer({})
+    monkeypatch.setattr(peer_module, "read_closes", closes)
+    assert asyncio.run(Peer.catch_up(peer, dict(SOURCES), asyncio.Event())) is None  # type: ignore[arg-type]
+    assert peer.asked[0] == ("theta", 6 + peer_module.CLOSED_ROUNDS_READ)

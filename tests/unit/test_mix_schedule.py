@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from p2p_guard.swarm.mix_schedule import CONSENSUS_BOUND, MAX_ADAPTIVE_EVERY, MixSchedule
-from p2p_guard.swarm.transport import NOT_FOUND, NOT_READY, OK, PayloadServer
+from p2p_guard.swarm.transport import MAX_KEPT_ROUNDS, NOT_FOUND, NOT_READY, OK, PayloadServer
 
 
 def test_fixed_schedule_mixes_every_n_rounds_and_when_behind() -> None:
@@ -118,3 +118,12 @@ def test_a_restarted_server_says_at_once_that_earlier_payloads_are_gone() -> Non
     status, body = server._answer(["payload", 4])
     assert status == OK
     assert body is not None
+
+
+def test_a_payload_dropped_after_later_reveals_is_not_found() -> None:
+    """A round pruned from the kept ones is gone: NOT_FOUND, not NOT_READY (a woken frozen peer polled 30 s)."""
+    server = PayloadServer("run")
+    for round_ in range(5, 5 + MAX_KEPT_ROUNDS + 2):  # rounds 5 and 6 are dropped
+        server.reveal(round_, bytes([round_]))
+    assert [server._answer(["payload", r])[0] for r in range(3, 5 + MAX_KEPT_ROUNDS + 3)] == \
+        [NOT_FOUND] * 4 + [OK] * MAX_KEPT_ROUNDS + [NOT_READY]

@@ -1,4 +1,5 @@
-"""Where a restarted peer goes on from (``peer._start_round``): its checkpoint, then its commit mark.
+"""Where a (re)started peer goes on from (``peer._start_round``): its checkpoint, then its commit mark; a peer
+restarted after its last round does not wait for peers.
 
 The log prefix is the round the peer goes on from: helper-32 saw ``[… r0] resumed from our checkpoint at round 74``,
 because the line was written before the peer's round was set.
@@ -60,7 +61,7 @@ def test_the_resume_line_carries_the_round_the_peer_goes_on_from(tmp_path: Path,
         return round_
 
     monkeypatch.setattr(peer, "_maybe_catch_up", no_catch_up)
-    config = types.SimpleNamespace(checkpoint_dir=str(tmp_path), run_id="run", join_timeout_s=1.0)
+    config = types.SimpleNamespace(checkpoint_dir=str(tmp_path), run_id="run", rounds=0, join_timeout_s=1.0)
     with caplog.at_level(logging.INFO, logger="p2p_guard.swarm.peer"):
         got = asyncio.run(peer._start_round(stub, config, asyncio.Event()))  # type: ignore[arg-type]
     assert got == goes_on_from
@@ -69,3 +70,36 @@ def test_the_resume_line_carries_the_round_the_peer_goes_on_from(tmp_path: Path,
     lines = [r.getMessage() for r in caplog.records if "resumed from our checkpoint" in r.getMessage()]
     assert lines == [f"[abcdefgh r{goes_on_from}] resumed from our checkpoint at round 74"]
     assert stub.events.emitted == [("resume_checkpoint", {"round": 74})]
+
+
+def fake_peer(rounds: int, checkpoint_dir: Path) -> types.SimpleNamespace:
+    """A peer of a 4-parameter model whose ``wait_for_peers`` counts its calls and finds nobody."""
+    waits: list[float | None] = []
+
+    async def wait_for_peers(stop: asyncio.Event, *, timeout_s: float | None) -> dict[str, int]:
+        waits.append(timeout_s)
+        raise TimeoutError("only 1 of 2 peers joined within 300 s; check --initial-peers")
+
+    local = types.SimpleNamespace(numel=4, resume=lambda theta, momentum: None)
+    return types.SimpleNamespace(
+        config=types.SimpleNamespace(checkpoint_dir=str(checkpoint_dir), run_id="run", rounds=rounds, join_timeout_s=300.0),
+        local=local, log=logging.getLogger("test-start-round"), events=types.SimpleNamespace(emit=lambda *a, **k: None),
+        _set_round=lambda r: None, server=types.SimpleNamespace(serve_from=lambda r: None), serve_state=lambda r: None,
+        wait_for_peers=wait_for_peers, waits=waits)
+
+
+def test_a_peer_restarted_after_its_last_round_does_not_wait_for_peers(tmp_path: Path) -> None:
+    """A finished peer restarted with the same --rounds and --checkpoint-dir waited 300 s for peers, then exited 1."""
+    save_checkpoint(tmp_path, Checkpoint("run", 10, torch.zeros(4), torch.zeros(4)))
+    fake = fake_peer(rounds=10, checkpoint_dir=tmp_path)
+    assert asyncio.run(peer._start_round(fake, fake.config, asyncio.Event())) == 10  # type: ignore[arg-type]
+    assert fake.waits == []
+
+
+def test_a_peer_with_rounds_left_waits_for_peers(tmp_path: Path) -> None:
+    save_checkpoint(tmp_path, Checkpoint("run", 10, torch.zeros(4), torch.zeros(4)))
+    for rounds in (11, 0):  # one round left; no limit
+        fake = fake_peer(rounds=rounds, checkpoint_dir=tmp_path)
+        with pytest.raises(TimeoutError, match="^only 1 of 2 peers joined"):
+            asyncio.run(peer._start_round(fake, fake.config, asyncio.Event()))  # type: ignore[arg-type]
+        assert fake.waits == [300.0]
