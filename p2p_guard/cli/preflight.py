@@ -433,10 +433,19 @@ def check_plugins(task: str, guard: str, attack: str | None = None, *,
     check_guard_spec(guard)  # a name, NAME:key=value,... or module:Class (the message names the problem)
     shapes = check_task_data(task, shard=shard)
     if attack:
-        from p2p_guard.attacks import load_attack
-
-        try:
-            load_attack(attack)
-        except Exception as e:  # noqa: BLE001 - whatever the user's spec raises is a usage error
-            raise ValueError(f"--attack {attack!r} does not load: {e}") from None
+        check_attack(attack)
     return shapes
+
+
+def check_attack(attack: str) -> None:
+    """Build the attack once (its parameters, a ``MODULE:CLASS`` import). Imports torch.
+
+    Raises:
+        ValueError: the spec does not load (the message names it and the cause).
+    """
+    from p2p_guard.attacks import load_attack
+
+    try:
+        load_attack(attack)
+    except Exception as e:  # noqa: BLE001 - whatever the user's spec raises is a usage error
+        raise ValueError(f"--attack {attack!r} does not load: {e}") from None

@@ -208,15 +208,16 @@ def _check_names(config: SimulationConfig) -> int:
     """
     import math
 
-    from p2p_guard.cli.preflight import check_names, check_plugins
+    from p2p_guard.cli.preflight import check_attack, check_names, check_plugins
 
     attacks = split_attack_mix(config.attack) if config.byzantine > 0 and config.attack else (None,)
     for attack in attacks:
         check_names(config.task, config.guard, attack)
-    shapes: tuple[tuple[int, ...], ...] = ()
-    for i, attack in enumerate(attacks):  # the data cut once: every peer's shard comes from the same split
-        shapes = check_plugins(config.task, config.guard, attack,
-                               shard=None if i else (config.num_peers, 0, config.partition, config.seed))
+    # The task's data read and cut once: every peer's shard comes from the same split.
+    shapes = check_plugins(config.task, config.guard, attacks[0],
+                           shard=(config.num_peers, 0, config.partition, config.seed))
+    for attack in attacks[1:]:
+        check_attack(attack)
     from p2p_guard.protocol.codecs import codec_spec  # torch: already imported by check_plugins
 
     try:

@@ -979,7 +979,10 @@ class Peer:
         # Only a source already in round target - 1 or later (by its presence record, or by the close records
         # that moved target past it) is waited for; one further behind (another peer that was paused with us)
         # cannot serve that state in time and is asked once.
-        near = [p for p in chosen if others[p] >= min(target, median + 1) - 1]
+        # The round a source must have reached to be waited for: target - 1, or median, whichever is lower (a
+        # target far past the median came from close records; the sources at the median are waited for then).
+        waited_from = min(target - 1, median)
+        near = [p for p in chosen if others[p] >= waited_from]
         far = [p for p in chosen if p not in near]  # each source asked once (near and far could overlap)
         fetched = await asyncio.gather(self.fetch_thetas(near, stop, round_=target, wait_s=wait_s),
                                        self.fetch_thetas(far, stop, round_=target))

@@ -770,6 +770,16 @@ def test_missing_task_data_is_one_line_before_torch_or_hivemind(tmp_path: Path, 
     assert done.stdout.strip() == "heavy: []"
 
 
+def test_every_attack_of_a_mix_is_built_before_the_swarm_starts(tmp_path: Path) -> None:
+    # the light check passes sign_flip:scale=-1 (a well-formed spec); building it is the heavy check, run on the
+    # second attack of the mix too, not only the first (whose check also reads the task's data, once)
+    done = _cli(tmp_path, "simulate", "--honest", "3", "--byzantine", "2", "--attack", "sign_flip+sign_flip:scale=-1")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == ("p2p-guard simulate: error: --attack 'sign_flip:scale=-1' does not load: attack spec "
+                           "'sign_flip:scale=-1': scale must be a finite number > 0.0, got -1\n")
+    assert not (tmp_path / "runs").exists()
+
+
 def test_taken_port_is_one_line_before_torch_or_hivemind(tmp_path: Path) -> None:
     import socket
 
