@@ -111,15 +111,18 @@ PEER_MEMORY_FLOOR_BYTES = 180 * 2**20
 The floor is lower because PSS splits the pages the peers share (torch's libraries) among them, so it shrinks as
 the swarm grows."""
 
-PEER_MEMORY_BYTES_PER_PARAM = 120
+PEER_MEMORY_BYTES_PER_PARAM = 200
 """What one peer holds per model parameter, in bytes, on top of :data:`PEER_MEMORY_FLOOR_BYTES`: θ, the inner
 model, its gradients and Adam states, the outer momentum, the error-feedback buffer, the fetched rows, their
-stacked copy and the mixing states. ``p2p-guard simulate --task shakespeare:n_layers=8,d_model=512,n_heads=8
---honest 3 --byzantine 0 --rounds 2 --inner-steps 2 --seed 0`` (25,338,880 parameters, fp32, 2 sampled senders;
-2026-12-06) reported PSS per peer mean 3184 MiB, max 4538 MiB: 120 bytes per parameter above the digits peer's
-276 MiB on the mean, 173 on the max. With 100 bytes the check let 9 such peers start on this 24 GiB machine
-(23.0 GiB estimated) and one was killed for memory within 10 minutes; more sampled senders and mixing peers take
-more than the 2 measured."""
+stacked copy, the guard's working set and the states the payload server keeps for up to 3 rounds. ``p2p-guard
+simulate --task shakespeare:n_layers=8,d_model=512,n_heads=8 --honest 3 --byzantine 0 --rounds 2 --inner-steps 2
+--seed 0`` (25,338,880 parameters, fp32, 2 sampled senders) reported PSS per peer mean 3184 MiB, max 4538 MiB
+(2026-12-06, stop 26), and mean 3299 MiB, max 4956 MiB when run again the same day (helper-36, at 48a7779): 129
+bytes per parameter above the digits peer's 276 MiB on the mean, 198 on the max. The bound takes the max: a peer
+peaks in its guard phase (about 36 bytes per parameter above the rest of its round, in a one-process probe), and
+with 100 bytes the check let 9 such peers start on this 24 GiB machine (23.0 GiB estimated) and one was killed for
+memory within 10 minutes; with 120 it let 7 start (23.1 GiB by the mean measured since). More sampled senders and
+mixing peers take more than the 2 measured."""
 
 
 def _peer_memory_bytes(params: int) -> int:
@@ -133,7 +136,7 @@ def _check_memory(config: SimulationConfig, *, params: int, total: int, availabl
     Every peer is its own OS process (torch, hivemind, ``p2pd``) holding several copies of the model: at least
     :func:`_peer_memory_bytes` each, and the bootstrap node :data:`PEER_MEMORY_FLOOR_BYTES`. So ``simulate --task
     shakespeare --honest 200`` needs over 35 GiB (it used to start on a 24 GiB machine: helper-30's test), and 8 peers
-    of the 25M-parameter char-GPT at least 24.2 GiB (the floor alone had said 1.6).
+    of the 25M-parameter char-GPT at least 39.3 GiB (the floor alone had said 1.6).
 
     Args:
         config: the swarm.

@@ -582,9 +582,9 @@ class TestSimulateSettings:
         with pytest.raises(ValueError) as e:
             simulate_cmd._check_memory(config, params=4810, total=24 * gib, available=24 * gib)
         assert str(e.value) == ("136 peers need at least 24.2 GiB of memory (each is its own process, about 181 MiB "
-                                "or more with a 4,810-parameter model); this machine has 24.0 GiB: run at most 135 "
+                                "or more with a 4,810-parameter model); this machine has 24.0 GiB: run at most 134 "
                                 "peers")
-        simulate_cmd._check_memory(SimulationConfig(honest=129, byzantine=6), params=4810, total=24 * gib,
+        simulate_cmd._check_memory(SimulationConfig(honest=129, byzantine=5), params=4810, total=24 * gib,
                                    available=24 * gib)
         assert capsys.readouterr().err == ""
         simulate_cmd._check_memory(config, params=4810, total=32 * gib, available=8 * gib)
@@ -606,14 +606,17 @@ class TestSimulateSettings:
         gib = 2**30
         d = 25_338_880  # shakespeare:n_layers=8,d_model=512,n_heads=8
         per_peer = simulate_cmd.PEER_MEMORY_FLOOR_BYTES + simulate_cmd.PEER_MEMORY_BYTES_PER_PARAM * d
-        assert per_peer == 3_229_409_280
+        assert per_peer == 5_256_519_680
         with pytest.raises(ValueError) as e:  # 9 such peers were killed for memory on this 24 GiB machine
             simulate_cmd._check_memory(SimulationConfig(honest=9, byzantine=0), params=d, total=24 * gib,
                                        available=24 * gib)
-        assert str(e.value) == ("9 peers need at least 27.2 GiB of memory (each is its own process, about 3,080 MiB "
+        assert str(e.value) == ("9 peers need at least 44.2 GiB of memory (each is its own process, about 5,013 MiB "
                                 "or more with a 25,338,880-parameter model); this machine has 24.0 GiB: run at "
-                                "most 7 peers")
-        simulate_cmd._check_memory(SimulationConfig(honest=7, byzantine=0), params=d, total=24 * gib,
+                                "most 4 peers")
+        with pytest.raises(ValueError, match=r"^5 peers need at least 24.7 GiB .* run at most 4 peers$"):
+            simulate_cmd._check_memory(SimulationConfig(honest=5, byzantine=0), params=d, total=24 * gib,
+                                       available=24 * gib)
+        simulate_cmd._check_memory(SimulationConfig(honest=4, byzantine=0), params=d, total=24 * gib,
                                    available=24 * gib)
         assert capsys.readouterr().err == ""
 
