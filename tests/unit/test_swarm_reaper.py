@@ -56,6 +56,7 @@ def test_a_sweep_removes_the_sockets_of_a_killed_daemon_and_nothing_else(tmp_pat
     daemon, client, listeners = _bound_sockets(tmp_path, uid)
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"-listen=/unix{daemon}"])
     try:
+        _wait_for_cmdline(proc.pid, f"-listen=/unix{daemon}")  # until then the sweep cannot see it is a p2pd
         ps = psutil.Process(proc.pid)
         assert sweep({proc.pid: ps.create_time()}, grace_s=5.0, own_pid=os.getpid()) == [proc.pid]
         proc.wait(timeout=5)
