@@ -5,13 +5,20 @@ update and k sampled others with the given guard and taking the outer step, then
 mixing its post-step state toward M sampled peers' post-step states of the same round (0: no mixing), as
 ``Peer.mix`` does:
 
-    python docs/scripts/consensus_sampling.py K MIX_EVERY M ROUNDS GUARD
+    python docs/scripts/consensus_sampling.py K MIX_EVERY M ROUNDS GUARD [theta-only] [fp32|fp16|int8]
     python docs/scripts/consensus_sampling.py 8 1 4 12 semantic              # the defaults
     python docs/scripts/consensus_sampling.py 8 1 4 12 semantic theta-only   # θ mixed, momentum not
     python docs/scripts/consensus_sampling.py 8 2 3 12 semantic              # every other round, 3 peers
     python docs/scripts/consensus_sampling.py 9 0 3 12 semantic              # everyone fetched, no mixing
+    python docs/scripts/consensus_sampling.py 8 1 8 12 semantic int8         # states mixed as int8 (m = 8)
 
-It prints round, max ‖θ_i − θ_j‖/‖θ_i‖ over all pairs, and peer 0's accuracy.
+The last word names the precision the mixed states cross the wire in (``PeerConfig.mix_precision``;
+``protocol.states``: each peer's θ and b are encoded once and every receiver decodes the same bytes); without
+it they are exact float32 (the figures before ``mix_precision``).
+
+It prints round, max ‖θ_i − θ_j‖/‖θ_i‖ over all pairs, and peer 0's accuracy; with a precision also, over
+the last mixing, the mean relative error of a received θ, ‖θ̂_j − θ_j‖/‖θ_j‖, and peer 0's clipping radius
+τ/‖θ_0‖ (what one neighbour's difference is clipped to).
 """
 
 from __future__ import annotations
@@ -23,14 +30,26 @@ import torch
 
 from p2p_guard.guard import build_guard
 from p2p_guard.guard.apply import judge_rows
+from p2p_guard.protocol.states import STATE_PRECISIONS, decode_state, encode_state
 from p2p_guard.swarm.mixing import MOMENTUM_MIX_RADIUS, clipped_gossip, consensus_distance
 from p2p_guard.swarm.sampling import sample_senders
 from p2p_guard.tasks import load_task
 from p2p_guard.training.local import LocalModel, round_generator
 
 
-def main(k: int, mix_every: int, m: int, rounds: int, guard_name: str, mix_momentum: bool, n: int = 10) -> None:
-    """Run the rounds and print the distance at a few of them."""
+def _as_received(state: torch.Tensor, precision: str | None) -> torch.Tensor:
+    """``state`` (flat float32) as a neighbour decodes it after the wire in ``precision`` (None: exact)."""
+    if precision is None:
+        return state
+    decoded = decode_state(encode_state(state.numpy().tobytes(), precision), precision, state.numel())
+    if not isinstance(decoded, torch.Tensor):
+        raise RuntimeError(f"our own {precision} state was rejected: {decoded.detail}")
+    return decoded
+
+
+def main(k: int, mix_every: int, m: int, rounds: int, guard_name: str, mix_momentum: bool, n: int = 10,
+         precision: str | None = None) -> None:
+    """Run the rounds and print the distance at a few of them (``precision``: the mixed states' wire form)."""
     task = load_task("digits")
     peers = [LocalModel(task, seed=0, num_shards=n, shard_index=i, partition="iid") for i in range(n)]
     guard = build_guard(guard_name)
@@ -46,19 +65,30 @@ def main(k: int, mix_every: int, m: int, rounds: int, guard_name: str, mix_momen
                                 f=None, generator=torch.Generator().manual_seed(r))
             p.apply(result.aggregate)
         if mix_every and r % mix_every == 0:
-            thetas = [p.theta.clone() for p in peers]  # every peer's post-step state, before anyone mixes
-            momenta = [p.momentum.clone() for p in peers]
+            own = [p.theta.clone() for p in peers]  # every peer's post-step state, before anyone mixes
+            thetas = [_as_received(t, precision) for t in own]  # as the others receive it
+            momenta = [_as_received(p.momentum.clone(), precision) for p in peers]
+            error = sum(float((t - o).norm() / o.norm()) for t, o in zip(thetas, own, strict=True)) / n
             for i, p in enumerate(peers):
                 chosen = [int(j) for j in sample_senders([j for j in range(n) if j != i], m, rng)]  # type: ignore[misc]
-                p.shift(clipped_gossip(thetas[i], [thetas[j] for j in chosen], max_radius=0.05).correction)
+                gossip = clipped_gossip(own[i], [thetas[j] for j in chosen], max_radius=0.05)
+                p.shift(gossip.correction)
+                if i == 0:
+                    tau = gossip.tau / float(own[0].norm())
                 if mix_momentum:
-                    p.shift_momentum(clipped_gossip(momenta[i], [momenta[j] for j in chosen],
+                    p.shift_momentum(clipped_gossip(p.momentum.clone(), [momenta[j] for j in chosen],
                                                     max_radius=MOMENTUM_MIX_RADIUS).correction)
         if r in (0, 1, 2, 3, 4, 9, rounds - 1):
             accuracy = float(peers[0].evaluate().accuracy)  # type: ignore[attr-defined]
-            print(r, round(consensus_distance([p.theta for p in peers]), 4), round(accuracy, 4))  # noqa: T201
+            extra = [f"{error:.2e}", f"{tau:.2e}"] if precision is not None and mix_every else []
+            print(r, round(consensus_distance([p.theta for p in peers]), 4), round(accuracy, 4), *extra)  # noqa: T201
 
 
 if __name__ == "__main__":
+    if len(sys.argv) < 6 or not set(sys.argv[6:]) <= {"theta-only", *STATE_PRECISIONS} or "-h" in sys.argv[1:] \
+            or "--help" in sys.argv[1:]:
+        print(__doc__)  # noqa: T201
+        sys.exit(0 if "-h" in sys.argv[1:] or "--help" in sys.argv[1:] else 2)
+    named = [word for word in sys.argv[6:] if word in STATE_PRECISIONS]
     main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5],
-         mix_momentum=len(sys.argv) < 7 or sys.argv[6] != "theta-only")
+         mix_momentum="theta-only" not in sys.argv[6:], precision=named[-1] if named else None)

@@ -41,6 +41,7 @@ COMMAND = "peer"
 METAVARS = {"initial_peers": "MULTIADDR", "task": "SPEC", "inner_steps": "H", "assumed_byzantine": "F",
             "allow_peers": "FILE", "identity": "FILE", "events": "PATH", "state_out": "PATH", "proof_dir": "DIR",
             "host": "ADDR", "announce_host": "ADDR", "relays": "MULTIADDR", "reachability": "{auto,public,private}",
+            "mix_precision": "{fp32,fp16,int8}",
             "metrics_port": "PORT"}
 
 

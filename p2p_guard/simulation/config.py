@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from p2p_guard.swarm.config import check_inner_steps, check_run_id, check_seed
+from p2p_guard.swarm.config import MIX_PRECISIONS, check_inner_steps, check_run_id, check_seed
 
 __all__ = ["DEFAULT_TIMEOUT_S", "SimulationConfig", "check_partition", "split_attack_mix"]
 
@@ -104,6 +104,8 @@ class SimulationConfig:
             or decides round by round (unset, the default; ``PeerConfig.overlap``).
         adaptive_mixing: every peer mixes less often while its measured disagreement is small
             (``PeerConfig.adaptive_mixing``, ``swarm.mix_schedule``; off by default).
+        mix_precision: the precision every peer fetches its neighbours' states in for mixing: ``fp16`` (the
+            default), ``int8`` or ``fp32`` (``PeerConfig.mix_precision``).
     """
 
     task: str = "digits"
@@ -130,6 +132,7 @@ class SimulationConfig:
     max_upload_mbit: float | None = None
     overlap: bool | None = None
     adaptive_mixing: bool = False
+    mix_precision: str = "fp16"
 
     def __post_init__(self) -> None:
         """Check every setting.
@@ -173,6 +176,9 @@ class SimulationConfig:
         if not isinstance(self.codec, str) or not self.codec:
             raise ValueError(f"codec must be a codec name (fp32, fp16, int8, int4, topk[:density=RHO][,dense=head]), "
                              f"got {self.codec!r}")  # the full check imports torch: simulate_cmd's preflight
+        if self.mix_precision not in MIX_PRECISIONS:
+            raise ValueError(f"mix_precision must be one of {', '.join(MIX_PRECISIONS)}; "
+                             f"got mix_precision={self.mix_precision!r}")
         if self.max_upload_mbit is not None and (
             isinstance(self.max_upload_mbit, bool) or not isinstance(self.max_upload_mbit, (int, float))
             or not 0 < self.max_upload_mbit < math.inf

@@ -289,6 +289,7 @@ def peer_command(
         command += ["--overlap" if config.overlap else "--no-overlap"]
     if config.adaptive_mixing:
         command += ["--adaptive-mixing"]
+    command += ["--mix-precision", config.mix_precision]
     command += ["--reputation-exclusion" if config.reputation_exclusion else "--no-reputation-exclusion"]
     chosen = config.attack_of(index)
     if chosen is not None:

@@ -15,14 +15,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MAX_INNER_STEPS", "MAX_MIX_STEPS", "MAX_SEED", "REACHABILITY", "CommitPhase", "FetchLimits", "PeerConfig",
-           "check_inner_steps", "check_run_id", "check_seed", "config_from_mapping"]
+__all__ = ["MAX_INNER_STEPS", "MAX_MIX_STEPS", "MAX_SEED", "MIX_PRECISIONS", "REACHABILITY", "CommitPhase",
+           "FetchLimits", "PeerConfig", "check_inner_steps", "check_run_id", "check_seed", "config_from_mapping"]
 
 #: Values of ``reachability``: ``auto`` lets libp2p's AutoNAT decide; ``public`` / ``private`` force it.
 REACHABILITY = ("auto", "public", "private")
 #: Most gossip steps one mixing may run (``early_mix_steps`` plus the swarm-size extra of
 #: ``mixing.gossip_steps``); each costs a fetch of ``mix_peers`` states.
 MAX_MIX_STEPS = 8
+#: Values of ``mix_precision``: the precisions a mixing may ask its neighbours' states in
+#: (``protocol.states.STATE_PRECISIONS``, repeated here: this module imports no torch).
+MIX_PRECISIONS = ("fp32", "fp16", "int8")
 #: Most inner steps H one round may run (10^6): 2,000 times DiLoCo's H = 500. Far beyond any useful round, it
 #: catches a typo (``--inner-steps 100000000``) before the peer trains for days without ever committing.
 MAX_INNER_STEPS = 1_000_000
@@ -152,10 +155,12 @@ class PeerConfig:
         adaptive_mixing: mix less often while the measured disagreement is small (every round again once it
             grows; at most every 4 rounds; ``swarm.mix_schedule``), to save the dense state
             traffic of a large model. Off by default.
-        mix_fp16: fetch the states a mixing needs as float16, 2·d bytes each instead of 4·d (the serving peer
-            rounds to nearest; only while our θ and momentum stay within ±32768, else float32). The states of
-            mixing are most of a round's traffic; float16 changed neither accuracy nor consensus distance on
-            digits (docs/protocol.md §7.8). Catch-up and restarts still fetch float32 states.
+        mix_precision: the precision the states a mixing needs are fetched in (the serving peer converts each
+            state once): ``fp16`` (the default) 2·d bytes each, round to nearest, only while our θ and momentum
+            stay within ±32768, else float32; ``int8`` 4·⌈d/1024⌉ + d bytes (the ``int8`` codec: one float32 scale
+            per 1024 values), about a quarter of float32; ``fp32`` 4·d bytes. The states of mixing are most of a
+            round's traffic; docs/protocol.md §7.8 measures bytes, accuracy and consensus distance of each.
+            Catch-up and restarts always fetch float32 states. (Was ``mix_fp16``: on is ``fp16``, off ``fp32``.)
         mix_peers: how many peers' states one mixing step fetches (8: with 4, three sign-flip attackers of 10
             often held the median distance of a sample and spread the honest models to 0.08-0.13; with 8 the
             median stays honest; docs/protocol.md §7.8).
@@ -242,7 +247,7 @@ class PeerConfig:
     overlap_warmup_rounds: int = 1
     mix_every: int = 1
     adaptive_mixing: bool = False
-    mix_fp16: bool = True
+    mix_precision: str = "fp16"
     mix_peers: int = 8
     mix_radius: float = 0.05
     early_mix_rounds: int = 5
@@ -312,6 +317,9 @@ class PeerConfig:
             raise ValueError(f"mix_radius must be finite and > 0; got mix_radius={self.mix_radius}")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in [0, 65535]; got port={self.port}")
+        if self.mix_precision not in MIX_PRECISIONS:
+            raise ValueError(f"mix_precision must be one of {', '.join(MIX_PRECISIONS)}; "
+                             f"got mix_precision={self.mix_precision!r}")
         if self.reachability not in REACHABILITY:
             raise ValueError(f"reachability must be one of {', '.join(REACHABILITY)}; "
                              f"got reachability={self.reachability!r}")

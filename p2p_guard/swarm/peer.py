@@ -51,6 +51,7 @@ from p2p_guard.protocol import CODECS, PROTOCOL_VERSION, Envelope, Rejected, Rej
     expected_payload_bytes, open_envelope, payload_cap_bytes, payload_digest, sign_envelope
 from p2p_guard.protocol.proof import EquivocationDetector, EquivocationProof, verify_proof
 from p2p_guard.protocol.records import sign_record
+from p2p_guard.protocol.states import decode_state, state_bytes
 from p2p_guard.swarm.allowlist import filter_allowed, load_allowlist
 from p2p_guard.swarm.config import MAX_MIX_STEPS, PeerConfig
 from p2p_guard.swarm.dht import NetworkOptions, SwarmDHT, is_relayed, relay_of, start_dht
@@ -72,7 +73,7 @@ from p2p_guard.swarm.slowloris import server_for, start_slow_client
 from p2p_guard.swarm.suspects import Suspects
 from p2p_guard.swarm.upload import upload_cap_warning
 from p2p_guard.swarm.standing import VoteBook
-from p2p_guard.swarm.transport import BAD_REQUEST, HALF, OK, TOO_SLOW, PayloadServer, fetch, is_no_answer
+from p2p_guard.swarm.transport import BAD_REQUEST, OK, TOO_SLOW, PayloadServer, fetch, is_no_answer
 from p2p_guard.swarm.validator import RecordValidator
 from p2p_guard.swarm.verdicts import SenderVerdict, finite_or_none
 from p2p_guard.tasks import load_task
@@ -537,7 +538,7 @@ class Peer:
                              early_steps=self.config.early_mix_steps, max_steps=MAX_MIX_STEPS)
         start = own = self.local.theta  # θ is replaced, never modified in place: no copy needed
         result = MixCorrection(round=round_, theta=torch.zeros_like(start))
-        half = self._mix_in_half()
+        precision = self._mix_precision()
         missed: set[str] = set()
         for step in range(steps):
             if step > 0:
@@ -548,7 +549,8 @@ class Peer:
                 others = {p: r for p, r in self._mixable(others).items() if p not in missed}
             chosen = sample_senders(others, self.config.mix_peers, self.rng) if others else []
             states = await self.fetch_thetas(chosen, stop, round_=round_ + 1, wait_s=self.config.grace_s * 2,
-                                             kind="theta" if step == 0 else "mixed", step=step, half=half,
+                                             kind="theta" if step == 0 else "mixed", step=step,
+                                             precision=precision,
                                              received=result.count_received)
             if stop.is_set():
                 return None
@@ -556,7 +558,8 @@ class Peer:
             if not states:
                 continue
             if step == 0:
-                result.momentum = await self._momentum_correction(round_, list(states), stop, result, half=half)
+                result.momentum = await self._momentum_correction(round_, list(states), stop, result,
+                                                                  precision=precision)
             gossip = clipped_gossip(own, list(states.values()), max_radius=self.config.mix_radius)
             norm = max(float(own.norm()), 1e-12)
             distance = max(gossip.distances, default=0.0) / norm
@@ -572,16 +575,21 @@ class Peer:
         result.theta = own - start
         return result
 
-    def _mix_in_half(self) -> bool:
-        """Whether this mixing fetches float16 states (``mix_fp16``, on by default): 2·d bytes per state, not 4·d.
+    def _mix_precision(self) -> str:
+        """The precision this mixing fetches states in: ``mix_precision`` (``fp16`` by default), or ``fp32``.
 
-        Only while our θ and b lie well inside float16's range (|x| ≤ :data:`HALF_SAFE`): a model with larger
-        values mixes in float32. The rounding (relative 2⁻¹¹ ≈ 4.9e-4 per coordinate) sits far below the honest
-        disagreement the mixing corrects and below its clipping radius (docs/protocol.md §7.8 measures it).
+        ``fp16`` (2·d bytes per state, not 4·d) only while our θ and b lie well inside float16's range
+        (|x| ≤ :data:`HALF_SAFE`): a model with larger values mixes in float32. The rounding (relative
+        2⁻¹¹ ≈ 4.9e-4 per coordinate) sits far below the honest disagreement the mixing corrects and below its
+        clipping radius. ``int8`` (4·⌈d/1024⌉ + d bytes) has a float32 scale per 1024 values, so no range limit;
+        its error, at most half a scale (1/254 of a chunk's largest |θ|) per coordinate, is larger
+        (docs/protocol.md §7.8 measures both).
         """
-        if not self.config.mix_fp16:
-            return False
-        return all(float(x.abs().max()) <= HALF_SAFE for x in (self.local.theta, self.local.momentum) if x.numel())
+        precision = self.config.mix_precision
+        if precision == "fp16" and not all(float(x.abs().max()) <= HALF_SAFE
+                                           for x in (self.local.theta, self.local.momentum) if x.numel()):
+            return "fp32"
+        return precision
 
     def _mixable(self, others: Mapping[str, int]) -> dict[str, int]:
         """``others`` (PeerID → presence round) less our current suspects (``swarm.suspects``), for a mixing sample.
@@ -593,7 +601,7 @@ class Peer:
         return {p: r for p, r in others.items() if p not in suspects}
 
     async def _momentum_correction(self, round_: int, sources: list[str], stop: asyncio.Event,
-                                   result: MixCorrection, *, half: bool = False) -> torch.Tensor | None:
+                                   result: MixCorrection, *, precision: str = "fp32") -> torch.Tensor | None:
         """The move of our outer momentum toward ``sources``' (``["momentum", r + 1]``), or None.
 
         Clipped at MOMENTUM_MIX_RADIUS·‖b‖; None while our momentum is still zero or nobody answered. A zero b
@@ -604,7 +612,7 @@ class Peer:
         momentum = self.local.momentum
         if not bool(momentum.any()):
             return None
-        momenta = await self.fetch_thetas(sources, stop, round_=round_ + 1, kind="momentum", half=half,
+        momenta = await self.fetch_thetas(sources, stop, round_=round_ + 1, kind="momentum", precision=precision,
                                           received=result.count_received)
         if not momenta:
             return None
@@ -852,43 +860,50 @@ class Peer:
         outcome.aggregate = result.aggregate
 
     async def fetch_thetas(self, peers: list[str], stop: asyncio.Event, *, round_: int = -1, wait_s: float = 0.0,
-                           kind: str = "theta", step: int = 0, half: bool = False,
+                           kind: str = "theta", step: int = 0, precision: str = "fp32",
                            received: Callable[[int], None] | None = None) -> dict[str, torch.Tensor]:
         """Fetch each of ``peers``' θ (``kind="momentum"``: outer momentum) at the start of ``round_``, bounded reads.
 
         ``kind="mixed"``: their θ after ``step`` gossip steps of the mixing that ends at the start of ``round_``.
         ``round_`` -1 asks for their latest. A peer not at ``round_`` yet (``NOT_FOUND``) is asked again every
-        0.5 s for up to ``wait_s`` seconds. Only finite states of exactly 4·d bytes (``half``: 2·d bytes of
-        float16, asked as ``[kind, key, "fp16"]``, returned as float32; or 4·d from a peer of an earlier release,
-        which refuses that request and is asked again in float32) are returned. ``received`` is called with the
-        size in bytes of each state returned (2·d or 4·d, as it came).
+        0.5 s for up to ``wait_s`` seconds. ``precision`` (``protocol.states.STATE_PRECISIONS``) is asked as
+        ``[kind, key, precision]`` (``fp32``: ``[kind, key]``); a peer of an earlier release that refuses it
+        (``BAD_REQUEST``) is asked again in float32. Every answer is hostile: it is decoded in the precision it
+        was asked in (``protocol.states.decode_state``: its length checked against the exact size first, then
+        its scales and values), and one that is rejected is logged with the reason and left out, as if that peer
+        had not answered. Returns ``(d,)`` float32 CPU tensors, all finite. ``received`` is called with the size
+        in bytes of each state returned, as it came.
         """
-        sizes = {4 * self.local.numel: torch.float32}
-        if half:
-            sizes[2 * self.local.numel] = torch.float16
         watch = self.departures.watching(stop) if peers else contextlib.nullcontext()
         async with watch:
             key: int | list[int] = [round_, step] if kind == "mixed" else round_
-            results = await asyncio.gather(*(self._fetch_vector(kind, p, key, wait_s, stop, half=half)
+            results = await asyncio.gather(*(self._fetch_vector(kind, p, key, wait_s, stop, precision=precision)
                                              for p in peers))
         states: dict[str, torch.Tensor] = {}
-        for p, data in zip(peers, results, strict=False):
-            if stop.is_set() or data is None or len(data) not in sizes:
+        for p, answer in zip(peers, results, strict=False):
+            if stop.is_set() or answer is None:
                 self.log.debug("state of %s at round %d not used", p[-8:], round_)
                 continue
-            theta = torch.frombuffer(bytearray(data), dtype=sizes[len(data)]).float()
-            if bool(torch.isfinite(theta).all()):
-                states[p] = theta
-                if received is not None:
-                    received(len(data))
-            else:
-                self.log.warning("state of %s has non-finite values: ignored", p[-8:])
+            data, asked = answer
+            theta = decode_state(data, asked, self.local.numel)
+            if isinstance(theta, Rejected):
+                self.log.warning("%s state of %s at round %d rejected: %s (%s)", asked, p[-8:], round_,
+                                 theta.reason.value, theta.detail)
+                continue
+            states[p] = theta
+            if received is not None:
+                received(len(data))
         return states
 
     async def _fetch_vector(self, kind: str, peer: str, key: int | list[int], wait_s: float, stop: asyncio.Event,
-                            *, half: bool = False) -> bytes | bytearray | None:
-        size = (2 if half else 4) * self.local.numel
-        request: list[object] = [kind, key, HALF] if half else [kind, key]
+                            *, precision: str = "fp32") -> tuple[bytes | bytearray, str] | None:
+        """One peer's state answer and the precision it was asked in (the last ask), or None (no answer).
+
+        At most ``state_bytes(precision, d) + 1`` bytes are read (``fetch``), so an oversized answer is cut and
+        then rejected by its length.
+        """
+        size = state_bytes(precision, self.local.numel)
+        request: list[object] = [kind, key] if precision == "fp32" else [kind, key, precision]
         deadline = time.monotonic() + wait_s
         gone = self.departures.event(peer)  # cut at once when it leaves, or when we stop
         failures = 0
@@ -916,9 +931,10 @@ class Peer:
                 failures = 0
             if result.status == OK:
                 self.suspects.delivered(peer)
-                return result.data
+                return (result.data, precision) if result.data is not None else None
             if result.status == BAD_REQUEST and len(request) == 3:  # a peer of an earlier release: float32, now
-                request, size = [kind, key], 4 * self.local.numel
+                precision = "fp32"
+                request, size = [kind, key], state_bytes(precision, self.local.numel)
                 continue
             if time.monotonic() + 0.5 > deadline:
                 return None

@@ -61,6 +61,7 @@ __all__ = [
     "DEFAULT_SERVE_TIMEOUT_S",
     "FORBIDDEN",
     "HALF",
+    "INT8",
     "NOT_FOUND",
     "NOT_READY",
     "OK",
@@ -117,7 +118,12 @@ LAST_STEP = -1
 #: round to nearest) instead of float32 (4·d). Mixing asks for it: it halves the dense state traffic that sets a
 #: round's length for a large model (docs/protocol.md §5 and §7.8).
 HALF = "fp16"
-#: Converted float16 answers the server keeps (the latest few states; each is asked by up to ``mix_peers`` peers).
+#: Third element of a ``["theta" | "momentum" | "mixed", key, INT8]`` request: answer in the ``int8`` codec of
+#: ``protocol.quantized`` (one float32 scale per 1024 values, then int8 codes: 4·⌈d/1024⌉ + d bytes;
+#: ``protocol.states``). Mixing asks for it with ``mix_precision = "int8"``.
+INT8 = "int8"
+#: Converted answers the server keeps, per precision (the latest few states; each is asked by up to ``mix_peers``
+#: peers).
 HALF_CACHE = 4
 
 #: Concurrent inbound streams, all peers together (streams).
@@ -284,6 +290,7 @@ class PayloadServer:
         self._momenta: dict[int, bytes] = {}
         self._mixed: dict[int, dict[int, bytes]] = {}
         self._half: OrderedDict[int, tuple[bytes, bytes]] = OrderedDict()  # id(fp32 bytes) -> (them, fp16 bytes)
+        self._int8: OrderedDict[int, tuple[bytes, bytes]] = OrderedDict()  # id(fp32 bytes) -> (them, int8 bytes)
         self._first_round: int | None = None  # payloads of earlier rounds are never revealed by this process
         self._withdrawn = False
         self._open = 0
@@ -320,7 +327,8 @@ class PayloadServer:
         payload that will never come. Later :meth:`reveal` and ``publish_*`` calls are ignored.
         """
         self._withdrawn = True
-        for table in (self._payloads, self._states, self._thetas, self._momenta, self._mixed, self._half):
+        for table in (self._payloads, self._states, self._thetas, self._momenta, self._mixed, self._half,
+                      self._int8):
             table.clear()
 
     @property
@@ -547,7 +555,7 @@ class PayloadServer:
             if not all(isinstance(v, int) and not isinstance(v, bool) for v in keys):
                 return BAD_REQUEST, None
             return self._payload_answer(keys[0], keys[1])
-        if not (isinstance(request, list) and (len(request) == 2 or (len(request) == 3 and request[2] == HALF
+        if not (isinstance(request, list) and (len(request) == 2 or (len(request) == 3 and request[2] in (HALF, INT8)
                                                                       and request[0] != "state"))):
             return BAD_REQUEST, None
         kind, key = request[0], request[1]
@@ -565,7 +573,9 @@ class PayloadServer:
             return BAD_REQUEST, None
         if data is None:
             return NOT_FOUND, None
-        return OK, (self._as_half(data) if len(request) == 3 else data,)
+        if len(request) == 3:
+            return OK, (self._as_half(data) if request[2] == HALF else self._as_int8(data),)
+        return OK, (data,)
 
     def _as_half(self, data: bytes) -> bytes:
         """``data`` (raw little-endian float32) as little-endian float16, round to nearest; cached by identity.
@@ -573,14 +583,17 @@ class PayloadServer:
         Our states are finite float32; a value beyond float16's range (±65504) becomes ±inf, which the asking
         peer rejects as non-finite (it asks for float16 only while its own θ is within range).
         """
-        cached = self._half.get(id(data))
-        if cached is not None and cached[0] is data:
-            return cached[1]
-        half = np.frombuffer(data, dtype="<f4").astype("<f2").tobytes()
-        self._half[id(data)] = (data, half)
-        while len(self._half) > HALF_CACHE:
-            self._half.popitem(last=False)
-        return half
+        return _cached(self._half, data, lambda: np.frombuffer(data, dtype="<f4").astype("<f2").tobytes())
+
+    def _as_int8(self, data: bytes) -> bytes:
+        """``data`` (raw little-endian float32, d values) in the ``int8`` codec, 4·⌈d/1024⌉ + d bytes; cached.
+
+        ``protocol.states.encode_state`` (the update codec's encoder: one absmax scale per 1024 values), computed
+        once per state however many peers ask for it.
+        """
+        from p2p_guard.protocol.states import encode_state  # torch: only a server asked for int8 needs it
+
+        return _cached(self._int8, data, lambda: encode_state(data, INT8))
 
     def _payload_answer(self, round_: int, first_chunk: int) -> tuple[int, tuple[bytes | memoryview, ...] | None]:
         """``OK`` with (chunk digests, payload from ``first_chunk`` on); else NOT_READY, NOT_FOUND or BAD_REQUEST.
@@ -738,6 +751,18 @@ async def _read_request(reader: asyncio.StreamReader) -> object:
                                max_map_len=0, max_ext_len=0)
     except Exception:  # noqa: BLE001 - a malformed request gets BAD_REQUEST
         return None
+
+
+def _cached(table: OrderedDict[int, tuple[bytes, bytes]], data: bytes, convert: Callable[[], bytes]) -> bytes:
+    """``convert()``, kept in ``table`` by the identity of ``data`` (the latest :data:`HALF_CACHE` states)."""
+    cached = table.get(id(data))
+    if cached is not None and cached[0] is data:
+        return cached[1]
+    converted = convert()
+    table[id(data)] = (data, converted)
+    while len(table) > HALF_CACHE:
+        table.popitem(last=False)
+    return converted
 
 
 @dataclass(frozen=True)

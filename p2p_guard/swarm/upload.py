@@ -184,9 +184,9 @@ def upload_cap_warning(
 
     Two loads are checked, the larger bound wins: the payload of ``config.codec`` (``expected_payload_bytes``)
     to ``fanout`` receivers within the payload's largest deadline, ``max(fetch_timeout_s, fetch_idle_timeout_s +
-    b / min_fetch_bytes_per_s)`` (``swarm.pacing``), and, with mixing on, the fp32 θ (4·d bytes) to ``mix_peers``
+    b / min_fetch_bytes_per_s)`` (``swarm.pacing``), and, with mixing on, θ in ``mix_precision`` to ``mix_peers``
     receivers within ``fetch_timeout_s`` (θ and momentum are fetched one after the other; 2·d bytes each with
-    ``mix_fp16``); the receivers' limits
+    ``mix_precision`` fp16, the default, 4·⌈d/1024⌉ + d with int8); the receivers' limits
     taken to be ours. Counts per :func:`upload_receivers`.
 
     Args:
@@ -209,9 +209,10 @@ def upload_cap_warning(
                            config.fetch_idle_timeout_s + payload / config.min_fetch_bytes_per_s)
     loads = [(f"{config.codec} payloads", payload, upload_receivers(config, config.fanout), payload_deadline)]
     if config.mix_every > 0:
-        width = 2 if config.mix_fp16 else 4  # mixing asks for float16 states (``mix_fp16``)
-        loads.append((f"fp{8 * width} states (mixing)", width * numel, upload_receivers(config, config.mix_peers),
-                      config.fetch_timeout_s))
+        from p2p_guard.protocol.states import state_bytes
+
+        loads.append((f"{config.mix_precision} states (mixing)", state_bytes(config.mix_precision, numel),
+                      upload_receivers(config, config.mix_peers), config.fetch_timeout_s))
     need, what, size, k = max((min_upload_bytes_per_s(b, k, fetch_timeout_s=t,
                                                       fetch_idle_timeout_s=config.fetch_idle_timeout_s,
                                                       min_fetch_bytes_per_s=config.min_fetch_bytes_per_s),

@@ -3,7 +3,7 @@ bytes each peer served per round are int8 payloads (``expected_payload_bytes``),
 
 Two honest digits peers, two rounds, through the command line (one OS process per peer, real p2pd streams).
 What a peer serves in a round is its payload to each receiver plus θ and momentum states for mixing (float16 by
-default, ``mix_fp16``: 2·d bytes each), so ``bytes_sent − served · b`` must be a multiple of 2·d with b the int8
+default, ``mix_precision`` fp16: 2·d bytes each), so ``bytes_sent − served · b`` must be a multiple of 2·d with b the int8
 payload size; with fp32 payloads it would be off by ``served · (4·d − b)``, not a multiple of 2·d here.
 """
 

@@ -1,7 +1,7 @@
 """Unit tests: mixing fetches float16 states (``["theta" | "momentum" | "mixed", key, "fp16"]``, 2·d bytes).
 
 The server converts its float32 state (round to nearest, cached per state); the mixing peer asks for float16 while
-``mix_fp16`` is on and its θ and momentum lie within ``HALF_SAFE``, decodes into float32 and counts 2·d bytes.
+``mix_precision`` is fp16 (the default) and its θ and momentum lie within ``HALF_SAFE``, decodes into float32 and counts 2·d bytes.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def _mix(peer: _Peer, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[tuple[
 
 
 def test_mixing_asks_for_float16_states_and_counts_two_bytes_each(monkeypatch: pytest.MonkeyPatch) -> None:
-    peer = _Peer(config=_Config(mix_fp16=True), local=_Local(momentum=torch.full((4,), 0.5)))
+    peer = _Peer(config=_Config(mix_precision="fp16"), local=_Local(momentum=torch.full((4,), 0.5)))
     result, asked = _mix(peer, monkeypatch)
     assert result is not None
     assert {tuple(request[:1] + request[2:]) for _, request in asked} == {("theta", HALF), ("momentum", HALF),
@@ -87,8 +87,8 @@ def test_mixing_asks_for_float16_states_and_counts_two_bytes_each(monkeypatch: p
 
 
 def test_mixing_asks_for_float32_when_off_or_out_of_float16_range(monkeypatch: pytest.MonkeyPatch) -> None:
-    for peer in (_Peer(config=_Config(mix_fp16=False)),
-                 _Peer(config=_Config(mix_fp16=True), local=_Local(theta=torch.tensor([1.0, 1.0, HALF_SAFE * 2, 1.0])))):
+    for peer in (_Peer(config=_Config(mix_precision="fp32")),
+                 _Peer(config=_Config(mix_precision="fp16"), local=_Local(theta=torch.tensor([1.0, 1.0, HALF_SAFE * 2, 1.0])))):
         result, asked = _mix(peer, monkeypatch)
         assert result is not None
         assert all(len(request) == 2 for _, request in asked)
@@ -108,16 +108,16 @@ def test_a_peer_that_refuses_the_float16_request_is_asked_again_in_float32(monke
         return FetchResult(OK, data=np.full(4, 1.0009765625, dtype=width).tobytes())
 
     monkeypatch.setattr(peer_module, "fetch", fetch)
-    peer = _Peer(config=_Config(mix_fp16=True))
+    peer = _Peer(config=_Config(mix_precision="fp16"))
     states = asyncio.run(Peer.fetch_thetas(peer, [SLOW, FAST[0]], asyncio.Event(), round_=1,  # type: ignore[arg-type]
-                                           half=True))
+                                           precision=HALF))
     assert [request for name, request in asked if name == SLOW] == [["theta", 1, HALF], ["theta", 1]]
     assert [request for name, request in asked if name == FAST[0]] == [["theta", 1, HALF]]
     assert {name: state.tolist() for name, state in states.items()} == {SLOW: [1.0009765625] * 4,
                                                                         FAST[0]: [1.0009765625] * 4}
     assert all(state.dtype == torch.float32 for state in states.values())
     sizes: list[int] = []
-    asyncio.run(Peer.fetch_thetas(peer, [SLOW, FAST[0]], asyncio.Event(), round_=1, half=True,  # type: ignore[arg-type]
+    asyncio.run(Peer.fetch_thetas(peer, [SLOW, FAST[0]], asyncio.Event(), round_=1, precision=HALF,  # type: ignore[arg-type]
                                   received=sizes.append))
     assert sorted(sizes) == [2 * 4, 4 * 4]  # counted as they came: the refusing peer's state in float32
 
@@ -127,5 +127,5 @@ def test_a_state_of_neither_size_is_not_used(monkeypatch: pytest.MonkeyPatch) ->
         return FetchResult(OK, data=b"\x00" * 12)  # 3 bytes per coordinate: neither float16 nor float32
 
     monkeypatch.setattr(peer_module, "fetch", fetch)
-    peer = _Peer(config=_Config(mix_fp16=True))
-    assert asyncio.run(Peer.fetch_thetas(peer, FAST, asyncio.Event(), round_=1, half=True)) == {}  # type: ignore[arg-type]
+    peer = _Peer(config=_Config(mix_precision="fp16"))
+    assert asyncio.run(Peer.fetch_thetas(peer, FAST, asyncio.Event(), round_=1, precision=HALF)) == {}  # type: ignore[arg-type]

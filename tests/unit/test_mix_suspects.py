@@ -40,7 +40,7 @@ class _Config:
     fetch_timeout_s: float = 30.0
     fetch_idle_timeout_s: float = 5.0
     min_fetch_bytes_per_s: float = 65536.0
-    mix_fp16: bool = False
+    mix_precision: str = "fp32"
 
 
 @dataclass
@@ -89,7 +89,7 @@ class _Peer:
     _fetch_vector = Peer._fetch_vector
     _mixable = Peer._mixable
     _momentum_correction = Peer._momentum_correction
-    _mix_in_half = Peer._mix_in_half
+    _mix_precision = Peer._mix_precision
 
 
 def _fake_fetch(asked: list[tuple[str, object]]) -> Any:

@@ -187,7 +187,7 @@ def test_receivers_follow_fanout_and_swarm_size() -> None:
 
 def test_start_up_warning() -> None:
     d = 1_000_000
-    base = PeerConfig(num_peers=9, fanout=8, mix_peers=4, mix_fp16=False)
+    base = PeerConfig(num_peers=9, fanout=8, mix_peers=4, mix_precision="fp32")
     assert upload_cap_warning(base, d) is None  # no cap
     # fp32: 4,000,000-byte payloads to 8 within their deadline max(30, 5 + 4e6 / 65536) = 66.0 s: the rate rule
     # binds, 8 · 4e6 / (5 + (4e6 − 16384) / 65536) B/s = 3.89 Mbit/s; the states (4e6 bytes to 4 within 30 s,
@@ -273,7 +273,7 @@ def test_the_cap_comes_from_the_flag_and_from_toml(tmp_path: Path) -> None:
 
 
 def test_start_up_warning_with_float16_mixing_states() -> None:
-    """The default mix_fp16: the states are 2·d bytes, so at d = 1e6 the fp32 or int8 payloads set the bound."""
+    """The default mix_precision fp16: the states are 2·d bytes, so at d = 1e6 the fp32 or int8 payloads set the bound."""
     d = 1_000_000
     base = PeerConfig(num_peers=9, fanout=8, mix_peers=4)
     # states: 2,000,000 bytes to 4 within 30 s: the deadline binds, 4 · 2e6 / 30 B/s = 2.13 Mbit/s (the rate rule

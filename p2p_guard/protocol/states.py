@@ -1,0 +1,126 @@
+"""Model states sent for mixing: a flat float32 θ (or outer momentum b) ⇄ the bytes of a state answer.
+
+A mixing peer asks its neighbours for their states in one of :data:`STATE_PRECISIONS` (the third element of a
+``["theta" | "momentum" | "mixed", key, PRECISION]`` request; two elements mean ``fp32``; docs/protocol.md §6,
+§7.8). The answer's body, for d = ``numel`` values, is exactly (bytes):
+
+    fp32    float32 LE                                             4·d
+    fp16    float16 LE, round to nearest even                      2·d
+    int8    the ``int8`` codec of ``protocol.quantized``:          4·⌈d/1024⌉ + d
+            one float32 absmax scale per 1024 values, then d int8 codes
+
+so the receiver knows the size from d and the precision it asked for, before it reads a byte, and never from
+the answer's length (at d = 4 the float16 and int8 sizes coincide). The int8 form reuses the update codec's
+encoder, decoder and size formula unchanged: a state and a pseudo-gradient in int8 are the same bytes.
+
+:func:`decode_state` treats the bytes as hostile: a wrong length (``DECODE_ERROR``), a NaN, ±Inf (``NON_FINITE``)
+or negative scale, an int8 code −128, or a decoded value that is not finite (a float16 ±Inf, or q·s beyond
+float32) is returned as :class:`~p2p_guard.protocol.reasons.Rejected`, never raised.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import torch
+
+from p2p_guard.protocol.quantized import decode_int8, encode_int8, int8_payload_bytes
+from p2p_guard.protocol.reasons import Rejected, RejectReason
+
+__all__ = ["STATE_PRECISIONS", "decode_state", "encode_state", "state_bytes"]
+
+logger = logging.getLogger(__name__)
+
+#: Precisions a state can be asked in (``PeerConfig.mix_precision``; ``swarm.config.MIX_PRECISIONS`` repeats
+#: them, since that module imports no torch).
+STATE_PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
+_WIDTHS = {"fp32": "<f4", "fp16": "<f2"}
+
+
+def _check_precision(precision: str) -> None:
+    if precision not in STATE_PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(STATE_PRECISIONS)}; got {precision!r}")
+
+
+def state_bytes(precision: str, numel: int) -> int:
+    """Exact size in bytes of a state answer of d = ``numel`` values in ``precision`` (module docstring).
+
+    Args:
+        precision: one of :data:`STATE_PRECISIONS`.
+        numel: d, the model's parameter count (≥ 0).
+
+    Returns:
+        4·d (fp32), 2·d (fp16) or 4·⌈d/1024⌉ + d (int8) bytes.
+
+    Raises:
+        ValueError: an unknown precision or a negative or non-int ``numel`` (local configuration, never wire data).
+    """
+    _check_precision(precision)
+    if isinstance(numel, bool) or not isinstance(numel, int) or numel < 0:
+        raise ValueError(f"numel must be a non-negative int, got {numel!r}")
+    if precision == "int8":
+        return int8_payload_bytes(numel)
+    return np.dtype(_WIDTHS[precision]).itemsize * numel
+
+
+def encode_state(data: bytes | bytearray | memoryview, precision: str) -> bytes:
+    """Our state as served in ``precision``.
+
+    Args:
+        data: the state as raw little-endian float32, 4·d bytes (d values; our own, finite).
+        precision: one of :data:`STATE_PRECISIONS`.
+
+    Returns:
+        ``state_bytes(precision, d)`` bytes: ``data`` itself as bytes (fp32), float16 rounded to nearest (a value
+        beyond ±65504 becomes ±Inf, which the asking peer rejects), or the ``int8`` codec's payload.
+
+    Raises:
+        ValueError: an unknown precision, or ``data`` not a whole number of float32 values.
+    """
+    _check_precision(precision)
+    if len(data) % 4:
+        raise ValueError(f"a float32 state is a multiple of 4 bytes, got {len(data)}")
+    values = np.frombuffer(data, dtype="<f4")
+    if precision == "fp32":
+        return bytes(data)
+    if precision == "fp16":
+        with np.errstate(over="ignore"):
+            return values.astype("<f2").tobytes()
+    return encode_int8(torch.from_numpy(values.copy()))
+
+
+def decode_state(data: bytes | bytearray | memoryview, precision: str, numel: int) -> torch.Tensor | Rejected:
+    """Decode a state answer (hostile bytes) asked in ``precision`` into a ``(numel,)`` float32 CPU tensor.
+
+    The length is checked against :func:`state_bytes` before any byte is read.
+
+    Args:
+        data: the answer's body as received.
+        precision: the precision we asked in (one of :data:`STATE_PRECISIONS`), not one guessed from the length.
+        numel: d, our model's parameter count.
+
+    Returns:
+        A new float32 tensor whose values are all finite, or :class:`Rejected`: ``DECODE_ERROR`` (wrong length,
+        a negative int8 scale or an int8 code −128) or ``NON_FINITE`` (a NaN/±Inf scale, or a decoded value
+        that is not finite). Never raises on hostile bytes.
+
+    Raises:
+        ValueError: an unknown precision or a bad ``numel`` (local configuration).
+    """
+    expected = state_bytes(precision, numel)
+    if len(data) != expected:
+        return Rejected(RejectReason.DECODE_ERROR,
+                        f"a {precision} state of {numel} values is {expected} bytes, got {len(data)}")
+    if precision == "int8":
+        decoded = decode_int8(data, numel)
+        if isinstance(decoded, Rejected):
+            return decoded
+        state = decoded
+    else:
+        state = torch.from_numpy(np.frombuffer(data, dtype=_WIDTHS[precision]).astype(np.float32))
+    finite = torch.isfinite(state)
+    if not bool(finite.all()):
+        return Rejected(RejectReason.NON_FINITE,
+                        f"{int((~finite).sum())} of {numel} values of a {precision} state are NaN or ±Inf")
+    return state
