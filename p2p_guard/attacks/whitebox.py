@@ -3,8 +3,9 @@
 - :func:`honest_stand_ins`: which known rows stand for this round's honest updates in a simulation;
 - :func:`simulated_guard` / :func:`simulate_round`: the peers' guard, built from the context, run on stand-ins
   plus candidate attack rows;
-- :func:`drift_cosine` / :func:`drifted_stand_ins`: how far this round's honest centre has likely turned from
-  the stand-ins' mean, and the stand-ins turned by it;
+- :func:`drift_cosine` / :func:`drift_scale` / :func:`drifted_stand_ins`: how far this round's honest centre has
+  likely turned from the stand-ins' mean and how much the rows' length has changed, and the stand-ins turned
+  by it;
 - :class:`Adaptive`: the strongest row the default ``semantic`` guard accepts with a margin on each check.
 
 Knowledge (commit-before-reveal): the attacker has its own honest Δ of this round and the rows of the previous
@@ -34,6 +35,7 @@ __all__ = [
     "Adaptive",
     "GuardThresholds",
     "drift_cosine",
+    "drift_scale",
     "drifted_stand_ins",
     "guard_thresholds",
     "honest_stand_ins",
@@ -133,6 +135,32 @@ def drift_cosine(stand_ins: torch.Tensor, honest_now: int) -> float:
     b = 1.0 + 1.0 / q
     r2 = max(0.0, (-b + math.sqrt(b * b - 4.0 / q * (1.0 - 1.0 / (ref * ref)))) * q / 2.0)
     return turn / math.sqrt((1.0 + r2 / (k + 1)) * (1.0 + r2 / max(1, honest_now)))
+
+
+def drift_scale(stand_ins: torch.Tensor) -> float:
+    """ĝ: an estimate of how much longer this round's honest rows are than the previous round's.
+
+    ĝ = ‖s_0‖₂ / median_{i ≥ 1} ‖s_i‖₂
+
+    where s_0 is the attacker's own honest Δ of this round and s_1, …, s_k the stand-ins from the previous
+    round (:func:`honest_stand_ins`). The one row of this round the attacker has is its witness of the round's
+    scale. Why: pseudo-gradients shrink as training converges, and the guard's norm test compares a row with
+    this round's median norm; measured on digits (10 peers, 3 ``adaptive``, Dirichlet 0.5, seed 0) the median
+    fell 15-30 % a round in rounds 3-5, so rows sized 0.9 × 3 × the previous round's median reached 3.03-3.24 ×
+    this round's and were rejected for their norm.
+
+    Args:
+        stand_ins: ``(h, d)`` float tensor, row 0 the attacker's own Δ; not mutated.
+
+    Returns:
+        ĝ ``>= 0`` (a Python float); 1.0 with fewer than two previous-round rows (as :func:`drift_cosine`) or
+        when their median norm is 0.
+    """
+    if len(stand_ins) < 3:
+        return 1.0
+    norms = torch.linalg.vector_norm(stand_ins.to(torch.float64), dim=1)
+    ref = scalar_median(norms[1:])
+    return float(norms[0]) / ref if ref > 0 else 1.0
 
 
 def drifted_stand_ins(
@@ -305,8 +333,9 @@ class Adaptive:
     where
         - S are the honest stand-ins (:func:`honest_stand_ins`: own Δ of this round and the previous round's
           rows nearest the coordinate-wise median), μ̂ their mean and û = μ̂ / ‖μ̂‖;
-        - ν̂ is the median norm of the rows of S, an estimate of the round's median norm (the guard's
-          scale), and β = ``norm_fraction``;
+        - ν̂ is the smaller of the median norms of the two models of this round's honest rows below (S, and S
+          with its previous-round rows scaled by ĝ, :func:`drift_scale`), an estimate of the round's median
+          norm (the guard's scale), and β = ``norm_fraction``;
         - ŵ is the harmful direction orthogonal to û: the part of −σ̂ (σ̂ the coordinate-wise standard
           deviation of S, ALIE's direction) orthogonal to û, or with ``direction="fixed"`` (or when σ̂ gives
           none) the part of a fixed Gaussian direction drawn from ``seed`` orthogonal to û;
@@ -318,8 +347,9 @@ class Adaptive:
           copies of v(φ) (:func:`simulate_round`), accepts every copy with a cosine to its robust centre ≥ κ =
           max(cos_min + margin, cos_full) (cos_full: where the guard's direction weights reach 1, so the row
           counts whole) and a norm within c_clip × its median norm (no clipping: the row keeps its full
-          length). The two models: S as it is, and S turned by the estimated drift between the previous
-          round's centre and this one's (:func:`drift_cosine`, :func:`drifted_stand_ins`). The turned model
+          length). The two models: S as it is, and S with its previous-round rows scaled by ĝ and all rows
+          turned by the estimated drift between the previous round's centre and this one's
+          (:func:`drift_scale`, :func:`drift_cosine`, :func:`drifted_stand_ins`). The turned model
           binds where κ > 0 (a guard with a raised ``cos_min``: the rows of the previous round put the centre
           where it was, and a row aimed at κ with it meets this round's centre lower); the model as it is
           binds where κ ≤ 0 (the turn shrinks every cosine towards 0, so alone it would let the row go past
@@ -346,6 +376,14 @@ class Adaptive:
     d = 200, previous mean at cosine 0.8, seeds 0-2, 3 attackers) the simulation on S alone aimed at 0.60 and
     the real guard met the rows at 0.40-0.51 and rejected 8 of 9; with the turned model it accepted all 9, at
     0.55-0.73.
+
+    Measured in the benchmark's cell (``python docs/scripts/adaptive_cells.py``: ``run_cell`` on digits, 10 peers,
+    Dirichlet 0.5, 12 rounds, f not told; final accuracy of the default guard, seeds 0 / 1): with the previous
+    round's rows taken as they are (main at 9e8e978), 91.9 / 85.3 % at 3 of 10 and 91.9 / 83.9 % at 4 of 10;
+    with both models (turned and scaled) 91.7 / 85.0 % and 87.5 / 83.9 %, the attack's rows rejected less often
+    (seed 0: 77 → 42 and 48 → 24 rejections over all honest receivers). The coordinate-wise median under the
+    same attack: 89.4 / 82.2 % and 75.0 / 62.5 %. The turn alone changed no default-guard cell of seeds 0 and 1
+    (the target cosine there is 0, where the model as it is binds); the gain is the scale.
 
     Knowledge: white-box. It knows the guard's configuration (name, parameters, f̂) and n and f; it sees its
     own honest Δ of this round and the previous round's rows (commit-before-reveal), never this round's honest
@@ -392,8 +430,22 @@ class Adaptive:
         check_real("loss_slack", self.loss_slack, minimum=0.0, inclusive=True)
 
     def __call__(self, known: torch.Tensor, ctx: AttackContext) -> torch.Tensor:
-        """Return v(φ*) plus this attacker's :func:`jitter_copy` noise, a ``(d,)`` tensor of the dtype of ``known``."""
-        return jitter_copy(self.plan(known, ctx), known, ctx.generator)
+        """Return v(φ*) plus this attacker's :func:`jitter_copy` noise e, a ``(d,)`` tensor of the dtype of ``known``.
+
+        With ``ctx.loss_probe``, the loss bound (c) of the class docstring is kept after the jitter too: when
+        v + e breaks it, v − e is sent (to first order the noise then lowers the loss by what it raised it), and
+        v itself when that breaks it as well. (Found when the drift model changed which angle the search
+        ends at: ``tests/unit/test_attacks_suite.py::TestAdaptive::test_loss_probe_bounds_the_loss`` had v
+        0.005 inside the bound and v + e 0.004 outside it.)
+        """
+        plan = self.plan(known, ctx)
+        row = jitter_copy(plan, known, ctx.generator)
+        if ctx.loss_probe is not None:
+            bound = ctx.loss_probe(known[0]) + self.loss_slack
+            if ctx.loss_probe(row) > bound:
+                mirrored = 2 * plan - row
+                row = mirrored if ctx.loss_probe(mirrored) <= bound else plan
+        return row
 
     def plan(self, known: torch.Tensor, ctx: AttackContext) -> torch.Tensor:
         """Return v(φ*) (the row every attacker of the group plans, before its jitter)."""
@@ -407,16 +459,18 @@ class Adaptive:
         if u is None:
             return mean.to(known.dtype)
         w = self._harmful_direction(s64, u)
-        # this round's honest rows, two models: the stand-ins as they are, and turned by the estimated drift
-        drifted = drifted_stand_ins(
-            stand_ins, u, w, drift_cosine(stand_ins, max(1, ctx.n - ctx.f)), ctx.generator.initial_seed()
-        )
-        models = (stand_ins,) if drifted is stand_ins else (stand_ins, drifted)
-        norms = torch.linalg.vector_norm(s64, dim=1)
+        # this round's honest rows, two models: the stand-ins as they are, and the previous round's rows scaled
+        # to this round's length and all turned by the estimated drift of the centre
+        turn, scale = drift_cosine(stand_ins, max(1, ctx.n - ctx.f)), drift_scale(stand_ins)
+        models: tuple[torch.Tensor, ...] = (stand_ins,)
+        if turn < 1.0 or scale != 1.0:
+            scaled = torch.cat([stand_ins[:1], stand_ins[1:] * scale]) if scale != 1.0 else stand_ins
+            models = (stand_ins, drifted_stand_ins(scaled, u, w, turn, ctx.generator.initial_seed()))
         radius_scale = min(th.c_clip, th.c_reject)
         if not math.isfinite(radius_scale):
             radius_scale = 1.0  # no magnitude test at all: the honest scale keeps it unremarkable
-        rho = self.norm_fraction * radius_scale * scalar_median(norms)
+        nu = min(scalar_median(torch.linalg.vector_norm(m.to(torch.float64), dim=1)) for m in models)
+        rho = self.norm_fraction * radius_scale * nu
         target_cos = min(1.0, max(th.cos_min + self.margin, th.cos_full))  # full weight, if the guard weighs
         copies = max(1, ctx.f)
         phi_hi = math.pi if len(stand_ins) >= max(1, ctx.n - ctx.f) else math.acos(max(-1.0, target_cos))

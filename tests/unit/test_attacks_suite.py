@@ -34,6 +34,7 @@ from p2p_guard.attacks.evasive import PROJECTION_BLOCK, fixed_direction
 from p2p_guard.attacks.update import ALIE_SEARCH_GRID
 from p2p_guard.attacks.whitebox import (
     drift_cosine,
+    drift_scale,
     drifted_stand_ins,
     honest_stand_ins,
     simulate_round,
@@ -440,6 +441,19 @@ class TestAdaptive:
         assert probe(out) <= probe(known[0]) + 0.05 + 1e-6
         assert probe(free) > probe(known[0]) + 0.05
 
+    def test_loss_bound_holds_after_the_jitter(self) -> None:
+        previous, _, own = synthetic_round(1)
+        known = torch.cat([own[:1], previous])
+        direction = previous.mean(dim=0)
+
+        def probe(v: torch.Tensor) -> float:
+            return 1.0 - float(torch.dot(v, direction) / direction.norm())
+
+        attack = Adaptive(loss_slack=0.05)
+        for seed in range(20):
+            out = attack(known, make_ctx(seed=seed, loss_probe=probe))
+            assert probe(out) <= probe(known[0]) + 0.05 + 1e-6
+
     def test_stand_ins_drop_far_rows_and_keep_own(self) -> None:
         known = torch.tensor([[5.0, 5.0], [0.0, 0.0], [100.0, 100.0], [1.0, 0.0], [0.0, 1.0]])
         # Coordinate-wise median (1, 1): rows 3 and 4 lie at distance 1, row 1 at √2, row 2 far away.
@@ -507,6 +521,25 @@ class TestGuardSimulation:
                 stand_ins = honest_stand_ins(torch.cat([own[i : i + 1], previous]), make_ctx())
                 actual = float(torch.nn.functional.cosine_similarity(stand_ins.mean(dim=0), honest.mean(dim=0), dim=0))
                 assert abs(drift_cosine(stand_ins, N - F) - actual) < 0.15  # measured: at most 0.131
+
+    def test_drift_scale_is_the_own_norm_over_the_previous_median(self) -> None:
+        previous, _, own = synthetic_round(2)
+        stand_ins = torch.cat([0.5 * own[:1], previous])
+        expected = 0.5 * float(own[0].norm()) / float(previous.norm(dim=1).median())  # 9 rows: the middle one
+        assert drift_scale(stand_ins) == pytest.approx(expected, rel=1e-6)
+        assert drift_scale(stand_ins[:2]) == 1.0
+
+    def test_adaptive_sizes_its_row_for_shrinking_norms(self) -> None:
+        # This round's honest rows are 0.7 x as long as the previous round's (as on digits in rounds 3-5): the
+        # row must stay within c_reject = 3 x this round's median norm, which the previous rows alone overstate.
+        previous, honest, own = synthetic_round(0)
+        sent = [
+            Adaptive()(torch.cat([0.7 * own[i : i + 1], previous]), make_ctx(seed=i, guard_name="semantic"))
+            for i in range(F)
+        ]
+        ctx = AggregationContext(senders=tuple(f"p{i:02d}" for i in range(N)), round=2, generator=torch.Generator())
+        verdicts = build_guard("semantic")(torch.cat([0.7 * honest, torch.stack(sent)]), ctx).verdicts[-F:]
+        assert all(v.accepted for v in verdicts), [v.detail for v in verdicts]
 
     def test_drift_cosine_without_a_previous_round(self) -> None:
         own = torch.randn(2, 50, generator=torch.Generator().manual_seed(0))
