@@ -422,11 +422,23 @@ class TestAdaptive:
 
     def test_round_zero_analytic_bound(self) -> None:
         own = torch.randn(1, 100, generator=torch.Generator().manual_seed(4))
-        out = Adaptive()(own, make_ctx(round_=0, guard_name="semantic"))
-        cos = float(torch.nn.functional.cosine_similarity(out, own[0], dim=0))
+        planned = Adaptive().plan(own, make_ctx(round_=0, guard_name="semantic"))
+        cos = float(torch.nn.functional.cosine_similarity(planned, own[0], dim=0))
         assert cos == pytest.approx(0.0, abs=1e-5)  # max(cos_min -0.2 + margin 0.1, cos_full 0): full weight
         # radius 0.9 x min(c_clip, c_reject) x the norm: c_reject = 3 since the magnitude stage is off by default
-        assert float(out.norm()) == pytest.approx(0.9 * 3.0 * float(own.norm()), rel=1e-5)
+        assert float(planned.norm()) == pytest.approx(0.9 * 3.0 * float(own.norm()), rel=1e-5)
+        # what it sends: the plan plus its jitter, of norm 0.3 x the own norm (its one known row's scale)
+        out = Adaptive()(own, make_ctx(round_=0, guard_name="semantic"))
+        assert float((out - planned).norm()) == pytest.approx(0.3 * float(own.norm()), rel=1e-5)
+
+    def test_round_zero_copies_are_not_grouped_as_duplicates(self) -> None:
+        # Round 0: each attacker knows only its own Δ, and its plan (turned by π/2 from it) shares only the
+        # seeded direction with its colluders'; the jitter keeps the sent rows apart.
+        previous, honest, own = synthetic_round(0)
+        sent = [Adaptive()(own[i : i + 1], make_ctx(round_=0, seed=i, guard_name="semantic")) for i in range(F)]
+        ctx = AggregationContext(senders=tuple(f"p{i:02d}" for i in range(N)), round=0, generator=torch.Generator())
+        verdicts = build_guard("semantic")(torch.cat([honest, torch.stack(sent)]), ctx).verdicts[-F:]
+        assert not any(v.reason == "duplicate" for v in verdicts), [v.detail for v in verdicts]
 
     def test_loss_probe_bounds_the_loss(self) -> None:
         previous, _, own = synthetic_round(1)
