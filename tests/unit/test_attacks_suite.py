@@ -462,7 +462,7 @@ class TestAdaptive:
             return 1.0 - float(torch.dot(v, direction) / direction.norm())
 
         attack = Adaptive(loss_slack=0.05)
-        for seed in range(20):
+        for seed in range(4):  # without the mirror, draws 0 and 3 (10 of the first 20) break the bound
             out = attack(known, make_ctx(seed=seed, loss_probe=probe))
             assert probe(out) <= probe(known[0]) + 0.05 + 1e-6
 
