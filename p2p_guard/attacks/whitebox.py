@@ -5,7 +5,7 @@
   plus candidate attack rows;
 - :func:`drift_cosine` / :func:`drift_scale` / :func:`drifted_stand_ins`: how far this round's honest centre has
   likely turned from the stand-ins' mean and how much the rows' length has changed, and the stand-ins turned
-  by it;
+  by it; :func:`honest_models`: the two models of this round's honest rows built from them;
 - :class:`Adaptive`: the strongest row the default ``semantic`` guard accepts with a margin on each check.
 
 Knowledge (commit-before-reveal): the attacker has its own honest Δ of this round and the rows of the previous
@@ -38,6 +38,8 @@ __all__ = [
     "drift_scale",
     "drifted_stand_ins",
     "guard_thresholds",
+    "harmful_direction",
+    "honest_models",
     "honest_stand_ins",
     "jitter_copy",
     "simulate_round",
@@ -205,6 +207,42 @@ def drifted_stand_ins(
     return out.to(stand_ins.dtype)
 
 
+def honest_models(
+    stand_ins: torch.Tensor, u: torch.Tensor, w: torch.Tensor, ctx: AttackContext
+) -> tuple[torch.Tensor, ...]:
+    """The two models of this round's honest rows a white-box attack judges its candidates on.
+
+    (S, R_δ̂(S_ĝ)),   S_ĝ = (s_0, ĝ·s_1, …, ĝ·s_k)
+
+    where
+        - S are the stand-ins (:func:`honest_stand_ins`), s_0 the attacker's own Δ of this round;
+        - ĝ = :func:`drift_scale` (S): the previous round's rows scaled to this round's length (pseudo-gradients
+          shrink 15-30 % a round early in training, and the guard's norm test compares with this round's median);
+        - R_δ̂ = :func:`drifted_stand_ins` with cos δ̂ = :func:`drift_cosine` (S, n − f): all rows turned by the
+          estimated drift of the honest centre, out of the attack's plane (û, ŵ).
+
+    A candidate passes only if the peers' guard accepts it on both: the turned model binds where the guard wants
+    a positive cosine (the previous round's rows put the centre where it was), the model as it is where the
+    target cosine is ≤ 0 (the turn shrinks every cosine towards 0). Used by :class:`Adaptive` and by
+    ``alie:z=search`` (:class:`~p2p_guard.attacks.update.ALittleIsEnough`).
+
+    Args:
+        stand_ins: ``(h, d)`` float tensor, row 0 the attacker's own Δ; not mutated.
+        u: ``(d,)`` float64 unit vector û, the stand-ins' mean direction.
+        w: ``(d,)`` float64 unit vector ŵ ⟂ û, the attack's harmful direction.
+        ctx: ``n`` and ``f`` (h' = n − f honest rows this round); ê's seed is ``ctx.generator.initial_seed()``
+            (no draw is taken).
+
+    Returns:
+        ``(S,)`` when neither a turn nor a change of length is estimated (T̂ = 1, ĝ = 1), else ``(S, R_δ̂(S_ĝ))``.
+    """
+    turn, scale = drift_cosine(stand_ins, max(1, ctx.n - ctx.f)), drift_scale(stand_ins)
+    if turn >= 1.0 and scale == 1.0:
+        return (stand_ins,)
+    scaled = torch.cat([stand_ins[:1], stand_ins[1:] * scale]) if scale != 1.0 else stand_ins
+    return (stand_ins, drifted_stand_ins(scaled, u, w, turn, ctx.generator.initial_seed()))
+
+
 COPY_JITTER = 0.3
 """j: the white-box attacks add noise of norm j × the typical distance between the rows they know to what they
 send (:func:`jitter_copy`), so that two attackers' rows lie about √2·j = 0.42 × apart, beyond the ρ = 0.25 at
@@ -324,6 +362,29 @@ def guard_thresholds(guard: Guard) -> GuardThresholds:
 def _unit(v: torch.Tensor) -> torch.Tensor | None:
     norm = torch.linalg.vector_norm(v)
     return v / norm if norm > 0 else None
+
+
+def harmful_direction(h: torch.Tensor | None, u: torch.Tensor, seed: int) -> torch.Tensor:
+    """ŵ: the unit part of ``h`` orthogonal to û, the direction a white-box attack turns its row towards.
+
+    When ``h`` is None or (nearly) parallel to û, the part orthogonal to û of a Gaussian direction drawn from
+    ``seed``; −û when d = 1 (no orthogonal direction exists; the only harm left is −û).
+
+    Args:
+        h: ``(d,)`` float64 direction (−σ̂ for the attacks here), or None; not mutated.
+        u: ``(d,)`` float64 unit vector û.
+        seed: seed of the Gaussian direction.
+
+    Returns:
+        ``(d,)`` float64 unit vector.
+    """
+    if h is not None:
+        orth = h - torch.dot(h, u) * u
+        if float(torch.linalg.vector_norm(orth)) > 1e-12 * float(torch.linalg.vector_norm(h)):
+            return orth / float(torch.linalg.vector_norm(orth))
+    g = torch.randn(len(u), generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    w = _unit(g - torch.dot(g, u) * u)
+    return -u if w is None else w
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -466,13 +527,7 @@ class Adaptive:
         if u is None:
             return mean.to(known.dtype)
         w = self._harmful_direction(s64, u)
-        # this round's honest rows, two models: the stand-ins as they are, and the previous round's rows scaled
-        # to this round's length and all turned by the estimated drift of the centre
-        turn, scale = drift_cosine(stand_ins, max(1, ctx.n - ctx.f)), drift_scale(stand_ins)
-        models: tuple[torch.Tensor, ...] = (stand_ins,)
-        if turn < 1.0 or scale != 1.0:
-            scaled = torch.cat([stand_ins[:1], stand_ins[1:] * scale]) if scale != 1.0 else stand_ins
-            models = (stand_ins, drifted_stand_ins(scaled, u, w, turn, ctx.generator.initial_seed()))
+        models = honest_models(stand_ins, u, w, ctx)
         radius_scale = min(th.c_clip, th.c_reject)
         if not math.isfinite(radius_scale):
             radius_scale = 1.0  # no magnitude test at all: the honest scale keeps it unremarkable
@@ -513,13 +568,5 @@ class Adaptive:
 
     def _harmful_direction(self, stand_ins: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """ŵ: a float64 unit vector orthogonal to ``u`` (see the class docstring)."""
-        if self.direction == "std" and len(stand_ins) >= 2:
-            h = -stand_ins.std(dim=0, correction=1)
-            orth = h - torch.dot(h, u) * u
-            if float(torch.linalg.vector_norm(orth)) > 1e-12 * float(torch.linalg.vector_norm(h)):
-                return orth / float(torch.linalg.vector_norm(orth))
-        g = torch.randn(len(u), generator=torch.Generator().manual_seed(self.seed), dtype=torch.float64)
-        w = _unit(g - torch.dot(g, u) * u)
-        if w is None:  # d = 1: no orthogonal direction exists; the only harm left is −û
-            return -u
-        return w
+        use_std = self.direction == "std" and len(stand_ins) >= 2
+        return harmful_direction(-stand_ins.std(dim=0, correction=1) if use_std else None, u, self.seed)
