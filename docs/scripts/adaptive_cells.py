@@ -1,9 +1,10 @@
-"""The ``adaptive`` white-box attack against the default guard and the coordinate-wise median, one line per cell.
+"""The white-box attacks against the default guard and the coordinate-wise median, one line per cell.
 
 Digits, 10 peers, Dirichlet 0.5, 12 rounds, f not told.
 
-    python docs/scripts/adaptive_cells.py                         # the table below (about 3 min on 2 cores)
+    python docs/scripts/adaptive_cells.py                         # the first table (about 3 min on 2 cores)
     python docs/scripts/adaptive_cells.py --guards semantic --fractions 4 --seeds 0
+    python docs/scripts/adaptive_cells.py --attack alie:z=search --fractions 3 4      # the second table
 
 Each cell is ``p2p_guard.bench.cell.run_cell`` (the benchmark's in-process cell: the guard is never told f, the
 attackers are told the guard's name, as in ``p2p-guard bench robustness``), with ``attack="adaptive"`` at f of 10
@@ -52,6 +53,41 @@ Rows still rejected with the round-0 jitter: for their norm in rounds 3-5 (every
 the norms shrink there and an attacker whose own Δ is longer than the round's median has no witness of it), and
 for direction once (4 of 10, seed 2, round 8: two rows at cosine −0.51 with the centre, where the simulation had
 them at 0 or above).
+
+``alie:z=search`` (``--attack alie:z=search``: ALIE, μ − zσ over the known rows, with z searched against the
+simulated guard). Its search had the same gap: it simulated the guard on the previous round's rows alone, and
+scored a z by how far the aggregate moved from μ (which holds the colluders' rows of the previous round), so a z
+whose rows the guard rejects could win. Now it takes the largest z that, with √2·z, the guard accepts on both
+models of this round's honest rows (``honest_models``: as they are, and scaled and turned by ``drift_scale`` and
+``drift_cosine``). Measured 2026-12-06 (final accuracy, seeds 0 1 2 3 4, then their mean; tp = the attack's rows
+rejected, of 252 at 3 of 10 and 288 at 4 of 10, summed over every honest receiver's 12 rounds). Versions: before =
+main at 610ab89; after = the commit that adds this table::
+
+    | guard | f | version | seeds 0 1 2 3 4 | mean | tp, seeds 0-4 |
+    |---|---:|---|---|---:|---|
+    | semantic | 3 | before | 0.936 0.847 0.928 0.931 0.906 | 0.909 | 182 189 189 210 210 |
+    | semantic | 3 | after | 0.919 0.844 0.903 0.922 0.889 | 0.896 | 0 0 0 0 14 |
+    | semantic | 4 | before | 0.906 0.839 0.931 0.922 0.919 | 0.903 | 228 198 222 228 240 |
+    | semantic | 4 | after | 0.897 0.856 0.903 0.900 0.897 | 0.891 | 54 42 30 48 114 |
+    | median | 3 | before | 0.897 0.850 0.919 0.925 0.900 | 0.898 | |
+    | median | 3 | after | 0.897 0.844 0.917 0.922 0.906 | 0.897 | |
+    | median | 4 | before | 0.869 0.803 0.883 0.894 0.892 | 0.868 | |
+    | median | 4 | after | 0.872 0.806 0.878 0.894 0.892 | 0.868 | |
+
+What it says: the attack now gets its rows in (rejected 0-14 times a cell at 3 of 10, where it was 182-210) and
+does more damage to the default guard: −1.3 points on the mean at 3 of 10 (cells −2.5 to −0.3) and −1.2 at 4 of
+10 (cells −2.8 to +1.7). At 3 of 10 the default guard is no longer above the coordinate-wise median: below it on
+seeds 2 (90.3 against 91.7 %) and 4 (88.9 against 90.6 %), level on seeds 1 and 3, above on seed 0 (91.9 against
+89.7 %); means 89.6 against 89.7 %. At 4 of 10 it stays above the median in every cell (means 89.1 against
+86.8 %). (Against the median, which rejects nothing, every z passes and the search takes the top of its grid.)
+
+Rows still rejected at 4 of 10 (and 3 of 10 seed 4): for their cosine to the robust centre, just below
+cos_min = −0.3, in rounds 8-11 (7-11 on seed 4 at 4 of 10). On seed 4 at 4 of 10 the rows meet the previous
+round's honest mean at −0.26 to −0.32 in rounds 7-11 and this round's at −0.31 to −0.36: the honest centre turns
+away from a persistent attack (the honest updates correct last round's push), which the turned model, a turn
+unrelated to the attack's plane, does not foresee; and μ, σ over the known rows include the colluders' rows of the
+previous round, so the row barely changes from round to round (cosine 0.99 with the previous round's attack rows)
+and a smaller z does not turn it back.
 """
 
 from __future__ import annotations
@@ -71,17 +107,19 @@ def main() -> None:
     parser.add_argument("--guards", nargs="+", default=["semantic", "median"])
     parser.add_argument("--fractions", type=int, nargs="+", default=[0, 3, 4], help="f, Byzantine of 10 (0: clean)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--attack", default="adaptive", help="attack spec at f > 0 (alie:z=search: the second table)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     for seed in args.seeds:
         for guard in args.guards:
             for f in args.fractions:
                 started = time.monotonic()
-                result = run_cell(CellSpec(task="digits", guard=guard, attack="adaptive" if f else None, n=10, f=f,
+                result = run_cell(CellSpec(task="digits", guard=guard, attack=args.attack if f else None, n=10, f=f,
                                            partition="dirichlet:0.5", seed=seed, rounds=12))
                 verdicts = result["verdicts"]
-                line = {"guard": guard, "f": f, "seed": seed, "accuracy": round(result["final"]["accuracy"], 4),
-                        "tp": verdicts["tp"], "fn": verdicts["fn"], "fp": verdicts["fp"],
+                line = {"attack": args.attack if f else None, "guard": guard, "f": f, "seed": seed,
+                        "accuracy": round(result["final"]["accuracy"], 4), "tp": verdicts["tp"], "fn": verdicts["fn"],
+                        "fp": verdicts["fp"],
                         "reasons": verdicts["reasons"], "seconds": round(time.monotonic() - started, 1)}
                 print(json.dumps(line), flush=True)  # noqa: T201
 

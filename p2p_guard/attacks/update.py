@@ -21,7 +21,14 @@ from typing import ClassVar
 import torch
 
 from p2p_guard.attacks.base import AttackContext, check_known
-from p2p_guard.attacks.whitebox import honest_stand_ins, jitter_copy, simulate_round, simulated_guard
+from p2p_guard.attacks.whitebox import (
+    harmful_direction,
+    honest_models,
+    honest_stand_ins,
+    jitter_copy,
+    simulate_round,
+    simulated_guard,
+)
 from p2p_guard.guard.base import check_int, check_real
 from p2p_guard.guard.linalg import pairwise_distances
 
@@ -40,11 +47,12 @@ __all__ = [
 ]
 
 ALIE_SEARCH_SAFETY = 2**0.5
-"""``alie:z=search`` scores each z by the worse of z and √2·z (a margin from the guard's rejection cliff)."""
+"""``alie:z=search`` takes a z only when √2·z passes the simulated guard too (a margin from its rejection cliff)."""
 
 ALIE_SEARCH_GRID: tuple[float, ...] = tuple(0.25 * ALIE_SEARCH_SAFETY**k for k in range(12))
 """The z values ``alie:z=search`` tries, 0.25 to 11.3 in steps of √2 (with the formula's z when positive):
-each grid point's safety partner is the next one, so the search costs 13 simulated rounds."""
+each grid point's safety partner is the next one. From the top down, so the search costs 1 (a rule that rejects
+nothing) to 14 simulated rounds on each of its two models of the honest rows."""
 
 SEARCH = "search"
 """The value of ``z`` that makes ALIE line-search z against the peers' guard."""
@@ -202,21 +210,36 @@ class ALittleIsEnough:
           rows of ``known`` (own Δ of this round and the previous round's updates; σ = 0 with one row);
         - z = ``z``; when ``None``, z_max of :func:`alie_z` for ``ctx.n`` and ``ctx.f``; when ``"search"``,
 
-              z* = argmax_{z ∈ Z} min(D(z), D(κz)),   D(z) = ‖G(S ∪ {μ − zσ}^f) − μ‖₂
+              z* = max {z ∈ Z : z and κz pass},   0 when no z passes
 
-          the z whose f copies move the peers' simulated guard G furthest from μ, with S the honest stand-ins
-          (:func:`~p2p_guard.attacks.whitebox.honest_stand_ins`), G built from ``ctx.guard_name``
-          (``semantic`` when None), ``ctx.guard_params`` and ``ctx.guard_f``, and Z = :data:`ALIE_SEARCH_GRID`
-          plus z_max when it is positive (ties go to the smaller z). κ = :data:`ALIE_SEARCH_SAFETY` (√2)
-          keeps a margin from the cliff where the guard starts rejecting: a z that would be rejected if this
-          round's spread were √2 times smaller than estimated scores as low as a rejected one (without it the
-          search lands on the last accepted grid point, which a real round, unlike the simulation, often
-          rejects).
+          where z *passes* when the peers' guard G, simulated on each of the two models of this round's honest
+          rows (:func:`~p2p_guard.attacks.whitebox.honest_models`: the honest stand-ins S of
+          :func:`~p2p_guard.attacks.whitebox.honest_stand_ins` as they are, and S with its previous-round rows
+          scaled by :func:`~p2p_guard.attacks.whitebox.drift_scale` and all rows turned by
+          :func:`~p2p_guard.attacks.whitebox.drift_cosine` out of the plane of û, the stand-ins' mean
+          direction, and ŵ, the part of −σ orthogonal to û) plus f copies of μ − zσ
+          (:func:`~p2p_guard.attacks.whitebox.simulate_round`), accepts every copy on both. G is built from
+          ``ctx.guard_name`` (``semantic`` when None), ``ctx.guard_params`` and ``ctx.guard_f``
+          (:func:`~p2p_guard.attacks.whitebox.simulated_guard`), Z = :data:`ALIE_SEARCH_GRID` plus z_max when
+          it is positive, and κ = :data:`ALIE_SEARCH_SAFETY` (√2) keeps a margin from the cliff where the guard
+          starts rejecting (the models are estimates from one row of this round). Against a rule that rejects
+          nothing (``median``, ``mean``) every z passes and z* is the top of the grid.
+
+          Why the two models: S alone is the previous round's rows, whose centre points where the previous
+          round's did and whose norms are the previous round's, while pseudo-gradients shrink 15-30 % a round
+          early in training. The search used to take z* = argmax min(D(z), D(κz)), D(z) = ‖G(S ∪ {μ − zσ}^f) −
+          μ‖₂, on S alone; μ includes the colluders' rows of the previous round, so a z whose rows G rejects
+          could score highest, and the real guard rejected 69-83 % of the rows on digits (10 peers, Dirichlet
+          0.5, 3 and 4 of 10, seeds 0-4; the table in ``docs/scripts/adaptive_cells.py``), mostly for their
+          norm; with the two models, 0-6 % at 3 of 10 and 10-40 % at 4 of 10 (for their cosine, late in the
+          run: the honest centre turns away from a persistent attack, which the turned model, a turn unrelated
+          to the attack's plane, does not foresee).
 
     The original attack is omniscient (it sees this round's honest updates); under commit-before-reveal it
     estimates μ and σ from its own update and the previous round's, which is what this class does. The search
     variant is white-box: it also knows the guard's configuration (as byzfl's Opt-ALIE, which takes the
-    aggregator as an argument), and simulates it on stand-ins, never on this round's honest rows.
+    aggregator as an argument), and simulates it on models of this round's honest rows built from what it knows,
+    never on the rows themselves.
 
     Args:
         z: the shift in standard deviations, ``>= 0``; ``None`` for the paper's formula; ``"search"`` for the
@@ -274,23 +297,30 @@ class ALittleIsEnough:
             grid.add(alie_z(ctx.n, ctx.f))
         guard = simulated_guard(ctx)
         stand_ins = honest_stand_ins(known, ctx)
+        centre = stand_ins.to(torch.float64).mean(dim=0)
+        centre_norm = float(torch.linalg.vector_norm(centre))
+        if centre_norm > 0:
+            u = centre / centre_norm
+            models = honest_models(stand_ins, u, harmful_direction(-std.to(torch.float64), u, 0), ctx)
+        else:
+            models = (stand_ins,)
         copies = max(1, ctx.f)
-        mean64 = mean.to(torch.float64)
-        moved: dict[float, float] = {}
+        verdicts: dict[float, bool] = {}
 
-        def distance(z: float) -> float:
-            if z not in moved:
+        def accepted(z: float) -> bool:
+            if z not in verdicts:
                 attack = (mean - z * std).expand(copies, -1)
-                aggregate = simulate_round(guard, stand_ins, attack, ctx).aggregate
-                moved[z] = float(torch.linalg.vector_norm(aggregate.to(torch.float64) - mean64))
-            return moved[z]
+                verdicts[z] = all(
+                    v.accepted
+                    for honest in models
+                    for v in simulate_round(guard, honest, attack, ctx).verdicts[-copies:]
+                )
+            return verdicts[z]
 
-        best_z, best = 0.0, -1.0
-        for z in sorted(grid):
-            score = min(distance(z), distance(ALIE_SEARCH_SAFETY * z))
-            if score > best:
-                best_z, best = z, score
-        return best_z
+        for z in sorted(grid, reverse=True):
+            if accepted(z) and accepted(ALIE_SEARCH_SAFETY * z):
+                return z
+        return 0.0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -378,6 +378,30 @@ class TestAlieSearch:
             assert (result.aggregate - mu).norm() > (formula.aggregate - mu).norm()
 
 
+    @pytest.mark.parametrize(
+        ("shrink", "guard"),
+        [(0.7, "semantic"), (1.0, "semantic:cos_min=0.5")],
+        ids=["norms-shrink", "cos-min-0.5"],
+    )
+    def test_the_real_guard_accepts_the_chosen_rows_on_this_rounds_rows(self, shrink: float, guard: str) -> None:
+        # The search sees only the previous round's rows. This round's honest rows are 0.7 x as long (norms
+        # shrink early in training: the default guard's norm test binds) or their centre has turned (previous
+        # mean at cosine 0.8: a raised cos_min binds). Simulated on the previous rows alone, the search chose
+        # z = 2.828 (shrink; seeds 0, 1, 3: every row rejected for its norm) and mostly 1.414 (cos_min 0.5;
+        # seeds 0, 1, 3: 1 to 3 rows of 3 rejected for their cosine); on both models 1.414-2.0 and 0.5-1.0.
+        for seed in range(4):
+            previous, honest, own = synthetic_round(seed)
+            sent = [
+                ALittleIsEnough(z="search")(
+                    torch.cat([shrink * own[i : i + 1], previous]), make_ctx(seed=i, guard_name=guard)
+                )
+                for i in range(F)
+            ]
+            ctx = AggregationContext(senders=tuple(f"p{i:02d}" for i in range(N)), round=2, generator=torch.Generator())
+            verdicts = build_guard(guard)(torch.cat([shrink * honest, torch.stack(sent)]), ctx).verdicts[-F:]
+            assert all(v.accepted for v in verdicts), (seed, [v.detail for v in verdicts])
+
+
 class TestAdaptive:
     def test_passes_where_sign_flip_is_rejected(self) -> None:
         for seed in range(3):
