@@ -523,7 +523,8 @@ async def _payload(p2p: P2P, sender: str, env: Envelope, config: FetchLimits, ra
             extended = True
             more = extended_deadline_s(env.payload_bytes, verifier.received, time.monotonic() - started,
                                        idle_timeout_s=config.fetch_idle_timeout_s,
-                                       min_bytes_per_s=config.min_fetch_bytes_per_s)
+                                       min_bytes_per_s=config.min_fetch_bytes_per_s,
+                                       kept_bytes=verifier.resume_offset())
             if more is not None:
                 logger.info("round %d: %s still streaming (%d of %d bytes): deadline extended to %.0f s", env.round,
                             sender[-8:], verifier.received, env.payload_bytes, more)
