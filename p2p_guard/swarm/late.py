@@ -150,8 +150,9 @@ class LatePayloads:
             return why
         task = asyncio.ensure_future(resume())
         self._entries[sender, envelope.round] = _Entry(envelope, verifier, expect, task)
-        logger.info("late update of %s (round %d) carried to the next round: %d of %d bytes verified, fetch "
-                    "continues", sender[-8:], envelope.round, verifier.received, envelope.payload_bytes)
+        logger.info("late update of %s (round %d) carried to the next round: %d of %d bytes received (%d in "
+                    "verified chunks), fetch continues", sender[-8:], envelope.round, verifier.received,
+                    envelope.payload_bytes, verifier.resume_offset())
         return None
 
     def _refusal(self, sender: str, envelope: Envelope, verifier: ChunkVerifier, too_slow: bool) -> str | None:

@@ -271,7 +271,7 @@ class Peer:
         inner  → H AdamW steps from our θ (in a thread; overlaps round r − 1's communication)
         step   → apply round r − 1's aggregate (outer Nesterov) and mixing correction, checkpoint
         commit → sign and store the envelope of Δ in the swarm's open round
-        communicate (background task): close → reveal → sample k → fetch → judge → mix
+        communicate (background task): close → reveal → sample k → fetch → take late rows of r − 1 → judge → mix
 
     A sequential round awaits ``communicate`` before the next inner phase. An overlapped round (``overlap``; by
     default automatic, :func:`overlap_pays`) splits the next inner phase into :meth:`inner_head`, run while

@@ -5,7 +5,8 @@ The state machine of round r for peer i (see ``docs/protocol.md``)::
     INNER    --commit-->  COMMITTED  --quorum+grace | all present | deadline-->  CLOSED (publish a close record)
     CLOSED   --close records of every other sender of our closed set | reveal_wait_s-->  REVEALED (serve it)
     REVEALED --open envelopes, sample k senders (``swarm.sampling``), stream payloads (each chunk checked against
-               the committed root, one deadline per sender from its size and rate: ``swarm.pacing``)-->  CHECKED
+               the committed root, one deadline per sender from its size and rate: ``swarm.pacing``; one still
+               streaming at its deadline is carried to our next round, ``swarm.late``)-->  CHECKED
     CHECKED  --re-read commits once, report late ones (grace_s after the reveal if a present peer had
                withheld its commit); guard, outer step-->  round r+1
 
@@ -577,8 +578,9 @@ async def resume_payload(p2p: P2P, env: Envelope, verifier: ChunkVerifier, confi
                          stop: asyncio.Event) -> bytes | bytearray | Rejected | str:
     """Continue a carried fetch (``swarm.late``) from ``verifier``'s first unverified chunk until it is complete.
 
-    Its limit is what the slowloris floor allows the rest of the payload, ``I + (b − received) / m`` seconds
-    (I = ``fetch_idle_timeout_s``, m = ``min_fetch_bytes_per_s``, b the declared size in bytes); each exchange
+    Its limit is what the slowloris floor allows the rest of the payload, ``I + (b − k) / m`` seconds
+    (I = ``fetch_idle_timeout_s``, m = ``min_fetch_bytes_per_s``, b the declared size and k the bytes of the
+    verified chunks, in bytes: the unfinished chunk is read again); each exchange
     has the same idle and rate cut-offs as any fetch (``transport.fetch_payload``). The caller cancels it when
     the next round's fetch phase is over.
 
@@ -594,7 +596,8 @@ async def resume_payload(p2p: P2P, env: Envelope, verifier: ChunkVerifier, confi
         why it ended without a payload (a sentence). Never raises on network failure or hostile bytes.
     """
     peer = PeerID(env.sender)
-    limit = config.fetch_idle_timeout_s + max(0, env.payload_bytes - verifier.received) / config.min_fetch_bytes_per_s
+    rest = max(0, env.payload_bytes - verifier.resume_offset())
+    limit = config.fetch_idle_timeout_s + rest / config.min_fetch_bytes_per_s
     deadline = time.monotonic() + limit
     detail = "no answer"
     while not stop.is_set():

@@ -302,6 +302,40 @@ def test_check_rows_carries_a_slow_honest_sender_and_not_a_slowloris(monkeypatch
     assert [c for s, c in asked if s == loris.peer_id_b58[-4:]] == [0]  # the slowloris was asked once
 
 
+@pytest.mark.parametrize("outcome", ["complete", "too_slow", "bad_chunk"])
+def test_resume_payload_continues_after_the_verified_chunks(monkeypatch: pytest.MonkeyPatch, outcome: str) -> None:
+    payload = payload_of(12)
+    env = envelope(SENDERS[0], payload)
+    # chunk 0 verified, and 500,000 bytes of chunk 1 that the resumed request reads again
+    verifier = partial_verifier(env, payload, nbytes=PAYLOAD_CHUNK_BYTES + 500_000)
+    calls: list[tuple[int, float]] = []
+    bad = Rejected(RejectReason.DIGEST_MISMATCH, "chunk 1 of 3 does not match its digest")
+
+    async def fake(_p2p: Any, _peer: Any, _run: str, round_: int, v: ChunkVerifier, **kwargs: Any) -> FetchResult:
+        v.restart()
+        calls.append((v.next_chunk, kwargs["timeout_s"]))
+        if outcome == "too_slow":
+            return FetchResult(TOO_SLOW, detail="idle for 5.0 s")
+        if outcome == "bad_chunk":
+            return FetchResult(rounds.BAD_DATA, detail=bad.detail, rejected=bad)
+        v.feed(payload[v.resume_offset():])
+        return FetchResult(OK, v.payload())  # type: ignore[arg-type]
+
+    monkeypatch.setattr(rounds, "fetch_payload", fake)
+    result = asyncio.run(rounds.resume_payload(None, env, verifier, LIMITS, asyncio.Event()))  # type: ignore[arg-type]
+    [(first_chunk, timeout_s)] = calls
+    assert first_chunk == 1
+    # the floor's limit for the rest after the verified chunk: I + (b − 1 MiB) / m, not I + (b − received) / m
+    assert timeout_s == pytest.approx(LIMITS.fetch_idle_timeout_s + (len(payload) - PAYLOAD_CHUNK_BYTES)
+                                      / LIMITS.min_fetch_bytes_per_s, abs=1.0)
+    if outcome == "complete":
+        assert bytes(result) == payload  # type: ignore[arg-type]
+    elif outcome == "too_slow":
+        assert result == f"{rounds.TOO_SLOW_DETAIL} while resuming, stream cut (idle for 5.0 s)"
+    else:
+        assert result == bad
+
+
 # --- the next round: Peer._take_late ----------------------------------------------------------------------------
 
 def fake_peer(book: LatePayloads, banned: tuple[str, ...] = ()) -> Any:
