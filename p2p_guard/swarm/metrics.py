@@ -16,6 +16,8 @@ Metric names (all prefixed ``p2p_guard_``; ``_total`` are counters, the rest gau
 ``rounds_applied_total``            rounds whose aggregate was applied (others' updates arrived)
 ``updates_accepted_total``          other senders' updates the guard accepted
 ``updates_rejected_total{reason}``  other senders' updates rejected, by reject reason (``outlier``, ``timeout``...)
+``late_updates_applied_total``      updates carried over from an earlier round's deadline (``swarm.late``) that the
+                                    guard accepted (also in ``updates_accepted_total``)
 ``payloads_fetched_total``          payloads fetched from sampled senders
 ``payloads_served_total``           payloads this peer served
 ``bytes_sent_total``                bytes this peer's server sent (payloads and states)
@@ -79,6 +81,8 @@ class PeerMetrics:
         self.updates_accepted = counter("updates_accepted", "other senders' updates the guard accepted")
         self.updates_rejected = counter("updates_rejected", "other senders' updates rejected, by reason",
                                         ["reason"])
+        self.late_updates_applied = counter("late_updates_applied", "updates carried over from an earlier round's "
+                                                                    "deadline that the guard accepted")
         self.payloads_fetched = counter("payloads_fetched", "payloads fetched from sampled senders")
         self.payloads_served = counter("payloads_served", "payloads this peer served")
         self.bytes_sent = counter("bytes_sent", "bytes this peer's server sent")
@@ -110,7 +114,7 @@ class PeerMetrics:
     def observe_round(self, *, verdicts: Iterable[SenderVerdict], me: str, applied: bool, fetched: int,
                       served: int, bytes_sent: int, bytes_received: int, seconds: float, compute_s: float,
                       mix_distance: float | None, mixed_from: int, loss: float | None,
-                      accuracy: float | None) -> None:
+                      accuracy: float | None, late_applied: int = 0) -> None:
         """Count one finished round (the values of its ``round`` event).
 
         Args:
@@ -127,8 +131,10 @@ class PeerMetrics:
             mixed_from: neighbours used by the mixing step.
             loss: evaluation loss (None: not finite).
             accuracy: evaluation accuracy (None: not measured).
+            late_applied: accepted updates carried over from an earlier round (``swarm.late``).
         """
         self.rounds_completed.inc()
+        self.late_updates_applied.inc(max(0, late_applied))
         if applied:
             self.rounds_applied.inc()
         for verdict in verdicts:

@@ -45,7 +45,7 @@ from p2p_guard.attacks.base import AttackContext
 from p2p_guard.attacks.wire import CommitDraft, WireBehaviour, seal, wire_behaviour
 from p2p_guard.guard import build_guard
 from p2p_guard.guard.apply import judge_rows
-from p2p_guard.guard.integrity import RoundExpectation
+from p2p_guard.guard.integrity import RoundExpectation, check_payload
 from p2p_guard.identity import Identity, peer_id_to_b58
 from p2p_guard.protocol import CODECS, PROTOCOL_VERSION, Envelope, Rejected, RejectReason, encode_update, \
     expected_payload_bytes, open_envelope, payload_cap_bytes, payload_digest, sign_envelope
@@ -59,6 +59,7 @@ from p2p_guard.swarm.events import EventLog
 from p2p_guard.swarm.metrics import PeerMetrics, start_metrics
 from p2p_guard.swarm.reaper import start_reaper, stop_reaper_if_clean
 from p2p_guard.swarm.checkpoint import Checkpoint, last_committed, load_resumable, mark_committed, save_checkpoint
+from p2p_guard.swarm.late import LatePayloads
 from p2p_guard.swarm.pacing import RateBook
 from p2p_guard.swarm.mix_schedule import MixSchedule
 from p2p_guard.swarm.mixing import MOMENTUM_MIX_RADIUS, clipped_gossip, gossip_steps, robust_centre
@@ -144,6 +145,7 @@ class RoundOutcome:
             ``Peer.receive``); its aggregate is applied before this round's.
         overlapped: its communication ran beside the next round's inner phase (its head), and its step came
             between the head and the tail (``--overlap``, or the automatic overlap chose it).
+        late_applied: rows of earlier rounds carried over (``swarm.late``) that the guard accepted this round.
     """
 
     round: int
@@ -159,6 +161,7 @@ class RoundOutcome:
     rows: dict[str, torch.Tensor] = field(default_factory=dict)
     skipped: RoundOutcome | None = None
     overlapped: bool = False
+    late_applied: int = 0
 
 
 @dataclass
@@ -269,7 +272,7 @@ class Peer:
         inner  → H AdamW steps from our θ (in a thread; overlaps round r − 1's communication)
         step   → apply round r − 1's aggregate (outer Nesterov) and mixing correction, checkpoint
         commit → sign and store the envelope of Δ in the swarm's open round
-        communicate (background task): close → reveal → sample k → fetch → judge → mix
+        communicate (background task): close → reveal → sample k → fetch → take late rows of r − 1 → judge → mix
 
     A sequential round awaits ``communicate`` before the next inner phase. An overlapped round (``overlap``; by
     default automatic, :func:`overlap_pays`) splits the next inner phase into :meth:`inner_head`, run while
@@ -315,6 +318,8 @@ class Peer:
         self.shape_watch = ShapeWatch()  # stops us when the swarm's updates keep being for another model
         self.mix_schedule = MixSchedule(every=config.mix_every, adaptive=config.adaptive_mixing)
         self.rates = RateBook()  # each sender's measured payload rate: its next fetch deadline (swarm.pacing)
+        # payloads still streaming at their deadline, applied one round late (swarm.late): at most k held
+        self.late = LatePayloads(capacity=config.fanout, max_staleness=config.max_staleness)
         # set once a stop is requested (_relay_stop): the inner phase's thread stops at its next step boundary
         self.halt = threading.Event()
 
@@ -739,7 +744,10 @@ class Peer:
         if stop.is_set():
             return outcome
         self._record_rejections(rejected + more + late, round_, outcome)
-        await self._aggregate(rows, envelopes, own_update, own_reference, outcome)
+        staleness = {s: envelopes[s].staleness for s in rows}
+        late_rows = self._take_late(round_, rows, staleness, excluded, outcome)
+        await self._aggregate(rows, staleness, own_update, own_reference, outcome)
+        self._count_late(late_rows, outcome)
         disturbed = self.mix_schedule.disturbed([(v.sender, v.accepted, v.reason) for v in outcome.verdicts],
                                                 rejected_us=0 if self.votes is None else self.votes.rejected_us)
         outcome.mix = mix or disturbed
@@ -777,7 +785,7 @@ class Peer:
         self._record_rejections(rejected + more, round_, outcome)
         if not rows:
             return outcome
-        await self._aggregate(rows, envelopes, own_update, own_reference, outcome)
+        await self._aggregate(rows, {s: envelopes[s].staleness for s in rows}, own_update, own_reference, outcome)
         return outcome
 
     async def _fetch_sample(self, round_: int, envelopes: dict[str, Envelope], stop: asyncio.Event,
@@ -789,21 +797,69 @@ class Peer:
                                   max_staleness=self.config.max_staleness)
         sampled = sample_senders(envelopes, self.config.fanout, self.rng) if envelopes else []
         rows, more = await check_rows(self.p2p, {s: envelopes[s] for s in sampled}, expect,
-                                      self.config.fetch_limits, {}, stop, self.departures, self.rates)
+                                      self.config.fetch_limits, {}, stop, self.departures, self.rates, self.late)
         self._note_reachability(rows, more)
         outcome.fetched = len(rows)
         outcome.bytes_received = sum(envelopes[s].payload_bytes for s in rows)
         return rows, more
 
-    async def _aggregate(self, rows: dict[str, torch.Tensor], envelopes: dict[str, Envelope],
+    def _take_late(self, round_: int, rows: dict[str, torch.Tensor], staleness: dict[str, int],
+                   excluded: frozenset[str], outcome: RoundOutcome) -> dict[str, int]:
+        """Add to ``rows`` the carried payloads of earlier rounds that arrived in full (``swarm.late``).
+
+        Each goes through ``check_payload`` against its own round's expectation, and its staleness
+        (``round_ − base_round``) into ``staleness``. A sender with a fresh row in ``rows`` keeps only that one. A
+        carried payload whose continued fetch found bad bytes is rejected here. Returns ``{sender: its round}`` of
+        the late rows added.
+        """
+        def unwelcome(sender: str) -> str | None:
+            if sender in self.banned:
+                return "banned: equivocation proof"
+            if sender in excluded:
+                return "excluded by our reputation"
+            if sender in self.departures.left:
+                return "left the swarm"
+            return None
+
+        taken, dropped = self.late.take(round_, unwelcome)
+        added: dict[str, int] = {}
+        for d in dropped:
+            self.log.info("late update of %s (round %d) dropped: %s", d.sender[-8:], d.round, d.reason)
+            if d.rejected is not None:
+                self._record_rejections([IntegrityVerdict(d.sender, d.rejected.reason, d.rejected.detail)], round_,
+                                        outcome)
+        for late in taken:
+            if late.sender in rows:
+                self.log.info("late update of %s (round %d) dropped: its round %d update arrived", late.sender[-8:],
+                              late.envelope.round, round_)
+                continue
+            row = check_payload(late.envelope, late.payload, late.expect)
+            if isinstance(row, Rejected):
+                self._record_rejections([IntegrityVerdict(late.sender, row.reason, row.detail)], round_, outcome)
+                continue
+            rows[late.sender] = row
+            staleness[late.sender] = late.staleness
+            added[late.sender] = late.envelope.round
+            outcome.bytes_received += late.envelope.payload_bytes
+        return added
+
+    def _count_late(self, late_rows: Mapping[str, int], outcome: RoundOutcome) -> None:
+        """Log each late row the guard accepted and count it in ``outcome.late_applied``."""
+        for v in outcome.verdicts:
+            if v.sender in late_rows and v.accepted:
+                outcome.late_applied += 1
+                self.log.info("late update of %s (round %d) applied in round %d, weight %.2f", v.sender[-8:],
+                              late_rows[v.sender], outcome.round, v.weight)
+
+    async def _aggregate(self, rows: dict[str, torch.Tensor], staleness: Mapping[str, int],
                          own_update: torch.Tensor, own_reference: torch.Tensor | None, outcome: RoundOutcome) -> None:
-        """Weight the fetched rows by staleness, add our own row and run the guard; the result goes into ``outcome``."""
-        weights = {s: staleness_weight(envelopes[s].staleness) for s in rows}
+        """Weight the rows by staleness (rounds, by sender), add our own row and run the guard, into ``outcome``."""
+        weights = {s: staleness_weight(staleness[s]) for s in rows}
         rows = {s: row * weights[s] if weights[s] < 1.0 else row for s, row in rows.items()}
         if not self.wire.leaves_own_row_out:  # a slowloris is cut by others: it leaves its own row out too
             rows[self.me] = own_update
         if any(s != self.me for s in rows):
-            await asyncio.to_thread(self._judge, rows, weights, envelopes, outcome, own_reference)
+            await asyncio.to_thread(self._judge, rows, weights, staleness, outcome, own_reference)
         else:
             self.log.warning("no other peer's update arrived in round %d; the model is left unchanged", outcome.round)
 
@@ -843,17 +899,16 @@ class Peer:
                 if v.sender != self.me:
                     self.log.warning("rejected %s: %s (%s)", v.sender[-8:], v.reason.value, v.detail)
 
-    def _judge(self, rows: dict[str, torch.Tensor], weights: dict[str, float], envelopes: dict[str, Envelope],
+    def _judge(self, rows: dict[str, torch.Tensor], weights: dict[str, float], staleness: Mapping[str, int],
                outcome: RoundOutcome, own_reference: torch.Tensor | None = None) -> None:
         result = judge_rows(self.guard, rows, me=self.me, round_=outcome.round,
                             previous_aggregate=self.local.previous_aggregate, f=self.config.assumed_byzantine,
                             generator=self._generator(outcome.round, 4),
                             own_reference=own_reference if self.me in rows else None)
         for verdict in result.verdicts:
-            env = envelopes.get(verdict.sender)
             outcome.verdicts.append(SenderVerdict.judged(
                 verdict.sender, outcome.round, verdict.accepted, verdict.reason, verdict.detail, verdict.norm,
-                verdict.cosine, weights.get(verdict.sender, 1.0), env.staleness if env is not None else 0))
+                verdict.cosine, weights.get(verdict.sender, 1.0), staleness.get(verdict.sender, 0)))
             if not verdict.accepted and verdict.sender != self.me:
                 self.log.warning("rejected %s: %s (%s)", verdict.sender[-8:], verdict.reason, verdict.detail)
         outcome.rows = rows
@@ -1329,6 +1384,7 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
                 with contextlib.suppress(BaseException):
                     await asyncio.wait_for(background, LEAVE_TIMEOUT_S)
         if peer is not None:
+            await peer.late.close()  # carried fetches (swarm.late) end with us
             await _leave(peer, publish=not other_session)
         await dht.shutdown()
         if metrics is not None:
@@ -2089,15 +2145,17 @@ def _emit_round(peer: Peer, events: EventLog, outcome: RoundOutcome, metrics: An
                 bytes_received=outcome.bytes_received, fetched=outcome.fetched, served=served,
                 mixed_from=outcome.mixed_from, applied=outcome.aggregate is not None,
                 state_hash=state_hash, peers_seen=len(outcome.verdicts),
-                train_loss=outcome.train_loss, snapshot=snapshot, phases=phases, overlapped=outcome.overlapped)
+                train_loss=outcome.train_loss, snapshot=snapshot, phases=phases, overlapped=outcome.overlapped,
+                late_applied=outcome.late_applied)
     if peer.metrics is not None:
         peer.metrics.observe_round(
             verdicts=outcome.verdicts, me=peer.me, applied=outcome.aggregate is not None, fetched=outcome.fetched,
             served=served, bytes_sent=bytes_sent, bytes_received=outcome.bytes_received, seconds=seconds,
             compute_s=outcome.compute_s, mix_distance=outcome.mix_distance, mixed_from=outcome.mixed_from,
-            loss=finite_or_none(metrics.loss), accuracy=metrics.accuracy)
-    peer.log.info("round %d: %s | fetched %d | accepted %d | rejected %d%s | compute %.1f of %.1f s%s",
-                  outcome.round, _metric_text(metrics), outcome.fetched, accepted, len(others) - accepted,
+            loss=finite_or_none(metrics.loss), accuracy=metrics.accuracy, late_applied=outcome.late_applied)
+    peer.log.info("round %d: %s | fetched %d | accepted %d%s | rejected %d%s | compute %.1f of %.1f s%s",
+                  outcome.round, _metric_text(metrics), outcome.fetched, accepted,
+                  f" ({outcome.late_applied} late)" if outcome.late_applied else "", len(others) - accepted,
                   f" ({', '.join(reasons)})" if reasons else "", outcome.compute_s, seconds,
                   " | overlapped" if outcome.overlapped else "")
 

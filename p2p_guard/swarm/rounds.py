@@ -5,7 +5,8 @@ The state machine of round r for peer i (see ``docs/protocol.md``)::
     INNER    --commit-->  COMMITTED  --quorum+grace | all present | deadline-->  CLOSED (publish a close record)
     CLOSED   --close records of every other sender of our closed set | reveal_wait_s-->  REVEALED (serve it)
     REVEALED --open envelopes, sample k senders (``swarm.sampling``), stream payloads (each chunk checked against
-               the committed root, one deadline per sender from its size and rate: ``swarm.pacing``)-->  CHECKED
+               the committed root, one deadline per sender from its size and rate: ``swarm.pacing``; one still
+               streaming at its deadline is carried to our next round, ``swarm.late``)-->  CHECKED
     CHECKED  --re-read commits once, report late ones (grace_s after the reveal if a present peer had
                withheld its commit); guard, outer step-->  round r+1
 
@@ -26,6 +27,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple, TypeVar
 
 import torch
@@ -38,6 +40,7 @@ from p2p_guard.protocol.codecs import parse_codec
 from p2p_guard.swarm.allowlist import filter_allowed
 from p2p_guard.swarm.config import CommitPhase, FetchLimits
 from p2p_guard.swarm.dht import SwarmDHT
+from p2p_guard.swarm.late import LatePayloads
 from p2p_guard.swarm.pacing import RateBook, extended_deadline_s, fetch_deadline_s
 from p2p_guard.swarm.records import commit_key, publish_close, read_closes, read_presence, read_roster
 from p2p_guard.swarm.transport import (
@@ -50,8 +53,9 @@ from p2p_guard.swarm.transport import (
     fetch_payload,
 )
 
-__all__ = ["ClosedCommits", "Departures", "IntegrityVerdict", "await_closes", "await_commits", "check_rows",
-           "first_of", "late_commits", "open_commits", "reveal_after_close", "revealed_payloads"]
+__all__ = ["LATE_CARRIED_DETAIL", "ClosedCommits", "Departures", "IntegrityVerdict", "await_closes", "await_commits",
+           "check_rows", "first_of", "late_commits", "open_commits", "resume_payload", "reveal_after_close",
+           "revealed_payloads"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +71,8 @@ UNREACHABLE_TRIES = 3
 UNREACHABLE_DETAIL = "sender unreachable"
 #: How the detail of a sender cut while reading (``TOO_SLOW``: stalled or trickled) starts (``swarm.suspects``).
 TOO_SLOW_DETAIL = "sender too slow"
+#: How the detail of a ``timeout`` whose payload was carried to the next round ends (``swarm.late``).
+LATE_CARRIED_DETAIL = "carried to the next round"
 
 _T = TypeVar("_T")
 
@@ -407,7 +413,8 @@ def _within_cap(env: Envelope, max_parameters: int) -> Rejected | None:
 
 async def check_rows(p2p: P2P, envelopes: dict[str, Envelope], expect: RoundExpectation, config: FetchLimits,
                      local_payloads: dict[str, bytes], stop: asyncio.Event, departures: Departures | None = None,
-                     rates: RateBook | None = None) -> tuple[dict[str, torch.Tensor], list[IntegrityVerdict]]:
+                     rates: RateBook | None = None, late: LatePayloads | None = None
+                     ) -> tuple[dict[str, torch.Tensor], list[IntegrityVerdict]]:
     """Check each envelope against the round, stream its payload (verified chunk by chunk), and check the payload.
 
     Each envelope must also be within its codec's cap (``payload_cap_bytes(codec, config.max_parameters)``,
@@ -428,6 +435,8 @@ async def check_rows(p2p: P2P, envelopes: dict[str, Envelope], expect: RoundExpe
         departures: the peers that left (None: not watched).
         rates: each sender's measured rate, read for its deadline and updated by its fetch (None: every sender
             counts as never measured, and nothing is recorded).
+        late: where a payload still streaming at its deadline is carried to the next round (``swarm.late``; its
+            sender still gets this round's ``timeout`` verdict). None: such a payload is lost.
 
     Returns:
         ``{sender: (d,) float32 update}`` for the updates that passed, and one verdict per sender rejected.
@@ -446,7 +455,8 @@ async def check_rows(p2p: P2P, envelopes: dict[str, Envelope], expect: RoundExpe
     watch = departures.watching(stop) if departures is not None and to_fetch else contextlib.nullcontext()
     async with watch:
         fetched = await asyncio.gather(*(
-            _payload(p2p, sender, env, config, rates, local_payloads, stop, departures)
+            _payload(p2p, sender, env, config, rates, local_payloads, stop, departures,
+                     None if late is None else partial(_carry, late, p2p, sender, env, expect, config, stop))
             for sender, env in to_fetch.items()))
     for (sender, env), payload in zip(to_fetch.items(), fetched):
         if payload is None:  # it left the swarm
@@ -480,8 +490,8 @@ class _Unreachable:
 
 
 async def _payload(p2p: P2P, sender: str, env: Envelope, config: FetchLimits, rates: RateBook,
-                   local: dict[str, bytes], stop: asyncio.Event, departures: Departures | None = None
-                   ) -> bytes | bytearray | Rejected | None:
+                   local: dict[str, bytes], stop: asyncio.Event, departures: Departures | None = None,
+                   carry: Callable[[ChunkVerifier], str | None] | None = None) -> bytes | bytearray | Rejected | None:
     """Stream one sender's payload, retrying (resuming after its verified chunks) until its own deadline.
 
     The deadline is ``swarm.pacing.fetch_deadline_s`` of its declared size and measured rate; reached while
@@ -492,6 +502,9 @@ async def _payload(p2p: P2P, sender: str, env: Envelope, config: FetchLimits, ra
     is rejected as ``unavailable`` then, not at the deadline.
 
     None: we stopped, or the sender left the swarm (the fetch in flight is cut at once).
+
+    A sender still incomplete at its deadline that streamed something (never cut as too slow) is offered to
+    ``carry`` with the fetch's verifier (``swarm.late``): its rejection's detail then says whether it was carried.
     """
     if sender in local:
         return local[sender][:env.payload_bytes + 1]
@@ -511,7 +524,8 @@ async def _payload(p2p: P2P, sender: str, env: Envelope, config: FetchLimits, ra
             extended = True
             more = extended_deadline_s(env.payload_bytes, verifier.received, time.monotonic() - started,
                                        idle_timeout_s=config.fetch_idle_timeout_s,
-                                       min_bytes_per_s=config.min_fetch_bytes_per_s)
+                                       min_bytes_per_s=config.min_fetch_bytes_per_s,
+                                       kept_bytes=verifier.resume_offset())
             if more is not None:
                 logger.info("round %d: %s still streaming (%d of %d bytes): deadline extended to %.0f s", env.round,
                             sender[-8:], verifier.received, env.payload_bytes, more)
@@ -546,6 +560,64 @@ async def _payload(p2p: P2P, sender: str, env: Envelope, config: FetchLimits, ra
     if stop.is_set() or gone.is_set():
         return None
     rates.record(sender, verifier.received, time.monotonic() - started)  # its next deadline fits its rate
-    return Rejected(RejectReason.TIMEOUT, f"payload not received before its fetch deadline of "
-                                          f"{deadline - started:.1f} s ({verifier.received} of {env.payload_bytes} "
-                                          f"bytes; {detail})")
+    detail = f"payload not received before its fetch deadline of {deadline - started:.1f} s " \
+             f"({verifier.received} of {env.payload_bytes} bytes; {detail})"
+    if carry is not None:
+        not_carried = carry(verifier)
+        detail += f"; {LATE_CARRIED_DETAIL}" if not_carried is None else f"; not carried: {not_carried}"
+    return Rejected(RejectReason.TIMEOUT, detail)
+
+
+def _carry(late: LatePayloads, p2p: P2P, sender: str, env: Envelope, expect: RoundExpectation, config: FetchLimits,
+           stop: asyncio.Event, verifier: ChunkVerifier) -> str | None:
+    """Offer a payload incomplete at its deadline to ``late``; None when carried, else why not."""
+    return late.carry(sender, env, verifier, expect, partial(resume_payload, p2p, env, verifier, config, stop))
+
+
+async def resume_payload(p2p: P2P, env: Envelope, verifier: ChunkVerifier, config: FetchLimits,
+                         stop: asyncio.Event) -> bytes | bytearray | Rejected | str:
+    """Continue a carried fetch (``swarm.late``) from ``verifier``'s first unverified chunk until it is complete.
+
+    Its limit is what the slowloris floor allows the rest of the payload, ``I + (b − k) / m`` seconds
+    (I = ``fetch_idle_timeout_s``, m = ``min_fetch_bytes_per_s``, b the declared size and k the bytes of the
+    verified chunks, in bytes: the unfinished chunk is read again); each exchange
+    has the same idle and rate cut-offs as any fetch (``transport.fetch_payload``). The caller cancels it when
+    the next round's fetch phase is over.
+
+    Args:
+        p2p: our P2P replica.
+        env: the sender's checked envelope (its round's payload is asked for).
+        verifier: the verifier of the fetch that reached its deadline, holding the chunks verified so far.
+        config: the fetch limits.
+        stop: set on shutdown.
+
+    Returns:
+        The verified payload (``env.payload_bytes`` bytes), a :class:`Rejected` for bytes that failed a check, or
+        why it ended without a payload (a sentence). Never raises on network failure or hostile bytes.
+    """
+    peer = PeerID(env.sender)
+    rest = max(0, env.payload_bytes - verifier.resume_offset())
+    limit = config.fetch_idle_timeout_s + rest / config.min_fetch_bytes_per_s
+    deadline = time.monotonic() + limit
+    detail = "no answer"
+    while not stop.is_set():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        result = await first_of(fetch_payload(p2p, peer, config.run_id, env.round, verifier, timeout_s=remaining,
+                                              idle_timeout_s=config.fetch_idle_timeout_s,
+                                              min_bytes_per_s=config.min_fetch_bytes_per_s), stop)
+        if result is None:
+            break
+        if result.status == OK and result.data is not None:
+            return result.data
+        if result.status == BAD_DATA and result.rejected is not None:
+            return result.rejected
+        detail = result.detail or f"status {result.status}"
+        if result.status == TOO_SLOW:
+            return f"{TOO_SLOW_DETAIL} while resuming, stream cut ({detail})"
+        if result.status not in (NOT_READY, BUSY, -1):
+            return f"sender refused to serve the rest of its payload ({detail})"
+        await asyncio.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
+    return f"not complete within the floor's limit of {limit:.1f} s ({verifier.received} of {env.payload_bytes} " \
+           f"bytes; {detail})"

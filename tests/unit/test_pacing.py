@@ -79,6 +79,12 @@ class TestExtension:
         # 1 MiB of 4 MiB in 2 s: 0.5 MiB/s, 3 MiB left → 2 + 2 · 6 = 14 s
         assert extended_deadline_s(4 * MIB, MIB, 2.0, idle_timeout_s=5.0, min_bytes_per_s=1000) == pytest.approx(14.0)
 
+    def test_only_verified_chunks_count_as_kept(self) -> None:
+        # 3 MiB of 4 MiB read in 6 s (0.5 MiB/s), 2 MiB of it verified: the stream cut at the deadline loses the
+        # unfinished chunk, so 2 MiB are left to read, not 1 → 6 + 2 · 4 = 14 s (not 6 + 2 · 2 = 10 s)
+        assert extended_deadline_s(4 * MIB, 3 * MIB, 6.0, idle_timeout_s=5.0, min_bytes_per_s=1000,
+                                   kept_bytes=2 * MIB) == pytest.approx(14.0)
+
     def test_capped_by_the_floors_bound(self) -> None:
         # 0.5 MiB/s is over a floor of 500,000 B/s, but 14 s would pass idle + b / ρ_min = 13.39 s
         t = extended_deadline_s(4 * MIB, MIB, 2.0, idle_timeout_s=5.0, min_bytes_per_s=500_000)
