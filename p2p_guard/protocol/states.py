@@ -25,10 +25,10 @@ import logging
 import numpy as np
 import torch
 
-from p2p_guard.protocol.quantized import decode_int8, encode_int8, int8_payload_bytes
+from p2p_guard.protocol.quantized import INT8_CHUNK, decode_int8, encode_int8, int8_payload_bytes
 from p2p_guard.protocol.reasons import Rejected, RejectReason
 
-__all__ = ["STATE_PRECISIONS", "decode_state", "encode_state", "state_bytes"]
+__all__ = ["STATE_PRECISIONS", "decode_state", "encode_state", "int8_rounding_noise", "rounding_noise", "state_bytes"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 #: them, since that module imports no torch).
 STATE_PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
 _WIDTHS = {"fp32": "<f4", "fp16": "<f2"}
+_INT8_QMAX = 127  # the int8 codec's q_max (protocol.quantized): s_c = max|x_c| / 127
 
 
 def _check_precision(precision: str) -> None:
@@ -124,3 +125,69 @@ def decode_state(data: bytes | bytearray | memoryview, precision: str, numel: in
         return Rejected(RejectReason.NON_FINITE,
                         f"{int((~finite).sum())} of {numel} values of a {precision} state are NaN or ±Inf")
     return state
+
+
+def int8_rounding_noise(state: torch.Tensor) -> float:
+    """Expected squared norm E‖θ̂ − θ‖² of the int8 rounding in a decoded int8 state θ̂, from θ̂ alone.
+
+    The int8 codec (``protocol.quantized``) cuts θ into chunks c of C = 1024 values, sets
+    s_c = max_k |θ_c,k| / 127 and sends q = round(θ/s_c); the receiver gets θ̂ = q·s_c. Each rounding error
+    θ̂ − θ lies in [−s_c/2, s_c/2] and, for values spread over many steps (model weights are), is close to
+    uniform there, with variance s_c²/12 (the additive quantization-noise model: Widrow & Kollár, "Quantization
+    Noise", Cambridge University Press 2008, ch. 4-5; Sheppard's correction)::
+
+        E‖θ̂ − θ‖² = Σ_c k_c · s_c² / 12,    s_c = max_k |θ̂_c,k| / 127,    k_c = #{k : 0 < |θ̂_c,k| < 127·s_c}
+
+    Values coded 0 or ±127 are left out of k_c: they may be exact (the chunk's largest |θ| always is; a
+    zero-initialised bias, or a chunk of LayerNorm gains all 1.0, codes with no error at all), and crediting noise
+    that is not there would make a neighbour look closer than it is. For spread-out weights this leaves out a
+    little real noise (the digits MLP at initialisation: 0.965 of the actual ‖θ̂ − θ‖², against 0.975 counting
+    every value; a 2-layer char-GPT at initialisation, with its exact zeros and ones: 0.84, against 1.35).
+
+    The step s_c is taken from the **decoded values' own per-chunk absmax**, not from the scale the sender put
+    on the wire. For an honest sender the two are equal (its absmax codes to ±127, so max|θ̂_c| = 127·s_c); a
+    hostile sender can declare a larger scale with small codes, which would inflate the noise it claims and so
+    make its state look closer than it is once the noise is subtracted (``swarm.mixing.clipped_gossip``), but it
+    cannot raise max|θ̂_c| without moving its state by that much: a value of 127·s in a chunk where our own state
+    is small costs (127·s)² in the squared distance and earns at most 1022·s²/12 ≈ (9.2·s)² of discount. So a
+    hostile state looks closer than it is by at most the rounding noise of an honest int8 state about as large as
+    ours (it can put its largest values where our θ already is large), and the clipping, which uses the raw
+    distance, bounds its pull whatever it is credited.
+
+    Args:
+        state: ``(d,)`` float32, a state as ``decode_state(..., "int8", d)`` returned it (finite).
+
+    Returns:
+        E‖θ̂ − θ‖² in θ's units squared (float, ≥ 0; 0.0 for d = 0).
+    """
+    d = state.numel()
+    if d == 0:
+        return 0.0
+    m = -(-d // INT8_CHUNK)
+    padded = torch.zeros(m * INT8_CHUNK, dtype=torch.float64)  # padding decodes to 0: never counted
+    padded[:d] = state.detach().reshape(-1).to(torch.float64).abs()
+    rows = padded.view(m, INT8_CHUNK)
+    absmax = rows.amax(dim=1, keepdim=True)
+    inner = ((rows > 0) & (rows < absmax)).sum(dim=1).to(torch.float64)
+    steps = absmax.squeeze(1) / _INT8_QMAX
+    return float((inner * steps.square() / 12).sum())
+
+
+def rounding_noise(state: torch.Tensor, precision: str) -> float:
+    """E‖θ̂ − θ‖² that a mixing subtracts from a squared distance to ``state``, received in ``precision``.
+
+    :func:`int8_rounding_noise` for ``int8``; 0.0 for ``fp32`` (exact) and ``fp16``, whose rounding (relative
+    2⁻¹¹ per value, about 2e-4 of ‖θ‖) is far below the honest distances and is left in (docs/protocol.md §7.8).
+
+    Args:
+        state: ``(d,)`` float32, as :func:`decode_state` returned it for ``precision``.
+        precision: the precision the state was asked and decoded in (one of :data:`STATE_PRECISIONS`).
+
+    Returns:
+        The expected squared rounding error, in θ's units squared (≥ 0).
+
+    Raises:
+        ValueError: an unknown precision.
+    """
+    _check_precision(precision)
+    return int8_rounding_noise(state) if precision == "int8" else 0.0

@@ -51,7 +51,7 @@ from p2p_guard.protocol import CODECS, PROTOCOL_VERSION, Envelope, Rejected, Rej
     expected_payload_bytes, open_envelope, payload_cap_bytes, payload_digest, sign_envelope
 from p2p_guard.protocol.proof import EquivocationDetector, EquivocationProof, verify_proof
 from p2p_guard.protocol.records import sign_record
-from p2p_guard.protocol.states import decode_state, state_bytes
+from p2p_guard.protocol.states import decode_state, rounding_noise, state_bytes
 from p2p_guard.swarm.allowlist import filter_allowed, load_allowlist
 from p2p_guard.swarm.config import MAX_MIX_STEPS, PeerConfig
 from p2p_guard.swarm.dht import NetworkOptions, SwarmDHT, is_relayed, relay_of, start_dht
@@ -545,6 +545,7 @@ class Peer:
         result = MixCorrection(round=round_, theta=torch.zeros_like(start))
         precision = self._mix_precision()
         missed: set[str] = set()
+        noise: dict[str, float] = {}  # E‖rounding noise‖² of each received state (int8 only; fetch_thetas)
         for step in range(steps):
             if step > 0:
                 self.server.publish_mixed(round_ + 1, step, own.numpy().tobytes())
@@ -556,7 +557,7 @@ class Peer:
             states = await self.fetch_thetas(chosen, stop, round_=round_ + 1, wait_s=self.config.grace_s * 2,
                                              kind="theta" if step == 0 else "mixed", step=step,
                                              precision=precision,
-                                             received=result.count_received)
+                                             received=result.count_received, noise=noise)
             if stop.is_set():
                 return None
             missed.update(p for p in chosen if p not in states)
@@ -565,7 +566,8 @@ class Peer:
             if step == 0:
                 result.momentum = await self._momentum_correction(round_, list(states), stop, result,
                                                                   precision=precision)
-            gossip = clipped_gossip(own, list(states.values()), max_radius=self.config.mix_radius)
+            gossip = clipped_gossip(own, list(states.values()), max_radius=self.config.mix_radius,
+                                    noise=[noise.get(p, 0.0) for p in states])
             norm = max(float(own.norm()), 1e-12)
             distance = max(gossip.distances, default=0.0) / norm
             own = own + gossip.correction
@@ -574,7 +576,7 @@ class Peer:
                 result.distance = distance
                 result.median_distance = statistics.median(gossip.distances) / norm
             self.events.emit("mix", round=round_, step=step + 1, sources=len(states), tau=gossip.tau,
-                             clipped=gossip.clipped, distance=distance,
+                             tau_rel=gossip.tau / norm, clipped=gossip.clipped, distance=distance,
                              moved=float(gossip.correction.norm()) / norm)
         self.server.publish_mixed(round_ + 1, steps, own.numpy().tobytes(), last=True)
         result.theta = own - start
@@ -617,11 +619,13 @@ class Peer:
         momentum = self.local.momentum
         if not bool(momentum.any()):
             return None
+        noise: dict[str, float] = {}
         momenta = await self.fetch_thetas(sources, stop, round_=round_ + 1, kind="momentum", precision=precision,
-                                          received=result.count_received)
+                                          received=result.count_received, noise=noise)
         if not momenta:
             return None
-        return clipped_gossip(momentum, list(momenta.values()), max_radius=MOMENTUM_MIX_RADIUS).correction
+        return clipped_gossip(momentum, list(momenta.values()), max_radius=MOMENTUM_MIX_RADIUS,
+                              noise=[noise.get(p, 0.0) for p in momenta]).correction
 
     # -- commit --------------------------------------------------------------------------------------------------
 
@@ -916,7 +920,8 @@ class Peer:
 
     async def fetch_thetas(self, peers: list[str], stop: asyncio.Event, *, round_: int = -1, wait_s: float = 0.0,
                            kind: str = "theta", step: int = 0, precision: str = "fp32",
-                           received: Callable[[int], None] | None = None) -> dict[str, torch.Tensor]:
+                           received: Callable[[int], None] | None = None,
+                           noise: dict[str, float] | None = None) -> dict[str, torch.Tensor]:
         """Fetch each of ``peers``' θ (``kind="momentum"``: outer momentum) at the start of ``round_``, bounded reads.
 
         ``kind="mixed"``: their θ after ``step`` gossip steps of the mixing that ends at the start of ``round_``.
@@ -927,7 +932,10 @@ class Peer:
         was asked in (``protocol.states.decode_state``: its length checked against the exact size first, then
         its scales and values), and one that is rejected is logged with the reason and left out, as if that peer
         had not answered. Returns ``(d,)`` float32 CPU tensors, all finite. ``received`` is called with the size
-        in bytes of each state returned, as it came.
+        in bytes of each state returned, as it came. ``noise``, if given, gets each returned state's expected
+        squared rounding error in the precision its answer was actually decoded in
+        (``protocol.states.rounding_noise``: from the decoded values alone, nonzero for int8 only; a peer that
+        answered in float32 after a ``BAD_REQUEST`` gets 0), for ``swarm.mixing.clipped_gossip`` to debias with.
         """
         watch = self.departures.watching(stop) if peers else contextlib.nullcontext()
         async with watch:
@@ -946,6 +954,8 @@ class Peer:
                                  theta.reason.value, theta.detail)
                 continue
             states[p] = theta
+            if noise is not None:
+                noise[p] = rounding_noise(theta, asked)
             if received is not None:
                 received(len(data))
         return states
