@@ -98,6 +98,22 @@ def _config(args: argparse.Namespace) -> SimulationConfig:
     return load_config(SimulationConfig, args=args, table="simulate", config_path=getattr(args, "config", None))
 
 
+def _check_swarm_size(config: SimulationConfig) -> None:
+    """Refuse a swarm of one peer: it can never train, and ``simulate`` would wait for its whole ``timeout_s``.
+
+    A peer never trains alone: it pauses until ``min_peers`` (2, ``PeerConfig.min_peers``, self included) are
+    present, so ``--honest 1 --byzantine 0`` sat paused at round 0 until the run's timeout (20 minutes by default)
+    and then failed with exit 1.
+
+    Raises:
+        ValueError: when ``honest + byzantine`` is below 2.
+    """
+    if config.num_peers < 2:
+        raise ValueError(f"honest={config.honest} and byzantine={config.byzantine} make a swarm of "
+                         f"{config.num_peers} peer; a peer never trains alone (it waits for at least one other), "
+                         f"so a simulation needs at least 2 peers")
+
+
 def _warn_if_byzantine_majority(config: SimulationConfig) -> None:
     """Warn (not fail: a run may study it on purpose) when the Byzantine peers are not a minority."""
     if config.byzantine > 0 and config.attack and 2 * config.byzantine >= config.num_peers:
@@ -319,6 +335,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``p2p-guard simulate`` with parsed arguments and return the exit code."""
     try:
         config = _config(args)
+        _check_swarm_size(config)
     except ValueError as e:
         print_error(COMMAND, str(e))
         return EXIT_USAGE

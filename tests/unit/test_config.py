@@ -575,6 +575,22 @@ class TestSimulateSettings:
         else:
             assert err == ""
 
+    def test_a_swarm_of_one_peer_is_refused_before_anything_starts(
+            self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+        """``simulate --honest 1 --byzantine 0`` sat paused at round 0 until its 1200 s timeout, then exit 1."""
+        from p2p_guard.cli.main import main
+
+        def started(*_args: Any, **_kwargs: Any) -> int:
+            raise AssertionError("went past the settings checks")
+
+        monkeypatch.setattr(simulate_cmd, "_check_names", started)
+        assert main(["simulate", "--honest", "1", "--byzantine", "0", "--workdir", str(tmp_path / "w")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("p2p-guard simulate: error: honest=1 and byzantine=0 make a swarm of 1 peer;")
+        assert err.count("\n") == 1
+        assert not (tmp_path / "w").exists()
+        simulate_cmd._check_swarm_size(SimulationConfig(honest=1, byzantine=1))  # two peers: fine
+
     def test_a_swarm_over_the_machines_memory_is_refused_and_over_what_is_free_warned(
             self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         gib = 2**30
