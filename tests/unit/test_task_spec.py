@@ -311,3 +311,52 @@ def test_a_plugin_constructor_that_calls_sys_exit_or_raises_is_a_one_line_error(
         assert capsys.readouterr().err == f"p2p-guard simulate: error: {message}\n"
         assert not (tmp_path / "run").exists()
     sys.modules.pop("exiting_ctor")
+
+
+_FAILING_TASK_METHODS = '''
+import sys
+from p2p_guard.tasks.digits import DigitsTask
+
+
+class NotAModel(DigitsTask):
+    def build_model(self, seed):
+        return 42
+
+
+class BuildFails(DigitsTask):
+    def build_model(self, seed):
+        raise KeyError("layer_sizes")
+
+
+class ShardFails(DigitsTask):
+    def shard(self, num_shards, index, partition, seed):
+        raise RuntimeError("my data server is down")
+
+
+class ShardExits(DigitsTask):
+    def shard(self, num_shards, index, partition, seed):
+        sys.exit(4)
+'''
+
+
+@pytest.mark.parametrize(("cls", "message"), [
+    ("NotAModel", "build_model(0) returned a int, not a torch.nn.Module (see docs/tasks.md)"),
+    ("BuildFails", "build_model(0) raised KeyError: 'layer_sizes'"),
+    ("ShardFails", "shard(3, 0, 'iid', 0) raised RuntimeError: my data server is down"),
+    ("ShardExits", "shard(3, 0, 'iid', 0) raised sys.exit(4)"),
+])
+def test_a_user_task_whose_build_model_or_shard_fails_is_a_one_line_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], cls: str,
+        message: str) -> None:
+    """``simulate --task mod:T`` printed a traceback (exit 1) when T.build_model returned no module or raised
+    something else than OSError/RuntimeError, or T.shard raised something else than ValueError."""
+    from p2p_guard.cli.main import main
+
+    (tmp_path / "failing_task_methods.py").write_text(_FAILING_TASK_METHODS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = f"failing_task_methods:{cls}"
+    assert main(["simulate", "--task", spec, "--honest", "3", "--byzantine", "0",
+                 "--workdir", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err == f"p2p-guard simulate: error: task {spec!r}: {message}\n"
+    assert not (tmp_path / "run").exists()
+    sys.modules.pop("failing_task_methods")
