@@ -232,6 +232,8 @@ def _check_names(config: SimulationConfig) -> int:
     attacks = split_attack_mix(config.attack) if config.byzantine > 0 and config.attack else (None,)
     for attack in attacks:
         check_names(config.task, config.guard, attack)
+    if config.byzantine == 0 and config.attack:
+        _check_unused_attack(config.attack)
     # The task's data read and cut once: every peer's shard comes from the same split.
     shapes = check_plugins(config.task, config.guard, attacks[0],
                            shard=(config.num_peers, 0, config.partition, config.seed))
@@ -244,6 +246,25 @@ def _check_names(config: SimulationConfig) -> int:
     except ValueError as e:
         raise ValueError(f"--codec: {e}") from None
     return sum(math.prod(shape) for shape in shapes)
+
+
+def _check_unused_attack(attack: str) -> None:
+    """Check the names of an attack spec that no peer runs (``--byzantine 0``); torch-free, imports nothing.
+
+    ``simulate --honest 3 --byzantine 0 --attack nosuch`` ran the whole swarm and reported ``attack=None``, so a
+    typo in a spec meant for a later run went unnoticed. A well-formed spec (the default ``sign_flip:scale=10``
+    included) still passes: only an unknown built-in name or bad syntax is an error.
+
+    Raises:
+        ValueError: ``--attack SPEC does not load: ...``, as for a spec the Byzantine peers would run.
+    """
+    from p2p_guard.plugin_names import check_attack_name
+
+    try:
+        for part in split_attack_mix(attack):
+            check_attack_name(part)
+    except ValueError as e:
+        raise ValueError(f"--attack {attack!r} does not load: {e} (no peer runs it with --byzantine 0)") from None
 
 
 @contextlib.contextmanager

@@ -591,6 +591,25 @@ class TestSimulateSettings:
         assert not (tmp_path / "w").exists()
         simulate_cmd._check_swarm_size(SimulationConfig(honest=1, byzantine=1))  # two peers: fine
 
+    def test_an_unknown_attack_is_refused_even_with_no_byzantine_peer(
+            self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+        """``simulate --byzantine 0 --attack nosuch`` ran the whole swarm (attack=None) without a word."""
+        from p2p_guard.cli.main import main
+
+        def started(*_args: Any, **_kwargs: Any) -> None:
+            raise AssertionError("went past the name checks")
+
+        monkeypatch.setattr(simulate_cmd, "_check_memory", started)
+        argv = ["simulate", "--honest", "3", "--byzantine", "0", "--workdir", str(tmp_path / "w")]
+        assert main([*argv, "--attack", "nosuch"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("p2p-guard simulate: error: --attack 'nosuch' does not load: attack spec 'nosuch': "
+                              "unknown attack 'nosuch'; expected one of sign_flip,")
+        assert err.endswith(" (no peer runs it with --byzantine 0)\n")
+        assert err.count("\n") == 1
+        assert not (tmp_path / "w").exists()
+        simulate_cmd._check_unused_attack("sign_flip:scale=10+my_mod:MyAttack")  # well-formed: not loaded, fine
+
     def test_a_swarm_over_the_machines_memory_is_refused_and_over_what_is_free_warned(
             self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         gib = 2**30
