@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import math
+import os
 import re
 import signal
 import sys
@@ -191,8 +192,8 @@ def run(args: argparse.Namespace) -> int:
         args: the parsed command line.
 
     Returns:
-        0 after printing (or on Ctrl+C / SIGTERM while watching), 1 if the DHT could not be joined, 2 on a
-        usage error (one line on stderr).
+        0 after printing (or on Ctrl+C / SIGTERM while watching, or once the reader of a pipe has gone), 1 if the
+        DHT could not be joined, 2 on a usage error (one line on stderr).
     """
     from p2p_guard.swarm._deferred import defer_import
 
@@ -245,7 +246,11 @@ async def _main(config: StatusConfig) -> int:
                 status = await _until(stop, collect_status(dht, config.run_id, depth=config.depth))
                 if status is None:
                     break
-                _print(status, config)
+                try:
+                    _print(status, config)
+                except BrokenPipeError:  # `status --watch 1 | head -3`: the reader has gone; stop as on Ctrl+C
+                    _silence_stdout()
+                    return 0
                 printed = True
                 if config.watch is None:
                     break
@@ -257,6 +262,20 @@ async def _main(config: StatusConfig) -> int:
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null once its reader has gone, so the interpreter's last flush raises nothing.
+
+    Without it, ``p2p-guard status --watch 1 | head -3`` ended with a ``BrokenPipeError`` traceback and exit 1
+    (Python's advice for a closed pipe: https://docs.python.org/3/library/signal.html#note-on-sigpipe).
+    """
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
 
 
 def _stop(stop: asyncio.Event, caught: list[int], sig: signal.Signals) -> None:
