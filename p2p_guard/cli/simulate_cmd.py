@@ -17,7 +17,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from p2p_guard.cli.errors import EXIT_FAILED, EXIT_USAGE, print_error, print_warning
+from p2p_guard.cli.errors import EXIT_FAILED, EXIT_USAGE, print_error, print_warning, silence_stdout
 from p2p_guard.cli.preflight import check_output_dir, check_output_file, nonempty_path
 from p2p_guard.cli.typed_config import add_config_flags, load_config
 from p2p_guard.simulation.config import SimulationConfig, split_attack_mix
@@ -412,12 +412,18 @@ def run(args: argparse.Namespace) -> int:
     except SimulationError as e:
         print_error(COMMAND, str(e))
         return EXIT_FAILED
-    print(format_table(report))
+    try:
+        print(format_table(report), flush=True)
+    except BrokenPipeError:  # `simulate ... | head -2`: the reader has gone; --report is written all the same
+        silence_stdout()
     if args.report is not None:
         try:
             write_report(report, args.report)
         except OSError as e:
             print_error(COMMAND, f"cannot write the report: {e}; it is also in {workdir / 'report.json'}")
             return EXIT_FAILED
-    print(f"report: {args.report or workdir / 'report.json'}")
+    try:
+        print(f"report: {args.report or workdir / 'report.json'}", flush=True)
+    except BrokenPipeError:
+        silence_stdout()
     return 0

@@ -20,7 +20,6 @@ import contextlib
 import json
 import logging
 import math
-import os
 import re
 import signal
 import sys
@@ -29,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from p2p_guard.cli.errors import EXIT_FAILED, EXIT_USAGE, print_error
+from p2p_guard.cli.errors import EXIT_FAILED, EXIT_USAGE, print_error, silence_stdout
 from p2p_guard.cli.typed_config import add_config_flags, load_config
 
 if TYPE_CHECKING:
@@ -249,7 +248,7 @@ async def _main(config: StatusConfig) -> int:
                 try:
                     _print(status, config)
                 except BrokenPipeError:  # `status --watch 1 | head -3`: the reader has gone; stop as on Ctrl+C
-                    _silence_stdout()
+                    silence_stdout()
                     return 0
                 printed = True
                 if config.watch is None:
@@ -262,20 +261,6 @@ async def _main(config: StatusConfig) -> int:
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-
-
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null once its reader has gone, so the interpreter's last flush raises nothing.
-
-    Without it, ``p2p-guard status --watch 1 | head -3`` ended with a ``BrokenPipeError`` traceback and exit 1
-    (Python's advice for a closed pipe: https://docs.python.org/3/library/signal.html#note-on-sigpipe).
-    """
-    with contextlib.suppress(OSError, ValueError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(devnull, sys.stdout.fileno())
-        finally:
-            os.close(devnull)
 
 
 def _stop(stop: asyncio.Event, caught: list[int], sig: signal.Signals) -> None:

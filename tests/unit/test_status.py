@@ -240,7 +240,7 @@ def test_a_reader_that_goes_away_ends_the_watch_quietly(monkeypatch: pytest.Monk
     monkeypatch.setattr(dht_module, "start_dht", start_dht)
     monkeypatch.setattr(status_module, "collect_status", collect)
     monkeypatch.setattr(status_cmd, "_print", closed_pipe)
-    monkeypatch.setattr(status_cmd, "_silence_stdout", lambda: calls.append("silenced"))
+    monkeypatch.setattr(status_cmd, "silence_stdout", lambda: calls.append("silenced"))
     peers = ("/ip4/127.0.0.1/tcp/31337/p2p/" + ALICE.peer_id_b58,)
     assert asyncio.run(status_cmd._main(status_cmd.StatusConfig(initial_peers=peers, watch=watch))) == 0
     assert calls == ["print", "silenced", "shutdown"]
@@ -251,7 +251,7 @@ def test_silence_stdout_points_a_broken_pipe_at_devnull(monkeypatch: pytest.Monk
     import io
     import os
 
-    from p2p_guard.cli import status_cmd
+    from p2p_guard.cli.errors import silence_stdout
 
     read_end, write_end = os.pipe()
     os.close(read_end)
@@ -259,6 +259,6 @@ def test_silence_stdout_points_a_broken_pipe_at_devnull(monkeypatch: pytest.Monk
     monkeypatch.setattr(sys, "stdout", out)
     with pytest.raises(BrokenPipeError):
         print("table", file=out, flush=True)
-    status_cmd._silence_stdout()
+    silence_stdout()
     print("table", file=out, flush=True)
     out.close()
