@@ -195,13 +195,16 @@ def check_output_dir(path: str | Path | None, *, flag: str) -> None:
     """A folder the command will write into must be an existing writable directory, or creatable.
 
     For ``--checkpoint-dir``, ``--snapshot-dir`` and ``--proof-dir``: creatable means that its first existing
-    ancestor is a writable directory.
+    ancestor is a writable directory. An empty path is refused, as :func:`check_output_file` does
+    (``peer --checkpoint-dir ""``, an unset shell variable, was taken and silently turned checkpoints off).
 
     Raises:
-        ValueError: naming ``flag``, the path and the part in the way.
+        ValueError: naming ``flag``, the path and the part in the way, or ``FLAG: empty path``.
     """
     if path is None:
         return
+    if not str(path).strip():
+        raise ValueError(f"{flag}: empty path")
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{flag} {path}: is a file, not a directory")

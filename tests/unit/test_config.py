@@ -979,3 +979,16 @@ class TestPeerOutput:
         assert calls == [False]
         dumps = [r for r in caplog.records if r.getMessage().startswith("peer config:")]
         assert [r.levelname for r in dumps] == ["DEBUG"]
+
+
+@pytest.mark.parametrize("flag", ["--identity", "--allow-peers", "--control-file", "--checkpoint-dir",
+                                  "--snapshot-dir", "--proof-dir"])
+def test_an_empty_path_is_refused_by_peer(flag: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``peer --checkpoint-dir ""`` (say an unset shell variable) was taken and silently turned checkpoints off;
+    ``--identity ""`` read as the current folder ('--identity .: not a regular file')."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["--initial-peers", MADDR, "--host", "127.0.0.1", flag, ""]
+    if flag != "--identity":
+        argv += ["--identity", str(tmp_path / "id.key")]
+    with pytest.raises(ValueError, match=rf"{flag}: empty path$"):
+        peer_cmd.resolve_config(peer_args(*argv))
