@@ -129,3 +129,19 @@ def test_simulate_into_a_closed_pipe_still_writes_its_report(tmp_path: Path, mon
     assert simulate_cmd.run(args) == 0
     assert json.loads(report.read_text()) == {"rounds": [], "final": {}}
     out.close()
+
+
+def test_a_command_printing_into_a_closed_pipe_exits_1_without_a_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``p2p-guard verify-proof FILE | true`` ended in a BrokenPipeError traceback (printed twice)."""
+    import io
+    import os
+    import sys
+
+    from p2p_guard.cli.main import main
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    out = io.TextIOWrapper(io.FileIO(write_end, "w"), write_through=True)
+    monkeypatch.setattr(sys, "stdout", out)
+    assert main(["verify-proof", str(Path(__file__))]) == 1  # not a proof: 'INVALID proof ...' goes nowhere
+    out.close()
