@@ -2,6 +2,9 @@
 
     python examples/tiny_swarm.py [WORKDIR]
 
+WORKDIR must be new or empty (default: a fresh ``runs/tiny-swarm-<YYYYmmdd-HHMMSS>``): in an earlier run's folder the
+peers would resume from its checkpoints and train nothing, so ``run_local_swarm`` refuses it.
+
 Each peer is its own OS process with a real hivemind DHT on 127.0.0.1 (about a minute on a laptop, more on a
 loaded machine). Prints the per-round accuracy, the honest consensus distance and where the report is; then the
 same 3 peers in one process (``run_bench_cell``), no network. See docs/python-api.md.
@@ -10,6 +13,7 @@ same 3 peers in one process (``run_bench_cell``), no network. See docs/python-ap
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import p2p_guard
@@ -31,4 +35,5 @@ def main(workdir: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else "runs/tiny-swarm").resolve())
+    default = f"runs/tiny-swarm-{time.strftime('%Y%m%d-%H%M%S')}"
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else default).resolve())

@@ -67,10 +67,16 @@ def run_local_swarm(config: SimulationConfig, workdir: str | Path | None = None,
         SimulationError: the peers' outputs cannot be read (the base class of the two above).
         SimulationInterrupted: Ctrl+C (a ``KeyboardInterrupt``); its ``report`` and ``path`` hold the partial
             report of the rounds completed, already written.
-        OSError: ``workdir`` cannot be created.
+        OSError: ``workdir`` cannot be created; ``FileExistsError`` when it is a directory that is not empty (an
+            earlier run's peers would resume from its keys and checkpoints at their last round, train nothing,
+            and that run's rounds would be reported as this one's; ``p2p-guard simulate --workdir`` refuses it
+            too).
     """
     from p2p_guard.simulation.orchestrator import make_workdir, run_simulation
 
+    if workdir is not None and Path(workdir).is_dir() and any(Path(workdir).iterdir()):
+        raise FileExistsError(f"workdir {workdir} is not empty (an earlier run's keys and checkpoints would be "
+                              f"resumed and its rounds reported again); remove it or name a new directory")
     folder = make_workdir(Path(workdir) if workdir is not None else None)
     return run_simulation(config, folder, on_progress=on_progress, faults=faults)
 

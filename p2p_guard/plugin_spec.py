@@ -17,12 +17,12 @@ import inspect
 import os
 import re
 import sys
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from types import ModuleType
 from typing import Any
 
-__all__ = ["ParamValue", "import_class", "import_user_module", "keyword_parameters", "parse_spec", "parse_value",
-           "split_params"]
+__all__ = ["ParamValue", "construct_plugin", "import_class", "import_user_module", "keyword_parameters", "parse_spec",
+           "parse_value", "split_params"]
 
 ParamValue = bool | int | float | str
 
@@ -157,6 +157,31 @@ def _import_module(module_name: str) -> ModuleType:
     except ModuleNotFoundError:
         sys.path.remove(cwd)
         raise
+
+
+def construct_plugin(cls: Callable[..., Any], params: Mapping[str, Any]) -> Any:
+    """Call a plugin class (a task, guard rule or attack) with its parameters, turning ``sys.exit()`` into an error.
+
+    A user's constructor that called ``sys.exit(0)`` ended ``p2p-guard simulate --task my_mod:MyTask`` (or
+    ``--guard``, ``--attack``) during its up-front checks with exit status 0 and not a word printed, as if the
+    run had succeeded; :func:`import_user_module` already reports the same call made on import.
+
+    Args:
+        cls: the class (or any callable) to build.
+        params: its keyword arguments.
+
+    Returns:
+        What ``cls(**params)`` returns.
+
+    Raises:
+        RuntimeError: the constructor calls ``sys.exit()``; anything else it raises propagates as raised.
+    """
+    try:
+        return cls(**params)
+    except SystemExit as exc:
+        call = "sys.exit()" if exc.code is None else f"sys.exit({exc.code!r})"
+        name = getattr(cls, "__name__", type(cls).__name__)
+        raise RuntimeError(f"{name}() calls {call} in its constructor") from None
 
 
 def import_class(spec: str, name: str, *, what: str) -> type:

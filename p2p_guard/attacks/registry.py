@@ -35,7 +35,7 @@ from p2p_guard.attacks.update import (
 )
 from p2p_guard.attacks.whitebox import Adaptive
 from p2p_guard.plugin_names import ATTACK_NAMES, WIRE_ATTACK_NAMES, unknown_attack_error
-from p2p_guard.plugin_spec import ParamValue, import_class, parse_spec
+from p2p_guard.plugin_spec import ParamValue, construct_plugin, import_class, parse_spec
 
 __all__ = ["ATTACK_NAMES", "WIRE_ATTACK_NAMES", "load_attack", "parse_attack_spec"]
 
@@ -98,6 +98,8 @@ def load_attack(spec: str) -> Any:
         ValueError: on bad syntax, an unknown name, a module or class that cannot be found, a class without
             ``kind`` or without the method its kind needs (the message names it), or constructor parameters
             it rejects.
+        RuntimeError: the constructor calls ``sys.exit()`` (:func:`~p2p_guard.plugin_spec.construct_plugin`);
+            anything else it raises propagates (``cli.preflight.check_attack`` makes it one line).
     """
     name, params = parse_attack_spec(spec)
     cls = _import_class(spec, name) if ":" in name else _builtin_class(spec, name)
@@ -110,7 +112,7 @@ def load_attack(spec: str) -> Any:
     if not any(method in vars(klass) for klass in cls.__mro__) or not callable(getattr(cls, method)):
         raise ValueError(f"attack spec {spec!r}: {name} has kind {kind!r} but no method {method}()")
     try:
-        return cls(**params)
+        return construct_plugin(cls, params)
     except TypeError as exc:
         raise ValueError(f"attack spec {spec!r}: bad parameters {sorted(params)}: {exc}") from exc
     except ValueError as exc:

@@ -9,10 +9,13 @@ thirty lines, so the error scrolled out of sight). Exit code 2 is a usage error 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from typing import NoReturn
 
-__all__ = ["EXIT_FAILED", "EXIT_USAGE", "CliParser", "name_subcommands", "print_error", "print_warning"]
+__all__ = ["EXIT_FAILED", "EXIT_USAGE", "CliParser", "name_subcommands", "print_error", "print_warning",
+           "silence_stdout"]
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -64,3 +67,18 @@ class DefaultsOnceFormatter(argparse.ArgumentDefaultsHelpFormatter):
                 or "default" in text or action.nargs == 0:
             return text
         return super()._get_help_string(action)
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null once its reader has gone, so later prints and the last flush raise nothing.
+
+    For a closed pipe (``p2p-guard status --watch 1 | head -3``, ``p2p-guard simulate ... | head -2``), which
+    otherwise ended in a ``BrokenPipeError`` traceback and exit 1; Python's advice for it:
+    https://docs.python.org/3/library/signal.html#note-on-sigpipe.
+    """
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from p2p_guard.cli import bench_cmd, bootstrap_cmd, peer_cmd, simulate_cmd, status_cmd, verify_proof_cmd
-from p2p_guard.cli.errors import EXIT_USAGE, CliParser, name_subcommands, print_error
+from p2p_guard.cli.errors import EXIT_FAILED, EXIT_USAGE, CliParser, name_subcommands, print_error, silence_stdout
 from p2p_guard.cli.lean_imports import defer_scipy_optimize
 from p2p_guard.cli.logging_setup import setup_logging
 
@@ -31,7 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv`` and run the chosen subcommand; return its exit code."""
+    """Parse ``argv`` and run the chosen subcommand; return its exit code.
+
+    130 on a KeyboardInterrupt the subcommand did not handle; 1 when stdout's reader went away before the
+    subcommand's output was written (``BrokenPipeError``; ``status`` and ``simulate`` handle it themselves).
+    """
     # hivemind's default ("file_system") starts a torch_shm_manager daemon per process that outlives it;
     # file descriptors need no daemon. Set before hivemind is imported (the subcommands import it lazily).
     os.environ.setdefault("HIVEMIND_MEMORY_SHARING_STRATEGY", "file_descriptor")
@@ -45,6 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = int(args.func(args))
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # stdout's reader has gone (`verify-proof FILE | true`): one exit status, no traceback
+        silence_stdout()
+        return EXIT_FAILED
     if argv is None and args.command == "peer":  # the program itself, not a call from Python
         _exit_process(code)
     return code

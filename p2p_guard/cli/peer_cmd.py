@@ -104,7 +104,8 @@ def _precheck(values: Mapping[str, Any]) -> None:
     """Checks on the merged settings before PeerConfig is built (its codec check imports torch); no torch here.
 
     Raises:
-        ValueError: on a bad partition spec, identity file, ``--host`` (not an IP of this machine),
+        ValueError: on a bad partition spec, an empty path (``--identity ""``, ``--checkpoint-dir ""``, ...),
+            identity file, ``--host`` (not an IP of this machine),
             ``--announce-host`` (not an IP, or with port 0), ``--events`` or ``--state-out`` path, a
             checkpoint, snapshot or proof folder that cannot be written, a taken port (``port`` or
             ``metrics_port``), an unknown task, guard or attack name, a task's missing files, no
@@ -113,6 +114,9 @@ def _precheck(values: Mapping[str, Any]) -> None:
     from p2p_guard.simulation.config import check_partition
 
     check_partition(values["partition"])
+    for key in ("identity", "allow_peers", "control_file"):  # Path("") is the current folder: "--identity .: ..."
+        if isinstance(values.get(key), str) and not values[key].strip():
+            raise ValueError(f"{_flag(key)}: empty path")
     if isinstance(values["identity"], str):
         check_identity_file(values["identity"], create_folder=False)  # a mistyped folder is no new PeerID
     host, port = values["host"], values["port"]

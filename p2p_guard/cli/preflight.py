@@ -195,13 +195,16 @@ def check_output_dir(path: str | Path | None, *, flag: str) -> None:
     """A folder the command will write into must be an existing writable directory, or creatable.
 
     For ``--checkpoint-dir``, ``--snapshot-dir`` and ``--proof-dir``: creatable means that its first existing
-    ancestor is a writable directory.
+    ancestor is a writable directory. An empty path is refused, as :func:`check_output_file` does
+    (``peer --checkpoint-dir ""``, an unset shell variable, was taken and silently turned checkpoints off).
 
     Raises:
-        ValueError: naming ``flag``, the path and the part in the way.
+        ValueError: naming ``flag``, the path and the part in the way, or ``FLAG: empty path``.
     """
     if path is None:
         return
+    if not str(path).strip():
+        raise ValueError(f"{flag}: empty path")
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{flag} {path}: is a file, not a directory")
@@ -336,6 +339,13 @@ def check_port_free(host: str, port: int) -> None:
             raise ValueError(f"--host {host} --port {port}: cannot listen there: {e.strerror or e}") from None
 
 
+def _describe(exc: BaseException) -> str:
+    """``TYPE: message`` of an exception a user's task method raised (``sys.exit(N)`` for a SystemExit)."""
+    if isinstance(exc, SystemExit):
+        return "sys.exit()" if exc.code is None else f"sys.exit({exc.code!r})"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
 def check_task_data(task_spec: str, *, shard: tuple[int, int, str, int] | None = None) -> tuple[tuple[int, ...], ...]:
     """Build the task (its spec: name or ``MODULE:CLASS``, and options) and its model once, and read its data now.
 
@@ -357,11 +367,15 @@ def check_task_data(task_spec: str, *, shard: tuple[int, int, str, int] | None =
     Raises:
         ValueError: on an unknown task, bad options, a module that does not import, a class that is not a
             task, a model that cannot be built (its memory included), missing or malformed data files (the
-            message says which package or directory is missing), or data that cannot be cut into ``shard``.
+            message says which package or directory is missing), or data that cannot be cut into ``shard``;
+            for a ``MODULE:CLASS`` task also a ``build_model`` or ``shard`` that raises anything (or calls
+            ``sys.exit()``), and a ``build_model`` that returns no ``torch.nn.Module``.
     """
     from p2p_guard.tasks import load_task
+    from p2p_guard.tasks.registry import parse_task_spec
 
     task = load_task(task_spec)
+    user_task = not parse_task_spec(task_spec).builtin
     check = getattr(task, "check_data", None)
     if callable(check):
         try:
@@ -376,11 +390,24 @@ def check_task_data(task_spec: str, *, shard: tuple[int, int, str, int] | None =
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         first = re.sub(r"^\[enforce fail at [^\]]*\]\s*(err == 0\.\s*)?", "", first)  # torch's C++ location
         raise ValueError(f"task {task_spec!r}: its model cannot be built here: {first}") from None
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - a user's build_model: anything it raises is a bad task
+        if not user_task:
+            raise
+        raise ValueError(f"task {task_spec!r}: build_model(0) raised {_describe(e)}") from None
+    import torch
+
+    if not isinstance(model, torch.nn.Module):  # else a traceback in param_shapes (user test, helper hC)
+        raise ValueError(f"task {task_spec!r}: build_model(0) returned a {type(model).__name__}, not a "
+                         f"torch.nn.Module (see docs/tasks.md)")
     if shard is not None:
         try:
             task.shard(*shard)
         except ValueError as e:  # partition.split_*: "cannot cut 1437 items into 1700 non-empty shards"
             raise ValueError(f"task {task_spec!r}: {e} (fewer peers, or a task with more data)") from None
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - a user's shard(): anything it raises is a bad task
+            if not user_task:
+                raise
+            raise ValueError(f"task {task_spec!r}: shard{shard!r} raised {_describe(e)}") from None
     from p2p_guard.training.params import param_shapes
 
     return param_shapes(model)

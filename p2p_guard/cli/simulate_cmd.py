@@ -17,7 +17,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from p2p_guard.cli.errors import EXIT_FAILED, EXIT_USAGE, print_error, print_warning
+from p2p_guard.cli.errors import EXIT_FAILED, EXIT_USAGE, print_error, print_warning, silence_stdout
 from p2p_guard.cli.preflight import check_output_dir, check_output_file, nonempty_path
 from p2p_guard.cli.typed_config import add_config_flags, load_config
 from p2p_guard.simulation.config import SimulationConfig, split_attack_mix
@@ -97,6 +97,22 @@ def _config(args: argparse.Namespace) -> SimulationConfig:
         ValueError: on a bad file, key or value (the message names it).
     """
     return load_config(SimulationConfig, args=args, table="simulate", config_path=getattr(args, "config", None))
+
+
+def _check_swarm_size(config: SimulationConfig) -> None:
+    """Refuse a swarm of one peer: it can never train, and ``simulate`` would wait for its whole ``timeout_s``.
+
+    A peer never trains alone: it pauses until ``min_peers`` (2, ``PeerConfig.min_peers``, self included) are
+    present, so ``--honest 1 --byzantine 0`` sat paused at round 0 until the run's timeout (20 minutes by default)
+    and then failed with exit 1.
+
+    Raises:
+        ValueError: when ``honest + byzantine`` is below 2.
+    """
+    if config.num_peers < 2:
+        raise ValueError(f"honest={config.honest} and byzantine={config.byzantine} make a swarm of "
+                         f"{config.num_peers} peer; a peer never trains alone (it waits for at least one other), "
+                         f"so a simulation needs at least 2 peers")
 
 
 def _warn_if_byzantine_majority(config: SimulationConfig) -> None:
@@ -217,6 +233,8 @@ def _check_names(config: SimulationConfig) -> int:
     attacks = split_attack_mix(config.attack) if config.byzantine > 0 and config.attack else (None,)
     for attack in attacks:
         check_names(config.task, config.guard, attack)
+    if config.byzantine == 0 and config.attack:
+        _check_unused_attack(config.attack)
     # The task's data read and cut once: every peer's shard comes from the same split.
     shapes = check_plugins(config.task, config.guard, attacks[0],
                            shard=(config.num_peers, 0, config.partition, config.seed))
@@ -229,6 +247,25 @@ def _check_names(config: SimulationConfig) -> int:
     except ValueError as e:
         raise ValueError(f"--codec: {e}") from None
     return sum(math.prod(shape) for shape in shapes)
+
+
+def _check_unused_attack(attack: str) -> None:
+    """Check the names of an attack spec that no peer runs (``--byzantine 0``); torch-free, imports nothing.
+
+    ``simulate --honest 3 --byzantine 0 --attack nosuch`` ran the whole swarm and reported ``attack=None``, so a
+    typo in a spec meant for a later run went unnoticed. A well-formed spec (the default ``sign_flip:scale=10``
+    included) still passes: only an unknown built-in name or bad syntax is an error.
+
+    Raises:
+        ValueError: ``--attack SPEC does not load: ...``, as for a spec the Byzantine peers would run.
+    """
+    from p2p_guard.plugin_names import check_attack_name
+
+    try:
+        for part in split_attack_mix(attack):
+            check_attack_name(part)
+    except ValueError as e:
+        raise ValueError(f"--attack {attack!r} does not load: {e} (no peer runs it with --byzantine 0)") from None
 
 
 @contextlib.contextmanager
@@ -320,6 +357,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``p2p-guard simulate`` with parsed arguments and return the exit code."""
     try:
         config = _config(args)
+        _check_swarm_size(config)
     except ValueError as e:
         print_error(COMMAND, str(e))
         return EXIT_USAGE
@@ -375,12 +413,18 @@ def run(args: argparse.Namespace) -> int:
     except SimulationError as e:
         print_error(COMMAND, str(e))
         return EXIT_FAILED
-    print(format_table(report))
+    try:
+        print(format_table(report), flush=True)
+    except BrokenPipeError:  # `simulate ... | head -2`: the reader has gone; --report is written all the same
+        silence_stdout()
     if args.report is not None:
         try:
             write_report(report, args.report)
         except OSError as e:
             print_error(COMMAND, f"cannot write the report: {e}; it is also in {workdir / 'report.json'}")
             return EXIT_FAILED
-    print(f"report: {args.report or workdir / 'report.json'}")
+    try:
+        print(f"report: {args.report or workdir / 'report.json'}", flush=True)
+    except BrokenPipeError:
+        silence_stdout()
     return 0

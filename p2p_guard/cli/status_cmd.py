@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from p2p_guard.cli.errors import EXIT_FAILED, EXIT_USAGE, print_error
+from p2p_guard.cli.errors import EXIT_FAILED, EXIT_USAGE, print_error, silence_stdout
 from p2p_guard.cli.typed_config import add_config_flags, load_config
 
 if TYPE_CHECKING:
@@ -191,8 +191,8 @@ def run(args: argparse.Namespace) -> int:
         args: the parsed command line.
 
     Returns:
-        0 after printing (or on Ctrl+C / SIGTERM while watching), 1 if the DHT could not be joined, 2 on a
-        usage error (one line on stderr).
+        0 after printing (or on Ctrl+C / SIGTERM while watching, or once the reader of a pipe has gone), 1 if the
+        DHT could not be joined, 2 on a usage error (one line on stderr).
     """
     from p2p_guard.swarm._deferred import defer_import
 
@@ -245,7 +245,11 @@ async def _main(config: StatusConfig) -> int:
                 status = await _until(stop, collect_status(dht, config.run_id, depth=config.depth))
                 if status is None:
                     break
-                _print(status, config)
+                try:
+                    _print(status, config)
+                except BrokenPipeError:  # `status --watch 1 | head -3`: the reader has gone; stop as on Ctrl+C
+                    silence_stdout()
+                    return 0
                 printed = True
                 if config.watch is None:
                     break

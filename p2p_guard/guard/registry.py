@@ -32,7 +32,7 @@ from p2p_guard.guard.baselines import (
 from p2p_guard.guard.guard import Guard
 from p2p_guard.guard.semantic import SemanticGuard
 from p2p_guard.plugin_names import GUARD_NAMES, unknown_guard_error
-from p2p_guard.plugin_spec import import_class, keyword_parameters, parse_spec
+from p2p_guard.plugin_spec import construct_plugin, import_class, keyword_parameters, parse_spec
 
 __all__ = ["DEFAULT_GUARD", "GUARD_NAMES", "build_guard", "check_guard_spec", "parse_guard_spec"]
 
@@ -101,8 +101,9 @@ def build_guard(spec: str = DEFAULT_GUARD, **params: Any) -> Guard:
 
     Raises:
         ValueError: on bad syntax, an unknown name, a module or class that cannot be imported, a class that
-            misses a method of the Protocol (the message names it), a parameter given twice, or parameters
-            the constructor rejects.
+            misses a method of the Protocol (the message names it), a parameter given twice, parameters
+            the constructor rejects, or a user rule's constructor that raises anything else or calls
+            ``sys.exit()``.
     """
     name, spec_params = parse_guard_spec(spec)
     both = sorted(set(spec_params) & set(params))
@@ -116,11 +117,16 @@ def build_guard(spec: str = DEFAULT_GUARD, **params: Any) -> Guard:
         raise ValueError(f"guard {spec!r}: unknown parameter(s) {', '.join(unknown)}; {name} takes "
                          f"{', '.join(p.name for p in named) or 'none'}")
     try:
-        aggregator = rule(**merged)
+        aggregator = construct_plugin(rule, merged)
     except TypeError as exc:
         raise ValueError(f"guard {spec!r}: bad parameters {sorted(merged)}: {exc}") from exc
     except ValueError as exc:
         raise ValueError(f"guard {spec!r}: {exc}") from exc
+    except Exception as exc:
+        if ":" not in name:  # a built-in rule failing otherwise is a bug of ours: keep its traceback
+            raise
+        # a user's rule: whatever its constructor raises is a bad spec (one line at start, not a traceback)
+        raise ValueError(f"guard {spec!r}: {type(exc).__name__}: {exc}") from exc
     return Guard(name=spec, aggregator=aggregator)
 
 

@@ -37,7 +37,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from p2p_guard.plugin_spec import ParamValue, import_user_module, keyword_parameters, parse_value, split_params
+from p2p_guard.plugin_spec import (
+    ParamValue,
+    construct_plugin,
+    import_user_module,
+    keyword_parameters,
+    parse_value,
+    split_params,
+)
 
 if TYPE_CHECKING:
     from p2p_guard.tasks.base import Task  # torch: for annotations only
@@ -258,7 +265,7 @@ def load_task(spec: str, **options: Any) -> Task:
         cls = _import_task_class(spec, parsed.name)
     _check_options(spec, cls, values)
     try:
-        task = cls(**values)
+        task = construct_plugin(cls, values)
     except Exception as exc:  # noqa: BLE001 - whatever a user's constructor raises is a bad spec
         detail = str(exc) if isinstance(exc, (TypeError, ValueError)) else f"{type(exc).__name__}: {exc}"
         raise ValueError(f"task {spec!r}: {detail}") from None

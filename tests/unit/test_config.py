@@ -575,6 +575,41 @@ class TestSimulateSettings:
         else:
             assert err == ""
 
+    def test_a_swarm_of_one_peer_is_refused_before_anything_starts(
+            self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+        """``simulate --honest 1 --byzantine 0`` sat paused at round 0 until its 1200 s timeout, then exit 1."""
+        from p2p_guard.cli.main import main
+
+        def started(*_args: Any, **_kwargs: Any) -> int:
+            raise AssertionError("went past the settings checks")
+
+        monkeypatch.setattr(simulate_cmd, "_check_names", started)
+        assert main(["simulate", "--honest", "1", "--byzantine", "0", "--workdir", str(tmp_path / "w")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("p2p-guard simulate: error: honest=1 and byzantine=0 make a swarm of 1 peer;")
+        assert err.count("\n") == 1
+        assert not (tmp_path / "w").exists()
+        simulate_cmd._check_swarm_size(SimulationConfig(honest=1, byzantine=1))  # two peers: fine
+
+    def test_an_unknown_attack_is_refused_even_with_no_byzantine_peer(
+            self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+        """``simulate --byzantine 0 --attack nosuch`` ran the whole swarm (attack=None) without a word."""
+        from p2p_guard.cli.main import main
+
+        def started(*_args: Any, **_kwargs: Any) -> None:
+            raise AssertionError("went past the name checks")
+
+        monkeypatch.setattr(simulate_cmd, "_check_memory", started)
+        argv = ["simulate", "--honest", "3", "--byzantine", "0", "--workdir", str(tmp_path / "w")]
+        assert main([*argv, "--attack", "nosuch"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("p2p-guard simulate: error: --attack 'nosuch' does not load: attack spec 'nosuch': "
+                              "unknown attack 'nosuch'; expected one of sign_flip,")
+        assert err.endswith(" (no peer runs it with --byzantine 0)\n")
+        assert err.count("\n") == 1
+        assert not (tmp_path / "w").exists()
+        simulate_cmd._check_unused_attack("sign_flip:scale=10+my_mod:MyAttack")  # well-formed: not loaded, fine
+
     def test_a_swarm_over_the_machines_memory_is_refused_and_over_what_is_free_warned(
             self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         gib = 2**30
@@ -944,3 +979,16 @@ class TestPeerOutput:
         assert calls == [False]
         dumps = [r for r in caplog.records if r.getMessage().startswith("peer config:")]
         assert [r.levelname for r in dumps] == ["DEBUG"]
+
+
+@pytest.mark.parametrize("flag", ["--identity", "--allow-peers", "--control-file", "--checkpoint-dir",
+                                  "--snapshot-dir", "--proof-dir"])
+def test_an_empty_path_is_refused_by_peer(flag: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``peer --checkpoint-dir ""`` (say an unset shell variable) was taken and silently turned checkpoints off;
+    ``--identity ""`` read as the current folder ('--identity .: not a regular file')."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["--initial-peers", MADDR, "--host", "127.0.0.1", flag, ""]
+    if flag != "--identity":
+        argv += ["--identity", str(tmp_path / "id.key")]
+    with pytest.raises(ValueError, match=rf"{flag}: empty path$"):
+        peer_cmd.resolve_config(peer_args(*argv))

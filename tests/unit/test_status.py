@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 
 import msgpack
 import pytest
@@ -210,3 +211,54 @@ def test_a_stop_signal_is_an_interruption_only_before_anything_was_printed(
     peers = ("/ip4/127.0.0.1/tcp/31337/p2p/" + ALICE.peer_id_b58,)
     assert asyncio.run(status_cmd._main(status_cmd.StatusConfig(initial_peers=peers, watch=watch))) == code
     assert printed == (["status"] if interrupt_in == "print" else [])
+
+
+@pytest.mark.parametrize("watch", [None, 0.01])
+def test_a_reader_that_goes_away_ends_the_watch_quietly(monkeypatch: pytest.MonkeyPatch,
+                                                         watch: float | None) -> None:
+    """``status --watch 1 | head -3`` ended with a BrokenPipeError traceback (exit 1) once head had its lines."""
+    import p2p_guard.swarm.dht as dht_module
+    import p2p_guard.swarm.status as status_module
+    from p2p_guard.cli import status_cmd
+
+    calls: list[str] = []
+
+    class Dht:
+        async def shutdown(self) -> None:
+            calls.append("shutdown")
+
+    async def start_dht(**_: object) -> Dht:
+        return Dht()
+
+    async def collect(*_: object, **__: object) -> str:
+        return "status"
+
+    def closed_pipe(status: object, config: object) -> None:
+        calls.append("print")
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(dht_module, "start_dht", start_dht)
+    monkeypatch.setattr(status_module, "collect_status", collect)
+    monkeypatch.setattr(status_cmd, "_print", closed_pipe)
+    monkeypatch.setattr(status_cmd, "silence_stdout", lambda: calls.append("silenced"))
+    peers = ("/ip4/127.0.0.1/tcp/31337/p2p/" + ALICE.peer_id_b58,)
+    assert asyncio.run(status_cmd._main(status_cmd.StatusConfig(initial_peers=peers, watch=watch))) == 0
+    assert calls == ["print", "silenced", "shutdown"]
+
+
+def test_silence_stdout_points_a_broken_pipe_at_devnull(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the reader of stdout's pipe has gone, writing and flushing stdout raise nothing any more."""
+    import io
+    import os
+
+    from p2p_guard.cli.errors import silence_stdout
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    out = io.TextIOWrapper(io.FileIO(write_end, "w"), write_through=True)
+    monkeypatch.setattr(sys, "stdout", out)
+    with pytest.raises(BrokenPipeError):
+        print("table", file=out, flush=True)
+    silence_stdout()
+    print("table", file=out, flush=True)
+    out.close()

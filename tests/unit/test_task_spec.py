@@ -241,3 +241,122 @@ def test_a_plugin_module_that_calls_sys_exit_on_import_is_a_one_line_error(
     assert "exiting_plugin" not in sys.modules
     assert main(["simulate", "--guard", "exiting_plugin:Plugin", "--workdir", str(tmp_path / "run")]) == 2
     assert capsys.readouterr().err == f"p2p-guard simulate: error: guard spec 'exiting_plugin:Plugin': {reason}\n"
+
+
+_EXITING_CONSTRUCTORS = '''
+import sys
+from p2p_guard.tasks.digits import DigitsTask
+
+
+class ExitTask(DigitsTask):
+    def __init__(self, **kwargs):
+        sys.exit(0)
+
+
+class ExitGuard:
+    def __init__(self):
+        sys.exit(0)
+
+    def __call__(self, updates, ctx):
+        return updates.mean(0)
+
+
+class RaisingGuard(ExitGuard):
+    def __init__(self):
+        raise RuntimeError("no GPU for my rule")
+
+
+class ExitAttack:
+    kind = "update"
+
+    def __init__(self):
+        sys.exit(0)
+
+    def __call__(self, *args, **kwargs):
+        return None
+'''
+
+
+def test_a_plugin_constructor_that_calls_sys_exit_or_raises_is_a_one_line_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``simulate --task/--guard/--attack mod:Class`` whose constructor calls ``sys.exit(0)`` ended with exit 0 and
+    no output at all; a user guard whose constructor raised RuntimeError printed a traceback (exit 1)."""
+    from p2p_guard.attacks import load_attack
+    from p2p_guard.cli.main import main
+    from p2p_guard.guard.registry import build_guard
+
+    (tmp_path / "exiting_ctor.py").write_text(_EXITING_CONSTRUCTORS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match=r"^task 'exiting_ctor:ExitTask': RuntimeError: ExitTask\(\) calls "
+                                         r"sys\.exit\(0\) in its constructor$"):
+        load_task("exiting_ctor:ExitTask")
+    with pytest.raises(ValueError, match=r"^guard 'exiting_ctor:ExitGuard': RuntimeError: ExitGuard\(\) calls "
+                                         r"sys\.exit\(0\) in its constructor$"):
+        build_guard("exiting_ctor:ExitGuard")
+    with pytest.raises(RuntimeError, match=r"^ExitAttack\(\) calls sys\.exit\(0\) in its constructor$"):
+        load_attack("exiting_ctor:ExitAttack")
+    cases = (
+        (["--task", "exiting_ctor:ExitTask"],
+         "task 'exiting_ctor:ExitTask': RuntimeError: ExitTask() calls sys.exit(0) in its constructor"),
+        (["--guard", "exiting_ctor:ExitGuard"],
+         "guard 'exiting_ctor:ExitGuard': RuntimeError: ExitGuard() calls sys.exit(0) in its constructor"),
+        (["--guard", "exiting_ctor:RaisingGuard"],
+         "guard 'exiting_ctor:RaisingGuard': RuntimeError: no GPU for my rule"),
+        (["--attack", "exiting_ctor:ExitAttack"],
+         "--attack 'exiting_ctor:ExitAttack' does not load: ExitAttack() calls sys.exit(0) in its constructor"),
+    )
+    for flags, message in cases:
+        assert main(["simulate", "--honest", "2", "--byzantine", "1", *flags,
+                     "--workdir", str(tmp_path / "run")]) == 2, flags
+        assert capsys.readouterr().err == f"p2p-guard simulate: error: {message}\n"
+        assert not (tmp_path / "run").exists()
+    sys.modules.pop("exiting_ctor")
+
+
+_FAILING_TASK_METHODS = '''
+import sys
+from p2p_guard.tasks.digits import DigitsTask
+
+
+class NotAModel(DigitsTask):
+    def build_model(self, seed):
+        return 42
+
+
+class BuildFails(DigitsTask):
+    def build_model(self, seed):
+        raise KeyError("layer_sizes")
+
+
+class ShardFails(DigitsTask):
+    def shard(self, num_shards, index, partition, seed):
+        raise RuntimeError("my data server is down")
+
+
+class ShardExits(DigitsTask):
+    def shard(self, num_shards, index, partition, seed):
+        sys.exit(4)
+'''
+
+
+@pytest.mark.parametrize(("cls", "message"), [
+    ("NotAModel", "build_model(0) returned a int, not a torch.nn.Module (see docs/tasks.md)"),
+    ("BuildFails", "build_model(0) raised KeyError: 'layer_sizes'"),
+    ("ShardFails", "shard(3, 0, 'iid', 0) raised RuntimeError: my data server is down"),
+    ("ShardExits", "shard(3, 0, 'iid', 0) raised sys.exit(4)"),
+])
+def test_a_user_task_whose_build_model_or_shard_fails_is_a_one_line_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], cls: str,
+        message: str) -> None:
+    """``simulate --task mod:T`` printed a traceback (exit 1) when T.build_model returned no module or raised
+    something else than OSError/RuntimeError, or T.shard raised something else than ValueError."""
+    from p2p_guard.cli.main import main
+
+    (tmp_path / "failing_task_methods.py").write_text(_FAILING_TASK_METHODS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = f"failing_task_methods:{cls}"
+    assert main(["simulate", "--task", spec, "--honest", "3", "--byzantine", "0",
+                 "--workdir", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err == f"p2p-guard simulate: error: task {spec!r}: {message}\n"
+    assert not (tmp_path / "run").exists()
+    sys.modules.pop("failing_task_methods")
