@@ -17,6 +17,7 @@ from p2p_guard.cli.preflight import (
     check_listen_host,
     check_output_file,
     check_port_free,
+    lock_identity,
 )
 from p2p_guard.cli.typed_config import add_config_flags, load_config
 from p2p_guard.swarm.config import REACHABILITY
@@ -118,6 +119,17 @@ def run(args: argparse.Namespace) -> int:
         # only the default's folder is created: a mistyped --identity folder would be a new PeerID, and every
         # multiaddr already handed to the peers would stop working
         check_identity_file(config.identity, create_folder=config.identity == BootstrapConfig.identity)
+        session = lock_identity(config.identity)  # one process per key on this machine, peers included
+    except ValueError as e:
+        print_error(COMMAND, str(e))
+        return EXIT_USAGE
+    with session:
+        return _run_locked(config)
+
+
+def _run_locked(config: BootstrapConfig) -> int:
+    """Run the bootstrap node of ``config``, whose identity we hold (:func:`run`'s second half); its exit code."""
+    try:
         check_listen_host(config.host)
         check_port_free(config.host, config.port)
         check_announce_host(config.announce_host, config.port)

@@ -24,7 +24,7 @@ from typing import Any
 
 __all__ = ["check_announce_host", "check_identity_file", "check_listen_host", "check_names", "check_output_dir",
            "check_output_file", "check_plugins", "check_port_free", "check_report_with_plots",
-           "check_seed_and_threads", "check_task_data", "MAX_TORCH_THREADS", "nonempty_path"]
+           "check_seed_and_threads", "check_task_data", "lock_identity", "MAX_TORCH_THREADS", "nonempty_path"]
 
 
 def nonempty_path(value: str) -> Path:
@@ -239,10 +239,12 @@ def check_replaceable_files(folder: str | Path | None, names: Sequence[str], *, 
 
 
 def lock_identity(path: str | Path, *, flag: str = "--identity") -> contextlib.AbstractContextManager[Any]:
-    """Take this machine's advisory lock (``flock(2)``) on an existing identity file, for the peer's life.
+    """Take this machine's advisory lock (``flock(2)``) on an existing identity file, for the process's life.
 
-    A second peer started with the same key on this machine would otherwise run until its first commit and then
-    be refused as another session of the identity (and its first commit could equivocate). The lock is the
+    Peers and the bootstrap node both take it. A second peer started with the same key on this machine would
+    otherwise run until its first commit and then be refused as another session of the identity (and its first
+    commit could equivocate); a second bootstrap node would share the first's PeerID, and a peer given the
+    bootstrap's key said only that it could not reach its --initial-peers. The lock is the
     kernel's: it goes with the process, even after ``kill -9``, and ``p2pd`` does not inherit it. A key file that
     does not exist yet is not locked (the peer creates it once its DHT is up). Peers on other machines are not
     seen; they are caught at their first commit, as before.
@@ -269,8 +271,8 @@ def lock_identity(path: str | Path, *, flag: str = "--identity") -> contextlib.A
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.close()
-        raise ValueError(f"{flag} {path}: another peer on this machine is running with this identity; stop it "
-                         "first, or give this one its own --identity") from None
+        raise ValueError(f"{flag} {path}: another peer or bootstrap node on this machine is running with this "
+                         "identity; stop it first, or give this one its own --identity") from None
     except OSError:
         pass  # a filesystem without flock (some network mounts): no lock, as before
     return handle

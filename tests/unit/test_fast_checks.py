@@ -203,16 +203,47 @@ class TestLightAgreesWithHeavy:
         key.chmod(0o600)
         maddr = "/ip4/127.0.0.1/tcp/1/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN"
         with lock_identity(key):
-            with pytest.raises(ValueError, match=r"another peer on this machine is running with this identity"):
+            with pytest.raises(ValueError, match=r"another peer or bootstrap node on this machine is running with this identity"):
                 lock_identity(key)
             assert main(["peer", "--initial-peers", maddr, "--identity", str(key)]) == 2
         assert capsys.readouterr().err.splitlines() == [
-            f"p2p-guard peer: error: --identity {key}: another peer on this machine is running with this identity; "
-            "stop it first, or give this one its own --identity"]
+            f"p2p-guard peer: error: --identity {key}: another peer or bootstrap node on this machine is running with "
+            "this identity; stop it first, or give this one its own --identity"]
         with lock_identity(key):  # released on exit
             pass
         with lock_identity(tmp_path / "missing.key"):  # a key not created yet: nothing to lock
             assert not (tmp_path / "missing.key").exists()
+
+    def test_the_bootstrap_node_holds_its_identity_and_is_refused_a_held_one(
+            self, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+        """A second bootstrap node on a key in use started and shared its PeerID; a peer given the running bootstrap
+        node's key said only that it could not reach its --initial-peers (helper-41)."""
+        from p2p_guard.cli import bootstrap_cmd
+        from p2p_guard.cli.main import main
+        from p2p_guard.cli.preflight import lock_identity
+        from p2p_guard.identity import Identity
+
+        key = tmp_path / "b.key"
+        key.write_bytes(Identity.generate().to_key_bytes())
+        key.chmod(0o600)
+        with lock_identity(key):
+            assert main(["bootstrap", "--identity", str(key), "--port", "0"]) == 2
+        assert capsys.readouterr().err.splitlines() == [
+            f"p2p-guard bootstrap: error: --identity {key}: another peer or bootstrap node on this machine is "
+            "running with this identity; stop it first, or give this one its own --identity"]
+        held = []
+
+        def run_locked(config: object) -> int:  # the node's life: a peer on its key is refused meanwhile
+            with pytest.raises(ValueError, match="another peer or bootstrap node"):
+                lock_identity(key)
+            held.append(True)
+            return 0
+
+        monkeypatch.setattr(bootstrap_cmd, "_run_locked", run_locked)
+        assert main(["bootstrap", "--identity", str(key), "--port", "0"]) == 0
+        assert held == [True]
+        with lock_identity(key):  # released when the node stops
+            pass
 
     def test_multiaddr_verdicts_are_hiveminds(self) -> None:
         """The light check (hivemind's parser, loaded alone) against hivemind imported the usual way."""
