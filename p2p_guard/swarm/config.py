@@ -134,7 +134,8 @@ class PeerConfig:
             ``guard.reputation``). On by default since protocol version 2: each peer owns its model, so an
             exclusion by one honest peer never needs the others to agree, and neither small model differences
             nor Byzantine votes can exclude an honest sender (docs/threat-model.md §3.7a).
-        start_peers: the first round waits until this many peers (self included) are present (None: ``min_peers``);
+        start_peers: the first round waits until this many peers (self included) are present (None: ``min_peers``;
+            at least ``min_peers``, else the first round would start where every later one pauses);
             later rounds pause only below ``min_peers``. ``simulate`` starts the swarm together with it.
         fanout: k, the most payloads fetched per round, drawn with private randomness among the round's commits
             (all of them in a swarm of at most k + 1 peers).
@@ -303,6 +304,9 @@ class PeerConfig:
             raise ValueError(f"device must be auto, cpu or cuda; got device={self.device!r}")
         if self.start_peers is not None:
             _check_positive("start_peers", self.start_peers)
+            if self.start_peers < self.min_peers:  # the first round would start where the second pauses
+                raise ValueError(f"start_peers must be >= min_peers; got start_peers={self.start_peers}, "
+                                 f"min_peers={self.min_peers}")
         for name in ("fanout", "mix_peers", "catch_up_peers", "catch_up_behind"):
             _check_positive(name, getattr(self, name))
         for name in ("max_staleness", "mix_every", "overlap_warmup_rounds"):
