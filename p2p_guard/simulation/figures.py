@@ -64,7 +64,9 @@ def updates_applied(peers: Sequence[PeerLog]) -> dict[str, Any]:
 
     Returns:
         ``committed``, ``applied``, ``fraction`` (None when nothing was committed), ``fraction_before_last_round``,
-        ``mean_appliers`` (other honest peers that applied an update, mean over updates) and ``by_peer``:
+        ``mean_appliers`` (other honest peers that applied an update, mean over updates), ``late_applied``
+        (rows an honest peer's guard accepted a round or more after their sender's round, carried over by
+        ``swarm.late``: the sum of the round events' ``late_applied``) and ``by_peer``:
         ``{index: {committed, applied, fraction}}``.
     """
     roles = sender_roles(peers)
@@ -108,6 +110,8 @@ def updates_applied(peers: Sequence[PeerLog]) -> dict[str, Any]:
         "fraction": applied_total / committed if committed else None,
         "fraction_before_last_round": early_applied / early_total if early_total else None,
         "mean_appliers": sum(counts) / len(counts) if counts else None,
+        "late_applied": sum(max(0, _int(e.get("late_applied")) or 0)
+                            for peer in _honest(peers) for e in peer.of_kind("round")),
         "by_peer": by_peer,
     }
 

@@ -85,7 +85,8 @@ def _health_lines(report: Mapping[str, Any]) -> list[str]:
     lines.append(
         f"honest updates applied by another honest peer: {applied.get('applied', '-')}/{applied.get('committed', '-')}"
         f" ({_cell(applied.get('fraction'), '{:.1%}')}; before the last round "
-        f"{_cell(applied.get('fraction_before_last_round'), '{:.1%}')})"
+        f"{_cell(applied.get('fraction_before_last_round'), '{:.1%}')}"
+        + (f"; {applied['late_applied']} taken a round late" if applied.get("late_applied") else "") + ")"
     )
     alone = report.get("trained_alone") or {}
     alone_peers = ", ".join(f"peer{i}: {len(r)}" for i, r in (alone.get("by_peer") or {}).items())

@@ -618,3 +618,18 @@ def test_a_fault_recovers_only_where_the_distance_stays_under_the_bound() -> Non
               {"number": 3, "fired": True, "fired_round": 7}]
     got = [(f["recovered_round"], f["recovery_rounds"]) for f in _fault_recovery(faults, rounds)]
     assert got == [(5, 4), (6, 0), (7, 0)]  # the last rounds have fewer rounds after them to check
+
+
+def test_updates_applied_counts_rows_taken_a_round_late_by_honest_peers_only() -> None:
+    """``swarm.late`` rows were counted only in the round events and metrics; the report now sums them."""
+    honest = [_ready("A", False), {**_r2(0, 1.0, 1.0, 1, 1), "late_applied": 0},
+              {**_r2(1, 1.0, 1.0, 1, 1), "late_applied": 2}, {**_r2(2, 1.0, 1.0, 1, 1), "late_applied": True},
+              _r2(3, 1.0, 1.0, 1, 1)]  # a bool or a missing field counts nothing
+    other = [_ready("B", False), {**_r2(1, 1.0, 1.0, 1, 1), "late_applied": 1}]
+    byzantine = [_ready("Z", True), {**_r2(1, 1.0, 1.0, 1, 1), "late_applied": 5}]
+    peers = [PeerLog(0, False, honest), PeerLog(1, False, other), PeerLog(2, True, byzantine)]
+    assert figures.updates_applied(peers)["late_applied"] == 3
+    assert figures.updates_applied(_v2_swarm())["late_applied"] == 0
+    report = {"updates_applied": {"applied": 4, "committed": 6, "fraction": 4 / 6, "late_applied": 3}}
+    assert "honest updates applied by another honest peer: 4/6 (66.7%; before the last round -; 3 taken a round " \
+           "late)" in format_table(report)
