@@ -1,6 +1,6 @@
 """The white-box attacks against the default guard and the coordinate-wise median, one line per cell.
 
-Digits, 10 peers, Dirichlet 0.5, 12 rounds, f not told.
+Digits, 10 peers, Dirichlet 0.5 (``--partition`` for another split), 12 rounds, f not told.
 
     python docs/scripts/adaptive_cells.py                         # the first table (about 3 min on 2 cores)
     python docs/scripts/adaptive_cells.py --guards semantic --fractions 4 --seeds 0
@@ -88,6 +88,26 @@ away from a persistent attack (the honest updates correct last round's push), wh
 unrelated to the attack's plane, does not foresee; and μ, σ over the known rows include the colluders' rows of the
 previous round, so the row barely changes from round to round (cosine 0.99 with the previous round's attack rows)
 and a smaller z does not turn it back.
+
+The collusion stage (off by default, ``p2p_guard/guard/collusion.py``), measured 2026-12-06 at 77580cd, final
+accuracy for seeds 0 / 1 / 2 / 3 / 4 (attack rows rejected; 0 honest rows rejected in every cell)::
+
+    python docs/scripts/adaptive_cells.py --attack alie:z=search --fractions 3 4 --guards "semantic:collusion=True"
+    python docs/scripts/adaptive_cells.py --fractions 0 3 4 --guards "semantic:collusion=True"
+
+| attack | f | ``semantic:collusion=True`` | rejected |
+|---|---:|---|---:|
+| none | 0 | 0.9361 0.9361 0.9167 0.9417 0.8764 (as the default guard) | - |
+| ``alie:z=search`` | 3 | 0.9333 0.8500 0.9250 0.9306 0.9056 (median: 0.897 0.844 0.917 0.922 0.906) | 210 of 252 |
+| ``alie:z=search`` | 4 | 0.9056 0.8417 0.9333 0.9222 0.9194 | 240 of 288 |
+| ``adaptive`` | 3 | 0.9389 0.8556 0.9333 0.9306 0.9139 | 210 of 252 |
+| ``adaptive`` | 4 | 0.9083 0.8472 0.9250 0.9167 0.9306 | 240 of 288 |
+
+It rejects every attack row from round 2 on (its warm-up), where the default guard accepts them. On Dirichlet 0.1
+it is not free: ``python docs/scripts/adaptive_cells.py --attack sign_flip:scale=1 --partition dirichlet:0.1
+--fractions 3 --seeds 0 1 2 --guards semantic "semantic:collusion=True"`` gives 0.5306 / 0.6889 / 0.6448 for the
+default guard and 0.4659 / 0.6889 / 0.5730 with collusion (0 honest rows rejected in both; clean and
+``ipm:epsilon=0.1`` identical), so it is not the default until the full suite has been run with it.
 """
 
 from __future__ import annotations
@@ -108,6 +128,7 @@ def main() -> None:
     parser.add_argument("--fractions", type=int, nargs="+", default=[0, 3, 4], help="f, Byzantine of 10 (0: clean)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--attack", default="adaptive", help="attack spec at f > 0 (alie:z=search: the second table)")
+    parser.add_argument("--partition", default="dirichlet:0.5", help="how the data is split (as bench robustness)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     for seed in args.seeds:
@@ -115,9 +136,10 @@ def main() -> None:
             for f in args.fractions:
                 started = time.monotonic()
                 result = run_cell(CellSpec(task="digits", guard=guard, attack=args.attack if f else None, n=10, f=f,
-                                           partition="dirichlet:0.5", seed=seed, rounds=12))
+                                           partition=args.partition, seed=seed, rounds=12))
                 verdicts = result["verdicts"]
-                line = {"attack": args.attack if f else None, "guard": guard, "f": f, "seed": seed,
+                line = {"attack": args.attack if f else None, "partition": args.partition, "guard": guard, "f": f,
+                        "seed": seed,
                         "accuracy": round(result["final"]["accuracy"], 4), "tp": verdicts["tp"], "fn": verdicts["fn"],
                         "fp": verdicts["fp"],
                         "reasons": verdicts["reasons"], "seconds": round(time.monotonic() - started, 1)}
