@@ -68,10 +68,11 @@ class PeerConfig:
             int4; fp32 keeps no residual; ``training.error_feedback.default_ef_decay``).
         min_peers: the first round starts once this many peers (self included) are present.
         quorum_fraction: a round closes after a grace window once this fraction of present peers committed.
-        grace_s: grace window after the quorum is reached, in seconds.
+        grace_s: grace window after the quorum is reached, in seconds; less than ``commit_timeout_s``.
         commit_timeout_s: deadline of the commit phase, in seconds.
         reveal_wait_s: after our commit phase closed, the longest we wait for the ``close`` records of the
-            other senders of our closed set before revealing our payload anyway, in seconds.
+            other senders of our closed set before revealing our payload anyway, in seconds; less than
+            ``fetch_timeout_s``, else the receivers may give up on us before we reveal.
         fetch_timeout_s: floor of each sender's payload deadline, in seconds; a large payload gets more, from its
             declared size and the sender's measured rate (``swarm.pacing``).
         join_timeout_s: how long to wait for ``min_peers`` before giving up, in seconds.
@@ -286,6 +287,7 @@ class PeerConfig:
                      "fetch_idle_timeout_s"):
             if not math.isfinite(getattr(self, name)) or getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be finite and > 0; got {name}={getattr(self, name)}")
+        _check_round_timing(self)
         if self.max_upload_mbit is not None and not 0 < self.max_upload_mbit < math.inf:
             raise ValueError(f"max_upload_mbit must be finite and > 0 (omit it for no cap); "
                              f"got max_upload_mbit={self.max_upload_mbit}")
@@ -436,6 +438,29 @@ def _check_codec(codec: str) -> None:
     parsed = parse_codec(codec)
     if isinstance(parsed, Rejected):
         raise ValueError(parsed.detail)  # names what is wrong: an unknown name (and the known ones) or a bad ρ
+
+
+def _check_round_timing(config: PeerConfig) -> None:
+    """Reject timing options of the round that contradict each other (each is already finite and > 0).
+
+    - ``grace_s < commit_timeout_s``: the quorum is seen no earlier than the commit phase starts, so a grace
+      window as long as the deadline never ends first and the phase could never close on quorum + grace
+      (``swarm.rounds.await_commits``).
+    - ``reveal_wait_s < fetch_timeout_s``: a sender that waits its whole close gate reveals ``reveal_wait_s``
+      after its close, while a receiver that closed at the same time gives up on it ``fetch_timeout_s`` after
+      it starts fetching; with the gate as long as the deadline, an honest sender held up by one sender that
+      never closes is dropped as ``TIMEOUT`` by its receivers (docs/threat-model.md §3.3 counts on it).
+
+    Raises:
+        ValueError: one line naming both options and their values.
+    """
+    if config.grace_s >= config.commit_timeout_s:
+        raise ValueError(f"grace_s must be < commit_timeout_s (a grace window that long never ends before the "
+                         f"commit deadline); got grace_s={config.grace_s}, commit_timeout_s={config.commit_timeout_s}")
+    if config.reveal_wait_s >= config.fetch_timeout_s:
+        raise ValueError(f"reveal_wait_s must be < fetch_timeout_s (a sender that waits its whole close gate would "
+                         f"reveal after its receivers' fetch deadline); got reveal_wait_s={config.reveal_wait_s}, "
+                         f"fetch_timeout_s={config.fetch_timeout_s}")
 
 
 def _check_positive(name: str, value: int) -> None:

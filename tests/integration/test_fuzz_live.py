@@ -354,7 +354,7 @@ ROUND = 4
 BASE = hashlib.sha256(b"live base").digest()
 SHAPES: tuple[tuple[int, ...], ...] = ((2, 3),)
 NUMEL = 6
-CONFIG = PeerConfig(run_id=RUN, max_envelope_bytes=4096, max_parameters=256, fetch_timeout_s=1.0)
+CONFIG = PeerConfig(run_id=RUN, max_envelope_bytes=4096, max_parameters=256, fetch_timeout_s=1.0, reveal_wait_s=0.5)
 EXPECT = RoundExpectation(run_id=RUN, round=ROUND, max_staleness=2, shapes=SHAPES, codecs=CODECS,
                           max_payload_bytes=payload_cap_bytes("fp32", CONFIG.max_parameters))  # 1024 bytes
 HONEST_PAYLOAD = encode_update(torch.linspace(-1, 1, NUMEL), "fp32")

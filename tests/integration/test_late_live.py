@@ -37,7 +37,8 @@ NUMEL = 400_000  # 1.6 MB of fp32: two chunks
 FAST_BYTES_PER_S = 1_000_000.0  # the sender's cap at first (8 Mbit/s)
 SLOW_BYTES_PER_S = 100_000.0  # after SLOW_AFTER_S (0.8 Mbit/s): six times the receiver's floor
 SLOW_AFTER_S = 0.5
-CONFIG = PeerConfig(run_id=RUN, fetch_timeout_s=1.0, fetch_idle_timeout_s=2.0, min_fetch_bytes_per_s=16 * 1024)
+CONFIG = PeerConfig(run_id=RUN, fetch_timeout_s=1.0, reveal_wait_s=0.5, fetch_idle_timeout_s=2.0,
+                    min_fetch_bytes_per_s=16 * 1024)
 
 
 def envelope(server: Any, payload: bytes) -> Envelope:

@@ -101,7 +101,7 @@ class TestRevealGate:
         async def scenario() -> tuple[frozenset[str], list[int]]:
             dht: Any = FakeDHT()
             server, stop = PayloadServer(RUN), asyncio.Event()
-            config = PeerConfig(run_id=RUN, reveal_wait_s=30.0).commit_phase
+            config = PeerConfig(run_id=RUN, reveal_wait_s=30.0, fetch_timeout_s=60.0).commit_phase
             gate = asyncio.create_task(reveal_after_close(dht, server, ALICE, config, 3, [A, B, C], PAYLOAD, stop))
             statuses = []
             await asyncio.sleep(0.2)
@@ -156,7 +156,7 @@ class TestRevealGate:
     def test_alone_in_its_closed_set_it_reveals_at_once(self) -> None:
         dht: Any = FakeDHT()
         server = PayloadServer(RUN)
-        config = PeerConfig(run_id=RUN, reveal_wait_s=30.0).commit_phase
+        config = PeerConfig(run_id=RUN, reveal_wait_s=30.0, fetch_timeout_s=60.0).commit_phase
         started = time.monotonic()
         missing = asyncio.run(reveal_after_close(dht, server, ALICE, config, 3, [A], PAYLOAD, asyncio.Event()))
         assert missing == frozenset()
@@ -168,7 +168,7 @@ class TestRevealGate:
         async def scenario() -> tuple[frozenset[str], float]:
             dht: Any = FakeDHT()
             server, stop = PayloadServer(RUN), asyncio.Event()
-            config = PeerConfig(run_id=RUN, reveal_wait_s=30.0).commit_phase
+            config = PeerConfig(run_id=RUN, reveal_wait_s=30.0, fetch_timeout_s=60.0).commit_phase
             gate = asyncio.create_task(reveal_after_close(dht, server, ALICE, config, 3, [A, B], PAYLOAD, stop))
             await asyncio.sleep(0.1)
             started = time.monotonic()

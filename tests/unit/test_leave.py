@@ -91,7 +91,8 @@ class TestWaitsEnd:
             dht.data[records.close_key(RUN, 3)] = {C: sign_record("close", RUN, 3, 3, CAROL)}
             server, stop = PayloadServer(RUN), asyncio.Event()
             started = time.monotonic()
-            missing = await reveal_after_close(dht, server, ALICE, PeerConfig(run_id=RUN, reveal_wait_s=30.0), 3,
+            config = PeerConfig(run_id=RUN, reveal_wait_s=30.0, fetch_timeout_s=60.0)
+            missing = await reveal_after_close(dht, server, ALICE, config, 3,
                                                [A, B, C], PAYLOAD, stop, Departures(dht, RUN))
             return missing, time.monotonic() - started, server._answer(["payload", 3])[0]
 
