@@ -20,7 +20,8 @@ Kinds and their fields (every field is required, no other field is allowed):
 
 - ``slow`` {factor > 1, rounds >= 1}: the peer's control file says ``{"slowdown": factor}`` until the peer is in
   round ``round + rounds``, then it is removed.
-- ``stop`` {seconds > 0}: SIGSTOP to the peer's process group, SIGCONT ``seconds`` later.
+- ``stop`` {0 < seconds <= 86400 (``MAX_STOP_S``), and at most the run's ``timeout_s``}: SIGSTOP to the peer's
+  process group, SIGCONT ``seconds`` later.
 - ``kill_restart`` {}: SIGKILL to the peer's process group, then the identical command line again (same identity
   file and checkpoint folder).
 - ``clock_shift`` {seconds, non-zero, |seconds| <= 3600}: stop the peer (SIGTERM), start it again under Debian's
@@ -57,6 +58,7 @@ __all__ = [
     "FaultPlan",
     "FaultRecord",
     "check_plan_rounds",
+    "check_plan_timeout",
     "check_plan_tools",
     "faketime_prefix",
     "load_plan",
@@ -75,6 +77,8 @@ FAULT_KINDS: dict[str, tuple[str, ...]] = {
 }
 _PEERLESS = frozenset({"kill_bootstrap"})
 MAX_CLOCK_SHIFT_S = 3600.0
+#: Longest ``stop`` (one day, in seconds); a run's ``timeout_s`` bounds it further (:func:`check_plan_timeout`).
+MAX_STOP_S = 86400.0
 
 
 @dataclass(frozen=True)
@@ -165,8 +169,9 @@ def _fault(number: int, entry: Any, honest: int, source: str) -> Fault:
         values["rounds"] = _integer(where, "rounds", entry["rounds"], 1)
     elif kind == "stop":
         values["seconds"] = _real(where, "seconds", entry["seconds"])
-        if values["seconds"] <= 0:
-            raise ValueError(f"{where}: seconds must be > 0, got {values['seconds']!r}")
+        if not 0 < values["seconds"] <= MAX_STOP_S:
+            raise ValueError(f"{where}: seconds must be > 0 and at most {MAX_STOP_S:.0f} (one day), "
+                             f"got {values['seconds']!r}")
     elif kind == "clock_shift":
         values["seconds"] = _real(where, "seconds", entry["seconds"])
         if values["seconds"] == 0 or abs(values["seconds"]) > MAX_CLOCK_SHIFT_S:
@@ -231,6 +236,25 @@ def check_plan_rounds(plan: FaultPlan, rounds: int) -> None:
         if fault.round > rounds:
             raise ValueError(f"{plan.source}: fault {fault.number} ({fault.kind}): round {fault.round} is past the "
                              f"run's last round (--rounds {rounds}); it would never fire")
+
+
+def check_plan_timeout(plan: FaultPlan, timeout_s: float) -> None:
+    """Fail before any process starts on a ``stop`` longer than the whole run may last.
+
+    The run ends (or fails) within ``timeout_s`` seconds and every stopped peer is continued then, so a longer
+    stop could never end as planned: it would only hold the peer until the run is over.
+
+    Args:
+        plan: the checked plan.
+        timeout_s: the run's ``timeout_s`` (``SimulationConfig``, ``simulate --timeout-s``), in seconds.
+
+    Raises:
+        ValueError: one line naming the plan, the fault, its seconds and the run's timeout.
+    """
+    for fault in plan.faults:
+        if fault.kind == "stop" and fault.seconds is not None and fault.seconds > timeout_s:
+            raise ValueError(f"{plan.source}: fault {fault.number} (stop): seconds {fault.seconds:g} is longer than "
+                             f"the whole run may last (--timeout-s {timeout_s:g}); it would never end as planned")
 
 
 def check_plan_tools(plan: FaultPlan, which: Callable[[str], str | None] = shutil.which) -> None:

@@ -7,6 +7,7 @@ The injector runs on a recording fake (no processes); the swarm's fault actions 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import signal
 import sys
@@ -24,6 +25,7 @@ from p2p_guard.simulation.faults import (
     Fault,
     FaultInjector,
     check_plan_rounds,
+    check_plan_timeout,
     check_plan_tools,
     faketime_prefix,
     load_plan,
@@ -113,6 +115,46 @@ def test_a_bad_fault_is_a_one_line_error_naming_the_fault(entry: Any, message: s
         parse_plan({"fault": [{"round": 0, "kind": "kill_bootstrap"}, entry]}, honest=4, source="p.toml")
     assert str(caught.value).startswith("p.toml: fault 2")
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(("seconds", "shown"), [(1e9, "1000000000.0"), (86400.5, "86400.5"), (float("nan"), "nan"),
+                                                (float("-inf"), "-inf")])
+def test_a_stop_past_a_day_or_not_finite_is_refused_naming_the_entry(seconds: float, shown: str) -> None:
+    entry = {"round": 1, "peer": 0, "kind": "stop", "seconds": seconds}
+    with pytest.raises(ValueError) as caught:
+        parse_plan({"fault": [{"round": 0, "kind": "kill_bootstrap"}, entry]}, honest=4, source="p.toml")
+    if math.isfinite(seconds):
+        assert str(caught.value) == f"p.toml: fault 2: seconds must be > 0 and at most 86400 (one day), got {shown}"
+    else:
+        assert str(caught.value) == f"p.toml: fault 2: seconds must be a finite number, got {shown}"
+    day = parse_plan({"fault": [{**entry, "seconds": 86400}]}, honest=4)
+    assert day.faults[0].seconds == 86400.0
+
+
+def test_a_stop_longer_than_the_run_may_last_is_refused() -> None:
+    plan = parse_plan({"fault": [{"round": 1, "peer": 0, "kind": "kill_restart"},
+                                 {"round": 2, "peer": 1, "kind": "stop", "seconds": 1500}]}, honest=2, source="p.toml")
+    with pytest.raises(ValueError) as caught:
+        check_plan_timeout(plan, 1200.0)
+    assert str(caught.value) == ("p.toml: fault 2 (stop): seconds 1500 is longer than the whole run may last "
+                                 "(--timeout-s 1200); it would never end as planned")
+    check_plan_timeout(plan, 1500.0)  # as long as the run: accepted
+
+
+def test_simulate_refuses_a_stop_past_its_timeout_before_any_process_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[[fault]]\nround = 2\npeer = 1\nkind = "stop"\nseconds = 600\n')
+    workdir = tmp_path / "run"
+    code = cli_main(["simulate", "--honest", "3", "--byzantine", "0", "--faults", str(plan), "--timeout-s", "300",
+                     "--workdir", str(workdir), "--no-progress"])  # fmt: skip
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"p2p-guard simulate: error: {plan}: fault 1 (stop): seconds 600 is longer than the whole run may last "
+        f"(--timeout-s 300); it would never end as planned\n"
+    )
+    assert not workdir.exists()
 
 
 def test_plan_level_errors() -> None:
