@@ -78,6 +78,7 @@ from p2p_guard.swarm.transport import BAD_REQUEST, OK, TOO_SLOW, PayloadServer, 
 from p2p_guard.swarm.validator import RecordValidator
 from p2p_guard.swarm.verdicts import SenderVerdict, finite_or_none
 from p2p_guard.tasks import load_task
+from p2p_guard.tasks.guarded import TaskFailed, guard_user_task
 from p2p_guard.training.error_feedback import ErrorFeedback
 from p2p_guard.training.inner import InnerPhaseStopped, autocast_dtype
 from p2p_guard.training.local import LocalModel, pick_device, round_generator
@@ -1331,7 +1332,7 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
     start_identity = StartIdentity(config.identity)
     try:
         identity = start_identity.identity
-        task = load_task(config.task)
+        task = guard_user_task(load_task(config.task), config.task)  # a user's method failing: one TaskFailed
         local = LocalModel(task, seed=config.seed, num_shards=config.num_peers, shard_index=config.peer_index,
                            partition=config.partition, outer_lr=config.resolved_outer_lr,
                            outer_momentum=config.resolved_outer_momentum, dense_outer_lr=dense_outer_lr(config.codec),
@@ -2034,6 +2035,8 @@ class _Reports:
             await asyncio.wait_for(task, timeout_s)
         except asyncio.TimeoutError:
             logger.warning("the last round's report did not finish within %.0f s; dropped", timeout_s)
+        except TaskFailed:  # a user's evaluate() is broken: every later report would fail the same way
+            raise
         except Exception as e:  # noqa: BLE001 - a failed report (disk full, DHT down) must not stop the rounds
             logger.warning("the report of a round failed (%s); training goes on", e)
 
@@ -2186,7 +2189,9 @@ def run_peer(config: PeerConfig, *, progress: bool = True) -> int:
         progress: show a progress bar on stderr.
 
     Returns:
-        0 after the configured rounds or a requested stop, 1 on a local error (logged).
+        0 after the configured rounds or a requested stop, 1 on a local error (logged), among them a method of a
+        user's ``MODULE:CLASS`` task that raised (one line naming the task, its class, the method and the error:
+        ``tasks.guarded.TaskFailed``; the traceback at DEBUG), after the same clean shutdown as a stop.
     """
     reaper = start_reaper()
     code = asyncio.run(_run_with_signals(config, progress))
@@ -2203,6 +2208,12 @@ async def _run_with_signals(config: PeerConfig, progress: bool) -> int:
         completed = await _main(config, progress, stop)
     except (TimeoutError, ValueError, OSError, P2PDaemonError, EarlierSessionCommit, ModelMismatch) as e:
         logger.error("peer stopped: %s", e)
+        return 1
+    except TaskFailed as e:  # a user's task method raised: one line, its traceback at DEBUG
+        debug = logger.isEnabledFor(logging.DEBUG)
+        hint = "" if debug else " (p2p-guard --log-level DEBUG peer ... logs its traceback)"
+        logger.error("peer stopped: %s%s", e, hint)
+        logger.debug("traceback of the task's failure", exc_info=e)
         return 1
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -6,6 +6,8 @@ Modules:
     partition: ``iid`` / ``dirichlet:ALPHA`` partitions and whole-group (work) assignment.
     registry: task specs (``NAME[:k=v,...]`` or ``MODULE:CLASS[:k=v,...]``): :func:`load_task`, :data:`TASK_NAMES`,
         and the torch-free ``check_task_spec`` and :func:`check_task_files`.
+    guarded: :class:`GuardedTask`, a user's ``MODULE:CLASS`` task whose failing methods raise one named
+        ``TaskFailed`` (the peer stops with one line instead of a traceback).
     image_classification: :class:`ImageClassificationTask`, shared base of ``digits`` and ``fashion_mnist``.
     digits: scikit-learn digits, MLP 64-64-10.
     fashion_mnist: Fashion-MNIST from its IDX files (Debian ``dataset-fashion-mnist``), MLP 784-32-10.

@@ -1,0 +1,133 @@
+"""A user's task (``--task MODULE:CLASS``) whose method raises stops the peer with one line, not a traceback.
+
+helper-48: a ``loss`` that raised stopped the peer with a raw traceback through the inner phase's thread and
+asyncio, naming neither the task nor the method, and exited through ``asyncio.run`` without the run's exit code.
+Now every method of a user's task raises ``TaskFailed`` (``tasks/guarded.py``), and the peer logs one ERROR line
+naming the spec, class, method and exception, shuts down as on a stop, and exits 1. The live run (a real swarm)
+is ``tests/integration/test_user_task_failure_live.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+
+from p2p_guard.swarm import peer as peer_module
+from p2p_guard.swarm.config import PeerConfig
+from p2p_guard.tasks import load_task
+from p2p_guard.tasks.guarded import GuardedTask, TaskFailed, guard_user_task
+from p2p_guard.training.local import LocalModel
+
+FAILING_TASK = '''
+from p2p_guard.tasks.digits import DigitsTask
+
+
+class Failing(DigitsTask):
+    """digits, except that its loss divides by zero and its evaluation has no data."""
+
+    name = "failing"
+
+    def loss(self, model, x, y):
+        return 1 / 0
+
+    def evaluate(self, model, device="cpu"):
+        raise FileNotFoundError("held-out split missing")
+'''
+SPEC = "failing_task:Failing"
+LOSS_LINE = "task 'failing_task:Failing': Failing.loss raised ZeroDivisionError: division by zero"
+
+
+@pytest.fixture
+def failing_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> GuardedTask:
+    (tmp_path / "failing_task.py").write_text(FAILING_TASK, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    task = guard_user_task(load_task(SPEC), SPEC)
+    assert isinstance(task, GuardedTask)
+    return task
+
+
+def test_a_failing_method_is_one_error_naming_spec_class_method_and_exception(failing_task: GuardedTask) -> None:
+    model = failing_task.build_model(0)
+    with pytest.raises(TaskFailed) as caught:
+        failing_task.loss(model, torch.zeros(2, 64), torch.zeros(2, dtype=torch.int64))
+    assert str(caught.value) == LOSS_LINE
+    assert isinstance(caught.value.__cause__, ZeroDivisionError)  # the user's traceback stays attached
+    assert (caught.value.spec, caught.value.class_name, caught.value.method) == (SPEC, "Failing", "loss")
+    with pytest.raises(TaskFailed, match=r"^task 'failing_task:Failing': Failing\.evaluate raised "
+                                         r"FileNotFoundError: held-out split missing$"):
+        failing_task.evaluate(model)
+
+
+def test_the_wrapper_passes_everything_else_through(failing_task: GuardedTask) -> None:
+    assert (failing_task.name, failing_task.kind, failing_task.num_classes) == ("failing", "classification", 10)
+    assert failing_task.default_hparams == failing_task.task.default_hparams
+    shard = failing_task.shard(2, 1, "iid", 0)
+    x, y = failing_task.sample_batch(shard, 4, torch.Generator().manual_seed(0))
+    assert (tuple(x.shape), tuple(y.shape)) == ((4, 64), (4,))
+
+
+def test_builtin_tasks_are_not_wrapped() -> None:
+    task = load_task("digits")
+    assert guard_user_task(task, "digits") is task
+
+
+def test_the_inner_phase_raises_it_from_the_user_loss(failing_task: GuardedTask) -> None:
+    local = LocalModel(failing_task, seed=0, num_shards=2, shard_index=0, partition="iid")
+    with pytest.raises(TaskFailed, match=r"^task 'failing_task:Failing': Failing\.loss raised ZeroDivisionError"):
+        local.train_round(2, torch.Generator().manual_seed(0))
+
+
+def test_the_peer_logs_one_line_and_exits_1(failing_task: GuardedTask, monkeypatch: pytest.MonkeyPatch,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    local = LocalModel(failing_task, seed=0, num_shards=2, shard_index=0, partition="iid")
+
+    async def main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
+        local.train_round(1, torch.Generator().manual_seed(0))  # the peer's inner phase, without a swarm
+        return 0
+
+    monkeypatch.setattr(peer_module, "_main", main)
+    with caplog.at_level(logging.INFO, logger="p2p_guard"):
+        assert asyncio.run(peer_module._run_with_signals(PeerConfig(task=SPEC), False)) == 1
+    errors = [(r.levelname, r.getMessage()) for r in caplog.records if r.levelno >= logging.WARNING]
+    hint = "(p2p-guard --log-level DEBUG peer ... logs its traceback)"
+    assert errors == [("ERROR", f"peer stopped: {LOSS_LINE} {hint}")]
+    assert all(r.exc_info is None for r in caplog.records)  # no traceback at INFO
+
+
+def test_at_debug_the_traceback_is_logged(failing_task: GuardedTask, monkeypatch: pytest.MonkeyPatch,
+                                          caplog: pytest.LogCaptureFixture) -> None:
+    async def main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
+        failing_task.loss(torch.nn.Identity(), torch.zeros(1), torch.zeros(1))
+        return 0
+
+    monkeypatch.setattr(peer_module, "_main", main)
+    with caplog.at_level(logging.DEBUG, logger="p2p_guard"):
+        assert asyncio.run(peer_module._run_with_signals(PeerConfig(task=SPEC), False)) == 1
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [f"peer stopped: {LOSS_LINE}"]
+    traced = [r for r in caplog.records if r.exc_info is not None]
+    assert [r.getMessage() for r in traced] == ["traceback of the task's failure"]
+    assert isinstance(traced[0].exc_info[1].__cause__, ZeroDivisionError)  # type: ignore[index]
+
+
+def test_a_background_report_with_a_failing_evaluate_stops_the_rounds(failing_task: GuardedTask) -> None:
+    """A failed report (disk full, DHT down) is logged and training goes on; a user's broken evaluate() is not."""
+    async def evaluate() -> None:
+        failing_task.evaluate(torch.nn.Identity())
+
+    async def disk_full() -> None:
+        raise OSError("No space left on device")
+
+    async def scenario() -> None:
+        reports = peer_module._Reports()
+        reports.start(disk_full())
+        await reports.wait()  # swallowed, as before
+        reports.start(evaluate())
+        await reports.wait()
+
+    with pytest.raises(TaskFailed, match=r"Failing\.evaluate raised FileNotFoundError: held-out split missing$"):
+        asyncio.run(scenario())
