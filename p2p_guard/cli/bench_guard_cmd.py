@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from p2p_guard.cli.errors import DefaultsOnceFormatter
+from p2p_guard.cli.errors import DefaultsOnceFormatter, print_error
 from p2p_guard.cli.preflight import nonempty_path
 
 __all__ = ["add_parser", "run_guard_cost"]
@@ -62,7 +62,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def _error(message: str) -> int:
-    print(f"p2p-guard bench guard: error: {message}", file=sys.stderr)
+    print_error("bench guard", message)
     return EXIT_USAGE
 
 

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from p2p_guard.cli.errors import DefaultsOnceFormatter
+from p2p_guard.cli.errors import DefaultsOnceFormatter, print_error
 from p2p_guard.cli.preflight import nonempty_path
 
 __all__ = ["add_parser", "run_wire"]
@@ -111,13 +111,12 @@ def run_wire(args: argparse.Namespace) -> int:
     parsed = [parse_codec(c) for c in codecs]
     bad = [p.detail for p in parsed if isinstance(p, Rejected)]
     if bad:  # the codec's own reason: "topk:density=2" is a density out of range, not an unknown codec
-        print(f"p2p-guard bench wire: error: --codecs: {'; '.join(bad)}", file=sys.stderr)
+        print_error("bench wire", f"--codecs: {'; '.join(bad)}")
         return EXIT_USAGE
     workers = (4 if args.quick else 8) if args.workers is None else args.workers  # 0 is refused, not a default
     rounds = (10 if args.quick else 20) if args.rounds is None else args.rounds
     if workers < 1 or rounds < 1 or args.threads < 1 or getattr(args, "eval_every", 0) < 0:
-        print("p2p-guard bench wire: error: --workers, --rounds and --threads must be >= 1, --eval-every >= 0",
-              file=sys.stderr)
+        print_error("bench wire", "--workers, --rounds and --threads must be >= 1, --eval-every >= 0")
         return EXIT_USAGE
     guard_attacks = GUARD_ATTACKS if getattr(args, "guard_attacks", None) is None else tuple(args.guard_attacks)
     if guard_attacks in (("none",), ("",)):
@@ -128,13 +127,13 @@ def run_wire(args: argparse.Namespace) -> int:
         for spec in guard_attacks:
             load_attack(spec)
     except ValueError as error:
-        print(f"p2p-guard bench wire: error: --guard-attacks: {error}", file=sys.stderr)
+        print_error("bench wire", f"--guard-attacks: {error}")
         return EXIT_USAGE
     byzantine = getattr(args, "byzantine", None)
     byzantine = max(1, workers // 4) if byzantine is None else byzantine
     if guard_attacks and not 1 <= byzantine < workers / 2:
-        print(f"p2p-guard bench wire: error: --byzantine must be >= 1 and a minority of --workers {workers}; got "
-              f"{byzantine}", file=sys.stderr)
+        print_error("bench wire", f"--byzantine must be >= 1 and a minority of --workers {workers}; got "
+                                  f"{byzantine}")
         return EXIT_USAGE
     decay: float | None = getattr(args, "topk_ef_decay", None)
     lr: float | None = getattr(args, "topk_outer_lr", None)
@@ -142,8 +141,8 @@ def run_wire(args: argparse.Namespace) -> int:
     if (decay is not None and not 0.0 <= decay <= 1.0) or (lr is not None and not 0.0 < lr < float("inf")) or (
         momentum is not None and not 0.0 <= momentum < 1.0
     ):
-        print("p2p-guard bench wire: error: --topk-ef-decay must be in [0, 1], --topk-outer-lr finite and > 0, "
-              "--topk-outer-momentum in [0, 1)", file=sys.stderr)
+        print_error("bench wire", "--topk-ef-decay must be in [0, 1], --topk-outer-lr finite and > 0, "
+                                  "--topk-outer-momentum in [0, 1)")
         return EXIT_USAGE
     task = getattr(args, "task", "digits")
     try:  # everything the runs need, before they start: the task's data and model, the guard, the output paths
@@ -164,7 +163,7 @@ def run_wire(args: argparse.Namespace) -> int:
         check_output_file(args.json, flag="--json")
         check_report_with_plots(getattr(args, "out", None), flag="--out")
     except ValueError as error:
-        print(f"p2p-guard bench wire: error: {error}", file=sys.stderr)
+        print_error("bench wire", str(error))
         return EXIT_USAGE
     torch.set_num_threads(args.threads)
 

@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     defer_scipy_optimize()  # about 30 MiB per process that hivemind's unused load balancing would cost
     args, unknown = build_parser().parse_known_args(argv)
     if unknown:
-        print_error(args.command, _unknown_message(unknown))
+        print_error(_command_name(args), _unknown_message(unknown))
         return EXIT_USAGE
     setup_logging(args.log_level)
     try:
@@ -55,6 +55,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv is None and args.command == "peer":  # the program itself, not a call from Python
         _exit_process(code)
     return code
+
+
+def _command_name(args: argparse.Namespace) -> str:
+    """The command as its own errors name it: ``peer``, or ``bench robustness`` for a command of a group.
+
+    argparse's errors of a nested command carry its parser's whole ``prog`` (``p2p-guard bench robustness:
+    error: ...``), so an unrecognized argument of ``bench robustness`` must not be ``p2p-guard bench: error:``.
+    """
+    sub = getattr(args, f"{args.command}_command", None)
+    return f"{args.command} {sub}" if isinstance(sub, str) else str(args.command)
 
 
 def _unknown_message(unknown: list[str]) -> str:

@@ -696,6 +696,11 @@ def _cli(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
      "'status', 'verify-proof', 'bench') (see --help)"),
     ([], None, "p2p-guard: error: the following arguments are required: COMMAND (see --help)"),
     (["bench"], None, "p2p-guard bench: error: the following arguments are required: BENCHMARK (see --help)"),
+    # helper-48: an argument no parser took, under a command of a group, was "p2p-guard bench: error: ..."
+    (["bench", "robustness", "--guard", "x"], None,
+     "p2p-guard bench robustness: error: unrecognized arguments: --guard x (see --help)"),
+    (["bench", "wire", "--nope"], None, "p2p-guard bench wire: error: unrecognized arguments: --nope (see --help)"),
+    (["bench", "guard", "--nope"], None, "p2p-guard bench guard: error: unrecognized arguments: --nope (see --help)"),
     (["peer", "--initial-peers", MADDR, "--identity", "."], None,
      "p2p-guard peer: error: --identity .: not a regular file"),
     (["peer", "--initial-peers", MADDR, "--identity", "c.toml"], "not a key",
