@@ -27,7 +27,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -117,6 +117,10 @@ REJOIN_POLL_S = 30.0
 LEAVE_TIMEOUT_S = 3.0
 #: An equivocating attacker stores its second envelope this long after the first (seconds).
 EQUIVOCATION_DELAY_S = 1.0
+#: Why we no longer take a sender's updates (:meth:`Peer._unwelcome`): verdict details and late-drop reasons.
+BANNED_DETAIL = "banned: equivocation proof"
+EXCLUDED_DETAIL = "excluded by our reputation"
+LEFT_DETAIL = "left the swarm"
 
 
 class _PeerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
@@ -727,12 +731,13 @@ class Peer:
                                                 on_poll=self._watch_commits, exclude=frozenset(self.banned),
                                                 allowed=self.allowed, not_waited=suspects)
         await self._collect_proofs(round_)
-        outcome.verdicts += [SenderVerdict.rejected(s, round_, RejectReason.EQUIVOCATION, "banned: equivocation proof")
+        outcome.verdicts += [SenderVerdict.rejected(s, round_, RejectReason.EQUIVOCATION, BANNED_DETAIL)
                              for s in commits if s in self.banned]
         excluded = await self._fold_votes(round_)
-        outcome.verdicts += [SenderVerdict.rejected(s, round_, RejectReason.EXCLUDED, "excluded by our reputation")
+        outcome.verdicts += [SenderVerdict.rejected(s, round_, RejectReason.EXCLUDED, EXCLUDED_DETAIL)
                              for s in sorted(commits) if s in excluded]
-        commits = {s: raw for s, raw in commits.items() if s not in self.banned and s not in excluded}
+        # senders that left stay until the close gate, which does not wait for them; _drop_departed drops them
+        commits = {s: raw for s, raw in commits.items() if self._unwelcome(s, excluded, departed=False) is None}
         await reveal_after_close(self.dht, self.server, self.identity, self.config.commit_phase, round_, commits,
                                  serve, stop, self.departures)
         self._drop_departed(commits, round_)
@@ -782,7 +787,7 @@ class Peer:
         raw = await self.dht.read(commit_key(self.config.run_id, round_))
         self._watch_commits(raw)
         commits = {s: r for s, r in filter_allowed(raw, self.allowed).items()
-                   if s != self.me and s not in self.banned and s not in self.departures.left}
+                   if s != self.me and self._unwelcome(s) is None}
         envelopes, rejected = open_commits(commits, self.config.commit_phase)
         rows, more = await self._fetch_sample(round_, envelopes, stop, outcome)
         if stop.is_set():
@@ -817,16 +822,7 @@ class Peer:
         carried payload whose continued fetch found bad bytes is rejected here. Returns ``{sender: its round}`` of
         the late rows added.
         """
-        def unwelcome(sender: str) -> str | None:
-            if sender in self.banned:
-                return "banned: equivocation proof"
-            if sender in excluded:
-                return "excluded by our reputation"
-            if sender in self.departures.left:
-                return "left the swarm"
-            return None
-
-        taken, dropped = self.late.take(round_, unwelcome)
+        taken, dropped = self.late.take(round_, partial(self._unwelcome, excluded=excluded))
         added: dict[str, int] = {}
         for d in dropped:
             self.log.info("late update of %s (round %d) dropped: %s", d.sender[-8:], d.round, d.reason)
@@ -847,6 +843,26 @@ class Peer:
             added[late.sender] = late.envelope.round
             outcome.bytes_received += late.envelope.payload_bytes
         return added
+
+    def _unwelcome(self, sender: str, excluded: Collection[str] = frozenset(), *, departed: bool = True) -> str | None:
+        """Why we no longer take ``sender``'s updates, or None when we do.
+
+        Args:
+            sender: base58 PeerID.
+            excluded: the senders our reputation excludes this round (``_fold_votes``).
+            departed: also refuse a sender that has left the swarm (its signed ``leave`` record).
+
+        Returns:
+            :data:`BANNED_DETAIL` (equivocation proof), :data:`EXCLUDED_DETAIL`, :data:`LEFT_DETAIL`, in that order
+            of precedence, or None.
+        """
+        if sender in self.banned:
+            return BANNED_DETAIL
+        if sender in excluded:
+            return EXCLUDED_DETAIL
+        if departed and sender in self.departures.left:
+            return LEFT_DETAIL
+        return None
 
     def _count_late(self, late_rows: Mapping[str, int], outcome: RoundOutcome) -> None:
         """Log each late row the guard accepted and count it in ``outcome.late_applied``."""
