@@ -36,6 +36,8 @@ from p2p_guard.protocol.reasons import Rejected, RejectReason
 __all__ = [
     "INT4_CHUNK",
     "INT8_CHUNK",
+    "INT8_QMAX",
+    "chunk_count",
     "decode_int4",
     "decode_int8",
     "encode_int4",
@@ -50,24 +52,25 @@ INT8_CHUNK = 1024
 """Values per scale of ``int8`` (scale overhead 4/1024 ≈ 0.4 %)."""
 INT4_CHUNK = 64
 """Values per scale of ``int4`` (QLoRA's block size; scale overhead 4/64 = 1/16 byte per value)."""
-_INT8_QMAX = 127
+INT8_QMAX = 127
+"""q_max of ``int8``: codes in [−127, 127], s_j = max_i |x_j,i| / 127."""
 _INT4_QMAX = 7
 _INT4_FORBIDDEN = 15
 
 
 def int8_payload_bytes(numel: int) -> int:
     """Exact ``int8`` payload size: 4·⌈d/1024⌉ + d bytes for d = ``numel`` (≥ 0)."""
-    return 4 * _chunks(numel, INT8_CHUNK) + numel
+    return 4 * chunk_count(numel, INT8_CHUNK) + numel
 
 
 def int4_payload_bytes(numel: int) -> int:
     """Exact ``int4`` payload size: 4·⌈d/64⌉ + ⌈d/2⌉ bytes for d = ``numel`` (≥ 0)."""
-    return 4 * _chunks(numel, INT4_CHUNK) + (numel + 1) // 2
+    return 4 * chunk_count(numel, INT4_CHUNK) + (numel + 1) // 2
 
 
 def encode_int8(vector: torch.Tensor) -> bytes:
     """Encode a flat float32 CPU ``(d,)`` tensor as ``int8`` (layout in the module docstring)."""
-    scales, codes = _absmax_quantize(vector, INT8_CHUNK, _INT8_QMAX)
+    scales, codes = _absmax_quantize(vector, INT8_CHUNK, INT8_QMAX)
     return scales.astype("<f4").tobytes() + codes.numpy().tobytes()
 
 
@@ -87,7 +90,7 @@ def decode_int8(payload: bytes | bytearray | memoryview, numel: int) -> torch.Te
     Returns:
         A new CPU tensor, or :class:`Rejected` (reasons in the module docstring). Never raises.
     """
-    m = _chunks(numel, INT8_CHUNK)
+    m = chunk_count(numel, INT8_CHUNK)
     if len(payload) != int8_payload_bytes(numel):
         return Rejected(
             RejectReason.DECODE_ERROR,
@@ -113,7 +116,7 @@ def decode_int4(payload: bytes | bytearray | memoryview, numel: int) -> torch.Te
     Returns:
         A new CPU tensor, or :class:`Rejected` (reasons in the module docstring). Never raises.
     """
-    m = _chunks(numel, INT4_CHUNK)
+    m = chunk_count(numel, INT4_CHUNK)
     if len(payload) != int4_payload_bytes(numel):
         return Rejected(
             RejectReason.DECODE_ERROR,
@@ -152,14 +155,15 @@ def check_scales(scales: np.ndarray, codec: str) -> Rejected | None:
     return None
 
 
-def _chunks(numel: int, chunk: int) -> int:
+def chunk_count(numel: int, chunk: int) -> int:
+    """The number of chunks m = ⌈d / C⌉ (one scale each) of d = ``numel`` values (≥ 0), C = ``chunk`` a chunk."""
     return -(-numel // chunk)
 
 
 def _absmax_quantize(vector: torch.Tensor, chunk: int, qmax: int) -> tuple[np.ndarray, torch.Tensor]:
     """Per-chunk scales ``(m,)`` float32 and codes ``(d,)`` int8 in [−qmax, qmax]."""
     d = vector.numel()
-    m = _chunks(d, chunk)
+    m = chunk_count(d, chunk)
     padded = torch.zeros(m * chunk, dtype=torch.float32)
     padded[:d] = vector
     rows = padded.view(m, chunk)

@@ -25,7 +25,14 @@ import logging
 import numpy as np
 import torch
 
-from p2p_guard.protocol.quantized import INT8_CHUNK, decode_int8, encode_int8, int8_payload_bytes
+from p2p_guard.protocol.quantized import (
+    INT8_CHUNK,
+    INT8_QMAX,
+    chunk_count,
+    decode_int8,
+    encode_int8,
+    int8_payload_bytes,
+)
 from p2p_guard.protocol.reasons import Rejected, RejectReason
 
 __all__ = ["STATE_PRECISIONS", "decode_state", "encode_state", "int8_rounding_noise", "rounding_noise", "state_bytes"]
@@ -36,7 +43,6 @@ logger = logging.getLogger(__name__)
 #: them, since that module imports no torch).
 STATE_PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
 _WIDTHS = {"fp32": "<f4", "fp16": "<f2"}
-_INT8_QMAX = 127  # the int8 codec's q_max (protocol.quantized): s_c = max|x_c| / 127
 
 
 def _check_precision(precision: str) -> None:
@@ -163,13 +169,13 @@ def int8_rounding_noise(state: torch.Tensor) -> float:
     d = state.numel()
     if d == 0:
         return 0.0
-    m = -(-d // INT8_CHUNK)
+    m = chunk_count(d, INT8_CHUNK)  # the codec's own chunks
     padded = torch.zeros(m * INT8_CHUNK, dtype=torch.float64)  # padding decodes to 0: never counted
     padded[:d] = state.detach().reshape(-1).to(torch.float64).abs()
     rows = padded.view(m, INT8_CHUNK)
     absmax = rows.amax(dim=1, keepdim=True)
     inner = ((rows > 0) & (rows < absmax)).sum(dim=1).to(torch.float64)
-    steps = absmax.squeeze(1) / _INT8_QMAX
+    steps = absmax.squeeze(1) / INT8_QMAX
     return float((inner * steps.square() / 12).sum())
 
 

@@ -48,6 +48,26 @@ def test_the_noise_is_k_times_the_step_squared_over_12_per_chunk() -> None:
     assert int8_rounding_noise(torch.zeros(0)) == 0.0
 
 
+def test_the_estimate_cuts_chunks_as_the_codec_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """helper-48: ``int8_rounding_noise`` computed ⌈d/1024⌉ itself; it now asks ``quantized.chunk_count``, the
+    function the codec's size formula and encoder use, so the two cannot drift apart."""
+    import p2p_guard.protocol.quantized as quantized
+    import p2p_guard.protocol.states as states
+
+    assert [quantized.chunk_count(d, 1024) for d in (0, 1, 1024, 1025, 2048)] == [0, 1, 1, 2, 2]
+    assert quantized.int8_payload_bytes(1025) == 4 * 2 + 1025
+    assert (states.INT8_QMAX, states.chunk_count) == (127, quantized.chunk_count)
+    asked: list[tuple[int, int]] = []
+
+    def counting(numel: int, chunk: int) -> int:
+        asked.append((numel, chunk))
+        return quantized.chunk_count(numel, chunk)
+
+    monkeypatch.setattr(states, "chunk_count", counting)
+    assert int8_rounding_noise(torch.full((1025,), 0.5)) == 0.0  # every value is its chunk's absmax: exact
+    assert asked == [(1025, 1024)]
+
+
 def test_a_constant_chunk_has_no_noise() -> None:
     """Every value codes to ±127 (a chunk of LayerNorm gains at 1.0): decoded exactly, nothing to subtract."""
     state = torch.full((3000,), 1 + 2.0**-10)
