@@ -18,8 +18,8 @@ A plan file (TOML)::
 
 Kinds and their fields (every field is required, no other field is allowed):
 
-- ``slow`` {factor > 1, rounds >= 1}: the peer's control file says ``{"slowdown": factor}`` until the peer is in
-  round ``round + rounds``, then it is removed.
+- ``slow`` {1 < factor <= 100 (``MAX_SLOW_FACTOR``), rounds >= 1}: the peer's control file says
+  ``{"slowdown": factor}`` until the peer is in round ``round + rounds``, then it is removed.
 - ``stop`` {0 < seconds <= 86400 (``MAX_STOP_S``), and at most the run's ``timeout_s``}: SIGSTOP to the peer's
   process group, SIGCONT ``seconds`` later.
 - ``kill_restart`` {}: SIGKILL to the peer's process group, then the identical command line again (same identity
@@ -57,6 +57,8 @@ __all__ = [
     "FaultInjector",
     "FaultPlan",
     "FaultRecord",
+    "MAX_SLOW_FACTOR",
+    "MAX_STOP_S",
     "check_plan_rounds",
     "check_plan_timeout",
     "check_plan_tools",
@@ -79,6 +81,9 @@ _PEERLESS = frozenset({"kill_bootstrap"})
 MAX_CLOCK_SHIFT_S = 3600.0
 #: Longest ``stop`` (one day, in seconds); a run's ``timeout_s`` bounds it further (:func:`check_plan_timeout`).
 MAX_STOP_S = 86400.0
+#: Largest ``slow`` factor: a volunteer 100 times slower than its own hardware. The peer sleeps (factor − 1) × its
+#: inner phase's time in one go, so a larger factor (1e9 was accepted) would hold it in one round for good.
+MAX_SLOW_FACTOR = 100.0
 
 
 @dataclass(frozen=True)
@@ -164,8 +169,9 @@ def _fault(number: int, entry: Any, honest: int, source: str) -> Fault:
     values: dict[str, Any] = {}
     if kind == "slow":
         values["factor"] = _real(where, "factor", entry["factor"])
-        if values["factor"] <= 1.0:
-            raise ValueError(f"{where}: factor must be > 1, got {values['factor']!r}")
+        if not 1.0 < values["factor"] <= MAX_SLOW_FACTOR:
+            raise ValueError(f"{where}: factor must be > 1 and at most {MAX_SLOW_FACTOR:.0f}, "
+                             f"got {values['factor']!r}")
         values["rounds"] = _integer(where, "rounds", entry["rounds"], 1)
     elif kind == "stop":
         values["seconds"] = _real(where, "seconds", entry["seconds"])

@@ -93,6 +93,11 @@ def test_a_good_plan_parses_in_file_order(tmp_path: Path) -> None:
         ({"round": 1, "peer": 0, "kind": "slow", "factor": 3.0}, "slow needs rounds"),
         ({"round": 1, "peer": 0, "kind": "slow", "factor": 1.0, "rounds": 2}, "factor must be > 1"),
         (
+            {"round": 1, "peer": 0, "kind": "slow", "factor": 1e9, "rounds": 2},
+            r"factor must be > 1 and at most 100, got 1000000000.0",
+        ),
+        ({"round": 1, "peer": 0, "kind": "slow", "factor": float("nan"), "rounds": 2}, "finite number"),
+        (
             {"round": 1, "peer": 0, "kind": "slow", "factor": "3", "rounds": 2},
             "factor must be a finite number",
         ),
