@@ -67,13 +67,19 @@ def run_local_swarm(config: SimulationConfig, workdir: str | Path | None = None,
         SimulationError: the peers' outputs cannot be read (the base class of the two above).
         SimulationInterrupted: Ctrl+C (a ``KeyboardInterrupt``); its ``report`` and ``path`` hold the partial
             report of the rounds completed, already written.
+        ValueError: a fault plan that does not fit ``config`` (a round past its last, a ``stop`` longer than its
+            ``timeout_s``, a peer index it has no honest peer for, ``clock_shift`` without ``faketime``), raised
+            before anything starts, as ``p2p-guard simulate --faults`` does.
         OSError: ``workdir`` cannot be created; ``FileExistsError`` when it is a directory that is not empty (an
             earlier run's peers would resume from its keys and checkpoints at their last round, train nothing,
             and that run's rounds would be reported as this one's; ``p2p-guard simulate --workdir`` refuses it
             too).
     """
+    from p2p_guard.simulation.faults import check_plan_for_run
     from p2p_guard.simulation.orchestrator import make_workdir, run_simulation
 
+    if faults is not None:
+        check_plan_for_run(faults, honest=config.honest, rounds=config.rounds, timeout_s=config.timeout_s)
     if workdir is not None and Path(workdir).is_dir() and any(Path(workdir).iterdir()):
         raise FileExistsError(f"workdir {workdir} is not empty (an earlier run's keys and checkpoints would be "
                               f"resumed and its rounds reported again); remove it or name a new directory")

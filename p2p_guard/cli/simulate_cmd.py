@@ -21,7 +21,7 @@ from p2p_guard.cli.errors import EXIT_FAILED, EXIT_USAGE, print_error, print_war
 from p2p_guard.cli.preflight import check_output_dir, check_output_file, nonempty_path
 from p2p_guard.cli.typed_config import add_config_flags, load_config
 from p2p_guard.simulation.config import SimulationConfig, split_attack_mix
-from p2p_guard.simulation.faults import FaultPlan, check_plan_rounds, check_plan_timeout, check_plan_tools, load_plan
+from p2p_guard.simulation.faults import FaultPlan, check_plan_for_run, load_plan
 
 if TYPE_CHECKING:
     from p2p_guard.simulation.orchestrator import Progress
@@ -85,9 +85,7 @@ def _fault_plan(args: argparse.Namespace, config: SimulationConfig) -> FaultPlan
     if args.faults is None:
         return None
     plan = load_plan(args.faults, honest=config.honest)
-    check_plan_rounds(plan, config.rounds)
-    check_plan_timeout(plan, config.timeout_s)
-    check_plan_tools(plan)
+    check_plan_for_run(plan, honest=config.honest, rounds=config.rounds, timeout_s=config.timeout_s)
     return plan
 
 

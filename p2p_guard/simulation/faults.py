@@ -59,6 +59,7 @@ __all__ = [
     "FaultRecord",
     "MAX_SLOW_FACTOR",
     "MAX_STOP_S",
+    "check_plan_for_run",
     "check_plan_rounds",
     "check_plan_timeout",
     "check_plan_tools",
@@ -261,6 +262,26 @@ def check_plan_timeout(plan: FaultPlan, timeout_s: float) -> None:
         if fault.kind == "stop" and fault.seconds is not None and fault.seconds > timeout_s:
             raise ValueError(f"{plan.source}: fault {fault.number} (stop): seconds {fault.seconds:g} is longer than "
                              f"the whole run may last (--timeout-s {timeout_s:g}); it would never end as planned")
+
+
+def check_plan_for_run(plan: FaultPlan, *, honest: int, rounds: int, timeout_s: float,
+                       which: Callable[[str], str | None] = shutil.which) -> None:
+    """Every check of a plan against the run it is for, before any process starts (CLI and Python API alike).
+
+    :func:`check_plan_rounds`, :func:`check_plan_timeout`, :func:`check_plan_tools`, and that each fault's peer
+    is one of the run's ``honest`` peers (a plan loaded for a larger swarm would otherwise only fail when it
+    fires).
+
+    Raises:
+        ValueError: one line naming the plan, the fault and what is wrong with it.
+    """
+    for fault in plan.faults:
+        if fault.peer is not None and fault.peer >= honest:
+            raise ValueError(f"{plan.source}: fault {fault.number} ({fault.kind}): peer {fault.peer} is not an "
+                             f"honest peer index in [0, {honest})")
+    check_plan_rounds(plan, rounds)
+    check_plan_timeout(plan, timeout_s)
+    check_plan_tools(plan, which)
 
 
 def check_plan_tools(plan: FaultPlan, which: Callable[[str], str | None] = shutil.which) -> None:
