@@ -786,8 +786,9 @@ class Peer:
         outcome = RoundOutcome(round_)
         raw = await self.dht.read(commit_key(self.config.run_id, round_))
         self._watch_commits(raw)
+        excluded = self._exclusions()
         commits = {s: r for s, r in filter_allowed(raw, self.allowed).items()
-                   if s != self.me and self._unwelcome(s) is None}
+                   if s != self.me and self._unwelcome(s, excluded) is None}
         envelopes, rejected = open_commits(commits, self.config.commit_phase)
         rows, more = await self._fetch_sample(round_, envelopes, stop, outcome)
         if stop.is_set():
@@ -1153,7 +1154,13 @@ class Peer:
                              strikes={s: st.own_strikes for s, st in update.standings.items()},
                              voter_weights={v: round(w, 4) for v, w in (update.voter_weights or {}).items()},
                              excluded=sorted(update.excluded), enforced=enforced)
-        return self.votes.excluded if enforced else frozenset()
+        return self._exclusions()
+
+    def _exclusions(self) -> frozenset[str]:
+        """The senders (base58 PeerIDs) our reputation excludes now; empty when exclusion is off or votes are."""
+        if self.votes is None or not self.config.reputation_exclusion:
+            return frozenset()
+        return frozenset(self.votes.excluded)
 
     def _watch_commits(self, commits: dict[str, bytes]) -> None:
         """Feed every envelope seen to the equivocation detector; ban on a conflict."""

@@ -6,12 +6,14 @@ three now call this method, and the late-row tests (``test_late.py``) pass uncha
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from p2p_guard.swarm import peer as peer_module
 from p2p_guard.swarm.peer import BANNED_DETAIL, EXCLUDED_DETAIL, LEFT_DETAIL, Peer
 
 
@@ -46,3 +48,47 @@ def test_precedence_and_the_departed_switch(sender: str, departed: bool, why: st
 def test_without_exclusions_only_bans_and_departures_count() -> None:
     peer = fake_peer(banned=("b",), left=("l",))
     assert [peer._unwelcome(s) for s in ("b", "l", "x")] == [BANNED_DETAIL, LEFT_DETAIL, None]
+
+
+@pytest.mark.parametrize(("enforced", "taken"), [(True, ["ok"]), (False, ["ok", "x"])])
+def test_receive_drops_the_senders_our_reputation_excludes(monkeypatch: pytest.MonkeyPatch, enforced: bool,
+                                                           taken: list[str]) -> None:
+    """``receive`` (the aggregate of a round we skipped) judged an excluded sender's update; ``communicate`` never
+    did. It now reads the same exclusions (``Peer._exclusions``), and only when exclusion is enforced."""
+    peer = fake_peer()
+    peer.me = "me"
+    peer.allowed = None
+    peer.config = SimpleNamespace(run_id="r", commit_phase=1.0, reputation_exclusion=enforced)
+    peer.votes = SimpleNamespace(excluded={"x"})
+
+    async def read(_key: Any) -> dict[str, bytes]:
+        return {"ok": b"1", "x": b"2", "me": b"3"}
+
+    peer.dht = SimpleNamespace(read=read)
+    peer._watch_commits = lambda _raw: None  # type: ignore[method-assign]
+    opened: list[list[str]] = []
+
+    def open_commits(commits: dict[str, bytes], _phase: float) -> tuple[dict[str, Any], list[Any]]:
+        opened.append(sorted(commits))
+        return {}, []
+
+    async def fetch_sample(*_args: Any) -> tuple[dict[str, Any], list[Any]]:
+        return {}, []
+
+    monkeypatch.setattr(peer_module, "open_commits", open_commits)
+    peer._fetch_sample = fetch_sample  # type: ignore[method-assign]
+    peer._record_rejections = lambda *_a: None  # type: ignore[method-assign]
+    outcome = asyncio.run(peer.receive(3, None, asyncio.Event()))  # type: ignore[arg-type]
+    assert opened == [taken]
+    assert outcome.aggregate is None
+
+
+def test_no_exclusions_without_votes_or_when_exclusion_is_off() -> None:
+    peer = fake_peer()
+    peer.votes = None
+    peer.config = SimpleNamespace(reputation_exclusion=True)
+    assert peer._exclusions() == frozenset()
+    peer.votes = SimpleNamespace(excluded={"x", "y"})
+    assert peer._exclusions() == frozenset({"x", "y"})
+    peer.config = SimpleNamespace(reputation_exclusion=False)
+    assert peer._exclusions() == frozenset()
