@@ -9,7 +9,8 @@ Digits, 10 peers, Dirichlet 0.5 (``--partition`` for another split), 12 rounds, 
 Each cell is ``p2p_guard.bench.cell.run_cell`` (the benchmark's in-process cell: the guard is never told f, the
 attackers are told the guard's name, as in ``p2p-guard bench robustness``), with ``attack="adaptive"`` at f of 10
 and a clean run (f = 0) for reference. A line holds the final accuracy and the guard's verdict counts over every
-honest receiver's view (tp: Byzantine rows rejected, fn: accepted).
+honest receiver's view (tp: Byzantine rows rejected, fn: accepted, fp: honest rows rejected), the backdoor's attack
+success rate (``asr``, else null), the accuracy after each round and the mean of rounds 8-11.
 
 Why: issue 9 (honest numbers: a white-box attack must attack the guard as it is). The attack ran the real guard
 all along (``simulated_guard`` builds it with ``build_guard``); what it got wrong was this round's honest rows,
@@ -141,8 +142,10 @@ def main() -> None:
                 line = {"attack": args.attack if f else None, "partition": args.partition, "guard": guard, "f": f,
                         "seed": seed,
                         "accuracy": round(result["final"]["accuracy"], 4), "tp": verdicts["tp"], "fn": verdicts["fn"],
-                        "fp": verdicts["fp"],
-                        "reasons": verdicts["reasons"], "seconds": round(time.monotonic() - started, 1)}
+                        "fp": verdicts["fp"], "asr": result["final"]["asr"],
+                        "reasons": verdicts["reasons"], "seconds": round(time.monotonic() - started, 1),
+                        "per_round": [round(r["accuracy"], 3) for r in result["rounds"]],
+                        "rounds_8_11": round(sum(r["accuracy"] for r in result["rounds"][-4:]) / 4, 4)}
                 print(json.dumps(line), flush=True)  # noqa: T201
 
 
