@@ -19,9 +19,9 @@ where
       (``ctx.own_index``: never rejected, and never a partner: agreeing with our own data is no evidence);
     - γ ∈ (0, 1] is ``decay`` and τ ∈ (0, 1] the threshold ``tau``;
     - g ≥ 2 is ``group``, the least group size flagged: j is rejected only when at least g − 1 *other*
-      senders (the own row never counts) each reach S_{jk} ≥ τ with it. g = 2 (the default) is
-      s_j = max_k S_{jk}: any aligned pair. g = 3 asks for a trio, since a backdoor group of 3 of 10 aligns
-      as a whole while the honest look-alikes (similar label mixes under Dirichlet) were pairs;
+      senders (the own row never counts) each reach S_{jk} ≥ τ with it. g = 3 (the default) asks for a trio:
+      a colluding group of 3 or 4 of 10 aligns as a whole, while honest look-alikes (similar label mixes under
+      Dirichlet) come as pairs. g = 2 is s_j = max_k S_{jk}, any aligned pair (the stage's first rule);
     - the history is kept per (receiver, sender) PeerID pair, so a guard object shared by several in-process
       receivers (the benchmark cells) keeps one history per receiver, as a networked peer would.
 
@@ -34,6 +34,27 @@ skews, which under Dirichlet(0.5) stays well below.
 The stage is never told f or who the attackers are, and reads no self-reported number: only the rows, the
 centre and the PeerIDs. With g = 2 it can reject any number of senders, including a lone pair; with g it
 never rejects a group of fewer than g senders (a pair of attackers passes g = 3).
+
+Why g = 3 (on in :class:`~p2p_guard.guard.semantic.SemanticGuard` since the cells of 2026-12-06, digits, 10
+peers, 12 rounds, f not told; ``docs/scripts/adaptive_cells.py``'s docstring has the tables and commands):
+with g = 2, clean ``dirichlet:0.1`` seed 3 lost two honest senders (peers 2 and 7, the same dominant labels)
+from round 2 on: their history cosine was 0.71 in round 2 and 0.87 by round 11, above the attacker trio's least
+pair in round 2 of ``alie:z=search`` (0.83; 3 of 10, Dirichlet 0.5, seed 0), so no τ separates pairs; 180 of
+1080 honest verdicts rejected (16.7 %), accuracy 0.800 → 0.728. Their second-best partner stayed at 0.05-0.21,
+and the attackers' at 0.77-0.99 (receiver peer00: ``python docs/scripts/collusion_probe.py --partition
+dirichlet:0.1 --seed 3 --guard semantic:collusion_group=2`` and ``... --attack alie:z=search --f 3 --seed 0``),
+so g = 3 keeps them (0 honest rows rejected on clean ``dirichlet:0.1`` and ``dirichlet:0.5``,
+seeds 0-4) and still rejects every ``alie:z=search`` and ``adaptive`` row from round 2 on at 3 and 4 of 10.
+The cost that kept g = 2 off (``dirichlet:0.1``, ``sign_flip:scale=1``, 3 of 10, seeds 0 and 2: 0.4659 /
+0.5730 against 0.5306 / 0.6448) was not a false positive: the stage rejected attackers only (21 and 14 rows,
+no honest row), and the mean accuracy of rounds 8-11 moved by −0.1 and −0.6 points; the final round fell on
+the other side of a swing of up to 10 points a round that both runs show. With g = 3 the stage never fires
+in those cells.
+
+Limits: a white-box attack that knows this stage could split into pairs (two pairs pushing two directions at 4
+of 10) or decorrelate its rows across rounds, at the cost of a weaker push; the ``adaptive`` and
+``alie:z=search`` attacks simulate the guard one round at a time (a fresh guard, so no history) and do not
+try. Memory: two ``(d,)`` float64 vectors per (receiver, sender) pair, at most ``max_entries`` pairs.
 
 References:
     Clement Fung, Chris J. M. Yoon, Ivan Beschastnikh. The Limitations of Federated Learning in Sybil Settings.
@@ -167,7 +188,8 @@ class CollusionCheck:
         tau: τ, the history cosine at or above which a sender is rejected, in (0, 1] (0.6).
         min_rounds: rounds of history both senders need before they are compared, ``>= 1`` (3).
         decay: γ of the history, in (0, 1] (1: a plain sum).
-        group: g, the least group size rejected, ``>= 2`` (2: any aligned pair; module docstring).
+        group: g, the least group size rejected, ``>= 2`` (3: a sender needs two aligned partners; 2: any
+            aligned pair; module docstring).
         max_entries: bound on the (receiver, sender) pairs kept (:class:`ResidualHistory`).
 
     Raises:
@@ -181,7 +203,7 @@ class CollusionCheck:
     tau: float = 0.6
     min_rounds: int = 3
     decay: float = 1.0
-    group: int = 2
+    group: int = 3
     max_entries: int = 1024
     history: ResidualHistory = field(init=False, repr=False)
     reason: str = field(default=COLLUDING, init=False)
