@@ -75,8 +75,39 @@ class TestResidualHistory:
         with pytest.raises(ValueError, match="version"):
             g.load_state_dict({"version": 99, "entries": []})
 
+    def test_bounded_in_bytes_least_recent_forgotten(self) -> None:
+        # a (4,) float64 vector is 32 bytes: one pair after one round 32, after two rounds 64 (previous + current)
+        h = ResidualHistory(max_bytes=96)
+        h.add("me", "a", 0, E[0])
+        h.add("me", "b", 0, E[1])
+        h.add("me", "c", 0, E[2])
+        assert (len(h), h.nbytes) == (3, 96)
+        h.add("me", "a", 1, E[0])  # a now holds 64 bytes and is the most recent: the oldest, b, goes (128 → 96)
+        assert (len(h), h.nbytes) == (2, 96)
+        out, terms = h.add("me", "c", 1, E[2])  # c grows to 64 bytes: a, now the oldest, goes (128 → 64)
+        assert (len(h), h.nbytes, terms) == (1, 64, 2)
+        assert torch.equal(out, 2 * E[2])
+
+    def test_newest_pair_kept_above_max_bytes(self) -> None:
+        h = ResidualHistory(max_bytes=16)
+        out, terms = h.add("me", "a", 0, E[0])
+        assert (len(h), h.nbytes, terms) == (1, 32, 1)
+        assert torch.equal(out, E[0])
+        h.add("me", "b", 0, E[1])
+        assert len(h) == 1
+        assert h.add("me", "a", 1, E[1])[1] == 1  # a was forgotten: its history starts again
+
+    def test_load_state_dict_applies_the_byte_bound(self) -> None:
+        h = ResidualHistory()
+        for sender in "abc":
+            h.add("me", sender, 0, E[0])
+        g = ResidualHistory(max_bytes=64)
+        g.load_state_dict(h.state_dict())
+        assert (len(g), g.nbytes) == (2, 64)
+        assert g.add("me", "a", 1, E[1])[1] == 1  # the oldest, a, went
+
     @pytest.mark.parametrize(("kwargs", "name"), [({"decay": 0.0}, "decay"), ({"decay": 1.5}, "decay"),
-                                                  ({"max_entries": 0}, "max_entries")])
+                                                  ({"max_entries": 0}, "max_entries"), ({"max_bytes": 0}, "max_bytes")])
     def test_rejects_bad_parameters(self, kwargs: dict[str, float], name: str) -> None:
         with pytest.raises(ValueError, match=name):
             ResidualHistory(**kwargs)  # type: ignore[arg-type]
