@@ -21,6 +21,10 @@ previous median were rejected for their norm in rounds 3-5 (fixed by ``drift_sca
 known row, the colluders' rows came out nearly identical and the duplicate stage grouped them (fixed by jittering
 with the own row's norm as the typical distance).
 
+The first two tables and the collusion table after them predate the collusion stage as the default (the last
+section): their ``semantic`` rows are ``semantic:collusion=False`` now, and ``semantic:collusion=True`` ran with
+groups of two (``collusion_group=2``; groups of three give the same cells under these two attacks).
+
 Measured 2026-12-06 (final accuracy, seeds 0 1 2 3 4, then their mean; tp = the attack's rows rejected, summed
 over every honest receiver's 12 rounds). Versions: before = main at 9e8e978; scale = 227ca33 (turned and
 scaled models; d3278c2, the turned model alone, changed no cell but semantic at 4 of 10 on seed 4, by −0.3
