@@ -6,6 +6,14 @@
     python docs/scripts/backdoor_cells.py --floor --arm mean --seeds 0   # the ASR with no attacker
     python docs/scripts/backdoor_cells.py --arm "semantic:collusion=True,c_collusion=0.5,collusion_rounds=3"
 
+Since 2026-12-06 the ``semantic`` guard runs its collusion stage by default, in groups of three (``collusion=True,
+collusion_group=3``, τ 0.6, 3 rounds: ``docs/scripts/adaptive_cells.py``'s docstring). Every table below predates
+that: its ``semantic`` / "default" rows are ``semantic:collusion=False`` now, and its arms that set
+``collusion=True`` without ``collusion_group`` ran with groups of two (add ``collusion_group=2`` to reproduce
+them). With the new default the backdoor cells at 3 and 4 of 10 (Dirichlet 0.5 and 0.1, seeds 0-4) are
+unchanged: the stage never fires on the backdoor group at τ = 0.6 (``python docs/scripts/adaptive_cells.py
+--attack backdoor --partition dirichlet:0.5 --fractions 3 --guards semantic``: mean ASR 0.857; 0.974 on 0.1).
+
 Table mode prints a markdown table, one row per arm: the final clean accuracy (no attacker), the attack success
 rate (ASR) and final accuracy under ``backdoor`` at 3 of 10, and the final accuracy under ``sign_flip:scale=10``,
 ``ipm:epsilon=0.1`` and ``alie`` at 3 of 10; each entry is the mean over the seeds, then each seed's value.

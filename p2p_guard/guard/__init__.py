@@ -6,8 +6,8 @@ Module map:
   :class:`NotEnoughUpdates`, :class:`Verdict`, :class:`GuardResult`, :func:`default_f`.
 - ``integrity.py``: envelope and payload checks (signature, run, round, base, codec, shapes, digest).
 - ``linalg.py``: float64 norms, distances, cosines and medians shared by the rules.
-- ``magnitude.py``, ``centre.py``, ``verdict.py``: the stages of the semantic guard; ``loss_score.py``,
-  ``collusion.py`` and ``noise.py`` (FLAME's noise): its stages that are off by default.
+- ``magnitude.py``, ``centre.py``, ``verdict.py``, ``collusion.py``: the stages of the semantic guard;
+  ``loss_score.py`` and ``noise.py`` (FLAME's noise): its stages that are off by default.
 - ``semantic.py``: :class:`SemanticGuard`, the default pipeline, with its extension points
   :class:`RowCheck` and :class:`Anchor`.
 - ``baselines/``: mean, coordinate-wise median, trimmed mean, Multi-Krum, geometric median, centered clipping,

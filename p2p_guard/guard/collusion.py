@@ -19,9 +19,9 @@ where
       (``ctx.own_index``: never rejected, and never a partner: agreeing with our own data is no evidence);
     - γ ∈ (0, 1] is ``decay`` and τ ∈ (0, 1] the threshold ``tau``;
     - g ≥ 2 is ``group``, the least group size flagged: j is rejected only when at least g − 1 *other*
-      senders (the own row never counts) each reach S_{jk} ≥ τ with it. g = 2 (the default) is
-      s_j = max_k S_{jk}: any aligned pair. g = 3 asks for a trio, since a backdoor group of 3 of 10 aligns
-      as a whole while the honest look-alikes (similar label mixes under Dirichlet) were pairs;
+      senders (the own row never counts) each reach S_{jk} ≥ τ with it. g = 3 (the default) asks for a trio:
+      a colluding group of 3 or 4 of 10 aligns as a whole, while honest look-alikes (similar label mixes under
+      Dirichlet) come as pairs. g = 2 is s_j = max_k S_{jk}, any aligned pair (the stage's first rule);
     - the history is kept per (receiver, sender) PeerID pair, so a guard object shared by several in-process
       receivers (the benchmark cells) keeps one history per receiver, as a networked peer would.
 
@@ -34,6 +34,31 @@ skews, which under Dirichlet(0.5) stays well below.
 The stage is never told f or who the attackers are, and reads no self-reported number: only the rows, the
 centre and the PeerIDs. With g = 2 it can reject any number of senders, including a lone pair; with g it
 never rejects a group of fewer than g senders (a pair of attackers passes g = 3).
+
+Why g = 3 (on in :class:`~p2p_guard.guard.semantic.SemanticGuard` since the cells of 2026-12-06, digits, 10
+peers, 12 rounds, f not told; ``docs/scripts/adaptive_cells.py``'s docstring has the tables and commands):
+with g = 2, clean ``dirichlet:0.1`` seed 3 lost two honest senders (peers 2 and 7, the same dominant labels)
+from round 2 on: their history cosine was 0.71 in round 2 and 0.87 by round 11, above the attacker trio's least
+pair in round 2 of ``alie:z=search`` (0.83; 3 of 10, Dirichlet 0.5, seed 0), so no τ separates pairs; 180 of
+1080 honest verdicts rejected (16.7 %), accuracy 0.800 → 0.728. Their second-best partner stayed at 0.05-0.21,
+and the attackers' at 0.77-0.99 (receiver peer00: ``python docs/scripts/collusion_probe.py --partition
+dirichlet:0.1 --seed 3 --guard semantic:collusion_group=2`` and ``... --attack alie:z=search --f 3 --seed 0``),
+so g = 3 keeps them (0 honest rows rejected on clean ``dirichlet:0.1`` and ``dirichlet:0.5``,
+seeds 0-4) and still rejects every ``alie:z=search`` and ``adaptive`` row from round 2 on at 3 and 4 of 10.
+The cost that kept g = 2 off (``dirichlet:0.1``, ``sign_flip:scale=1``, 3 of 10, seeds 0 and 2: 0.4659 /
+0.5730 against 0.5306 / 0.6448) was not a false positive: the stage rejected attackers only (21 and 14 rows,
+no honest row), and the mean accuracy of rounds 8-11 moved by −0.1 and −0.6 points; the final round fell on
+the other side of a swing of up to 10 points a round that both runs show. With g = 3 the stage never fires
+in those cells.
+
+Limits: a white-box attack that knows this stage could split into pairs (two pairs pushing two directions at 4
+of 10) or decorrelate its rows across rounds, at the cost of a weaker push; the ``adaptive`` and
+``alie:z=search`` attacks simulate the guard one round at a time (a fresh guard, so no history) and do not
+try. Memory: two ``(d,)`` float64 vectors per (receiver, sender) pair, at most ``max_entries`` pairs and
+``max_bytes`` bytes (1 GiB: the 1024 pairs of ``max_entries`` alone would be 4 GB at the shakespeare task's
+d = 246,144, 3.9 MB a pair, and a Sybil flood of fresh PeerIDs fills every slot; the least recently updated pair
+goes first). A benchmark cell of 10 in-process receivers shares one guard, 100 pairs: 394 MB there, under the
+bound, so no cell forgets a pair; a networked peer holds one pair per sender it has judged.
 
 References:
     Clement Fung, Chris J. M. Yoon, Ivan Beschastnikh. The Limitations of Federated Learning in Sybil Settings.
@@ -54,12 +79,15 @@ from p2p_guard.guard.base import AggregationContext, check_int, check_real
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["COLLUDING", "CollusionCheck", "ResidualHistory", "group_score"]
+__all__ = ["COLLUDING", "MAX_BYTES", "CollusionCheck", "ResidualHistory", "group_score"]
 
 COLLUDING = "colluding"
 """Reason recorded in the verdict of a row rejected by this stage."""
 
 _STATE_VERSION = 1
+
+MAX_BYTES = 2**30
+"""Default bound on the bytes of residual history one :class:`ResidualHistory` keeps (1 GiB)."""
 
 
 @dataclass
@@ -71,6 +99,13 @@ class _Entry:
     terms: int
 
 
+def _entry_bytes(entry: _Entry) -> int:
+    size = entry.current.numel() * entry.current.element_size()
+    if entry.previous is not None:
+        size += entry.previous.numel() * entry.previous.element_size()
+    return size
+
+
 class ResidualHistory:
     """Accumulated unit residuals per (receiver, sender), bounded in memory.
 
@@ -78,23 +113,38 @@ class ResidualHistory:
     (so a receiver judged twice in one round counts it once).
 
     Memory: at most ``max_entries`` pairs of ``(d,)`` float64 vectors (two per pair: the history before and
-    after the latest round); past that, the least recently updated pair is forgotten.
+    after the latest round) and at most ``max_bytes`` bytes of them; past either, the least recently updated
+    pair is forgotten (the pair just added is always kept, even alone above ``max_bytes``).
 
     Args:
         decay: γ in (0, 1].
         max_entries: most (receiver, sender) pairs kept, ``>= 1``.
+        max_bytes: most bytes of history tensors kept, ``>= 1`` (1 GiB).
 
     Raises:
         ValueError: on a parameter out of range (the message names it).
     """
 
-    def __init__(self, *, decay: float = 1.0, max_entries: int = 1024) -> None:
+    def __init__(self, *, decay: float = 1.0, max_entries: int = 1024, max_bytes: int = MAX_BYTES) -> None:
         """Check the parameters and start empty."""
         if check_real("decay", decay, minimum=0.0) > 1.0:
             raise ValueError(f"decay must be in (0, 1], got {decay!r}")
         self.decay = float(decay)
         self.max_entries = check_int("max_entries", max_entries, minimum=1)
+        self.max_bytes = check_int("max_bytes", max_bytes, minimum=1)
         self._entries: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the history tensors."""
+        return sum(_entry_bytes(e) for e in self._entries.values())
+
+    def _evict(self) -> None:
+        """Forget the least recently updated pairs until both bounds hold (the newest pair always stays)."""
+        total = self.nbytes
+        while len(self._entries) > 1 and (len(self._entries) > self.max_entries or total > self.max_bytes):
+            _, gone = self._entries.popitem(last=False)
+            total -= _entry_bytes(gone)
 
     def __len__(self) -> int:
         """Number of (receiver, sender) pairs held."""
@@ -129,8 +179,7 @@ class ResidualHistory:
                            terms=entry.previous_terms + 1)
         self._entries[key] = entry
         self._entries.move_to_end(key)
-        while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
+        self._evict()
         return entry.current, entry.terms
 
     def state_dict(self) -> dict[str, Any]:
@@ -144,7 +193,7 @@ class ResidualHistory:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output (the newest ``max_entries`` pairs).
+        """Restore :meth:`state_dict`'s output (the newest pairs within ``max_entries`` and ``max_bytes``).
 
         Raises:
             ValueError: on an unknown state version.
@@ -155,6 +204,7 @@ class ResidualHistory:
             ((r, s), _Entry(round=rd, previous=prev, previous_terms=pt, current=cur, terms=t))
             for r, s, rd, prev, pt, cur, t in state["entries"][-self.max_entries :]
         )
+        self._evict()
 
 
 @dataclass(kw_only=True, eq=False)  # not frozen: RowCheck's ``reason`` is a plain attribute
@@ -167,8 +217,10 @@ class CollusionCheck:
         tau: τ, the history cosine at or above which a sender is rejected, in (0, 1] (0.6).
         min_rounds: rounds of history both senders need before they are compared, ``>= 1`` (3).
         decay: γ of the history, in (0, 1] (1: a plain sum).
-        group: g, the least group size rejected, ``>= 2`` (2: any aligned pair; module docstring).
+        group: g, the least group size rejected, ``>= 2`` (3: a sender needs two aligned partners; 2: any
+            aligned pair; module docstring).
         max_entries: bound on the (receiver, sender) pairs kept (:class:`ResidualHistory`).
+        max_bytes: bound on the bytes of history kept (:class:`ResidualHistory`; 1 GiB).
 
     Raises:
         ValueError: on a parameter out of range (the message names it).
@@ -181,8 +233,9 @@ class CollusionCheck:
     tau: float = 0.6
     min_rounds: int = 3
     decay: float = 1.0
-    group: int = 2
+    group: int = 3
     max_entries: int = 1024
+    max_bytes: int = MAX_BYTES
     history: ResidualHistory = field(init=False, repr=False)
     reason: str = field(default=COLLUDING, init=False)
 
@@ -192,7 +245,7 @@ class CollusionCheck:
             raise ValueError(f"tau must be in (0, 1], got {self.tau!r}")
         check_int("min_rounds", self.min_rounds, minimum=1)
         check_int("group", self.group, minimum=2)
-        self.history = ResidualHistory(decay=self.decay, max_entries=self.max_entries)
+        self.history = ResidualHistory(decay=self.decay, max_entries=self.max_entries, max_bytes=self.max_bytes)
 
     def __call__(
         self, updates: torch.Tensor, centre: torch.Tensor, ctx: AggregationContext

@@ -30,12 +30,23 @@ a constructor flag so that its worth can be measured:
    (for reputation). Measured on digits (9 peers, Dirichlet 0.5, 12 rounds, seed 0): it cost 0 to 7 points
    (alie:z=search at 4 of 9: 77.4 % with it, 81.8 % without; clean 86.0 % both) and about 9 % of a round's
    compute, because non-IID honest rows also raise the receiver's loss; it stays available for the peer;
-4b. collusion (:mod:`~p2p_guard.guard.collusion`, **off by default**): reject a sender whose residual from the
-   centre, accumulated over rounds (per receiver and sender), points the way another sender's does (a backdoor
-   group; cross-round FoolsGold). Measured in ``docs/scripts/backdoor_cells.py`` (its table: seeds 0 and 1
-   only, thin margins between honest pairs with similar label mixes and the backdoor group), so it stays
-   available, not the default; ``collusion_group=3`` (reject only senders with two aligned partners) was
-   measured there too (seeds 0-2: ASR 0.15-0.96 at no clean cost, seed 2 untouched) and is not the default;
+4b. collusion (:mod:`~p2p_guard.guard.collusion`): reject a sender whose residual from the centre, accumulated
+   over rounds (per receiver and sender, from the third round a pair has met), points the way two other
+   senders' do (history cosine ≥ τ = 0.6 with each; cross-round FoolsGold). It is what stops the white-box
+   attacks: on digits (10 peers, 12 rounds, seeds 0-4, ``docs/scripts/adaptive_cells.py``'s docstring) it
+   rejects every ``alie:z=search`` and ``adaptive`` row from round 2 on at 3 and 4 of 10 on Dirichlet 0.5,
+   where the guard without it accepted nearly all of them (``alie:z=search`` at 3 of 10: 0.896 → 0.909 mean,
+   median 0.897, now at or above the median on every seed). It rejected no honest row in the 190 cells measured
+   (Dirichlet 0.1 and 0.5, seeds 0-4: clean, and ``alie:z=search``, ``adaptive``, ``sign_flip`` ×1 and ×10,
+   ``ipm:epsilon=100``, ``min_max``, ``null_space``, ``backdoor``, ``label_flip`` at 3 and 4 of 10), left the
+   guard at or above the median wherever it was, and moved the mean over the 180 attack cells by −0.06 points;
+   it never fires on ``sign_flip`` ×10, IPM, min-max or ``backdoor`` (ASR unchanged: it does not stop it).
+   Its one cost: on Dirichlet 0.1 at 4 of 10 the white-box attackers' rows, which the guard accepted without
+   it, carried their senders' own data (the attack is weak there), so rejecting them costs 5.6 points
+   (``adaptive``, 0.579 → 0.523) and 2.3 (``alie:z=search``, 0.558 → 0.536), down to what rejecting every
+   attacker row gives there (``sign_flip:scale=10``, all its rows rejected by the verdict: 0.522; median 0.306
+   and 0.395). Groups of 3 (``collusion_group``): g = 2 rejected an honest pair with the same labels on
+   Dirichlet 0.1 (16.7 % of the honest verdicts of one clean cell, :mod:`~p2p_guard.guard.collusion`);
 4c. direction weights (:func:`~p2p_guard.guard.verdict.direction_weights`): an accepted row weighs
    (cos − cos_min) / (cos_full − cos_min), clamped to [0, 1], in the aggregate (the own row 1): a ramp instead of
    the direction test's cliff, so a row just above the floor (a sign flip of an honest-norm update under non-IID
@@ -71,10 +82,11 @@ a constructor flag so that its worth can be measured:
    never bound in the cells measured, so it costs nothing there; c_anchor = 1 bound and cost 10 points
    under alie:z=search at 4 of 9).
 
-Stages 0, 3, 3b, 4 and 6 read ``ctx.own_index`` (3b also ``ctx.own_reference``, 4 the receiver's private data), so
-two honest peers given the same rows may apply different updates (round protocol version 2 allows it: each peer
-owns its model). Without ``own_index``, ``own_reference`` and ``loss_at`` the guard is a deterministic function
-of the rows.
+Stages 0, 3, 3b, 4, 4b and 6 read ``ctx.own_index`` (3b also ``ctx.own_reference``, 4 the receiver's private data),
+so two honest peers given the same rows may apply different updates (round protocol version 2 allows it: each peer
+owns its model). Stage 4b keeps state across rounds (its residual histories, per receiver and sender), so the guard
+is a deterministic function of this round's rows and of the rounds the same guard object judged before; without
+``own_index``, ``own_reference`` and ``loss_at``, and with ``collusion=False``, of this round's rows alone.
 
 Extension points: ``checks`` (extra per-row tests after the verdict; :class:`RowCheck`) and ``anchor`` (a map
 applied after self-anchoring; :class:`Anchor`).
@@ -182,7 +194,8 @@ class SemanticGuard:
           step, and its own gain (:mod:`~p2p_guard.guard.loss_score`; only when ``ctx.loss_at`` is given);
         - s_i = ⟨x_i, r⟩ / (‖x_i‖₂ ‖r ⊙ 1[x_i ≠ 0]‖₂), r = ``ctx.own_reference`` (the receiver's own dense Δ_i),
           when x_i is sparse (at most ``sparse_max`` · d non-zero entries) and r is given; else s_i = +∞;
-        - A is the set of accepted rows.
+        - A is the set of accepted rows; the collusion stage (module docstring, stage 4b) and the ``checks``
+          remove from it the rows they reject, never o.
 
     Why centered clipping when fewer than f̂ rows were rejected: up to f̂ − (n − |A|) Byzantine rows may hide
     among the accepted ones with a bounded norm and a direction along the centre (ALIE-style inliers); one
@@ -248,13 +261,14 @@ class SemanticGuard:
         c_anchor: anchor radius in units of the own row's norm, ``> 0``.
         c_radius: radius of the centered clipping in units of the accepted rows' median distance to the centre,
             ``> 0`` (``radius_scale`` of :func:`~p2p_guard.guard.baselines.centered_clipping.centered_clip`).
-        collusion: run the collusion stage (default off); its history is state this guard object keeps
+        collusion: run the collusion stage (default on); its history is state this guard object keeps
             across rounds, keyed by (receiver, sender) PeerID and bounded (:class:`~p2p_guard.guard.collusion.
             ResidualHistory`).
         c_collusion: τ of the collusion stage, the history cosine at which a sender is rejected, in (0, 1].
         collusion_rounds: rounds of history a sender needs before the collusion stage compares it, ``>= 1``.
         collusion_group: g of the collusion stage, ``>= 2``: a sender is rejected only when at least g − 1 other
-            senders (never the own row) each reach τ with it (2: any aligned pair, the stage's original rule).
+            senders (never the own row) each reach τ with it (3, the default: two partners; 2: any aligned
+            pair, the stage's original rule, which rejected honest pairs under Dirichlet 0.1).
         collusion_decay: γ of the collusion stage's history, in (0, 1] (1: a plain sum over rounds).
         noise: λ of the noise stage, ``>= 0`` (0: off, the default): Gaussian noise of standard deviation
             λ × the median row norm added to the aggregate (FLAME; :mod:`~p2p_guard.guard.noise`).
@@ -299,10 +313,10 @@ class SemanticGuard:
     c_mad: float = 3.0
     c_anchor: float = 2.0
     c_radius: float = 1.5
-    collusion: bool = False
+    collusion: bool = True
     c_collusion: float = 0.6
     collusion_rounds: int = 3
-    collusion_group: int = 2
+    collusion_group: int = 3
     collusion_decay: float = 1.0
     noise: float = 0.0
     checks: tuple[RowCheck, ...] = ()

@@ -75,8 +75,39 @@ class TestResidualHistory:
         with pytest.raises(ValueError, match="version"):
             g.load_state_dict({"version": 99, "entries": []})
 
+    def test_bounded_in_bytes_least_recent_forgotten(self) -> None:
+        # a (4,) float64 vector is 32 bytes: one pair after one round 32, after two rounds 64 (previous + current)
+        h = ResidualHistory(max_bytes=96)
+        h.add("me", "a", 0, E[0])
+        h.add("me", "b", 0, E[1])
+        h.add("me", "c", 0, E[2])
+        assert (len(h), h.nbytes) == (3, 96)
+        h.add("me", "a", 1, E[0])  # a now holds 64 bytes and is the most recent: the oldest, b, goes (128 → 96)
+        assert (len(h), h.nbytes) == (2, 96)
+        out, terms = h.add("me", "c", 1, E[2])  # c grows to 64 bytes: a, now the oldest, goes (128 → 64)
+        assert (len(h), h.nbytes, terms) == (1, 64, 2)
+        assert torch.equal(out, 2 * E[2])
+
+    def test_newest_pair_kept_above_max_bytes(self) -> None:
+        h = ResidualHistory(max_bytes=16)
+        out, terms = h.add("me", "a", 0, E[0])
+        assert (len(h), h.nbytes, terms) == (1, 32, 1)
+        assert torch.equal(out, E[0])
+        h.add("me", "b", 0, E[1])
+        assert len(h) == 1
+        assert h.add("me", "a", 1, E[1])[1] == 1  # a was forgotten: its history starts again
+
+    def test_load_state_dict_applies_the_byte_bound(self) -> None:
+        h = ResidualHistory()
+        for sender in "abc":
+            h.add("me", sender, 0, E[0])
+        g = ResidualHistory(max_bytes=64)
+        g.load_state_dict(h.state_dict())
+        assert (len(g), g.nbytes) == (2, 64)
+        assert g.add("me", "a", 1, E[1])[1] == 1  # the oldest, a, went
+
     @pytest.mark.parametrize(("kwargs", "name"), [({"decay": 0.0}, "decay"), ({"decay": 1.5}, "decay"),
-                                                  ({"max_entries": 0}, "max_entries")])
+                                                  ({"max_entries": 0}, "max_entries"), ({"max_bytes": 0}, "max_bytes")])
     def test_rejects_bad_parameters(self, kwargs: dict[str, float], name: str) -> None:
         with pytest.raises(ValueError, match=name):
             ResidualHistory(**kwargs)  # type: ignore[arg-type]
@@ -86,7 +117,7 @@ class TestCollusionCheck:
     def test_aligned_pair_rejected_after_min_rounds(self) -> None:
         # residuals from a zero centre: rows 2 and 3 both along e3 (plus their own e0 / e1 part), row 1 along e2
         rows = torch.tensor([[1.0, 0, 0, 0], [0, 0, 1, 0], [1, 0, 0, 1], [0, 1, 0, 1]])
-        check = CollusionCheck(tau=0.5, min_rounds=2)
+        check = CollusionCheck(tau=0.5, min_rounds=2, group=2)
         assert check(rows, torch.zeros(4), ctx(0)) == {}  # one round of history: nobody compared yet
         out = check(rows, torch.zeros(4), ctx(1))
         # cos(e0 + e3, e1 + e3) = 1/2 ≥ 0.5; row 1 is orthogonal to both; row 0 is ours (never a partner)
@@ -95,14 +126,14 @@ class TestCollusionCheck:
 
     def test_own_row_never_rejected_nor_a_partner(self) -> None:
         rows = torch.tensor([[0.0, 0, 0, 1], [0, 0, 0, 1], [1, 0, 0, 0], [0, 1, 0, 0]])
-        out = CollusionCheck(tau=0.5, min_rounds=1)(rows, torch.zeros(4), ctx(0, own=0))
+        out = CollusionCheck(tau=0.5, min_rounds=1, group=2)(rows, torch.zeros(4), ctx(0, own=0))
         assert out == {}  # row 1 agrees only with our own row
-        out = CollusionCheck(tau=0.5, min_rounds=1)(rows, torch.zeros(4), ctx(0, own=None))
+        out = CollusionCheck(tau=0.5, min_rounds=1, group=2)(rows, torch.zeros(4), ctx(0, own=None))
         assert sorted(out) == [0, 1]
 
     def test_below_tau_kept(self) -> None:
         rows = torch.tensor([[1.0, 0, 0, 0], [0, 0, 1, 0], [1, 0, 0, 1], [0, 1, 0, 1]])
-        assert CollusionCheck(tau=0.51, min_rounds=1)(rows, torch.zeros(4), ctx(0)) == {}
+        assert CollusionCheck(tau=0.51, min_rounds=1, group=2)(rows, torch.zeros(4), ctx(0)) == {}
 
     def test_noise_averages_out_across_rounds(self) -> None:
         # per round: a shared direction b plus independent noise of 4× its size; within a round the pair's
@@ -111,7 +142,7 @@ class TestCollusionCheck:
         d = 400
         b = torch.zeros(d)
         b[0] = 1.0
-        check = CollusionCheck(tau=0.5, min_rounds=1)
+        check = CollusionCheck(tau=0.5, min_rounds=1, group=2)
         first = last = None
         for r in range(64):
             rows = torch.randn(6, d, generator=g) * (4 / math.sqrt(d))
@@ -124,7 +155,7 @@ class TestCollusionCheck:
 
     def test_rows_equal_to_the_centre_have_zero_history(self) -> None:
         rows = torch.ones(3, 4)
-        assert CollusionCheck(tau=0.1, min_rounds=1)(rows, torch.ones(4), ctx(0, n=3)) == {}
+        assert CollusionCheck(tau=0.1, min_rounds=1, group=2)(rows, torch.ones(4), ctx(0, n=3)) == {}
 
     def test_input_not_mutated(self) -> None:
         rows = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
@@ -161,7 +192,7 @@ class TestGroup:
         assert out[1] == "residual history cosine 0.500 >= 0.5 with p2, p3"
 
     def test_group_2_rejects_the_pair_too(self) -> None:
-        out = CollusionCheck(tau=0.5, min_rounds=1)(TRIO_AND_PAIR, torch.zeros(8), ctx(0, n=6))
+        out = CollusionCheck(tau=0.5, min_rounds=1, group=2)(TRIO_AND_PAIR, torch.zeros(8), ctx(0, n=6))
         assert sorted(out) == [1, 2, 3, 4, 5]
         assert out[4] == "residual history cosine 0.500 >= 0.5 with p5"
 
@@ -171,7 +202,7 @@ class TestGroup:
         assert CollusionCheck(tau=0.5, min_rounds=1, group=3)(rows, torch.zeros(4), ctx(0, own=0)) == {}
         out = CollusionCheck(tau=0.5, min_rounds=1, group=3)(rows, torch.zeros(4), ctx(0, own=None))
         assert sorted(out) == [0, 1, 2]  # no own row: the trio is three senders
-        assert sorted(CollusionCheck(tau=0.5, min_rounds=1)(rows, torch.zeros(4), ctx(0, own=0))) == [1, 2]
+        assert sorted(CollusionCheck(tau=0.5, min_rounds=1, group=2)(rows, torch.zeros(4), ctx(0, own=0))) == [1, 2]
 
     def test_second_partner_below_tau_kept(self) -> None:
         # row 3 = 2·e3 + e5: its cosine with rows 1 and 2 is 1/(√2·√5) ≈ 0.316 < τ, so rows 1 and 2 are a pair
@@ -180,7 +211,7 @@ class TestGroup:
         rows[3, 3] = 2.0
         out = CollusionCheck(tau=0.5, min_rounds=1, group=3)(rows, torch.zeros(8), ctx(0, n=6))
         assert out == {}
-        assert sorted(CollusionCheck(tau=0.5, min_rounds=1)(rows, torch.zeros(8), ctx(0, n=6))) == [1, 2, 4, 5]
+        assert sorted(CollusionCheck(tau=0.5, min_rounds=1, group=2)(rows, torch.zeros(8), ctx(0, n=6))) == [1, 2, 4, 5]
 
     def test_group_score_needs_g_minus_1_partners(self) -> None:
         unit = E[0]
@@ -195,7 +226,7 @@ class TestInSemanticGuard:
         base = torch.randn(6, 50, generator=g)
         shared = torch.randn(50, generator=g)
         # duplicates off: rows 4 and 5 share most of their vector (that stage has its own tests)
-        on = SemanticGuard(collusion=True, c_collusion=0.5, collusion_rounds=1, duplicates=False)
+        on = SemanticGuard(collusion=True, c_collusion=0.5, collusion_rounds=1, collusion_group=2, duplicates=False)
         off = SemanticGuard(collusion=False, duplicates=False)
         rows = base.clone()
         rows[4:] = base[4:] * 0.1 + shared  # two rows with the same residual direction
@@ -217,7 +248,10 @@ class TestInSemanticGuard:
         assert guard._collusion is not None
         assert guard._collusion.group == 3
         assert guard._collusion.history.decay == 0.5
-        assert SemanticGuard(collusion=True)._collusion.group == 2  # type: ignore[union-attr]
+        default = SemanticGuard()._collusion  # on by default, groups of three (collusion.py's docstring)
+        assert default is not None
+        assert (default.group, default.tau, default.min_rounds, default.history.decay) == (3, 0.6, 3, 1.0)
+        assert SemanticGuard(collusion=False)._collusion is None
 
     @pytest.mark.parametrize(("kwargs", "name"), [({"c_collusion": 0.0}, "tau"),
                                                   ({"collusion_rounds": 0}, "min_rounds"),
@@ -227,3 +261,30 @@ class TestInSemanticGuard:
     def test_rejects_bad_parameters(self, kwargs: dict[str, object], name: str) -> None:
         with pytest.raises(ValueError, match=name):
             SemanticGuard(**kwargs)  # type: ignore[arg-type]
+
+
+class TestDefault:
+    @staticmethod
+    def rounds(guard: SemanticGuard) -> list[dict[str, str]]:
+        """Three rounds of 8 rows, row 0 ours: rows 5-7 share one extra direction, rows 3 and 4 another."""
+        g = torch.Generator().manual_seed(3)
+        d = 64
+        mean, trio, pair = (torch.randn(d, generator=g) for _ in range(3))
+        senders = tuple(f"p{i}" for i in range(8))
+        out = []
+        for r in range(3):
+            rows = mean + 0.5 * torch.randn(8, d, generator=g)
+            rows[5:] += trio
+            rows[3:5] += pair
+            result = guard.judge(rows, AggregationContext(senders=senders, round=r, generator=g, own_index=0))
+            out.append({v.sender: v.reason for v in result.verdicts if not v.accepted})
+        return out
+
+    def test_trio_rejected_from_the_third_round_aligned_pair_kept(self) -> None:
+        # the default waits for 3 rounds of history and needs two partners at τ = 0.6
+        assert self.rounds(SemanticGuard()) == [{}, {}, {"p5": COLLUDING, "p6": COLLUDING, "p7": COLLUDING}]
+
+    def test_groups_of_two_would_take_the_pair(self) -> None:
+        # the former rule (g = 2) also rejects the pair: under Dirichlet 0.1 honest pairs align like this one
+        assert self.rounds(SemanticGuard(collusion_group=2))[2] == {
+            "p3": COLLUDING, "p4": COLLUDING, "p5": COLLUDING, "p6": COLLUDING, "p7": COLLUDING}
