@@ -1437,9 +1437,13 @@ async def _leave(peer: Peer, *, publish: bool = True) -> None:
 async def _start_round(peer: Peer, config: PeerConfig, stop: asyncio.Event) -> int:
     """Where to start: our own checkpoint if there is one, then a robust catch-up if the swarm is ahead.
 
-    A refused ``checkpoint.pt`` (corrupt, another run or model) falls back to ``checkpoint.prev.pt``, one round
+    A refused ``checkpoint.pt`` (corrupt, another run) falls back to ``checkpoint.prev.pt``, one round
     older (``swarm.checkpoint.load_resumable``); with neither, the peer starts from the initial model and catches
     up from the swarm like a new late joiner, even when its commit mark puts it at the swarm's round.
+
+    Raises:
+        OtherModelCheckpoint: an intact checkpoint of this run is for another model (a mistyped ``--task``): the
+            peer stops before any round instead of overwriting it (``p2p-guard peer`` refuses it at start).
     """
     round_ = 0
     ckpt: Checkpoint | None = None
