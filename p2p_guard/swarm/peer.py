@@ -463,8 +463,10 @@ class Peer:
         end, loss = await asyncio.to_thread(self.local.train_from, start, steps, generator, data_attack,
                                             halt=self.halt)
         slowdown = _read_slowdown(self.config.control_file)
-        if slowdown > 1.0:  # fault injection (simulations): an F times slower volunteer
-            await asyncio.sleep((slowdown - 1.0) * (time.monotonic() - started))
+        # fault injection (simulations): an F times slower volunteer; a stop request during the slowdown is one
+        # during the phase (no update)
+        if slowdown > 1.0 and await _sleep_unless_halted(self.halt, (slowdown - 1.0) * (time.monotonic() - started)):
+            raise InnerPhaseStopped(steps)
         return end, loss
 
     # -- step ----------------------------------------------------------------------------------------------------
@@ -2126,6 +2128,21 @@ def _write_snapshot(folder: str | None, round_: int, theta: torch.Tensor) -> str
         np.save(fh, theta.numpy())
     os.replace(tmp, final)
     return str(final)
+
+
+async def _sleep_unless_halted(halt: threading.Event, seconds: float, poll_s: float = 0.1) -> bool:
+    """Sleep ``seconds``, or less once ``halt`` is set (looked at every ``poll_s``); True if it was.
+
+    The slowdown of a slow-peer fault (``{"slowdown": 1000}``: 999 times the inner phase's compute time) was one
+    ``asyncio.sleep``: Ctrl+C was answered "finishing cleanly" and the peer then slept on for minutes.
+    """
+    end = time.monotonic() + seconds
+    while not halt.is_set():
+        left = end - time.monotonic()
+        if left <= 0:
+            return False
+        await asyncio.sleep(min(poll_s, left))
+    return True
 
 
 def _read_slowdown(path: str | None) -> float:
