@@ -2193,6 +2193,9 @@ def _emit_round(peer: Peer, events: EventLog, outcome: RoundOutcome, metrics: An
 
 def _save_state(peer: Peer, config: PeerConfig, events: EventLog, completed: int) -> None:
     if config.state_out:
+        # its missing folders are created, as the start-up check promises (preflight.check_output_file) and the event
+        # file's are: torch.save raised "Parent directory ... does not exist" after the whole run, state lost
+        Path(config.state_out).parent.mkdir(parents=True, exist_ok=True)
         torch.save({"theta": peer.local.theta.clone(), "momentum": peer.local.momentum.clone(),
                     "state_hash": peer.local.state_hash().hex(), "round": peer.round}, config.state_out)
     events.emit("final", rounds_completed=completed, state_path=config.state_out,

@@ -61,3 +61,4 @@ def test_the_slowdown_still_takes_its_time_without_a_stop(tmp_path: Path) -> Non
     took = time.monotonic() - started
     assert torch.equal(end, torch.ones(3)) and loss == 0.5
     assert 5 * COMPUTE_S <= took < 5 * COMPUTE_S + 1.5
+
