@@ -167,7 +167,8 @@ def check_names(config: PeerConfig) -> None:
     The cheap checks again (a no-op after :func:`resolve_config`), then the guard and attack built with their
     parameters, the task's data read, the model's size against ``--max-parameters`` and ``--max-envelope-bytes``
     (``swarm.peer.check_model_fits``, signed with a throwaway key), no folder in ``--checkpoint-dir`` where a
-    file it replaces each round goes, and ``--device cuda`` checked against this machine (torch).
+    file it replaces each round goes, no intact checkpoint there of another model (a mistyped ``--task``), and
+    ``--device cuda`` checked against this machine (torch).
 
     Raises:
         ValueError: naming the bad setting and the valid choices, or the limit our own updates would exceed.
@@ -180,7 +181,7 @@ def check_names(config: PeerConfig) -> None:
     shapes = preflight.check_plugins(config.task, config.guard, config.attack,
                                      shard=(config.num_peers, config.peer_index, config.partition, config.seed))
     from p2p_guard.identity import Identity  # torch: already imported by check_plugins
-    from p2p_guard.swarm.checkpoint import COMMIT_MARK, FILE_NAME, PREVIOUS_NAME
+    from p2p_guard.swarm.checkpoint import COMMIT_MARK, FILE_NAME, PREVIOUS_NAME, load_resumable
     from p2p_guard.swarm.peer import KNOWN_PEERS_FILE, check_model_fits
     from p2p_guard.training.local import pick_device
 
@@ -188,6 +189,8 @@ def check_names(config: PeerConfig) -> None:
                                       flag="--checkpoint-dir")
     numel = sum(math.prod(shape) for shape in shapes)
     check_model_fits(config, numel, shapes, 0, Identity.generate())  # 0 samples: the shortest envelope
+    if config.checkpoint_dir:  # an intact checkpoint of another model (a mistyped --task) was overwritten in 2 rounds
+        load_resumable(config.checkpoint_dir, run_id=config.run_id, numel=numel)  # OtherModelCheckpoint: ValueError
 
     pick_device(config.device)
 

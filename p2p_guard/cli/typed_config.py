@@ -439,6 +439,7 @@ def _named(error: Exception, known: set[str]) -> set[str]:
 #: Settings that were renamed, with what replaces them (a file written for an older version gets this hint).
 RENAMED_SETTINGS: dict[str, str] = {
     "max_payload_bytes": "max_parameters (a parameter count; each codec's byte cap follows from it, protocol 3)",
+    "mix_fp16": 'mix_precision ("fp16" for true, "fp32" for false; or "int8")',
 }
 
 

@@ -39,6 +39,10 @@ NON_FINITE = "non_finite"
 """Reason given to a row holding NaN or an infinity."""
 
 
+class _BadAggregate(ValueError):
+    """A rule returned something other than one ``(d,)`` row of the rows' dtype."""
+
+
 @dataclass(frozen=True)
 class Guard:
     """An aggregation rule wrapped with canonical ordering, a non-finite filter, a fallback and verdicts.
@@ -47,11 +51,14 @@ class Guard:
         name: the rule's registry name (for logs and events).
         aggregator: the rule; a :class:`~p2p_guard.guard.base.JudgingAggregator` supplies its own verdicts.
         fallback: rule used when ``aggregator`` raises ``NotEnoughUpdates`` (coordinate-wise median).
+        plugin: True for a user's ``module:Class`` rule: anything else it raises is reported as a ``ValueError``
+            naming the spec (one line where the peer stops), not a traceback.
     """
 
     name: str
     aggregator: Aggregator
     fallback: Aggregator = field(default_factory=CoordinateMedian)
+    plugin: bool = False
 
     def __call__(self, updates: torch.Tensor, ctx: AggregationContext) -> GuardResult:
         """Judge and aggregate one round's rows.
@@ -65,7 +72,9 @@ class Guard:
             ``ctx.senders``.
 
         Raises:
-            ValueError: when ``updates`` is not ``(len(ctx.senders), d)`` (a local bug).
+            ValueError: when ``updates`` is not ``(len(ctx.senders), d)`` (a local bug), when the rule returns
+                anything but a ``(d,)`` tensor of the rows' dtype, or when a user's rule (``plugin``) raises
+                anything but ``NotEnoughUpdates``.
             NotEnoughUpdates: when no finite row is left, so even the fallback has nothing to aggregate;
                 the round logic then falls back to the peer's own update.
         """
@@ -82,11 +91,21 @@ class Guard:
             own_index=finite.index(ctx.own_index) if ctx.own_index in finite else None,
         )
         try:
-            if isinstance(self.aggregator, JudgingAggregator):
-                result = self.aggregator.judge(rows, sub_ctx)
-            else:
-                aggregate = self.aggregator(rows, sub_ctx)
-                result = GuardResult(aggregate, self._all_accepted(rows, sub_ctx, aggregate, self.name))
+            try:
+                if isinstance(self.aggregator, JudgingAggregator):
+                    result = self.aggregator.judge(rows, sub_ctx)
+                    self._check_aggregate(getattr(result, "aggregate", result), rows)
+                else:
+                    aggregate = self.aggregator(rows, sub_ctx)
+                    self._check_aggregate(aggregate, rows)
+                    result = GuardResult(aggregate, self._all_accepted(rows, sub_ctx, aggregate, self.name))
+            except (NotEnoughUpdates, _BadAggregate):
+                raise
+            except (Exception, SystemExit) as exc:
+                if not self.plugin:  # a built-in rule failing is a bug of ours: keep its traceback
+                    raise
+                raise ValueError(f"guard {self.name!r} raised {type(exc).__name__} in round {ctx.round}: {exc}") \
+                    from exc
         except NotEnoughUpdates as exc:
             logger.warning(
                 "round %d: %s: %s; falling back to the coordinate-wise median", ctx.round, self.name, exc
@@ -109,6 +128,19 @@ class Guard:
                     "round %d: %s rejected %s (%s): %s", ctx.round, self.name, v.sender, v.reason, v.detail
                 )
         return GuardResult(aggregate=result.aggregate, verdicts=verdicts)
+
+    def _check_aggregate(self, aggregate: object, rows: torch.Tensor) -> None:
+        """Raise :class:`_BadAggregate` unless ``aggregate`` is a ``(d,)`` tensor of the rows' dtype.
+
+        A user's rule that returned another shape stopped the peer with a traceback from deep in the verdicts
+        (``guard badguards:WrongShape``: "inconsistent tensor size").
+        """
+        d = rows.shape[1]
+        if not isinstance(aggregate, torch.Tensor):
+            raise _BadAggregate(f"guard {self.name!r} returned {type(aggregate).__name__}, not a ({d},) tensor")
+        if tuple(aggregate.shape) != (d,) or aggregate.dtype != rows.dtype:
+            raise _BadAggregate(f"guard {self.name!r} returned a tensor of shape {tuple(aggregate.shape)} and dtype "
+                                f"{aggregate.dtype}, not ({d},) {rows.dtype} like the rows")
 
     @staticmethod
     def _all_accepted(

@@ -127,7 +127,7 @@ def build_guard(spec: str = DEFAULT_GUARD, **params: Any) -> Guard:
             raise
         # a user's rule: whatever its constructor raises is a bad spec (one line at start, not a traceback)
         raise ValueError(f"guard {spec!r}: {type(exc).__name__}: {exc}") from exc
-    return Guard(name=spec, aggregator=aggregator)
+    return Guard(name=spec, aggregator=aggregator, plugin=":" in name)
 
 
 def check_guard_spec(spec: str) -> None:

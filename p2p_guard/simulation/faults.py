@@ -225,6 +225,8 @@ def load_plan(path: str | Path, *, honest: int) -> FaultPlan:
             data = tomllib.load(f)
     except OSError as e:
         raise ValueError(f"cannot read the fault plan {path}: {e.strerror or e}") from e
+    except UnicodeDecodeError as e:  # a ValueError: it was reported without the file's name
+        raise ValueError(f"{path}: the fault plan is not UTF-8 text: {e.reason}") from e
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"{path}: not valid TOML: {e}") from e
     return parse_plan(data, honest=honest, source=str(path))

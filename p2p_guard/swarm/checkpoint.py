@@ -31,8 +31,8 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["Checkpoint", "CheckpointError", "Resumable", "last_committed", "load_checkpoint", "load_resumable",
-           "mark_committed", "save_checkpoint"]
+__all__ = ["Checkpoint", "CheckpointError", "OtherModelCheckpoint", "Resumable", "last_committed", "load_checkpoint",
+           "load_resumable", "mark_committed", "save_checkpoint"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +58,15 @@ def _brief(text: str, limit: int = 120) -> str:
 
 class CheckpointError(ValueError):
     """A checkpoint file exists but is corrupt, for another run, or for another model."""
+
+
+class OtherModelCheckpoint(CheckpointError):
+    """An intact checkpoint of our run (its digest matches) for a model of another size.
+
+    Not a damaged file but a setting that differs from the one it was written with (a mistyped ``--task``):
+    :func:`load_resumable` raises it instead of skipping the file, since the peer would otherwise start afresh and
+    overwrite both checkpoint files of the real model within two rounds.
+    """
 
 
 @dataclass
@@ -156,17 +165,23 @@ class Resumable:
 def load_resumable(folder: str | Path, *, run_id: str, numel: int) -> Resumable:
     """Our latest usable checkpoint: ``checkpoint.pt``, else (missing or refused) ``checkpoint.prev.pt``.
 
-    Never raises for a bad file: each refused one is a line in ``problems``.
+    A damaged file or one of another run is skipped: each refused one is a line in ``problems``.
 
     Args:
         folder: the checkpoint folder.
         run_id: the run we are in; a checkpoint of another run is refused.
-        numel: d of our model; a checkpoint of another model is refused.
+        numel: d of our model.
+
+    Raises:
+        OtherModelCheckpoint: an intact checkpoint of this run is for a model of another size (a ``--task`` other
+            than the one it was written with); nothing is skipped, so that nothing overwrites it.
     """
     problems: list[str] = []
     for name in (FILE_NAME, PREVIOUS_NAME):
         try:
             ckpt = _load_file(Path(folder) / name, run_id=run_id, numel=numel)
+        except OtherModelCheckpoint:
+            raise
         except CheckpointError as e:
             problems.append(str(e))
             continue
@@ -195,11 +210,13 @@ def _load_file(path: Path, *, run_id: str, numel: int) -> Checkpoint | None:
         raise CheckpointError(f"{path}: checkpoint of run {ckpt_run!r}, not {run_id!r}")
     if not all(isinstance(t, torch.Tensor) for t in (theta, momentum, *extra.values())):
         raise CheckpointError(f"{path}: malformed tensors")
-    if theta.shape != (numel,) or momentum.shape != (numel,):
-        raise CheckpointError(f"{path}: checkpoint of a model with {theta.numel()} parameters, ours has {numel}")
     tensors = {"theta": theta, "momentum": momentum, **{f"extra.{k}": v for k, v in extra.items()}}
     if _digest(ckpt_run, round_, tensors) != digest:
         raise CheckpointError(f"{path}: digest mismatch (corrupt or edited checkpoint)")
+    if theta.shape != (numel,) or momentum.shape != (numel,):  # intact (digest checked): another --task
+        raise OtherModelCheckpoint(f"{path}: checkpoint of a model with {theta.numel()} parameters, ours has "
+                                   f"{numel}: start with the --task it was written with, or give another "
+                                   "--checkpoint-dir (the checkpoint is left as it is)")
     if not (torch.isfinite(theta).all() and torch.isfinite(momentum).all()):
         raise CheckpointError(f"{path}: non-finite values")
     return Checkpoint(ckpt_run, round_, theta.to(torch.float32), momentum.to(torch.float32), extra)

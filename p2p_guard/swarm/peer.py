@@ -468,8 +468,10 @@ class Peer:
         end, loss = await asyncio.to_thread(self.local.train_from, start, steps, generator, data_attack,
                                             halt=self.halt)
         slowdown = _read_slowdown(self.config.control_file)
-        if slowdown > 1.0:  # fault injection (simulations): an F times slower volunteer
-            await asyncio.sleep((slowdown - 1.0) * (time.monotonic() - started))
+        # fault injection (simulations): an F times slower volunteer; a stop request during the slowdown is one
+        # during the phase (no update)
+        if slowdown > 1.0 and await _sleep_unless_halted(self.halt, (slowdown - 1.0) * (time.monotonic() - started)):
+            raise InnerPhaseStopped(steps)
         return end, loss
 
     # -- step ----------------------------------------------------------------------------------------------------
@@ -1461,9 +1463,13 @@ async def _leave(peer: Peer, *, publish: bool = True) -> None:
 async def _start_round(peer: Peer, config: PeerConfig, stop: asyncio.Event) -> int:
     """Where to start: our own checkpoint if there is one, then a robust catch-up if the swarm is ahead.
 
-    A refused ``checkpoint.pt`` (corrupt, another run or model) falls back to ``checkpoint.prev.pt``, one round
+    A refused ``checkpoint.pt`` (corrupt, another run) falls back to ``checkpoint.prev.pt``, one round
     older (``swarm.checkpoint.load_resumable``); with neither, the peer starts from the initial model and catches
     up from the swarm like a new late joiner, even when its commit mark puts it at the swarm's round.
+
+    Raises:
+        OtherModelCheckpoint: an intact checkpoint of this run is for another model (a mistyped ``--task``): the
+            peer stops before any round instead of overwriting it (``p2p-guard peer`` refuses it at start).
     """
     round_ = 0
     ckpt: Checkpoint | None = None
@@ -2150,6 +2156,21 @@ def _write_snapshot(folder: str | None, round_: int, theta: torch.Tensor) -> str
     return str(final)
 
 
+async def _sleep_unless_halted(halt: threading.Event, seconds: float, poll_s: float = 0.1) -> bool:
+    """Sleep ``seconds``, or less once ``halt`` is set (looked at every ``poll_s``); True if it was.
+
+    The slowdown of a slow-peer fault (``{"slowdown": 1000}``: 999 times the inner phase's compute time) was one
+    ``asyncio.sleep``: Ctrl+C was answered "finishing cleanly" and the peer then slept on for minutes.
+    """
+    end = time.monotonic() + seconds
+    while not halt.is_set():
+        left = end - time.monotonic()
+        if left <= 0:
+            return False
+        await asyncio.sleep(min(poll_s, left))
+    return True
+
+
 def _read_slowdown(path: str | None) -> float:
     """The ``slowdown`` factor in the control file (fault injection), 1.0 if absent or unreadable."""
     if not path:
@@ -2198,6 +2219,9 @@ def _emit_round(peer: Peer, events: EventLog, outcome: RoundOutcome, metrics: An
 
 def _save_state(peer: Peer, config: PeerConfig, events: EventLog, completed: int) -> None:
     if config.state_out:
+        # its missing folders are created, as the start-up check promises (preflight.check_output_file) and the event
+        # file's are: torch.save raised "Parent directory ... does not exist" after the whole run, state lost
+        Path(config.state_out).parent.mkdir(parents=True, exist_ok=True)
         torch.save({"theta": peer.local.theta.clone(), "momentum": peer.local.momentum.clone(),
                     "state_hash": peer.local.state_hash().hex(), "round": peer.round}, config.state_out)
     events.emit("final", rounds_completed=completed, state_path=config.state_out,

@@ -518,6 +518,11 @@ class PayloadServer:
                 await _discard_briefly(reader)
         except (asyncio.IncompleteReadError, ConnectionError) as e:
             logger.debug("fetch from %s ended early: %s", peer[-12:], type(e).__name__)
+        except asyncio.CancelledError:
+            # The loop is closing (asyncio.run cancels the tasks left at the peer's exit; an upload cap keeps answers
+            # in flight). This is the stream's outermost task: ended cancelled, Python 3.11's StreamReaderProtocol
+            # callback logged "Exception in callback ... CancelledError" with a traceback for each such stream.
+            writer.transport.abort()
         finally:
             self.release(peer)
             writer.close()
@@ -535,6 +540,8 @@ class PayloadServer:
         self._refusing += 1
         try:
             await _refuse(status, reader, writer)
+        except asyncio.CancelledError:  # the loop is closing: end quietly, as _handle does
+            writer.transport.abort()
         finally:
             self._refusing -= 1
 

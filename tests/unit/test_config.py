@@ -536,6 +536,18 @@ class TestSimulateSettings:
                                              r"max_parameters \(.*\); see --help for every setting$"):
             peer_cmd.resolve_config(build_parser().parse_args(["peer", "--config", str(path)]))
 
+    @pytest.mark.parametrize(("command", "table"), [("peer", "peer"), ("simulate", "simulate")])
+    def test_mix_fp16_names_mix_precision(self, tmp_path: Path, command: str, table: str) -> None:
+        """A config of before the rename (977ff9f) got only "unknown setting(s) ['mix_fp16']; see --help"."""
+        path = tmp_path / "p.toml"
+        path.write_text(f"[{table}]\nmix_fp16 = true\n", encoding="utf-8")
+        args = build_parser().parse_args([command, "--config", str(path)])
+        with pytest.raises(ValueError) as info:
+            peer_cmd.resolve_config(args) if command == "peer" else simulate_cmd._config(args)
+        assert str(info.value) == (f"config file {path}: unknown setting(s) ['mix_fp16']; mix_fp16 was renamed: use "
+                                   'mix_precision ("fp16" for true, "fp32" for false; or "int8"); see --help for '
+                                   "every setting")
+
     @pytest.mark.parametrize(("guard", "honest", "warned"), [
         ("trimmed_mean:f=1000", 3, "need n > 2f; got n=4, f=1000 in the 4 rows a peer judges (3 sampled senders"),
         ("trimmed_mean:f=5", 20, "got n=9, f=5 in the 9 rows a peer judges (8 sampled senders"),  # fan-out 8

@@ -191,6 +191,28 @@ class TestLightAgreesWithHeavy:
                           for name in ("checkpoint.pt", "checkpoint.prev.pt", "last_commit", "known_peers.txt")]
         assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no identity created
 
+    def test_peer_refuses_a_checkpoint_of_another_model(self, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+        """A restart with a mistyped --task ignored the intact checkpoint and overwrote both files in two rounds."""
+        import torch
+
+        from p2p_guard.cli.main import main
+        from p2p_guard.swarm.checkpoint import Checkpoint, save_checkpoint
+
+        maddr = "/ip4/127.0.0.1/tcp/1/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN"
+        ckpt = tmp_path / "ckpt"
+        for round_ in (7, 8):  # digits at hidden=64: 4810 parameters; checkpoint.pt and checkpoint.prev.pt
+            save_checkpoint(ckpt, Checkpoint("h49run", round_, torch.zeros(4810), torch.zeros(4810)))
+        before = {p.name: p.read_bytes() for p in ckpt.iterdir()}
+        assert main(["peer", "--initial-peers", maddr, "--identity", str(tmp_path / "p.key"), "--run-id", "h49run",
+                     "--task", "digits:hidden=32", "--checkpoint-dir", str(ckpt)]) == 2
+        assert capsys.readouterr().err.splitlines() == [
+            f"p2p-guard peer: error: {ckpt / 'checkpoint.pt'}: checkpoint of a model with 4810 parameters, ours has "
+            "2410: start with the --task it was written with, or give another --checkpoint-dir (the checkpoint is "
+            "left as it is)"]
+        assert {p.name: p.read_bytes() for p in ckpt.iterdir()} == before
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no identity created
+
     def test_a_second_peer_with_the_same_identity_is_refused_at_start(self, tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
         """On one machine, a second session of a key was refused only at its first commit, after a round's work."""

@@ -179,6 +179,11 @@ def test_unreadable_and_non_toml_plans_are_one_line_errors(tmp_path: Path) -> No
     bad.write_text("[[fault]\nround = ")
     with pytest.raises(ValueError, match="not valid TOML"):
         load_plan(bad, honest=2)
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"\xff\xfe")  # was "'utf-8' codec can't decode byte 0xff in position 0: ...", no file named
+    with pytest.raises(ValueError) as info:
+        load_plan(binary, honest=2)
+    assert str(info.value) == f"{binary}: the fault plan is not UTF-8 text: invalid start byte"
 
 
 def test_clock_shift_needs_faketime_installed() -> None:

@@ -4,6 +4,8 @@ robustness targets checked in-process on synthetic pseudo-gradients.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -226,6 +228,42 @@ class TestGuardWrapper:
         with pytest.raises(ValueError, match="match ctx.senders"):
             build_guard("mean")(torch.zeros(3, 2), make_ctx(4))
 
+    def test_a_user_rule_that_fails_is_one_error_line(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """``simulate --guard mod:WrongShape`` stopped every peer with a traceback from deep in the verdicts."""
+        (tmp_path / "failing_rules.py").write_text(_FAILING_RULES)
+        monkeypatch.syspath_prepend(str(tmp_path))
+        x = honest_rows(3, 5, 0.5, seed=7)
+        expected = {
+            "WrongShape": "guard 'failing_rules:WrongShape' returned a tensor of shape (4,) and dtype torch.float32, "
+                          "not (5,) torch.float32 like the rows",
+            "Float64": "guard 'failing_rules:Float64' returned a tensor of shape (5,) and dtype torch.float64, not "
+                       "(5,) torch.float32 like the rows",
+            "ReturnsNone": "guard 'failing_rules:ReturnsNone' returned NoneType, not a (5,) tensor",
+            "JudgesNone": "guard 'failing_rules:JudgesNone' returned NoneType, not a (5,) tensor",
+            "Raises": "guard 'failing_rules:Raises' raised RuntimeError in round 3: boom",
+            "Exits": "guard 'failing_rules:Exits' raised SystemExit in round 3: 0",
+        }
+        for name, message in expected.items():
+            guard = build_guard(f"failing_rules:{name}")
+            with pytest.raises(ValueError) as info:
+                guard(x, make_ctx(3))
+            assert str(info.value) == message
+        result = build_guard("failing_rules:Mean")(x, make_ctx(3))  # a sound rule is untouched
+        assert torch.equal(result.aggregate, x.mean(0)) and all(v.accepted for v in result.verdicts)
+        result = build_guard("failing_rules:Few")(x, make_ctx(3))  # NotEnoughUpdates: still the median fallback
+        assert torch.equal(result.aggregate, x.median(0).values)
+        assert all(v.accepted and "fallback" in v.detail for v in result.verdicts)
+
+    def test_a_built_in_rule_keeps_its_traceback(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        guard = build_guard("mean")
+
+        def broken(self: object, updates: torch.Tensor, ctx: AggregationContext) -> torch.Tensor:
+            raise RuntimeError("a bug of ours")
+
+        monkeypatch.setattr(type(guard.aggregator), "__call__", broken)
+        with pytest.raises(RuntimeError, match="^a bug of ours$"):
+            guard(honest_rows(3, 5, 0.5, seed=7), make_ctx(3))
+
     def test_input_not_mutated(self) -> None:
         x = honest_rows(8, 20, 0.5, seed=5)
         x[1] *= -10
@@ -352,3 +390,52 @@ class TestTargets:
             result = build_guard("semantic")(honest_rows(8, 500, rho, 100 + seed), make_ctx(8))
             rejected += sum(not v.accepted for v in result.verdicts)
         assert rejected == 0
+
+
+_FAILING_RULES = """
+import sys
+
+import torch
+
+from p2p_guard.guard.base import GuardResult, NotEnoughUpdates
+
+
+class Mean:
+    def __call__(self, updates, ctx):
+        return updates.mean(0)
+
+
+class WrongShape:
+    def __call__(self, updates, ctx):
+        return updates.mean(0)[:-1]
+
+
+class Float64:
+    def __call__(self, updates, ctx):
+        return updates.mean(0).double()
+
+
+class ReturnsNone:
+    def __call__(self, updates, ctx):
+        return None
+
+
+class JudgesNone(Mean):
+    def judge(self, updates, ctx):
+        return None
+
+
+class Raises:
+    def __call__(self, updates, ctx):
+        raise RuntimeError("boom")
+
+
+class Exits:
+    def __call__(self, updates, ctx):
+        sys.exit(0)
+
+
+class Few:
+    def __call__(self, updates, ctx):
+        raise NotEnoughUpdates(len(updates), 2, "n > 2f")
+"""

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from p2p_guard.swarm.checkpoint import Checkpoint, CheckpointError, last_committed, load_checkpoint, \
-    load_resumable, mark_committed, save_checkpoint
+from p2p_guard.swarm.checkpoint import Checkpoint, CheckpointError, OtherModelCheckpoint, last_committed, \
+    load_checkpoint, load_resumable, mark_committed, save_checkpoint
 from p2p_guard.swarm.mixing import clipped_gossip, consensus_distance, gossip_steps, robust_centre
 from p2p_guard.swarm.sampling import sample_senders, staleness_weight
 
@@ -222,6 +222,29 @@ class TestCheckpoint:
         save_checkpoint(tmp_path, self.ckpt())  # the garbage becomes checkpoint.prev.pt
         found = load_resumable(tmp_path, run_id="run-2", numel=4)
         assert found.checkpoint is None and len(found.problems) == 2
+
+    def test_an_intact_checkpoint_of_another_model_is_not_skipped(self, tmp_path: Path) -> None:
+        """Skipped, it was overwritten with the new model's by the next two rounds (a restart with a mistyped --task)."""
+        save_checkpoint(tmp_path, self.ckpt())
+        path = save_checkpoint(tmp_path, self.ckpt())
+        with pytest.raises(OtherModelCheckpoint) as info:
+            load_resumable(tmp_path, run_id="run-1", numel=5)
+        assert str(info.value) == (f"{path}: checkpoint of a model with 4 parameters, ours has 5: start with the "
+                                   "--task it was written with, or give another --checkpoint-dir (the checkpoint is "
+                                   "left as it is)")
+        path.write_bytes(b"garbage")  # damaged, then the previous one of another model: refused as well
+        with pytest.raises(OtherModelCheckpoint, match=r"checkpoint\.prev\.pt: checkpoint of a model with 4 "):
+            load_resumable(tmp_path, run_id="run-1", numel=5)
+        found = load_resumable(tmp_path, run_id="run-2", numel=5)  # another run: skipped, as before
+        assert found.checkpoint is None and len(found.problems) == 2
+
+    def test_an_edited_checkpoint_of_another_size_is_skipped_as_damaged(self, tmp_path: Path) -> None:
+        path = save_checkpoint(tmp_path, self.ckpt())
+        data = torch.load(path, weights_only=True)
+        data["theta"] = torch.zeros(5)
+        torch.save(data, path)
+        found = load_resumable(tmp_path, run_id="run-1", numel=5)
+        assert found.checkpoint is None and found.problems == [f"{path}: digest mismatch (corrupt or edited checkpoint)"]
 
     def test_a_kill_between_the_renames_leaves_the_previous_one(self, tmp_path: Path) -> None:
         save_checkpoint(tmp_path, self.ckpt())

@@ -103,3 +103,17 @@ def test_a_peer_with_rounds_left_waits_for_peers(tmp_path: Path) -> None:
         with pytest.raises(TimeoutError, match="^only 1 of 2 peers joined"):
             asyncio.run(peer._start_round(fake, fake.config, asyncio.Event()))  # type: ignore[arg-type]
         assert fake.waits == [300.0]
+
+
+def test_a_checkpoint_of_another_model_stops_the_peer_before_any_round(tmp_path: Path) -> None:
+    """It was skipped (fresh start), and the next two rounds overwrote both files with the mistyped task's model."""
+    from p2p_guard.swarm.checkpoint import OtherModelCheckpoint
+
+    save_checkpoint(tmp_path, Checkpoint("run", 74, torch.full((D + 1,), 7.0), torch.zeros(D + 1)))
+    before = (tmp_path / "checkpoint.pt").read_bytes()
+    stub = _stub(tmp_path)
+    config = types.SimpleNamespace(checkpoint_dir=str(tmp_path), run_id="run", rounds=0, join_timeout_s=1.0)
+    with pytest.raises(OtherModelCheckpoint, match=f"checkpoint of a model with {D + 1} parameters, ours has {D}:"):
+        asyncio.run(peer._start_round(stub, config, asyncio.Event()))  # type: ignore[arg-type]
+    assert stub.resumed_at == [] and stub.round == 0
+    assert (tmp_path / "checkpoint.pt").read_bytes() == before
