@@ -165,6 +165,7 @@ def format_table(report: Mapping[str, Any]) -> str:
         f"attack={config.get('attack')} guard={config.get('guard')} rounds={config.get('rounds')} "
         f"seed={config.get('seed')} codec={config.get('codec', 'fp32')}"
         + (f" max_upload_mbit={config['max_upload_mbit']:g}" if config.get("max_upload_mbit") is not None else "")
+        + (f" peer_upload_mbit={','.join(config['peer_upload_mbit'])}" if config.get("peer_upload_mbit") else "")
     )
     lines = [title, "", *_round_lines(report.get("rounds", [])), ""]
     lines.append("guard verdicts (honest receivers; a rejection is a positive):")
