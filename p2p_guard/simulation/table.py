@@ -94,6 +94,11 @@ def _health_lines(report: Mapping[str, Any]) -> list[str]:
         f"rounds an honest peer trained alone: {alone.get('rounds', '-')}"
         + (f" ({alone_peers})" if alone_peers else "")
     )
+    unchanged = report.get("rounds_unchanged") or {}
+    if unchanged.get("rounds"):
+        unchanged_peers = ", ".join(f"peer{i}: {len(r)}" for i, r in (unchanged.get("by_peer") or {}).items())
+        lines.append(f"rounds an honest peer applied nothing (no other update arrived; model unchanged): "
+                     f"{unchanged['rounds']} ({unchanged_peers})")
     pauses = report.get("pauses") or {}
     lines.append(
         f"pauses: {pauses.get('pauses', '-')} ({_cell(pauses.get('paused_s'), '{:.1f}')} s paused, "
