@@ -65,7 +65,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="no progress bar (there is none anyway when stderr is not a terminal)")
     add_config_flags(parser.add_argument_group("settings"), SimulationConfig,
                      metavars={"inner_steps": "H", "attack": "SPEC", "partition": "SPEC", "task": "SPEC",
-                               "mix_precision": "{fp32,fp16,int8}"})
+                               "mix_precision": "{fp32,fp16,int8}",
+                               "peer_upload_mbit": "PEER:MBIT"})
     parser.add_argument(
         "--faults", type=nonempty_path, default=None, metavar="PLAN.toml",
         help="fault plan: [[fault]] tables (round, peer, kind = slow|stop|kill_restart|clock_shift|kill_bootstrap, "

@@ -17,6 +17,7 @@ MIN_JOIN_TIMEOUT_S = 300.0
 JOIN_TIMEOUT_PER_PEER_S = 20.0
 
 
+_PEER_UPLOAD = re.compile(r"\s*([0-9]+)\s*:\s*(\S+)\s*")
 _MIX_SEPARATOR = re.compile(r"\+(?=[A-Za-z_])")
 
 
@@ -100,6 +101,9 @@ class SimulationConfig:
             ``topk[:density=ρ]``, ``topk:density=ρ,dense=head``; ``PeerConfig.codec``).
         max_upload_mbit: upload cap of every peer, in Mbit/s (None: unlimited; ``PeerConfig.max_upload_mbit``):
             emulates home uplinks on loopback.
+        peer_upload_mbit: per-peer upload caps, each ``PEER:MBIT`` (``3:2.4``: peer 3 sends at most 2.4 Mbit/s),
+            in place of ``max_upload_mbit`` for that peer: a swarm of heterogeneous home uplinks. PEER is a peer
+            index (honest ``0..honest-1``, then the Byzantine peers), each at most once; MBIT finite and > 0.
         overlap: every peer overlaps round r's communication with round r + 1's inner phase (on), never (off),
             or decides round by round (unset, the default; ``PeerConfig.overlap``).
         adaptive_mixing: every peer mixes less often while its measured disagreement is small
@@ -130,6 +134,7 @@ class SimulationConfig:
     keep_snapshots: bool = False
     codec: str = "fp32"
     max_upload_mbit: float | None = None
+    peer_upload_mbit: tuple[str, ...] = ()
     overlap: bool | None = None
     adaptive_mixing: bool = False
     mix_precision: str = "fp16"
@@ -185,6 +190,7 @@ class SimulationConfig:
         ):
             raise ValueError(f"max_upload_mbit must be finite and > 0 Mbit/s (omit it for no cap), "
                              f"got {self.max_upload_mbit!r}")
+        self.peer_upload_caps()  # raises on a bad entry
         if not (math.isfinite(self.memory_sample_s) and self.memory_sample_s >= 0):
             raise ValueError(f"memory_sample_s must be >= 0 seconds, got {self.memory_sample_s!r}")
 
@@ -212,6 +218,33 @@ class SimulationConfig:
         except ValueError:  # reported by the task checks before any peer starts
             part = "task"
         return f"sim-{part}-seed{self.seed}"
+
+    def peer_upload_caps(self) -> dict[int, float]:
+        """The per-peer upload caps of ``peer_upload_mbit``, parsed: ``{peer index: Mbit/s}``.
+
+        ``("3:2.4", "0:50")`` gives ``{3: 2.4, 0: 50.0}``.
+
+        Raises:
+            ValueError: one line naming ``peer_upload_mbit``, the bad entry and why: not ``PEER:MBIT``, a peer
+                index outside ``0..num_peers-1`` or given twice, or MBIT not a finite number > 0.
+        """
+        entries = self.peer_upload_mbit
+        if isinstance(entries, str) or not isinstance(entries, (tuple, list)):
+            raise ValueError(f"peer_upload_mbit must be a list of PEER:MBIT entries, got {entries!r}")
+        caps: dict[int, float] = {}
+        for entry in entries:
+            peer, mbit = _peer_upload_entry(entry, self.num_peers)
+            if peer in caps:
+                raise ValueError(f"peer_upload_mbit gives peer {peer} twice ({entry!r}); one cap per peer")
+            caps[peer] = mbit
+        return caps
+
+    def upload_mbit_of(self, index: int) -> float | None:
+        """Peer ``index``'s upload cap in Mbit/s: its ``peer_upload_mbit`` entry, else ``max_upload_mbit``.
+
+        None: no cap.
+        """
+        return self.peer_upload_caps().get(index, self.max_upload_mbit)
 
     def is_byzantine(self, index: int) -> bool:
         """True for the peers after the honest ones."""
@@ -245,6 +278,32 @@ class SimulationConfig:
         if self.byzantine == 0:
             out["attack"] = None
         return out
+
+
+def _peer_upload_entry(entry: object, num_peers: int) -> tuple[int, float]:
+    """One ``PEER:MBIT`` entry of ``peer_upload_mbit`` as ``(peer index, Mbit/s)``.
+
+    Raises:
+        ValueError: one line naming the entry: not ``PEER:MBIT``, PEER not an index in ``0..num_peers-1``, or
+            MBIT not a finite number > 0.
+    """
+    if not isinstance(entry, str):
+        raise ValueError(f"peer_upload_mbit entries must be PEER:MBIT strings (3:2.4), got {entry!r}")
+    match = _PEER_UPLOAD.fullmatch(entry)
+    if match is None:
+        raise ValueError(f"peer_upload_mbit entry {entry!r} must be PEER:MBIT, a peer index and Mbit/s (3:2.4)")
+    peer, mbit_text = int(match.group(1)), match.group(2)
+    if peer >= num_peers:
+        raise ValueError(f"peer_upload_mbit entry {entry!r}: there is no peer {peer} "
+                         f"(the peers are 0..{num_peers - 1}: honest first, then Byzantine)")
+    try:
+        mbit = float(mbit_text)
+    except ValueError:
+        mbit = math.nan
+    if not 0 < mbit < math.inf:
+        raise ValueError(f"peer_upload_mbit entry {entry!r}: the cap must be a finite number of Mbit/s > 0, "
+                         f"got {mbit_text.strip()!r}")
+    return peer, mbit
 
 
 def _at_least(name: str, value: int, minimum: int) -> None:

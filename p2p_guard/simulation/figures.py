@@ -10,6 +10,9 @@ Definitions (issue 8; every figure is over honest peers unless it says otherwise
 - **Trained alone** (rule 7): an honest peer's ``round`` event whose aggregate used no other peer's update, i.e.
   the peer has no accepted verdict about another sender with that aggregation ``round``; a round that applied
   nothing (``applied`` false: no other row arrived, the model was left unchanged) is not training alone.
+- **Rounds unchanged**: an honest peer's ``round`` event with ``applied`` false: no other peer's update arrived
+  in it, so the peer left its model as it was (a peer that runs ahead of the others, e.g. the one with the slow
+  uplink in docs/networking.md's heterogeneous-uplink run, has nothing but such rounds).
 - **Pauses**: ``pause`` events (too few others present) and ``resume`` events with their ``paused_s``.
 - **Compute utilization** (rule 5) per peer: Σ ``compute_s`` ÷ Σ ``seconds`` over its round events.
 - **Fan-out** (rule 4): ``fetched``, ``served``, ``bytes_sent``, ``bytes_received`` of each round event; mean and
@@ -32,6 +35,7 @@ __all__ = [
     "memory_summary",
     "pauses",
     "round_times",
+    "rounds_unchanged",
     "startup_times",
     "trained_alone",
     "updates_applied",
@@ -138,6 +142,22 @@ def trained_alone(peers: Sequence[PeerLog]) -> dict[str, Any]:
             by_peer[str(peer.index)] = alone
     total = sum(len(v) for v in by_peer.values())
     return {"any": total > 0, "rounds": total, "by_peer": by_peer}
+
+
+def rounds_unchanged(peers: Sequence[PeerLog]) -> dict[str, Any]:
+    """Honest round events that applied nothing (``applied`` false; see the module docstring).
+
+    Returns:
+        ``rounds`` (how many such round events) and ``by_peer``: ``{index: [round, ...]}`` (only peers with such
+        rounds).
+    """
+    by_peer: dict[str, list[int]] = {}
+    for peer in _honest(peers):
+        unchanged = sorted(r for e in peer.of_kind("round")
+                           if e.get("applied") is False and (r := _int(e.get("round"))) is not None)
+        if unchanged:
+            by_peer[str(peer.index)] = unchanged
+    return {"rounds": sum(len(v) for v in by_peer.values()), "by_peer": by_peer}
 
 
 def pauses(peers: Sequence[PeerLog]) -> dict[str, Any]:

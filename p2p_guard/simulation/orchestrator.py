@@ -281,8 +281,9 @@ def peer_command(
     ]  # fmt: skip
     if config.inner_steps is not None:
         command += ["--inner-steps", str(config.inner_steps)]
-    if config.max_upload_mbit is not None:
-        command += ["--max-upload-mbit", repr(float(config.max_upload_mbit))]
+    upload_mbit = config.upload_mbit_of(index)
+    if upload_mbit is not None:
+        command += ["--max-upload-mbit", repr(float(upload_mbit))]
     if not config.reputation:
         command += ["--no-reputation"]
     if config.overlap is not None:

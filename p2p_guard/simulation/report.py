@@ -296,9 +296,9 @@ def build_report(
     Returns:
         ``config``, ``rounds``, ``final``, ``guard``, ``consensus_distance`` (last round's, see ``consensus``),
         ``consensus``, ``bytes_sent_per_peer_per_round``, ``rounds_completed`` (per peer index, from ``final``
-        events), ``updates_applied``, ``trained_alone``, ``pauses``, ``utilization``, ``fan_out``,
-        ``round_seconds``, ``startup``, ``memory``, ``start_retries`` (``{index: extra launches}``, only peers
-        that needed one), ``fault_plan`` and ``faults`` (each record with ``recovered_round``).
+        events), ``updates_applied``, ``trained_alone``, ``rounds_unchanged``, ``pauses``, ``utilization``,
+        ``fan_out``, ``round_seconds``, ``startup``, ``memory``, ``start_retries`` (``{index: extra launches}``,
+        only peers that needed one), ``fault_plan`` and ``faults`` (each record with ``recovered_round``).
     """
     seen = observations or RunObservations()
     rounds = round_summaries(peers, seen.round_distances)
@@ -319,6 +319,7 @@ def build_report(
         "rounds_completed": completed,
         "updates_applied": figures.updates_applied(peers),
         "trained_alone": figures.trained_alone(peers),
+        "rounds_unchanged": figures.rounds_unchanged(peers),
         "pauses": figures.pauses(peers),
         "utilization": figures.utilization(peers),
         "fan_out": figures.fan_out(peers),

@@ -94,6 +94,11 @@ def _health_lines(report: Mapping[str, Any]) -> list[str]:
         f"rounds an honest peer trained alone: {alone.get('rounds', '-')}"
         + (f" ({alone_peers})" if alone_peers else "")
     )
+    unchanged = report.get("rounds_unchanged") or {}
+    if unchanged.get("rounds"):
+        unchanged_peers = ", ".join(f"peer{i}: {len(r)}" for i, r in (unchanged.get("by_peer") or {}).items())
+        lines.append(f"rounds an honest peer applied nothing (no other update arrived; model unchanged): "
+                     f"{unchanged['rounds']} ({unchanged_peers})")
     pauses = report.get("pauses") or {}
     lines.append(
         f"pauses: {pauses.get('pauses', '-')} ({_cell(pauses.get('paused_s'), '{:.1f}')} s paused, "
@@ -165,6 +170,7 @@ def format_table(report: Mapping[str, Any]) -> str:
         f"attack={config.get('attack')} guard={config.get('guard')} rounds={config.get('rounds')} "
         f"seed={config.get('seed')} codec={config.get('codec', 'fp32')}"
         + (f" max_upload_mbit={config['max_upload_mbit']:g}" if config.get("max_upload_mbit") is not None else "")
+        + (f" peer_upload_mbit={','.join(config['peer_upload_mbit'])}" if config.get("peer_upload_mbit") else "")
     )
     lines = [title, "", *_round_lines(report.get("rounds", [])), ""]
     lines.append("guard verdicts (honest receivers; a rejection is a positive):")

@@ -49,6 +49,7 @@ from p2p_guard.swarm.transport import (
     NOT_READY,
     OK,
     TOO_SLOW,
+    FetchResult,
     PayloadServer,
     fetch_payload,
 )
@@ -495,8 +496,9 @@ async def _payload(p2p: P2P, sender: str, env: Envelope, config: FetchLimits, ra
     """Stream one sender's payload, retrying (resuming after its verified chunks) until its own deadline.
 
     The deadline is ``swarm.pacing.fetch_deadline_s`` of its declared size and measured rate; reached while
-    the stream still runs faster than the rate floor, it is extended once from this fetch's rate. A sender
-    cut for slowness (``TOO_SLOW``: a slowloris) is not retried, nor one whose bytes fail a check against its
+    the stream still runs faster than the rate floor, it is extended once from this fetch's rate, and an exchange
+    still streaming then goes on (it is not cut and asked again, which would send its unfinished chunk twice). A
+    sender cut for slowness (``TOO_SLOW``: a slowloris) is not retried, nor one whose bytes fail a check against its
     committed root (``BAD_DATA``: the reason of the first bad chunk). A sender that cannot be reached at all
     (every try a transport failure for :data:`UNREACHABLE_GIVE_UP_S`, :data:`UNREACHABLE_TRIES` tries or more)
     is rejected as ``unavailable`` then, not at the deadline.
@@ -514,28 +516,36 @@ async def _payload(p2p: P2P, sender: str, env: Envelope, config: FetchLimits, ra
     unreachable = _Unreachable()
     verifier = ChunkVerifier(env.digest, env.payload_bytes)
     started = time.monotonic()
-    deadline = started + fetch_deadline_s(
+    due = _Deadline(started + fetch_deadline_s(
         env.payload_bytes, rates.rate(sender), fetch_timeout_s=config.fetch_timeout_s,
-        idle_timeout_s=config.fetch_idle_timeout_s, min_bytes_per_s=config.min_fetch_bytes_per_s)
-    extended = False
+        idle_timeout_s=config.fetch_idle_timeout_s, min_bytes_per_s=config.min_fetch_bytes_per_s))
+    ceiling = started + config.fetch_idle_timeout_s + env.payload_bytes / config.min_fetch_bytes_per_s
+
+    def extend() -> None:
+        """At the deadline, once: extend it from this fetch's rate if the payload still streams fast enough."""
+        due.extended = True
+        more = extended_deadline_s(env.payload_bytes, verifier.received, time.monotonic() - started,
+                                   idle_timeout_s=config.fetch_idle_timeout_s,
+                                   min_bytes_per_s=config.min_fetch_bytes_per_s,
+                                   kept_bytes=verifier.resume_offset())
+        if more is not None:
+            logger.info("round %d: %s still streaming (%d of %d bytes): deadline extended to %.0f s", env.round,
+                        sender[-8:], verifier.received, env.payload_bytes, more)
+            due.at = started + more
+
     while not stop.is_set() and not gone.is_set():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 and not extended:
-            extended = True
-            more = extended_deadline_s(env.payload_bytes, verifier.received, time.monotonic() - started,
-                                       idle_timeout_s=config.fetch_idle_timeout_s,
-                                       min_bytes_per_s=config.min_fetch_bytes_per_s,
-                                       kept_bytes=verifier.resume_offset())
-            if more is not None:
-                logger.info("round %d: %s still streaming (%d of %d bytes): deadline extended to %.0f s", env.round,
-                            sender[-8:], verifier.received, env.payload_bytes, more)
-                deadline = started + more
-                remaining = deadline - time.monotonic()
+        if due.at - time.monotonic() <= 0 and not due.extended:
+            extend()
+        remaining = due.at - time.monotonic()
         if remaining <= 0:
             break
-        result = await first_of(fetch_payload(p2p, peer, config.run_id, env.round, verifier, timeout_s=remaining,
-                                              idle_timeout_s=config.fetch_idle_timeout_s,
-                                              min_bytes_per_s=config.min_fetch_bytes_per_s), stop, gone)
+        # The exchange may outlive the deadline (up to the extension's ceiling): a stream still running at the
+        # deadline is extended in place, not cut and asked again, which would send its unfinished chunk (up to
+        # 1 MiB) a second time over the sender's uplink.
+        exchange = asyncio.ensure_future(fetch_payload(
+            p2p, peer, config.run_id, env.round, verifier, timeout_s=max(remaining, ceiling - time.monotonic()),
+            idle_timeout_s=config.fetch_idle_timeout_s, min_bytes_per_s=config.min_fetch_bytes_per_s))
+        result = await first_of(_within_deadline(exchange, due, extend, verifier), stop, gone)
         if result is None:
             return None
         if result.status == OK and result.data is not None:
@@ -556,16 +566,52 @@ async def _payload(p2p: P2P, sender: str, env: Envelope, config: FetchLimits, ra
             span = unreachable.last - unreachable.since
             return Rejected(RejectReason.UNAVAILABLE, f"{UNREACHABLE_DETAIL}: {unreachable.tries} tries in "
                                                       f"{span:.1f} s, each without an answer ({detail})")
-        await asyncio.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
+        await asyncio.sleep(min(POLL_S, max(0.0, due.at - time.monotonic())))
     if stop.is_set() or gone.is_set():
         return None
     rates.record(sender, verifier.received, time.monotonic() - started)  # its next deadline fits its rate
-    detail = f"payload not received before its fetch deadline of {deadline - started:.1f} s " \
+    detail = f"payload not received before its fetch deadline of {due.at - started:.1f} s " \
              f"({verifier.received} of {env.payload_bytes} bytes; {detail})"
     if carry is not None:
         not_carried = carry(verifier)
         detail += f"; {LATE_CARRIED_DETAIL}" if not_carried is None else f"; not carried: {not_carried}"
     return Rejected(RejectReason.TIMEOUT, detail)
+
+
+@dataclass
+class _Deadline:
+    """A payload fetch's deadline (monotonic seconds) and whether its one extension was tried."""
+
+    at: float
+    extended: bool = False
+
+
+async def _within_deadline(exchange: asyncio.Future[FetchResult], due: _Deadline, extend: Callable[[], None],
+                           verifier: ChunkVerifier) -> FetchResult:
+    """Await one payload exchange until ``due.at``, which ``extend()`` may move once while the exchange runs.
+
+    At the first deadline reached while the exchange still runs, ``extend()`` is called (it moves ``due.at`` when
+    the stream runs faster than the rate floor) and the same exchange goes on. At a deadline that stands, the
+    exchange is cancelled (its verified chunks stay in ``verifier``) and a transport failure (-1) is returned.
+    Cancelling this coroutine cancels the exchange.
+    """
+    try:
+        while True:
+            remaining = due.at - time.monotonic()
+            if remaining > 0:
+                done, _ = await asyncio.wait({exchange}, timeout=remaining)
+                if done:
+                    return exchange.result()
+            elif not due.extended:
+                extend()
+            else:
+                return FetchResult(-1, detail=f"no complete answer within its deadline ({verifier.next_chunk} of "
+                                              f"{verifier.chunks} chunks verified)")
+    finally:
+        if not exchange.done():
+            exchange.cancel()
+            with contextlib.suppress(BaseException):
+                await exchange
 
 
 def _carry(late: LatePayloads, p2p: P2P, sender: str, env: Envelope, expect: RoundExpectation, config: FetchLimits,

@@ -34,9 +34,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 RUN = "late-live-test"
 NUMEL = 400_000  # 1.6 MB of fp32: two chunks
-FAST_BYTES_PER_S = 1_000_000.0  # the sender's cap at first (8 Mbit/s)
-SLOW_BYTES_PER_S = 100_000.0  # after SLOW_AFTER_S (0.8 Mbit/s): six times the receiver's floor
-SLOW_AFTER_S = 0.5
+FAST_BYTES_PER_S = 300_000.0  # the sender's cap at first (2.4 Mbit/s)
+SLOW_BYTES_PER_S = 40_000.0  # after SLOW_AFTER_S (0.32 Mbit/s): 2.4 times the receiver's floor
+# After the receiver's first deadline (2 · 1.6 MB at the assumed 1 MiB/s = 3.05 s), at which its extension is
+# computed from the rate so far (about 12.9 s): the stream goes on in place at 40 kB/s and misses it. (Slowed at
+# 0.5 s from 1 MB/s to 100 kB/s, as until the stream was cut and asked again at the first deadline, it now
+# completes within the extension: 617 kB at 100 kB/s after 3.05 s, against 13 s.)
+SLOW_AFTER_S = 3.5
 CONFIG = PeerConfig(run_id=RUN, fetch_timeout_s=1.0, reveal_wait_s=0.5, fetch_idle_timeout_s=2.0,
                     min_fetch_bytes_per_s=16 * 1024)
 

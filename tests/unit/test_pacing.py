@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -152,10 +153,10 @@ def test_a_slow_honest_sender_resumes_past_its_first_deadline(monkeypatch: pytes
 
     async def slow(verifier: ChunkVerifier, timeout_s: float, call: int) -> FetchResult:
         verifier.check_digests(chunk_digests(payload))
-        if call == 1:  # one chunk and a half, then the deadline passes while it still streams
+        if call == 1:  # one chunk and a half, then the stream breaks after the 0.5 s deadline has passed
             verifier.feed(payload[:PAYLOAD_CHUNK_BYTES + PAYLOAD_CHUNK_BYTES // 2])
-            await asyncio.sleep(timeout_s)
-            return FetchResult(-1, detail="no complete answer within")
+            await asyncio.sleep(0.6)
+            return FetchResult(-1, detail="stream ended")
         verifier.feed(payload[verifier.resume_offset():])
         return FetchResult(OK, verifier.payload())  # type: ignore[arg-type]
 
@@ -170,6 +171,64 @@ def test_a_slow_honest_sender_resumes_past_its_first_deadline(monkeypatch: pytes
     assert 50 * MIB < rate <= 50 * MIB + 0.5 * len(payload) / LIMITS.fetch_timeout_s
 
 
+def test_a_stream_running_at_its_deadline_goes_on_without_being_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The extension keeps the exchange open: the unfinished chunk is not sent twice over a slow uplink.
+
+    Until this change the exchange was cut at the deadline and the fetch resumed at the first unverified chunk:
+    in ``simulate --task digits:hidden=10240 --honest 4 --byzantine 0 --max-upload-mbit 24
+    --peer-upload-mbit 3:2.4`` each receiver of peer 3's 3.07 MB payload had 2.93-3.03 MB at its 30 s deadline and
+    read 0.9-1.0 MB of it again.
+    """
+    payload = os.urandom(3 * PAYLOAD_CHUNK_BYTES)
+    timeouts: list[float] = []
+
+    async def streaming(verifier: ChunkVerifier, timeout_s: float, call: int) -> FetchResult:
+        timeouts.append(timeout_s)
+        verifier.check_digests(chunk_digests(payload))
+        verifier.feed(payload[verifier.resume_offset():PAYLOAD_CHUNK_BYTES + PAYLOAD_CHUNK_BYTES // 2])
+        if timeout_s < 0.7:  # cut by the exchange's own limit, as transport.fetch_payload's wait_for does
+            await asyncio.sleep(timeout_s)
+            return FetchResult(-1, detail="no complete answer within")
+        await asyncio.sleep(0.7)  # past the 0.5 s deadline, within its extension (0.5 + 2 · 2 MiB / 3 MiB/s)
+        verifier.feed(payload[PAYLOAD_CHUNK_BYTES + PAYLOAD_CHUNK_BYTES // 2:])
+        return FetchResult(OK, verifier.payload())  # type: ignore[arg-type]
+
+    rates = RateBook()
+    rates.record(SENDER.peer_id_b58, 100 * MIB, 1.0)  # its deadline is the 0.5 s floor
+    result, asked, took = run_payload(monkeypatch, envelope_for(payload), streaming, rates)
+    assert result == payload
+    assert asked == [0]  # one exchange: nothing asked again
+    assert 0.7 <= took < 2.5
+    # the exchange's own limit is the extension's ceiling, I + b / m = 5 + 3 MiB / (1000 B/s), not the deadline
+    assert len(timeouts) == 1
+    assert 3150.0 < timeouts[0] <= 5.0 + len(payload) / 1000
+
+
+def test_a_stream_still_running_at_its_extended_deadline_is_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    payload = os.urandom(3 * PAYLOAD_CHUNK_BYTES)
+
+    async def stuck(verifier: ChunkVerifier, timeout_s: float, call: int) -> FetchResult:
+        verifier.check_digests(chunk_digests(payload))
+        verifier.feed(payload[:PAYLOAD_CHUNK_BYTES + PAYLOAD_CHUNK_BYTES // 2])
+        await asyncio.sleep(timeout_s)
+        return FetchResult(-1, detail="no complete answer within")
+
+    rates = RateBook()
+    rates.record(SENDER.peer_id_b58, 100 * MIB, 1.0)  # its deadline is the 0.5 s floor
+    result, asked, took = run_payload(monkeypatch, envelope_for(payload), stuck, rates)
+    assert isinstance(result, Rejected)
+    assert result.reason is RejectReason.TIMEOUT
+    # 1.5 MiB in 0.5 s (3 MiB/s) at the deadline: extended to 0.5 + 2 · (3 − 1) MiB / 3 MiB/s = 1.83 s
+    # (more if the check runs late on a loaded machine: the rate is what arrived over the time elapsed then)
+    match = re.fullmatch(r"payload not received before its fetch deadline of (\d+\.\d) s \(1572864 of 3145728 "
+                         r"bytes; no complete answer within its deadline \(1 of 3 chunks verified\)\)", result.detail)
+    assert match is not None, result.detail
+    assert 1.8 <= float(match.group(1)) < 2.5
+    assert asked == [0]
+    assert 1.8 <= took < 3.0
+    assert took >= float(match.group(1)) - 0.05  # cut at its deadline, which the detail rounds to 0.1 s
+
+
 def test_a_stalled_sender_is_cut_at_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     payload = os.urandom(2 * PAYLOAD_CHUNK_BYTES)
 
@@ -182,7 +241,7 @@ def test_a_stalled_sender_is_cut_at_its_deadline(monkeypatch: pytest.MonkeyPatch
     assert isinstance(result, Rejected)
     assert result.reason is RejectReason.TIMEOUT
     assert result.detail == ("payload not received before its fetch deadline of 4.0 s (0 of 2097152 bytes; "
-                             "no complete answer within)")  # 2 · 2 MiB at the assumed 1 MiB/s
+                             "no complete answer within its deadline (0 of 2 chunks verified))")  # 2 · 2 MiB at 1 MiB/s
     assert len(asked) == 1
     assert 3.9 <= took < 6.0
     assert rates.rate(SENDER.peer_id_b58) is None  # nothing arrived: nothing to measure

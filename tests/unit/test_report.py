@@ -466,6 +466,18 @@ def test_trained_alone_is_a_round_that_used_no_other_peers_update() -> None:
     assert figures.trained_alone(left_alone) == {"any": False, "rounds": 0, "by_peer": {}}
 
 
+def test_rounds_unchanged_are_honest_rounds_that_applied_nothing() -> None:
+    assert figures.rounds_unchanged(_v2_swarm()) == {"rounds": 0, "by_peer": {}}
+    unchanged = [{**_r2(r, 1.0, 1.0, 0, 0), "applied": False} for r in (1, 2)]
+    ahead = PeerLog(0, False, [_ready("A", False), _r2(0, 1.0, 1.0, 3, 3), *unchanged])
+    byzantine = PeerLog(1, True, [_ready("Z", True), unchanged[0]])  # never counted
+    assert figures.rounds_unchanged([ahead, byzantine]) == {"rounds": 2, "by_peer": {"0": [1, 2]}}
+    report = {"config": {}, "rounds_unchanged": figures.rounds_unchanged([ahead, byzantine])}
+    assert ("rounds an honest peer applied nothing (no other update arrived; model unchanged): 2 (peer0: 2)"
+            in format_table(report).splitlines())
+    assert "applied nothing" not in format_table({"config": {}, "rounds_unchanged": {"rounds": 0, "by_peer": {}}})
+
+
 def test_pauses_total_the_pause_and_resume_events() -> None:
     assert figures.pauses(_v2_swarm()) == {
         "pauses": 2,
@@ -541,6 +553,7 @@ def test_build_report_takes_the_last_snapshot_round_and_records_fault_recovery()
     assert report["startup"]["swarm_s"] == 10.0
     assert report["memory"]["max_mib"] == 1.0
     assert report["trained_alone"]["any"] is True
+    assert report["rounds_unchanged"] == {"rounds": 0, "by_peer": {}}
     assert report["fault_plan"] == {"source": "plan.toml", "faults": []}
     text = format_table(report)
     assert "honest updates applied by another honest peer: 4/6 (66.7%" in text
