@@ -1,6 +1,6 @@
 """The white-box attacks against the default guard and the coordinate-wise median, one line per cell.
 
-Digits, 10 peers, Dirichlet 0.5 (``--partition`` for another split), 12 rounds, f not told.
+Digits, 10 peers, Dirichlet 0.5 (``--partition`` for another split), 12 rounds (``--rounds``), f not told.
 
     python docs/scripts/adaptive_cells.py                         # the first table (about 3 min on 2 cores)
     python docs/scripts/adaptive_cells.py --guards semantic --fractions 4 --seeds 0
@@ -10,7 +10,8 @@ Each cell is ``p2p_guard.bench.cell.run_cell`` (the benchmark's in-process cell:
 attackers are told the guard's name, as in ``p2p-guard bench robustness``), with ``attack="adaptive"`` at f of 10
 and a clean run (f = 0) for reference. A line holds the final accuracy and the guard's verdict counts over every
 honest receiver's view (tp: Byzantine rows rejected, fn: accepted, fp: honest rows rejected), the backdoor's attack
-success rate (``asr``, else null), the accuracy after each round and the mean of rounds 8-11.
+success rate (``asr``, else null), the accuracy after each round and the mean of the last 4 rounds (8-11 at the
+default ``--rounds 12``).
 
 Why: issue 9 (honest numbers: a white-box attack must attack the guard as it is). The attack ran the real guard
 all along (``simulated_guard`` builds it with ``build_guard``); what it got wrong was this round's honest rows,
@@ -199,6 +200,19 @@ mean); rejecting them leaves what rejecting every attacker row from round 0 give
 (4) Backdoor ASR is unchanged (0.857 at 3 of 10 on Dirichlet 0.5): with τ = 0.6 and groups of three the stage
 never fires on the backdoor group (its trio's history cosines reached 0.01-0.53 in the screens of
 ``docs/scripts/backdoor_cells.py``, below τ).
+
+Over 40 rounds (``--rounds 40 --fractions 0 3 --seeds 0 1 2 --guards semantic``, then the other guards at 3 of 10),
+the stage still rejects no honest row (clean: 0, 9 and 0 honest rows of 3600 rejected on Dirichlet 0.5 and 0, 27
+and 0 on 0.1, all by the verdict stage; ``adaptive`` at 3 of 10: 0) and every ``adaptive`` row from round 2 on
+(768 of 840 on Dirichlet 0.5, 773-798 on 0.1). But on Dirichlet 0.5 under ``adaptive`` at 3 of 10 the final
+accuracy is 0.874 / 0.876 / 0.868 (seeds 0 / 1 / 2; clean 0.926 / 0.975 / 0.936), against 0.889 / 0.836 / 0.926
+for ``semantic:collusion=False`` and 0.914 / 0.839 / 0.869 for the median: below the median on seeds 0 and 2
+(the former default on seed 0). Both semantic arms peak at 0.93-0.96 around rounds 15-25 and then fall (seed 2,
+every third round from round 0: 0.153 0.772 0.878 0.917 0.936 0.944 0.953 0.958 0.956 0.947 0.932 0.914 0.908
+0.867 with the stage, ... 0.942 0.950 0.944 0.906 0.947 0.917 0.926 without); rejecting every attack row from
+round 0 instead (``--attack sign_flip:scale=10``, the verdict stage) ends at 0.882 / 0.871 / 0.947. Not
+explained here. Recomputing the robust centre without the rows the stage rejected (tried in a scratch change,
+not kept) made it worse: 0.852 / 0.821 / 0.799.
 """
 
 from __future__ import annotations
@@ -220,6 +234,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--attack", default="adaptive", help="attack spec at f > 0 (alie:z=search: the second table)")
     parser.add_argument("--partition", default="dirichlet:0.5", help="how the data is split (as bench robustness)")
+    parser.add_argument("--rounds", type=int, default=12, help="outer rounds per cell")
     args = parser.parse_args()
     torch.set_num_threads(1)
     for seed in args.seeds:
@@ -227,7 +242,7 @@ def main() -> None:
             for f in args.fractions:
                 started = time.monotonic()
                 result = run_cell(CellSpec(task="digits", guard=guard, attack=args.attack if f else None, n=10, f=f,
-                                           partition=args.partition, seed=seed, rounds=12))
+                                           partition=args.partition, seed=seed, rounds=args.rounds))
                 verdicts = result["verdicts"]
                 line = {"attack": args.attack if f else None, "partition": args.partition, "guard": guard, "f": f,
                         "seed": seed,
@@ -235,7 +250,7 @@ def main() -> None:
                         "fp": verdicts["fp"], "asr": result["final"]["asr"],
                         "reasons": verdicts["reasons"], "seconds": round(time.monotonic() - started, 1),
                         "per_round": [round(r["accuracy"], 3) for r in result["rounds"]],
-                        "rounds_8_11": round(sum(r["accuracy"] for r in result["rounds"][-4:]) / 4, 4)}
+                        "last_4_rounds": round(sum(r["accuracy"] for r in result["rounds"][-4:]) / 4, 4)}
                 print(json.dumps(line), flush=True)  # noqa: T201
 
 
