@@ -84,7 +84,8 @@ from p2p_guard.training.inner import InnerPhaseStopped, autocast_dtype
 from p2p_guard.training.local import LocalModel, pick_device, round_generator
 from p2p_guard.training.outer import dense_outer_lr
 
-__all__ = ["EarlierSessionCommit", "Peer", "check_model_fits", "choose_commit_round", "linger_seconds", "run_peer"]
+__all__ = ["EarlierSessionCommit", "Peer", "ahead_and_alone", "check_model_fits", "choose_commit_round",
+           "linger_seconds", "run_peer"]
 
 #: A peer that finished its rounds keeps serving for this many of its last round's durations at most
 #: (:func:`linger_seconds`), and never longer than MAX_LINGER_S seconds.
@@ -266,6 +267,32 @@ async def choose_commit_round(round_: int, presence_rounds: Sequence[int],
         if target >= round_ and not await closed(target):
             return target
     return swarm + 1
+
+
+def ahead_and_alone(round_: int, me: str, commits: Collection[str], presence_rounds: Sequence[int]) -> bool:
+    """True when our commit phase of ``round_`` closed with no other commit while the swarm is still behind us.
+
+    The swarm's round is the median of the others' presence rounds (as in :func:`choose_commit_round`: a
+    Byzantine minority cannot move it). A peer whose own round is short (it fetches from fast peers while its
+    slow uplink holds up everyone else's round) commits round r while the others still work on r − 1; at
+    ``commit_timeout_s`` its phase closed with only its own commit, it applied nothing, and it did the same in
+    every later round, never falling back into step (docs/networking.md, one slow uplink in a swarm). Such a
+    peer waits for the others' commits once more (:meth:`Peer.communicate`).
+
+    Args:
+        round_: the round of our commit phase.
+        me: our PeerID (base58).
+        commits: the senders whose commits the phase returned.
+        presence_rounds: the others' presence rounds (suspects left out).
+
+    Returns:
+        True when no sender but us committed, some other peer is present and the others' median round is
+        below ``round_``.
+    """
+    if set(commits) - {me} or not presence_rounds:
+        return False
+    rounds = sorted(presence_rounds)
+    return rounds[(len(rounds) - 1) // 2] < round_
 
 
 class Peer:
@@ -732,6 +759,14 @@ class Peer:
         commits, withheld = await await_commits(self.dht, self.config.commit_phase, round_, self.me, stop,
                                                 on_poll=self._watch_commits, exclude=frozenset(self.banned),
                                                 allowed=self.allowed, not_waited=suspects)
+        others = {p: r for p, r in (await self.others_present()).items() if p not in suspects}
+        if not stop.is_set() and ahead_and_alone(round_, self.me, commits, list(others.values())):
+            self.log.info("round %d: no other commit within %.0f s and the swarm is behind (its round %d): waiting "
+                          "once more for its commits", round_, self.config.commit_phase.commit_timeout_s,
+                          sorted(others.values())[(len(others) - 1) // 2])
+            commits, withheld = await await_commits(self.dht, self.config.commit_phase, round_, self.me, stop,
+                                                    on_poll=self._watch_commits, exclude=frozenset(self.banned),
+                                                    allowed=self.allowed, not_waited=suspects)
         await self._collect_proofs(round_)
         outcome.verdicts += [SenderVerdict.rejected(s, round_, RejectReason.EQUIVOCATION, BANNED_DETAIL)
                              for s in commits if s in self.banned]
