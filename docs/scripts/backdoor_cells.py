@@ -5,6 +5,8 @@
     python docs/scripts/backdoor_cells.py --probe --seeds 0 1   # why the semantic guard does not see it
     python docs/scripts/backdoor_cells.py --floor --arm mean --seeds 0   # the ASR with no attacker
     python docs/scripts/backdoor_cells.py --arm "semantic:collusion=True,c_collusion=0.5,collusion_rounds=3"
+    python docs/scripts/backdoor_cells.py --seeds 0 1 2 --attacks --arm "semantic+dormant:tau=0.1,units=False"
+    python docs/scripts/backdoor_cells.py --backdoor backdoor:position=centre --arm semantic   # trigger on strokes
 
 Since 2026-12-06 the ``semantic`` guard runs its collusion stage by default, in groups of three (``collusion=True,
 collusion_group=3``, τ 0.6, 3 rounds: ``docs/scripts/adaptive_cells.py``'s docstring). Every table below predates
@@ -34,6 +36,8 @@ An arm is ``[LABEL=]GUARD[:key=value,...][+PROTOTYPE[:key=value,...]]``. A proto
 
 - ``dnc[:c=C,cut=CUT,k=K,unit=U,hist=H,b=B,iters=I,streak=S,own=O]``: Divide-and-Conquer's spectral filter
   (Shejwalkar & Houmansadr, NDSS 2021, "Manipulating the Byzantine"), section "Spectral filter" at the end.
+- ``dormant[:tau=T,units=U,tau_u=TU,stat=S,soft=B,fill=F,pool=P]``: a dormant-input mask, Fine-Pruning in update
+  space (:func:`dormant_keep`; section "Dormant-input mask" at the end).
 
 FLAME's other two steps are guard parameters: clipping to the median norm is ``magnitude=True,c_clip=1`` and its
 noise ``noise=λ`` (``p2p_guard/guard/noise.py``), e.g. ``--arm "flame=semantic:magnitude=True,c_clip=1,noise=0.001
@@ -320,6 +324,139 @@ Earlier negatives, measured by another engineer with scratch scripts (not in the
   statistics only, seed 0): under the backdoor the smallest mask was class 0 (the target), norm 23.5 against a
   median of 29.2 (anomaly index 2.66); in a clean run the anomaly index still reached 1.46 (class 5): weak
   separation, and slow (about 4 minutes per 2 cells); unlearning not run.
+
+
+Dormant-input mask: Fine-Pruning in update space (Kang Liu, Brendan Dolan-Gavitt, Siddharth Garg, "Fine-Pruning:
+Defending Against Backdooring Attacks on Deep Neural Networks", RAID 2018, arXiv:1805.12185: backdoors live in
+units dormant on clean data), measured 2026-12-06 by a sixth helper. The gradient of a first-layer weight
+W1[k, q] is x_q × (back-propagated error)_k, so an honest pseudo-gradient carries nothing (AdamW's weight decay
+aside) on the columns of W1 fed by pixels that are blank in that peer's data, while a trigger on normally blank
+pixels needs exactly those columns. ``digits`` inputs are pixels / 16 in [0, 1] with no centring, so a blank
+pixel is exactly 0. A receiver knows from its *own* training shard which pixels its data exercises,
+a_q = (1/|X|) Σ_{x ∈ X} 1[x_q > 0], and, at its θ_i, which hidden units it activates. The prototype
+``dormant`` (:func:`dormant_keep`) then replaces, in the guard's aggregate (after ``_aggregate``, before noise and
+self-anchoring), every coordinate of a column q with a_q ≤ τ by the receiver's own row (``fill=own``: its own
+update is the trusted root there); with ``units=True`` also the coordinates of every hidden unit whose ReLU is
+active on ≤ τ_u of its images (row k of W1, b1[k], column k of W2). Nothing about the trigger reaches it; but
+τ = 0.1 was chosen knowing where the trigger is: its pixels (6, 6), (7, 6), (6, 7), (7, 7) are non-zero in 50 %,
+33 %, 7 % and 6 % of the training images, so strict dormancy (τ = 0, Fine-Pruning's "never active") masks the
+two outer ones for 1 of the 21 honest receivers below on dirichlet:0.5 and 4 of 21 on dirichlet:0.1 (most shards
+hold a few digits that touch the corner), and τ = 0.1 masks them on most receivers (``--activity``;
+a(6, 7) / a(7, 7) : pixels with a ≤ 0.1 : trigger pixels with a = 0, honest peers 0-6):
+
+    python docs/scripts/backdoor_cells.py --activity --seeds 0 1 2 [--partition dirichlet:0.1]
+
+| dirichlet α | seed | honest peers 0 .. 6 |
+|---|---|---|
+| α 0.5 | 0 | .02/.01:16:0 .06/.06:17:0 **.13/.13**:15:0 .11/.08:15:0 .02/.03:16:0 .06/.08:16:0 .07/.03:16:0 |
+| α 0.5 | 1 | .00/.00:16:2 .02/.01:16:0 .10/.11:17:0 .03/.02:18:0 .10/.05:18:0 .07/.11:16:0 .14/.09:15:0 |
+| α 0.5 | 2 | .04/.04:18:0 **.14/.14**:16:0 .02/.01:16:0 .07/.08:16:0 .02/.01:16:0 .10/.13:14:0 .05/.04:16:0 |
+| α 0.1 | 0 | .01/.00:16:0 **.14/.14**:16:0 .00/.00:17:2 .00/.00:20:2 **.18/.25**:15:0 .02/.00:16:1 .10/.06:20:0 |
+| α 0.1 | 1 | .04/.02:17:0 .02/.02:20:0 .00/.00:17:2 .03/.03:18:0 .00/.00:21:2 **.12/.13**:18:0 **.16/.14**:18:0 |
+| α 0.1 | 2 | .01/.01:18:0 **.16/.17**:19:0 .01/.01:16:0 .04/.07:17:0 .04/.04:19:0 .02/.03:17:0 .09/.04:17:0 |
+
+(bold: a receiver that masks neither outer trigger pixel at τ = 0.1.)
+
+Cells (seeds 0, 1, 2; the mean, then each seed; 10 peers, 3 attackers, 12 rounds; no arm is told f). Each entry is
+one ``final()`` cell of this script; they were run from a scratch loop over ``final()`` that prints a line per
+cell (and, through a hook on ``p2p_guard.bench.cell.backdoor_success``, each honest peer's final ASR), the same
+cells as
+
+    python docs/scripts/backdoor_cells.py --seeds 0 1 2 --attacks sign_flip:scale=10 ipm:epsilon=0.1 alie \
+        --arm semantic --arm "A=semantic+dormant:tau=0.1,tau_u=0" --arm "P=semantic+dormant:tau=0.1,units=False"
+    python docs/scripts/backdoor_cells.py --seeds 0 1 2 --attacks --partition dirichlet:0.1 \
+        --arm semantic --arm "P=semantic+dormant:tau=0.1,units=False"
+    python docs/scripts/backdoor_cells.py --seeds 0 1 2 --attacks --backdoor backdoor:position=centre \
+        --arm semantic --arm "P=semantic+dormant:tau=0.1,units=False"      # and position=centre,value=-1
+    python docs/scripts/backdoor_cells.py --seeds 0 1 2 --attacks --partition dirichlet:0.1 \
+        --arm "M=semantic+dormant:tau=0.1,units=False,pool=median"
+    python docs/scripts/backdoor_cells.py --seeds 0 1 2 --attacks sign_flip:scale=10 ipm:epsilon=0.1 alie \
+        --arm "M=semantic+dormant:tau=0.1,units=False,pool=median"
+    python docs/scripts/backdoor_cells.py --seeds 0 1 2 --attacks \
+        --arm "Mz=semantic+dormant:tau=0.1,units=False,pool=median,lie=zeros" \
+        --arm "P2=semantic+dormant:tau=0.2,units=False"
+    python docs/scripts/backdoor_cells.py --seeds 0 --attacks --arm "semantic+dormant:tau=0.1,tau_u=0.02" \
+        --arm "semantic+dormant:stat=mean,soft=True,tau=0.3,tau_u=0.02"
+
+A = pixel mask (τ 0.1) and dormant hidden units (τ_u 0, at the receiver's θ_i); P = pixel mask only (τ 0.1);
+M = P with a_q the lower median of every peer's published a_q (Byzantine peers publishing 1), so that every
+receiver masks the same pixels (a different design: it trusts what the majority publishes about its data).
+The semantic row was rerun today; its dirichlet:0.5 clean and backdoor cells match the spectral-filter table's
+above to three decimals on every seed, so the attack columns' baseline is that table's (not rerun).
+
+| arm | partition | clean acc | backdoor ASR | backdoor acc |
+|---|---|---|---|---|
+| semantic | dirichlet:0.5 | 0.930 (0.936, 0.936, 0.917) | 0.881 (0.852, 0.867, 0.923) | 0.923 (0.928, 0.931, 0.911) |
+| A | dirichlet:0.5 | 0.918 (0.931, 0.919, 0.903) | 0.035 (0.010, 0.004, 0.092) | 0.905 (0.920, 0.889, 0.906) |
+| P | dirichlet:0.5 | 0.929 (0.939, 0.933, 0.915) | **0.047 (0.017, 0.005, 0.120)** | 0.928 (0.935, 0.932, 0.917) |
+| M | dirichlet:0.5 | 0.926 (0.931, 0.935, 0.911) | **0.003 (0.003, 0.003, 0.004)** | 0.926 (0.930, 0.929, 0.920) |
+| semantic | dirichlet:0.1 | 0.752 (0.814, 0.703, 0.739) | 0.991 (1.000, 1.000, 0.972) | 0.745 (0.803, 0.697, 0.736) |
+| P | dirichlet:0.1 | **0.714 (0.776, 0.656, 0.711)** | 0.178 (0.138, 0.250, 0.147) | 0.690 (0.765, 0.611, 0.693) |
+| M | dirichlet:0.1 | 0.747 (0.793, 0.720, 0.729) | 0.150 (0.189, 0.158, 0.103) | 0.733 (0.783, 0.678, 0.739) |
+
+| arm (dirichlet:0.5) | sign_flip:scale=10 | ipm:epsilon=0.1 | alie |
+|---|---|---|---|
+| semantic (spectral table) | 0.904 (0.933, 0.858, 0.922) | 0.904 (0.924, 0.853, 0.936) | 0.899 (0.922, 0.850, 0.925) |
+| P | 0.906 (0.933, 0.853, 0.932) | 0.896 (0.918, 0.844, 0.925) | 0.895 (0.922, 0.843, 0.920) |
+| M | 0.905 (0.937, 0.849, 0.928) | 0.898 (0.922, 0.844, 0.927) | 0.895 (0.919, 0.847, 0.920) |
+
+Seed 0 only (dirichlet:0.5, backdoor): ``tau=0.1,tau_u=0.02`` ASR 0.014 at accuracy 0.908; ``stat=mean,soft=True,
+tau=0.3,tau_u=0.02`` (each column damped by min(1, mean pixel / 0.3)) ASR 0.002 at accuracy 0.848.
+P2 (P with τ = 0.2, dirichlet:0.5, backdoor): ASR 0.002 (0.000, 0.004, 0.002) at accuracy 0.916 (0.930, 0.916,
+0.902); its clean cells were not run.
+
+Each honest peer's final ASR under P (dirichlet:0.1; peers 0-6): seed 0 0.000, 0.336, 0.127, 0.238, 0.235, 0.028,
+0.003; seed 1 0.006, 0.000, 0.003, 0.000, 0.136, 0.821, 0.781; seed 2 0.006, 1.000, 0.022, 0.000, 0.000, 0.000,
+0.000. The peers with the highest ASR are those whose own data leaves the outer trigger pixels active (bold in
+the activity table: seed 1 peers 5 and 6, 0.82 and 0.78; seed 2 peer 1, 1.00; seed 0 peers 1 and 4, 0.34 and
+0.24); on seed 0 peers 2 and 3, which mask both, still reach 0.13 and 0.24, so under this skew the two inner
+trigger pixels carry part of the backdoor too. On dirichlet:0.5 seed 2, peer 1 is such a receiver (per-peer ASR
+not recorded for that cell).
+
+The trigger where clean data is active (``backdoor:position=centre``, the 2×2 patch on rows/cols 3-4, pixels
+non-zero in 80-86 % of the images): the plain backdoor is *not learned* even by the undefended guard (semantic ASR
+0.031 (0.028, 0.062, 0.003), P 0.048 (0.022, 0.040, 0.082)): a bright patch on the strokes is what half the
+digits already look like, so this cell cannot show the mask's limit. With a value no clean image has there
+(``backdoor:position=centre,value=-1``) it is learned, and the mask does nothing against it, as it cannot by
+construction (those columns are active for every receiver): semantic ASR 1.000 (1.000, 1.000, 1.000) at accuracy
+0.937 (0.938, 0.944, 0.928), P ASR 0.999 (0.998, 1.000, 1.000) at accuracy 0.929 (0.931, 0.937, 0.918).
+
+Result: negative; the guard is unchanged and no stage was built: no variant meets ASR ≤ 10 % on dirichlet:0.1
+(P 0.14-0.25, M 0.10-0.19 per seed). The receiver-private mask P meets the ASR target on dirichlet:0.5
+on two seeds of three (P: 0.017, 0.005; 0.120 on seed 2) at no clean cost there (−0.1 points on the mean, within 0.3
+on every seed) and, on the means, within a point under sign_flip:scale=10, IPM and ALIE (+0.2, −0.8, −0.4; IPM seed
+2 −1.1); adding the dormant hidden units (A) brings seed 2 to 0.092 but costs up to 1.7 clean points (seed 1). It
+fails on three counts: (1) it protects a receiver only when that receiver's own data leaves the trigger pixels
+dormant, which under label skew some honest peers' data does not (the activity table), so ASR stays 0.14-0.25 per
+seed on dirichlet:0.1 and 0.120 on dirichlet:0.5 seed 2, where peer 1 masks neither outer pixel; (2) under
+dirichlet:0.1 it costs 3.8 clean points (0.752 → 0.714; −3.8, −4.7, −2.8 per seed): a receiver with few classes
+masks 15-21 pixels, some of which other honest peers' classes use, and never learns those columns from the others
+(each receiver's mask is its own, so the receivers' aggregates differ too); (3) it needs τ above the trigger pixels'
+clean activity (strict dormancy, τ = 0, masks the outer trigger pixels for 1 and 4 of 21 receivers: most shards hold
+a few digits touching the corner), and any trigger on pixels that clean data uses (the centre with value −1: ASR
+1.0) passes it untouched. It is a defence against blank-pixel triggers only, on inputs whose blank pixels are
+exactly zero (a centred or normalised input, e.g. mean-subtracted images or token embeddings, has no dormant inputs
+at all); an attacker that knows of it moves the trigger.
+
+M, a shared mask (the lower median of every peer's published activity vector, Byzantine peers publishing ones),
+fixes the dirichlet:0.5 case: ASR 0.003-0.004 on every seed at −0.4 clean points (−0.5, −0.1, −0.6); there every
+receiver masks the same pixels, the outer trigger pixels among them (most peers' data leaves them blank). It does
+not fix label skew: on dirichlet:0.1 ASR stays 0.10-0.19 (per peer: seed 0 0.068, 0.117, 0.364, 0.373, 0.003,
+0.383, 0.015; seed 1 0.006, 0.003, 0.086, 0.000, 0.096, 0.873, 0.040; seed 2 0.000, 0.716, 0.000, 0.000, 0.003,
+0.000, 0.000; on seeds 1 and 2 every receiver masks both outer pixels, on seed 0 only (7, 7), so these peers learn
+the trigger through the inner ones, (6, 6) and (7, 6), which half the digits use) and the clean cost is −0.5 on the
+mean but −2.1 on seed 0. It also changes the trust model, so it would not be the same stage: each peer must publish
+a statistic of its data (64 numbers), for which the protocol has no field, and a Byzantine minority can lie about
+it; publishing zeros (``lie=zeros``, to close columns that honest peers use) moved nothing on dirichlet:0.5 (Mz,
+backdoor: ASR 0.002 (0.003, 0.003, 0.002) at accuracy 0.925 (0.930, 0.928, 0.918)): the lower median then closes a
+pixel that two of the seven honest peers have rare, and on dirichlet:0.5 those are border pixels only (16-18
+masked, none off the border; on dirichlet:0.1 19-20, one off the border on seeds 1 and 2: ``--activity`` prints the
+shared masks). Its attack columns (dirichlet:0.5, the table above) are within a point of the default's on every
+seed (means +0.1, −0.6, −0.4).
+
+Not measured: fashion-mnist; an adaptive trigger chosen against the mask beyond the centre cells (for M too: the
+centre columns stay open in every variant, by construction); P2's clean cells; the attack columns on
+dirichlet:0.1.
 """
 
 from __future__ import annotations
@@ -333,6 +470,7 @@ from typing import Any
 
 import torch
 
+import p2p_guard.bench.cell as bench_cell
 import p2p_guard.guard.semantic as semantic
 from p2p_guard.api import run_bench_cell
 from p2p_guard.bench.cell import CellSpec
@@ -442,13 +580,70 @@ def spectral_cut(scores: list[float], budget: int, cut: str, k: float) -> int:
     raise ValueError(f"unknown cut {cut!r}")
 
 
+pool_peers: list[Any] = [None]
+"""``(peers, byzantine flags)`` of the running cell, for ``dormant:pool=median`` (set by the prototype)."""
+
+
+def dormant_keep(local: Any, params: dict[str, Any]) -> torch.Tensor:
+    """The ``dormant`` prototype's per-coordinate factor in [0, 1] for receiver ``local`` (a ``LocalModel``).
+
+    Only for the MLP ``p → h → c`` of the image tasks (flat layout W1 (h, p), b1 (h,), W2 (c, h), b2 (c,)).
+    Activity on the receiver's own training images X (its private shard, nothing else):
+    a_q = mean_x 1[x_q > 0] (``stat=frac``) or mean_x x_q (``stat=mean``) per input pixel q;
+    u_k = mean_x 1[(W1 x + b1)_k > 0] per hidden unit k at the receiver's θ_i.
+    ``soft=False``: factor 0 where a_q ≤ ``tau`` (column q of W1) or u_k ≤ ``tau_u`` (row k of W1, b1[k],
+    column k of W2), else 1; ``soft=True``: factor min(1, a_q / tau) on the columns of W1 (units as above).
+    ``pool=median``: a_q is the lower median over every peer's published a_q instead (a Byzantine peer publishes
+    1 everywhere, to keep every column open, or with ``lie=zeros`` 0 everywhere, to close the honest ones).
+    ``units=False`` leaves the hidden units alone. (d,) float32.
+    """
+    shapes = [tuple(q.shape) for q in local.model.parameters()]
+    if len(shapes) != 4 or len(shapes[0]) != 2:
+        raise ValueError(f"dormant: an MLP p → h → c is needed, got parameter shapes {shapes}")
+    (h, p), (c, _) = shapes[0], shapes[2]
+    theta = local.theta.to(torch.float32)
+
+    def activity(peer: Any) -> torch.Tensor:
+        xs = peer.task._train_images(peer.shard.train).to(torch.float32)  # that peer's private shard
+        return (xs > 0).to(torch.float32).mean(dim=0) if params.get("stat", "frac") == "frac" else xs.mean(dim=0)
+
+    x = local.task._train_images(local.shard.train).to(torch.float32)
+    a = activity(local)
+    if params.get("pool", "own") == "median":  # every peer publishes its a; Byzantine peers publish ``lie``
+        peers, byzantine = pool_peers[0]
+        lie = torch.full_like(a, 0.0 if params.get("lie", "ones") == "zeros" else 1.0)
+        a = torch.stack([lie if bad else activity(q) for q, bad in zip(peers, byzantine, strict=True)]).median(0).values
+    tau = float(params.get("tau", 0.0))
+    soft = bool(params.get("soft", False))
+    col = torch.clamp(a / max(tau, 1e-12), max=1.0) if soft else (a > tau).to(torch.float32)
+    w1 = theta[: h * p].reshape(h, p)
+    b1 = theta[h * p : h * p + h]
+    unit = torch.ones(h)
+    if params.get("units", True):
+        u = ((x @ w1.T + b1) > 0).to(torch.float32).mean(dim=0)
+        unit = (u > float(params.get("tau_u", 0.0))).to(torch.float32)
+    keep = torch.ones(len(theta))
+    keep[: h * p] = (unit[:, None] * col[None, :]).reshape(-1)
+    keep[h * p : h * p + h] = unit
+    keep[h * p + h : h * p + h + c * h] = unit[None, :].expand(c, h).reshape(-1)
+    return keep
+
+
 @contextlib.contextmanager
 def prototype(name: str | None, params: dict[str, Any]) -> Iterator[None]:
     """Wrap ``SemanticGuard._aggregate`` with a prototype defence while the block runs."""
     original = semantic.SemanticGuard._aggregate
+    original_judge = bench_cell._judge
     if name is None:
         yield
         return
+    receiver: list[Any] = [None]  # the LocalModel whose guard call runs (``dormant`` reads its own data)
+
+    def judge(*args: Any) -> Any:
+        receiver[0] = args[6][args[8]]  # _judge(guard, rows, round_, spec, run_id, names, peers, timer, j)
+        n, f = args[3].n, args[3].f
+        pool_peers[0] = (args[6], [i >= n - f for i in range(n)])  # the cell's attackers are the last f
+        return original_judge(*args)
 
     # (receiver, sender) → (round, Σ residual before this round, Σ residual with it)
     history: dict[tuple[str, str], tuple[int, torch.Tensor, torch.Tensor]] = {}
@@ -505,6 +700,13 @@ def prototype(name: str | None, params: dict[str, Any]) -> Iterator[None]:
         if name == "dnc":
             dnc(clipped, centre, rejected, f, ctx)
             return original(self, clipped, centre, cosines, rejected, f, ctx)
+        if name == "dormant":
+            out = original(self, clipped, centre, cosines, rejected, f, ctx)
+            keep = dormant_keep(receiver[0], params).to(out.dtype)
+            fill = torch.zeros_like(out)
+            if params.get("fill", "own") == "own" and ctx.own_index is not None:
+                fill = clipped[ctx.own_index]
+            return keep * out + (1.0 - keep) * fill
         if name == "hdbscan":
             for i in hdbscan_outliers(clipped):
                 if i != ctx.own_index:
@@ -531,10 +733,12 @@ def prototype(name: str | None, params: dict[str, Any]) -> Iterator[None]:
         return centre + ((w * scale)[:, None] * diffs).sum(dim=0)
 
     semantic.SemanticGuard._aggregate = aggregate  # type: ignore[method-assign]
+    bench_cell._judge = judge
     try:
         yield
     finally:
         semantic.SemanticGuard._aggregate = original  # type: ignore[method-assign]
+        bench_cell._judge = original_judge
 
 
 def final(guard: str, params: Params, attack: str | None, seed: int, f: int = F,
@@ -555,8 +759,8 @@ def cell(values: list[float]) -> str:
 
 
 def table(arms: list[str], seeds: list[int], attacks: tuple[str, ...] = ATTACKS, partition: str = PARTITION,
-          backdoor: bool = True) -> None:
-    """Print the table of the arms (clean, backdoor unless ``backdoor`` is false, then each of ``attacks``)."""
+          backdoor: bool = True, backdoor_spec: str = "backdoor") -> None:
+    """Print the table of the arms (clean, ``backdoor_spec`` unless ``backdoor`` is false, then ``attacks``)."""
     head = ["guard", "clean acc", "clean honest FP", "backdoor ASR", "backdoor acc", *attacks]
     print("| " + " | ".join(head) + " |")  # noqa: T201
     print("|" + "---|" * len(head))  # noqa: T201
@@ -564,7 +768,7 @@ def table(arms: list[str], seeds: list[int], attacks: tuple[str, ...] = ATTACKS,
         label, guard, params, proto, proto_params = parse_arm(arm)
         with prototype(proto, proto_params):
             clean = [final(guard, params, None, s, partition=partition) for s in seeds]
-            bd = [final(guard, params, "backdoor", s, partition=partition) for s in seeds] if backdoor else []
+            bd = [final(guard, params, backdoor_spec, s, partition=partition) for s in seeds] if backdoor else []
             rest = [[final(guard, params, a, s, partition=partition)["accuracy"] for s in seeds] for a in attacks]
         row = [label, cell([c["accuracy"] for c in clean]), cell([c["fp_rate"] for c in clean]),
                cell([b["asr"] for b in bd]) if bd else "-", cell([b["accuracy"] for b in bd]) if bd else "-",
@@ -630,6 +834,40 @@ def probe(seeds: list[int]) -> None:
         semantic.SemanticGuard.judge = original  # type: ignore[method-assign]
 
 
+def activity(seeds: list[int], partition: str, tau: float = 0.1) -> None:
+    """Print each honest peer's activity of the trigger's outer pixels and its count of dormant pixels.
+
+    a_q = the fraction of the peer's own training images with pixel q > 0, for (6, 7) and (7, 7), how many
+    of the 64 pixels have a_q ≤ ``tau`` (``dormant``'s mask; it does not depend on training), and how many of
+    the trigger's four pixels have a_q = 0 exactly (what strict dormancy, τ = 0, would mask); then, per seed,
+    the pixels that ``pool=median`` masks (the same for every receiver).
+    """
+    from p2p_guard.tasks import load_task  # noqa: PLC0415
+    from p2p_guard.training.local import LocalModel  # noqa: PLC0415
+
+    task = load_task("digits")
+    print(f"| seed | a(6,7) / a(7,7) : pixels with a <= {tau:g} : trigger pixels with a = 0, honest peers "  # noqa: T201
+          f"0-{N - F - 1} ({partition}) |")
+    print("|---|---|")  # noqa: T201
+    for seed in seeds:
+        out = []
+        for i in range(N - F):
+            x = task._train_images(task.shard(N, i, partition, seed).train)
+            a = (x > 0).to(torch.float32).mean(dim=0)
+            zero = sum(int(a[q] == 0) for q in (54, 55, 62, 63))
+            out.append(f"{a[55]:.2f}/{a[63]:.2f}:{int((a <= tau).sum())}:{zero}")
+        print(f"| {seed} | {' '.join(out)} |")  # noqa: T201
+    for seed in seeds:  # the shared mask of ``pool=median``, as every honest receiver computes it
+        peers = [LocalModel(task, seed=seed, num_shards=N, shard_index=i, partition=partition) for i in range(N)]
+        pool_peers[0] = (peers, [i >= N - F for i in range(N)])
+        for lie in ("ones", "zeros"):
+            keep = dormant_keep(peers[0], {"tau": tau, "units": False, "pool": "median", "lie": lie})
+            masked = [q for q in range(64) if float(keep[q]) == 0.0]  # row 0 of W1: one entry per pixel
+            inner = [divmod(q, 8) for q in masked if 0 < q // 8 < 7 and 0 < q % 8 < 7]
+            print(f"seed {seed}, pool=median, Byzantine peers publish {lie}: {len(masked)} pixels masked, "  # noqa: T201
+                  f"trigger pixels {[divmod(q, 8) for q in (54, 55, 62, 63) if q in masked]}, off the border {inner}")
+
+
 def main() -> None:
     """Run the cells and print the table (or the probe)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -637,17 +875,23 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     p.add_argument("--probe", action="store_true", help="print what the semantic guard saw instead")
     p.add_argument("--floor", action="store_true", help="print the backdoor's ASR with no attacker instead")
+    p.add_argument("--activity", action="store_true", help="print the dormant mask's pixel activity instead")
     p.add_argument("--attacks", nargs="*", default=None, help=f"the other attacks (default: {' '.join(ATTACKS)})")
     p.add_argument("--partition", default=PARTITION, help=f"the cells' data partition (default: {PARTITION})")
     p.add_argument("--no-backdoor", action="store_true", help="table mode: skip the backdoor cells")
+    p.add_argument("--backdoor", default="backdoor", help="table mode: the backdoor attack's spec "
+                   "(e.g. backdoor:position=centre)")
     args = p.parse_args()
-    if args.probe:
+    if args.activity:
+        activity(args.seeds, args.partition)
+    elif args.probe:
         probe(args.seeds)
     elif args.floor:
         floor(args.arm or ["mean", "semantic"], args.seeds)
     else:
         table(args.arm or ["semantic", "median", "mean"], args.seeds,
-              ATTACKS if args.attacks is None else tuple(args.attacks), args.partition, not args.no_backdoor)
+              ATTACKS if args.attacks is None else tuple(args.attacks), args.partition, not args.no_backdoor,
+              args.backdoor)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,11 @@ import torch
 
 from p2p_guard.guard.base import check_int, check_real
 
-__all__ = ["Backdoor", "LabelFlip", "apply_trigger", "trigger_side"]
+__all__ = ["TRIGGER_POSITIONS", "Backdoor", "LabelFlip", "apply_trigger", "trigger_side"]
+
+TRIGGER_POSITIONS = ("corner", "centre")
+"""Where :func:`apply_trigger` stamps the patch: the bottom-right corner (background on both image tasks) or the
+image centre (where digits and clothes are drawn)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,14 +98,18 @@ def trigger_side(x: torch.Tensor) -> int:
     return side
 
 
-def apply_trigger(x: torch.Tensor, *, size: int | None = None, value: float = 1.0) -> torch.Tensor:
-    """Stamp the backdoor trigger, a bright square patch in the bottom-right corner, on every image of ``x``.
+def apply_trigger(
+    x: torch.Tensor, *, size: int | None = None, value: float = 1.0, position: str = "corner"
+) -> torch.Tensor:
+    """Stamp the backdoor trigger, a bright square patch, on every image of ``x``.
 
-    x'[..., i, j] = value   for s − p ≤ i, j < s;   x' = x elsewhere
+    x'[..., i, j] = value   for o ≤ i, j < o + p;   x' = x elsewhere
 
     where
         - s is the image side (:func:`trigger_side`), p = ``size`` or max(2, ⌊s/8⌋) (2 on 8×8 ``digits``,
-          3 on 28×28 Fashion-MNIST): a 2×2 / 3×3 patch where both datasets have background;
+          3 on 28×28 Fashion-MNIST);
+        - o = s − p for ``position="corner"`` (the bottom-right corner, where both datasets have background),
+          o = ⌊(s − p)/2⌋ for ``"centre"`` (rows and columns 3-4 of 8×8 ``digits``, where the strokes are);
         - value is the pixel value of the patch (1.0: the brightest pixel of inputs scaled to [0, 1]).
 
     Pure: ``x`` is not mutated. A benchmark measures the attack success rate as the fraction of triggered test
@@ -112,13 +120,16 @@ def apply_trigger(x: torch.Tensor, *, size: int | None = None, value: float = 1.
         x: float images, ``(B, s²)`` flattened or ``(..., s, s)``.
         size: patch side p, ``1 <= p <= s``; ``None`` for the default.
         value: patch pixel value.
+        position: ``"corner"`` or ``"centre"`` (:data:`TRIGGER_POSITIONS`).
 
     Returns:
         A new tensor of the shape and dtype of ``x``.
 
     Raises:
-        ValueError: on inputs that are not square images (:func:`trigger_side`) or a patch larger than them.
+        ValueError: on inputs that are not square images (:func:`trigger_side`), a patch larger than them, or
+            an unknown ``position``.
     """
+    _check_position(position)
     side = trigger_side(x)
     if size is None:
         p = min(side, max(2, side // 8))
@@ -128,9 +139,15 @@ def apply_trigger(x: torch.Tensor, *, size: int | None = None, value: float = 1.
         p = size
     flat = x.dim() <= 2
     images = x.reshape(*x.shape[:-1], side, side) if flat else x
+    o = side - p if position == "corner" else (side - p) // 2
     out = images.clone()
-    out[..., side - p :, side - p :] = value
+    out[..., o : o + p, o : o + p] = value
     return out.reshape(x.shape) if flat else out
+
+
+def _check_position(position: object) -> None:
+    if position not in TRIGGER_POSITIONS:
+        raise ValueError(f"position must be one of {TRIGGER_POSITIONS}, got {position!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,8 +157,7 @@ class Backdoor:
     x'_b = T(x_b), y'_b = t   for the first ⌊ρ·B⌋ rows b of the batch;   (x'_b, y'_b) = (x_b, y_b) otherwise
 
     where
-        - T is :func:`apply_trigger` (a bright ``size``-pixel square in the bottom-right corner, pixel
-          ``value``);
+        - T is :func:`apply_trigger` (a bright ``size``-pixel square at ``position``, pixel ``value``);
         - t = ``target``, ρ = ``fraction``, B the batch size (batches are drawn at random, so the first rows
           are a random subset);
         - the rest of the batch keeps the main task, so the model stays accurate on clean inputs and the
@@ -163,6 +179,8 @@ class Backdoor:
         fraction: ρ, the fraction of each batch poisoned, in ``(0, 1]`` (0.5).
         size: trigger side in pixels, ``>= 1``; ``None`` for max(2, ⌊s/8⌋).
         value: trigger pixel value (1.0).
+        position: where the trigger goes, ``"corner"`` (bottom-right, on background: the default) or
+            ``"centre"`` (on the strokes, where clean inputs are active).
         boost: β, the factor on the committed Δ, ``> 0`` (1).
 
     Raises:
@@ -180,6 +198,7 @@ class Backdoor:
     fraction: float = 0.5
     size: int | None = None
     value: float = 1.0
+    position: str = "corner"
     boost: float = 1.0
 
     def __post_init__(self) -> None:
@@ -190,11 +209,12 @@ class Backdoor:
         if self.size is not None:
             check_int("size", self.size, minimum=1)
         check_real("value", self.value, minimum=-math.inf)
+        _check_position(self.position)
         check_real("boost", self.boost, minimum=0.0)
 
     def apply_trigger(self, x: torch.Tensor) -> torch.Tensor:
-        """:func:`apply_trigger` with this attack's ``size`` and ``value``."""
-        return apply_trigger(x, size=self.size, value=self.value)
+        """:func:`apply_trigger` with this attack's ``size``, ``value`` and ``position``."""
+        return apply_trigger(x, size=self.size, value=self.value, position=self.position)
 
     def transform(
         self, x: torch.Tensor, y: torch.Tensor, num_classes: int

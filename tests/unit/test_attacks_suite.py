@@ -293,6 +293,23 @@ class TestBackdoor:
         assert float(out.sum()) == 3 * 9 * 0.5
         assert out.shape == shape
 
+    def test_trigger_in_the_centre(self) -> None:
+        out = apply_trigger(torch.zeros(2, 64), position="centre")
+        img = out.reshape(2, 8, 8)
+        assert torch.equal(img[:, 3:5, 3:5], torch.ones(2, 2, 2))  # o = (8 - 2) // 2 = 3
+        assert float(out.sum()) == 8.0
+        odd = apply_trigger(torch.zeros(1, 28, 28), size=4, position="centre")
+        assert torch.equal(odd[0, 12:16, 12:16], torch.ones(4, 4))  # o = (28 - 4) // 2 = 12
+        assert float(odd.sum()) == 16.0
+
+    def test_backdoor_passes_its_position(self) -> None:
+        x, y = torch.zeros(4, 64), torch.tensor([1, 2, 0, 3])
+        attack = Backdoor(position="centre", value=0.5)
+        assert torch.equal(attack.triggered_test_inputs(x, y), apply_trigger(x[:3], value=0.5, position="centre"))
+        x_out, _ = attack.transform(x, y, 10)
+        assert torch.equal(x_out.reshape(4, 8, 8)[:2, 3:5, 3:5], torch.full((2, 2, 2), 0.5))
+        assert float(x_out.sum()) == 2 * 4 * 0.5
+
     @pytest.mark.parametrize(
         ("x", "size", "match"),
         [
@@ -343,6 +360,7 @@ class TestBackdoor:
             ({"target": -1}, "^target"),
             ({"fraction": 0.0}, "^fraction"),
             ({"fraction": 1.5}, "^fraction"),
+            ({"position": "middle"}, "^position must be one of"),
             ({"size": 0}, "^size"),
             ({"value": math.nan}, "^value"),
             ({"boost": 0.0}, "^boost"),
