@@ -250,22 +250,35 @@ def _check_names(config: SimulationConfig) -> int:
 
 
 def _check_unused_attack(attack: str) -> None:
-    """Check the names of an attack spec that no peer runs (``--byzantine 0``); torch-free, imports nothing.
+    """Check an attack spec that no peer runs (``--byzantine 0``): its syntax, names and built-in parameters.
 
     ``simulate --honest 3 --byzantine 0 --attack nosuch`` ran the whole swarm and reported ``attack=None``, so a
-    typo in a spec meant for a later run went unnoticed. A well-formed spec (the default ``sign_flip:scale=10``
-    included) still passes: only an unknown built-in name or bad syntax is an error.
+    typo in a spec meant for a later run went unnoticed; so did ``--attack sign_flip:scale=nan``, which
+    ``--byzantine 1`` refuses. A built-in part is built once with its parameters (``load_attack``: torch, which
+    the task check imports anyway); a ``MODULE:CLASS`` part is checked for its syntax only and not imported, since
+    no peer runs it. A well-formed spec (the default ``sign_flip:scale=10`` included) still passes.
 
     Raises:
         ValueError: ``--attack SPEC does not load: ...``, as for a spec the Byzantine peers would run.
     """
-    from p2p_guard.plugin_names import check_attack_name
+    from p2p_guard.plugin_names import ATTACK_NAMES, check_attack_name
+    from p2p_guard.plugin_spec import parse_spec
 
     try:
-        for part in split_attack_mix(attack):
+        parts = split_attack_mix(attack)
+        for part in parts:
             check_attack_name(part)
+        builtin = [part for part in parts if ":" not in parse_spec(part, what="attack", builtin_names=ATTACK_NAMES)[0]]
     except ValueError as e:
         raise ValueError(f"--attack {attack!r} does not load: {e} (no peer runs it with --byzantine 0)") from None
+    if builtin:
+        from p2p_guard.attacks import load_attack
+
+        try:
+            for part in builtin:
+                load_attack(part)
+        except Exception as e:  # noqa: BLE001 - whatever the spec raises is a usage error, as in check_attack
+            raise ValueError(f"--attack {attack!r} does not load: {e} (no peer runs it with --byzantine 0)") from None
 
 
 @contextlib.contextmanager

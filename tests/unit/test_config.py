@@ -622,6 +622,21 @@ class TestSimulateSettings:
         assert not (tmp_path / "w").exists()
         simulate_cmd._check_unused_attack("sign_flip:scale=10+my_mod:MyAttack")  # well-formed: not loaded, fine
 
+    @pytest.mark.parametrize("spec", ["sign_flip:scale=nan", "noise+sign_flip:scale=-1", "alie:nosuch=1"])
+    def test_a_bad_attack_parameter_is_refused_even_with_no_byzantine_peer(self, spec: str) -> None:
+        """``simulate --byzantine 0 --attack sign_flip:scale=nan`` was accepted (only the name was checked), where
+        ``--byzantine 1`` refuses it (helper-50)."""
+        from p2p_guard.cli.preflight import check_attack
+
+        with pytest.raises(ValueError) as unused:
+            simulate_cmd._check_unused_attack(spec)
+        bad = spec.split("+")[-1]
+        with pytest.raises(ValueError) as run:
+            check_attack(bad)  # the message a spec the Byzantine peers run gets
+        assert str(unused.value) == (f"--attack {spec!r} does not load: "
+                                     f"{str(run.value).removeprefix(f'--attack {bad!r} does not load: ')} "
+                                     f"(no peer runs it with --byzantine 0)")
+
     def test_a_swarm_over_the_machines_memory_is_refused_and_over_what_is_free_warned(
             self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         gib = 2**30
