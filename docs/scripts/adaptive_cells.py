@@ -253,6 +253,138 @@ ramp still ends at 0.937 (peak 0.961, r24; 0.958 in round 33, 0.921 in round 34,
 explained. ``sign_flip:scale=10`` without the ramp was not run. The guard is not changed here: the ramp was chosen
 on 12-round cells where it helped under attack (``sign_flip`` 85.3 → 89.5 %, ``null_space`` 85.0 → 89.8 % at 3 of
 10, stage 4c), so removing or flattening it needs those cells and these re-measured at 12 and 40 rounds.
+
+Should the ramp go (issue 9 rule 1)? Measured 2026-12-06 at 1e3cb35 (the guard as at 5c0b2fa); no default
+changed: ``semantic:direction_weights=False`` fails the decision rule on Dirichlet 0.1. Candidates: the ramp off,
+and milder ramps (``cos_full`` −0.2 and −0.15, with ``cos_min`` −0.3 kept: a lower ``cos_min`` would also move the
+direction test's rejection floor). Commands (each guard list in one call; seeds 3 4 on Dirichlet 0.1 for the
+ramp off, the default and the median only)::
+
+    G="semantic semantic:direction_weights=False median"   # then "semantic:cos_full=-0.15 semantic:cos_full=-0.2"
+    python docs/scripts/adaptive_cells.py --fractions 0 --seeds 0 1 2 --guards $G
+    for a in sign_flip:scale=1 null_space adaptive alie:z=search sign_flip:scale=10 ipm:epsilon=100 min_max \
+             backdoor; do
+      python docs/scripts/adaptive_cells.py --attack $a --fractions 3 4 --seeds 0 1 2 --guards $G
+    done
+    G="semantic semantic:direction_weights=False semantic:cos_full=-0.15 median"
+    python docs/scripts/adaptive_cells.py --fractions 0 --partition dirichlet:0.1 --seeds 0 1 2 --guards $G
+    for a in sign_flip:scale=1 null_space adaptive; do
+      python docs/scripts/adaptive_cells.py --attack $a --partition dirichlet:0.1 --fractions 3 4 --seeds 0 1 2 \
+          --guards $G
+    done
+    python docs/scripts/adaptive_cells.py --rounds 40 --fractions 0 3 --seeds 0 1 2 --guards $G   # adaptive
+
+12 rounds, final accuracy, seeds 0 1 2 (mean); dw off = ``semantic:direction_weights=False``;
+fpN = N honest rows rejected, summed over the three seeds (of 1080 honest verdicts a clean cell)::
+
+    Dirichlet 0.5
+    | attack | f | ``semantic`` (default) | dw off | median |
+    |---|---:|---|---|---|
+    | none | 0 | 0.936 0.936 0.917 (0.930) | 0.936 0.936 0.917 (0.930) | 0.936 0.872 0.839 (0.882) |
+    | sign_flip ×1 | 3 | 0.908 0.858 0.847 (0.871) | 0.875 0.858 0.842 (0.858) | 0.819 0.819 0.747 (0.795) |
+    | sign_flip ×1 | 4 | 0.838 0.808 0.828 (0.825) fp25 | 0.776 0.817 0.811 (0.801) fp50 | 0.608 0.606 0.592 (0.602) |
+    | sign_flip ×10 | 3 | 0.933 0.858 0.922 (0.904) | 0.939 0.858 0.933 (0.910) fp6 | 0.797 0.808 0.744 (0.783) |
+    | sign_flip ×10 | 4 | 0.903 0.850 0.939 (0.897) | 0.903 0.850 0.939 (0.897) | 0.539 0.644 0.589 (0.591) |
+    | null_space | 3 | 0.907 0.858 0.886 (0.884) | 0.878 0.858 0.836 (0.857) | 0.814 0.814 0.758 (0.795) |
+    | null_space | 4 | 0.836 0.812 0.822 (0.823) fp25 | 0.843 0.817 0.806 (0.822) fp50 | 0.608 0.622 0.586 (0.606) |
+    | alie z=search | 3 | 0.933 0.850 0.925 (0.903) | 0.933 0.850 0.931 (0.905) | 0.897 0.844 0.917 (0.886) |
+    | alie z=search | 4 | 0.906 0.842 0.933 (0.894) | 0.906 0.842 0.933 (0.894) | 0.872 0.806 0.878 (0.852) |
+    | adaptive | 3 | 0.939 0.856 0.933 (0.909) | 0.936 0.858 0.936 (0.910) | 0.886 0.828 0.869 (0.861) |
+    | adaptive | 4 | 0.908 0.847 0.925 (0.894) | 0.903 0.847 0.936 (0.895) | 0.753 0.583 0.647 (0.661) |
+    | ipm ε=100 | 3 | 0.939 0.858 0.933 (0.910) | 0.939 0.858 0.933 (0.910) | 0.919 0.853 0.919 (0.897) |
+    | ipm ε=100 | 4 | 0.903 0.850 0.939 (0.897) | 0.903 0.850 0.939 (0.897) | 0.900 0.847 0.911 (0.886) |
+    | min_max | 3 | 0.922 0.850 0.925 (0.899) | 0.935 0.850 0.928 (0.904) fp12 | 0.897 0.844 0.911 (0.884) |
+    | min_max | 4 | 0.864 0.844 0.925 (0.878) fp5 | 0.882 0.847 0.933 (0.888) fp10 | 0.878 0.825 0.894 (0.866) |
+    | backdoor | 3 | 0.928 0.931 0.911 (0.923) | 0.933 0.931 0.911 (0.925) fp6 | 0.942 0.853 0.794 (0.863) |
+    | backdoor | 4 | 0.925 0.929 0.911 (0.922) | 0.931 0.931 0.908 (0.923) | 0.925 0.858 0.778 (0.854) |
+
+    Dirichlet 0.1
+    | attack | f | ``semantic`` (default) | dw off | median |
+    |---|---:|---|---|---|
+    | none | 0 | 0.814 0.703 0.739 (0.752) | 0.811 0.728 0.742 (0.760) | 0.622 0.531 0.508 (0.554) |
+    | sign_flip ×1 | 3 | 0.531 0.689 0.645 (0.621) | 0.472 0.678 0.589 (0.580) | 0.350 0.436 0.400 (0.395) |
+    | sign_flip ×1 | 4 | 0.439 0.563 0.256 (0.419) fp5 | 0.431 0.472 0.297 (0.400) fp10 | 0.350 0.381 0.236 (0.322) |
+    | null_space | 3 | 0.511 0.667 0.646 (0.608) | 0.528 0.572 0.494 (0.531) | 0.350 0.428 0.364 (0.381) |
+    | null_space | 4 | 0.469 0.525 0.261 (0.418) fp10 | 0.431 0.408 0.242 (0.360) fp15 | 0.356 0.378 0.239 (0.324) |
+    | adaptive | 3 | 0.581 0.692 0.664 (0.645) | 0.581 0.711 0.658 (0.650) | 0.539 0.586 0.525 (0.550) |
+    | adaptive | 4 | 0.492 0.572 0.389 (0.484) | 0.475 0.572 0.386 (0.478) | 0.419 0.289 0.108 (0.272) |
+
+    milder ramps, Dirichlet 0.5 (then 0.1, ``cos_full=-0.15`` only)
+    | attack | f | ``semantic:cos_full=-0.2`` | ``semantic:cos_full=-0.15`` |
+    |---|---:|---|---|
+    | none | 0 | 0.936 0.933 0.917 (0.929) | 0.936 0.933 0.917 (0.929) |
+    | sign_flip ×1 | 3 | 0.878 0.858 0.822 (0.853) | 0.860 0.858 0.847 (0.855) |
+    | sign_flip ×1 | 4 | 0.837 0.738 0.811 (0.795) fp35 | 0.838 0.736 0.783 (0.786) fp40 |
+    | sign_flip ×10 | 3 | 0.939 0.858 0.933 (0.910) fp6 | 0.939 0.858 0.933 (0.910) fp6 |
+    | sign_flip ×10 | 4 | 0.903 0.850 0.939 (0.897) | 0.903 0.850 0.939 (0.897) |
+    | null_space | 3 | 0.873 0.858 0.853 (0.861) | 0.859 0.858 0.833 (0.850) |
+    | null_space | 4 | 0.839 0.780 0.789 (0.802) fp30 | 0.850 0.740 0.781 (0.790) fp40 |
+    | alie z=search | 3 | 0.933 0.850 0.931 (0.905) | 0.933 0.850 0.931 (0.905) |
+    | alie z=search | 4 | 0.906 0.842 0.933 (0.894) | 0.906 0.842 0.933 (0.894) |
+    | adaptive | 3 | 0.936 0.858 0.933 (0.909) | 0.939 0.856 0.936 (0.910) |
+    | adaptive | 4 | 0.903 0.850 0.936 (0.896) | 0.908 0.847 0.936 (0.897) |
+    | ipm ε=100 | 3 | 0.939 0.858 0.933 (0.910) | 0.939 0.858 0.933 (0.910) |
+    | ipm ε=100 | 4 | 0.903 0.850 0.939 (0.897) | 0.903 0.850 0.939 (0.897) |
+    | min_max | 3 | 0.930 0.850 0.928 (0.903) fp12 | 0.930 0.850 0.928 (0.903) fp6 |
+    | min_max | 4 | 0.882 0.850 0.933 (0.889) fp10 | 0.866 0.850 0.933 (0.883) |
+    | backdoor | 3 | 0.933 0.931 0.911 (0.925) fp6 | 0.933 0.931 0.911 (0.925) |
+    | backdoor | 4 | 0.931 0.931 0.908 (0.923) | 0.928 0.930 0.908 (0.922) |
+    | none | 0 | | 0.811 0.728 0.742 (0.760) |
+    | sign_flip ×1 | 3 | | 0.475 0.711 0.600 (0.595) |
+    | sign_flip ×1 | 4 | | 0.536 0.422 0.217 (0.392) fp5 |
+    | null_space | 3 | | 0.431 0.669 0.633 (0.578) |
+    | null_space | 4 | | 0.475 0.514 0.314 (0.434) fp5 |
+    | adaptive | 3 | | 0.586 0.706 0.661 (0.651) |
+    | adaptive | 4 | | 0.478 0.572 0.386 (0.479) |
+
+Backdoor ASR, seeds 0 1 2 (Dirichlet 0.5), default / dw off / median: 3 of 10 0.852 0.867 0.923 / 0.830 0.861
+0.923 / 0.472 0.713 0.534; 4 of 10 0.948 0.999 0.994 / 0.954 1.000 0.994 / 0.941 1.000 0.975 (``cos_full`` −0.2
+and −0.15 as dw off within 0.006).
+
+Dirichlet 0.1, seeds 3 4 (``--seeds 3 4``; default / dw off / median): clean 0.800 0.672 / 0.808 0.672 (27 honest
+rows rejected on seed 3, 2.5 % of 1080, all by the verdict stage as outliers; 0 with the ramp) / 0.622 0.586;
+``sign_flip`` ×1 f 3: 0.544 0.594 / 0.592 0.589 / 0.528 0.508; f 4: 0.494 0.405 / 0.500 0.392 / 0.400 0.281;
+``null_space`` f 3: 0.550 0.608 / 0.586 0.592 / 0.519 0.506; f 4: 0.494 0.483 / 0.506 0.375 / 0.406 0.308;
+``adaptive`` f 3: 0.603 0.719 / 0.608 0.714 / 0.539 0.589; f 4: 0.575 0.586 / 0.553 0.581 / 0.328 0.386.
+
+40 rounds, Dirichlet 0.5, final accuracy seeds 0 1 2 (mean), the mean of the last 4 rounds per seed, honest rows
+rejected per seed (of 3600 a clean cell)::
+
+    | attack | f | guard | final, seeds 0 1 2 (mean) | last 4 rounds | fp |
+    |---|---:|---|---|---|---|
+    | none | 0 | ``semantic`` | 0.926 0.975 0.936 (0.946) | 0.926 0.974 0.937 | 0 9 0 |
+    | none | 0 | dw off | 0.954 0.972 0.937 (0.954) | 0.953 0.974 0.942 | 9 18 18 |
+    | none | 0 | ``cos_full=-0.15`` | 0.946 0.972 0.943 (0.954) | 0.946 0.974 0.946 | 0 27 0 |
+    | none | 0 | ``median`` | 0.964 0.931 0.928 (0.941) | 0.960 0.935 0.932 | 0 0 0 |
+    | adaptive | 3 | ``semantic`` | 0.874 0.876 0.868 (0.872) | 0.878 0.875 0.896 | 0 0 0 |
+    | adaptive | 3 | dw off | 0.933 0.881 0.969 (0.928) | 0.936 0.878 0.960 | 0 24 6 |
+    | adaptive | 3 | ``cos_full=-0.15`` | 0.887 0.878 0.967 (0.910) | 0.890 0.878 0.958 | 6 0 6 |
+    | adaptive | 3 | ``median`` | 0.914 0.839 0.869 (0.874) | 0.898 0.837 0.890 | 0 0 0 |
+
+The decision rule (flip only if the candidate is at or above the median in every seed-cell where the default is,
+its mean over the 12-round attack cells is at most 0.5 point below the default's, honest false positives on clean
+stay <= 1 % on Dirichlet 0.5 and <= 2 % on 0.1, and the 40-round cells improve), for the ramp off:
+(1) median: met; it is below the median in no seed-cell where the default is not, on either partition (seeds 0-4
+on 0.1 too), and lifts the default's one such cell at 4 of 10 (``min_max`` seed 0: 0.864 → 0.882, median 0.878).
+(2) mean over the 12-round attack cells: met on Dirichlet 0.5 (48 seed-cells: 0.8896 → 0.8873, −0.23 points), not
+on 0.1 (18 seed-cells, seeds 0-2: 0.5328 → 0.4998, −3.30 points; seeds 0-4, 30 seed-cells: 0.5416 → 0.5195,
+−2.21); all 66 seed-cells of seeds 0-2: −1.26 points. The losses are where the ramp was chosen: ``null_space`` at
+3 of 10 −2.7 points on 0.5 and −7.7 on 0.1 (seed 2: 0.646 → 0.494), ``sign_flip`` ×1 at 3 of 10 −1.3 and −4.1, at
+4 of 10 −2.4 on 0.5 (seed 0: 0.838 → 0.776); on Dirichlet 0.5 the white-box attacks, ``sign_flip`` ×10, IPM,
+min-max and the backdoor move by −0.5 to +1.8 points a seed-cell, and the backdoor's ASR is unchanged (0.83-1.00
+either way). Under ``sign_flip`` ×1 and ``null_space`` at 4 of 10 on Dirichlet 0.5 it rejects twice the honest
+rows (50 against 25 over three seeds). (3) clean false positives: 0 of 1080 on every 12-round clean cell of seeds
+0-2 (accuracy as the default on Dirichlet 0.5, +0.8 points on 0.1), but 27 of 1080 (2.5 %) on Dirichlet 0.1 seed
+3, above the 2 %; over 40 rounds 9 / 18 / 18 of 3600 (0.5 %) where the default has 0 / 9 / 0. (4) 40 rounds: met;
+clean mean 0.946 → 0.954, ``adaptive`` at 3 of 10 0.872 → 0.928 (above the median's 0.874 on every seed). So it
+fixes the 40-round fall but costs 2-3 points under sign flips on Dirichlet 0.1 at 12 rounds: not flipped.
+The milder ramps do worse at 12 rounds (mean over the 48 Dirichlet 0.5 attack seed-cells: ``cos_full`` −0.2
+0.8856, −0.40 points; −0.15 0.8834, −0.62; both lose more than the ramp off under ``sign_flip`` ×1 and
+``null_space`` at 4 of 10); ``cos_full=-0.15`` is below the median where the default is not (Dirichlet 0.1,
+``sign_flip`` ×1 at 4 of 10, seed 2: 0.217 against 0.236; its mean there −1.13 points) and over 40 rounds it
+mends seed 2 under ``adaptive`` (0.967) but not seed 0 (0.887, median 0.914). Left for rule 1 over 40 rounds: a
+weighting that acts early (where it helps against sign flips) and not late (where it drags the honest rows of
+poorly fitted shards), or one that damps only rows far outside the honest spread; not tried here.
 """
 
 from __future__ import annotations

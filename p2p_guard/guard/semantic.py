@@ -52,6 +52,10 @@ a constructor flag so that its worth can be measured:
    the direction test's cliff, so a row just above the floor (a sign flip of an honest-norm update under non-IID
    shards) pulls little; measured there (digits, 3 of 10, Dirichlet 0.5, floor −0.2 then): ``sign_flip`` 85.3 % →
    89.5 %, ``null_space`` 85.0 % → 89.8 %, clean 93.6 % → 93.1 %, clean on Dirichlet 0.1 unchanged (81.9 %);
+   over 40 rounds it makes the guard fall late (below the median under ``adaptive`` at 3 of 10, seeds 0 and 2),
+   but turning it off costs 3.3 points on Dirichlet 0.1 at 12 rounds (mean of ``sign_flip`` ×1, ``null_space`` and
+   ``adaptive`` at 3 and 4 of 10, seeds 0-2; −0.2 on Dirichlet 0.5) and milder ramps (``cos_full`` −0.2, −0.15)
+   do worse at 12 rounds, so it stays on (tables, commands: ``docs/scripts/adaptive_cells.py``, "Should the ramp go");
 5. aggregate: the (weighted) mean of the accepted rows when the verdict rejected f̂ rows or more; otherwise one step of
    centered clipping around the robust centre, radius c_radius = 1.5 × the accepted rows' median distance to it,
    which caps the pull of hidden inliers (ALIE); if every row was rejected, the own row (else the centre). With f
