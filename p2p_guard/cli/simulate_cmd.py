@@ -66,6 +66,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     add_config_flags(parser.add_argument_group("settings"), SimulationConfig,
                      metavars={"inner_steps": "H", "attack": "SPEC", "partition": "SPEC", "task": "SPEC",
                                "mix_precision": "{fp32,fp16,int8}",
+                               "peer_log_level": "{DEBUG,INFO,WARNING,ERROR}",
                                "peer_upload_mbit": "PEER:MBIT"})
     parser.add_argument(
         "--faults", type=nonempty_path, default=None, metavar="PLAN.toml",

@@ -10,9 +10,11 @@ from typing import Any
 
 from p2p_guard.swarm.config import MIX_PRECISIONS, check_inner_steps, check_run_id, check_seed
 
-__all__ = ["DEFAULT_TIMEOUT_S", "SimulationConfig", "check_partition", "split_attack_mix"]
+__all__ = ["DEFAULT_TIMEOUT_S", "PEER_LOG_LEVELS", "SimulationConfig", "check_partition", "split_attack_mix"]
 
 DEFAULT_TIMEOUT_S = 1200.0
+#: The log levels a simulated peer takes (``p2p-guard --log-level``'s choices).
+PEER_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 MIN_JOIN_TIMEOUT_S = 300.0
 JOIN_TIMEOUT_PER_PEER_S = 20.0
 
@@ -110,6 +112,9 @@ class SimulationConfig:
             (``PeerConfig.adaptive_mixing``, ``swarm.mix_schedule``; off by default).
         mix_precision: the precision every peer fetches its neighbours' states in for mixing: ``fp16`` (the
             default), ``int8`` or ``fp32`` (``PeerConfig.mix_precision``).
+        peer_log_level: every peer's log level (``DEBUG``, ``INFO``, the default, ``WARNING`` or ``ERROR``, in
+            any case), what ``p2p-guard --log-level`` sets for one peer; ``DEBUG`` puts, e.g., the traceback of a
+            user task's failing method into ``peerN.log``.
     """
 
     task: str = "digits"
@@ -138,6 +143,7 @@ class SimulationConfig:
     overlap: bool | None = None
     adaptive_mixing: bool = False
     mix_precision: str = "fp16"
+    peer_log_level: str = "INFO"
 
     def __post_init__(self) -> None:
         """Check every setting.
@@ -184,6 +190,11 @@ class SimulationConfig:
         if self.mix_precision not in MIX_PRECISIONS:
             raise ValueError(f"mix_precision must be one of {', '.join(MIX_PRECISIONS)}; "
                              f"got mix_precision={self.mix_precision!r}")
+        if isinstance(self.peer_log_level, str):  # as p2p-guard --log-level: debug is DEBUG
+            object.__setattr__(self, "peer_log_level", self.peer_log_level.upper())
+        if self.peer_log_level not in PEER_LOG_LEVELS:
+            raise ValueError(f"peer_log_level must be one of {', '.join(PEER_LOG_LEVELS)}; "
+                             f"got peer_log_level={self.peer_log_level!r}")
         if self.max_upload_mbit is not None and (
             isinstance(self.max_upload_mbit, bool) or not isinstance(self.max_upload_mbit, (int, float))
             or not 0 < self.max_upload_mbit < math.inf

@@ -255,8 +255,9 @@ def peer_command(
         entry: the ``p2p-guard`` program (default: this Python running ``p2p_guard.cli.main``).
     """
     paths = peer_paths(workdir, index)
+    log_level = [] if config.peer_log_level == "INFO" else ["--log-level", config.peer_log_level]
     command = [
-        *entry, "peer",
+        *entry, *log_level, "peer",
         "--initial-peers", *initial_peers,
         "--run-id", config.resolved_run_id,
         "--task", config.task,

@@ -2293,7 +2293,8 @@ async def _run_with_signals(config: PeerConfig, progress: bool) -> int:
         return 1
     except TaskFailed as e:  # a user's task method raised: one line, its traceback at DEBUG
         debug = logger.isEnabledFor(logging.DEBUG)
-        hint = "" if debug else " (p2p-guard --log-level DEBUG peer ... logs its traceback)"
+        hint = "" if debug else (" (p2p-guard --log-level DEBUG peer ..., or simulate --peer-log-level DEBUG, "
+                                 "logs its traceback)")
         logger.error("peer stopped: %s%s", e, hint)
         logger.debug("traceback of the task's failure", exc_info=e)
         return 1

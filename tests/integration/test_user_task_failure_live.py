@@ -30,7 +30,8 @@ class Failing(DigitsTask):
         return 1 / 0
 '''
 LINE = ("ERROR p2p_guard.swarm.peer: peer stopped: task 'failing_task:Failing': Failing.loss raised "
-        "ZeroDivisionError: division by zero (p2p-guard --log-level DEBUG peer ... logs its traceback)")
+        "ZeroDivisionError: division by zero (p2p-guard --log-level DEBUG peer ..., or simulate --peer-log-level "
+        "DEBUG, logs its traceback)")
 
 
 @pytest.mark.integration

@@ -646,3 +646,17 @@ def test_updates_applied_counts_rows_taken_a_round_late_by_honest_peers_only() -
     report = {"updates_applied": {"applied": 4, "committed": 6, "fraction": 4 / 6, "late_applied": 3}}
     assert "honest updates applied by another honest peer: 4/6 (66.7%; before the last round -; 3 taken a round " \
            "late)" in format_table(report)
+
+
+def test_simulate_passes_its_peer_log_level_to_every_peer(tmp_path: Path) -> None:
+    """``simulate`` gave its peers no log level, so a failing user task's traceback (logged at DEBUG) could only be
+    seen by running a peer by hand (helper-49). ``--peer-log-level`` goes before the command, as for one peer."""
+    maddrs = ["/ip4/127.0.0.1/tcp/1/p2p/Qm1"]
+    entry = [sys.executable, "-m", "p2p_guard.cli.main"]
+    assert peer_command(SimulationConfig(honest=2, byzantine=0), 0, maddrs, tmp_path)[:4] == [*entry, "peer"]
+    debug = SimulationConfig(honest=2, byzantine=0, peer_log_level="debug")
+    assert debug.peer_log_level == "DEBUG"
+    assert peer_command(debug, 1, maddrs, tmp_path)[:6] == [*entry, "--log-level", "DEBUG", "peer"]
+    with pytest.raises(ValueError, match=r"^peer_log_level must be one of DEBUG, INFO, WARNING, ERROR; "
+                                         r"got peer_log_level='LOUD'$"):
+        SimulationConfig(peer_log_level="loud")

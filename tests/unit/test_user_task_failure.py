@@ -93,7 +93,7 @@ def test_the_peer_logs_one_line_and_exits_1(failing_task: GuardedTask, monkeypat
     with caplog.at_level(logging.INFO, logger="p2p_guard"):
         assert asyncio.run(peer_module._run_with_signals(PeerConfig(task=SPEC), False)) == 1
     errors = [(r.levelname, r.getMessage()) for r in caplog.records if r.levelno >= logging.WARNING]
-    hint = "(p2p-guard --log-level DEBUG peer ... logs its traceback)"
+    hint = "(p2p-guard --log-level DEBUG peer ..., or simulate --peer-log-level DEBUG, logs its traceback)"
     assert errors == [("ERROR", f"peer stopped: {LOSS_LINE} {hint}")]
     assert all(r.exc_info is None for r in caplog.records)  # no traceback at INFO
 
