@@ -85,7 +85,12 @@ def test_a_sender_that_answers_not_ready_is_waited_for_until_the_deadline(monkey
     result, took = _run(deadline_s=0.5)
     assert isinstance(result, Rejected)
     assert result.reason is RejectReason.TIMEOUT
-    assert result.detail == f"payload not received before its fetch deadline of 0.5 s (0 of 8 bytes; status {NOT_READY})"
+    # Which answer the deadline falls on is a race: between two NOT_READY answers (the last status is reported), or
+    # while one more exchange is in flight, which the deadline cuts (b2f895d: a stream running at its deadline goes
+    # on in place, and one still running at a deadline that stands is cancelled). CI on 2 loaded cores saw both.
+    prefix = "payload not received before its fetch deadline of 0.5 s (0 of 8 bytes; "
+    assert result.detail in (f"{prefix}status {NOT_READY})",
+                             f"{prefix}no complete answer within its deadline (0 of 1 chunks verified))")
     assert took >= 0.5
 
 
