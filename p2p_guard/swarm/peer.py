@@ -74,6 +74,7 @@ from p2p_guard.swarm.slowloris import server_for, start_slow_client
 from p2p_guard.swarm.suspects import Suspects
 from p2p_guard.swarm.upload import upload_cap_warning
 from p2p_guard.swarm.standing import VoteBook
+from p2p_guard.swarm.status import lower_median
 from p2p_guard.swarm.transport import BAD_REQUEST, OK, TOO_SLOW, PayloadServer, fetch, is_no_answer
 from p2p_guard.swarm.validator import RecordValidator
 from p2p_guard.swarm.verdicts import SenderVerdict, finite_or_none
@@ -259,8 +260,7 @@ async def choose_commit_round(round_: int, presence_rounds: Sequence[int],
     """
     if not presence_rounds:
         return round_
-    rounds = sorted(presence_rounds)
-    swarm = rounds[(len(rounds) - 1) // 2]
+    swarm = lower_median(presence_rounds)
     if swarm <= round_:
         return round_
     for target in (swarm - 1, swarm):
@@ -291,8 +291,7 @@ def ahead_and_alone(round_: int, me: str, commits: Collection[str], presence_rou
     """
     if set(commits) - {me} or not presence_rounds:
         return False
-    rounds = sorted(presence_rounds)
-    return rounds[(len(rounds) - 1) // 2] < round_
+    return lower_median(presence_rounds) < round_
 
 
 class Peer:
@@ -759,11 +758,12 @@ class Peer:
         commits, withheld = await await_commits(self.dht, self.config.commit_phase, round_, self.me, stop,
                                                 on_poll=self._watch_commits, exclude=frozenset(self.banned),
                                                 allowed=self.allowed, not_waited=suspects)
-        others = {p: r for p, r in (await self.others_present()).items() if p not in suspects}
-        if not stop.is_set() and ahead_and_alone(round_, self.me, commits, list(others.values())):
+        alone = not set(commits) - {self.me}  # the presence read below only then, not every round
+        others = [r for p, r in (await self.others_present()).items() if p not in suspects] if alone else []
+        if not stop.is_set() and ahead_and_alone(round_, self.me, commits, others):
             self.log.info("round %d: no other commit within %.0f s and the swarm is behind (its round %d): waiting "
                           "once more for its commits", round_, self.config.commit_phase.commit_timeout_s,
-                          sorted(others.values())[(len(others) - 1) // 2])
+                          lower_median(others))
             commits, withheld = await await_commits(self.dht, self.config.commit_phase, round_, self.me, stop,
                                                     on_poll=self._watch_commits, exclude=frozenset(self.banned),
                                                     allowed=self.allowed, not_waited=suspects)
@@ -1107,7 +1107,7 @@ class Peer:
             fetched (we keep our model).
         """
         chosen = sample_senders(others, self.config.catch_up_peers, self.rng)
-        median = sorted(others[p] for p in chosen)[(len(chosen) - 1) // 2] if chosen else 0
+        median = lower_median([others[p] for p in chosen]) if chosen else 0
         target = await self._first_open_round(median)
         wait_s = self.config.reveal_wait_s + 2 * self.config.grace_s
         if target < min_round:  # we cannot take part in an earlier round (we committed it before a restart)
@@ -1130,8 +1130,7 @@ class Peer:
             self.log.warning("catch-up: only %d peer state(s) could be fetched; keeping our model", len(states))
             return None
         if not exact:
-            rounds = sorted(others[p] for p in states)
-            target = rounds[(len(rounds) - 1) // 2]
+            target = lower_median([others[p] for p in states])
             if target < min_round:
                 self.log.warning("catch-up: the sampled peers serve states of round %d, before our round %d; "
                                  "keeping our model (mixing closes the gap)", target, min_round)
@@ -1571,8 +1570,7 @@ async def _maybe_catch_up(peer: Peer, round_: int, others: dict[str, int], stop:
     jumped, peer.jumped = peer.jumped, False
     if not others:
         return round_
-    rounds = sorted(others.values())
-    swarm = rounds[(len(rounds) - 1) // 2]
+    swarm = lower_median(others.values())
     behind = swarm - round_
     # restarted: our checkpoint's θ missed the outer steps since checkpoint_round, when the swarm is there or
     # later, or when our commit mark moved us past it (we committed a round before the crash and continue after it,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -32,7 +32,7 @@ from p2p_guard.protocol.votes import open_votes
 from p2p_guard.swarm.records import close_key, commit_key, presence_key, proofs_key, votes_key
 
 __all__ = ["DEFAULT_DEPTH", "CloseClaim", "CommitClaim", "DHTReader", "PeerStatus", "ProofInfo", "SwarmStatus",
-           "VoteCounts", "collect_status", "swarm_round"]
+           "VoteCounts", "collect_status", "lower_median", "swarm_round"]
 
 #: Rounds read below the swarm's round (the peers serve their last ``MAX_KEPT_ROUNDS`` = 3 rounds).
 DEFAULT_DEPTH = 3
@@ -172,12 +172,23 @@ class SwarmStatus:
         }
 
 
+def lower_median(rounds: Collection[int]) -> int:
+    """The lower median of some rounds (the swarm's round of ``protocol.md`` §7.2).
+
+    A Byzantine minority cannot move it; peers, ``status`` and the catch-up all take it.
+
+    Raises:
+        ValueError: ``rounds`` is empty.
+    """
+    if not rounds:
+        raise ValueError("lower_median needs at least one round")
+    ordered = sorted(rounds)
+    return ordered[(len(ordered) - 1) // 2]
+
+
 def swarm_round(presence: Mapping[str, int]) -> int | None:
     """The lower median of the presence rounds (``protocol.md`` §7.2), None if there are none."""
-    if not presence:
-        return None
-    rounds = sorted(presence.values())
-    return rounds[(len(rounds) - 1) // 2]
+    return lower_median(presence.values()) if presence else None
 
 
 async def collect_status(dht: DHTReader, run_id: str, *, depth: int = DEFAULT_DEPTH) -> SwarmStatus:
