@@ -334,9 +334,10 @@ def run_cell(
         "state_hash", "seconds", "cpu_seconds"}``; ``state_hash`` is
         ``LocalModel.state_hash()`` of the first honest peer after the last round, the hash a networked peer
         publishes in its ``final`` event. A round holds ``round``, ``accuracy``, ``loss`` (test split),
-        ``train_loss`` (mean of the honest peers' inner losses), ``tp``/``fp``/``tn``/``fn`` and ``asr``
-        (backdoor success rate, None for other attacks). ``final`` holds the last round's ``accuracy``,
-        ``loss`` and ``asr``; ``verdicts`` the totals with ``fp_rate`` = fp / (fp + tn) and
+        ``train_loss`` (mean of the honest peers' inner losses), ``tp``/``fp``/``tn``/``fn``, ``asr`` (backdoor
+        success rate, mean over the evaluated honest peers; None for other attacks) and ``asr_max`` (the
+        evaluated honest peer the backdoor fooled most). ``final`` holds the last round's ``accuracy``,
+        ``loss``, ``asr`` and ``asr_max``; ``verdicts`` the totals with ``fp_rate`` = fp / (fp + tn) and
         ``detection_rate`` = tp / (tp + fn) (None where undefined) and the rejection reasons;
         ``skipped_steps`` counts (honest peer, round) pairs whose aggregate was not finite (an overflow
         under a huge attack): the outer step refuses it, so that peer's model stays unchanged that round (a
@@ -475,6 +476,7 @@ def run_cell(
                 "tn": counts.tn,
                 "fn": counts.fn,
                 "asr": _mean(asr_values) if asr_values else None,
+                "asr_max": max(asr_values) if asr_values else None,
             }
         )
 
@@ -485,7 +487,7 @@ def run_cell(
         "attack": spec.attack_name,
         "numel": peers[0].numel,
         "rounds": history,
-        "final": {"accuracy": last["accuracy"], "loss": last["loss"], "asr": last["asr"]},
+        "final": {"accuracy": last["accuracy"], "loss": last["loss"], "asr": last["asr"], "asr_max": last["asr_max"]},
         "verdicts": {
             "tp": totals.tp,
             "fp": totals.fp,

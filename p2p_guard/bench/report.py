@@ -151,7 +151,8 @@ def _what_a_swarm_gets(cfg: Any, summary: dict[str, Any], guard: str = "semantic
     for attack, by_guard in summary["asr"].items():
         stat = by_guard.get(guard)
         if stat is not None:
-            out.append(f"- `{attack}` at {cfg.f} of {cfg.n}: attack success rate {_pct(stat)} % against `{guard}`"
+            out.append(f"- `{attack}` at {cfg.f} of {cfg.n}: attack success rate {_pct(stat)} % against `{guard}` "
+                       "on the honest peer it fooled most"
                        + (" (not defended)." if stat.mean > 0.1 else "."))
     rate = summary["fp"].get(guard, {}).get("fp_rate")
     if rate is not None:
@@ -323,7 +324,7 @@ def render(cfg: Any, summary: dict[str, Any], meta: dict[str, Any], plots_rel: s
     if summary["asr"]:
         out += [
             "Share of triggered test images (true class ≠ target) classified as the target, after the last "
-            f"round; mean ± std over {_seeds(cfg.seeds)}, f = {f}.",
+            f"round, on the honest peer the backdoor fooled most; mean ± std over {_seeds(cfg.seeds)}, f = {f}.",
             "",
         ]
         rows = [[f"`{a}`", *(_pct(by[g]) for g in guards)] for a, by in summary["asr"].items()]

@@ -627,8 +627,12 @@ class Grid:
     def final(
         self, arm: str, attack: str, f: int, partition: str, key: str = "accuracy", seeds: int | None = None
     ) -> Stat | None:
-        """Statistic over seeds of the final ``key`` (``accuracy`` or ``asr``)."""
-        return Stat.of(r["final"][key] for r in self.get(arm, attack, f, partition, seeds))
+        """Statistic over seeds of the final ``key`` (``accuracy``, ``asr`` or ``asr_max``).
+
+        A cell recorded before ``asr_max`` existed (a cell file of an earlier version) gives its ``asr`` for it.
+        """
+        return Stat.of(r["final"].get(key, r["final"].get("asr")) if key == "asr_max" else r["final"][key]
+                       for r in self.get(arm, attack, f, partition, seeds))
 
     def curve(self, arm: str, attack: str, f: int, partition: str) -> list[float]:
         """Accuracy per round, mean over seeds."""
@@ -687,7 +691,7 @@ def summarise(cfg: BenchConfig, results: Iterable[dict[str, Any]]) -> dict[str, 
             "detection_rate": _rate(counts["tp"], counts["tp"] + counts["fn"]),
         }
     backdoor = [a for a in cfg.attacks if a.partition(":")[0] == "backdoor"]
-    asr = {a: {g: grid.final(g, a, f, part, key="asr") for g in cfg.guards} for a in backdoor}
+    asr = {a: {g: grid.final(g, a, f, part, key="asr_max") for g in cfg.guards} for a in backdoor}
 
     ablation = {}
     k = cfg.ablation_seeds
@@ -719,7 +723,7 @@ def summarise(cfg: BenchConfig, results: Iterable[dict[str, Any]]) -> dict[str, 
                 fraction_table[g][p][fr] = {
                     "worst": rows[0] if rows else None,
                     "clean": grid.final(g, CLEAN, 0, p),
-                    "asr": {a: grid.final(g, a, k, p, key="asr") for a in backdoor} if k else {},
+                    "asr": {a: grid.final(g, a, k, p, key="asr_max") for a in backdoor} if k else {},
                     "fp_rate": _rate(counts["fp"], counts["fp"] + counts["tn"]),
                     "absent": grid.final(g, ABSENT, k, p) if k and ABSENT in cands else None,
                 }

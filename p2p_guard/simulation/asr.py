@@ -6,7 +6,8 @@ after the run, on the final θ each honest peer wrote, with the attack's own tri
     ASR_i = |{x ∈ test : y(x) ≠ t, argmax f_{θ_i}(T(x)) = t}| / |{x ∈ test : y(x) ≠ t}|
 
 (:func:`p2p_guard.bench.cell.backdoor_success`, the benchmark's definition), reported per honest peer and as
-their mean. Only an attack with ``triggered_test_inputs`` and ``target`` (``attacks.data.Backdoor``) and a task
+their mean and maximum (the honest peer the backdoor fooled most: a swarm's worst member, the honest headline).
+Only an attack with ``triggered_test_inputs`` and ``target`` (``attacks.data.Backdoor``) and a task
 with ``test_split`` have one. The attack may be a mix ``SPEC+SPEC+...``
 (:func:`p2p_guard.simulation.config.split_attack_mix`): each backdoor part of it is measured, the others are
 skipped.
@@ -33,10 +34,10 @@ def backdoor_asr(task_spec: str, attack_spec: str | None, seed: int,
         thetas: honest peers' final flat models, each ``(d,)`` float32.
 
     Returns:
-        ``{"attack": spec, "per_peer": [ASR_i, ...], "mean": mean ASR}`` (rates in [0, 1]) for the backdoor
-        part of the attack; with several backdoor parts in a mix, those keys are the part with the highest
-        mean and ``by_attack`` maps each backdoor part's spec to its ``{"per_peer", "mean"}``. None when
-        there is no attack, no part of it has a trigger, the task has no test split, or there is no θ.
+        ``{"attack": spec, "per_peer": [ASR_i, ...], "mean": mean ASR, "max": max ASR}`` (rates in [0, 1])
+        for the backdoor part of the attack; with several backdoor parts in a mix, those keys are the part with
+        the highest mean and ``by_attack`` maps each backdoor part's spec to its ``{"per_peer", "mean", "max"}``.
+        None when there is no attack, no part of it has a trigger, the task has no test split, or there is no θ.
 
     Raises:
         ValueError: a bad attack spec or mix.
@@ -68,7 +69,7 @@ def backdoor_asr(task_spec: str, attack_spec: str | None, seed: int,
             if value is None:
                 return None
             per_peer.append(value)
-        by_attack[spec] = {"per_peer": per_peer, "mean": sum(per_peer) / len(per_peer)}
+        by_attack[spec] = {"per_peer": per_peer, "mean": sum(per_peer) / len(per_peer), "max": max(per_peer)}
     worst = max(by_attack, key=lambda spec: by_attack[spec]["mean"])
     out: dict[str, Any] = {"attack": worst, **by_attack[worst]}
     if len(by_attack) > 1:

@@ -1059,7 +1059,10 @@ def run_simulation(
 
 
 def _add_asr(report: dict[str, Any], config: SimulationConfig, thetas: Sequence[torch.Tensor]) -> None:
-    """Add the backdoor's attack success rate (``asr``: per honest peer and mean; ``final.asr``) to ``report``.
+    """Add the backdoor's attack success rate to ``report``.
+
+    ``asr`` holds it per honest peer, their mean and max; ``final.asr`` is the mean and ``final.asr_max`` the
+    honest peer it fooled most.
 
     The figure is optional: a failure to measure it is logged and leaves ``report`` without it, never loses it.
     """
@@ -1071,6 +1074,7 @@ def _add_asr(report: dict[str, Any], config: SimulationConfig, thetas: Sequence[
     if asr is not None:
         report["asr"] = asr
         report["final"]["asr"] = asr["mean"]
+        report["final"]["asr_max"] = asr["max"]
 
 
 def _observations(swarm: LocalSwarm, watchers: _Watchers, faults: FaultPlan | None,

@@ -184,7 +184,7 @@ def format_table(report: Mapping[str, Any]) -> str:
     final = report.get("final", {})
     parts = [
         f"{k}={_cell(final.get(k), '{:.4f}')}"
-        for k in ("accuracy", "loss", "perplexity", "asr")
+        for k in ("accuracy", "loss", "perplexity", "asr", "asr_max")
         if final.get(k) is not None
     ]
     lines.append("final: " + (" ".join(parts) if parts else "-"))

@@ -38,7 +38,7 @@ from p2p_guard.bench.robustness import (
 from p2p_guard.cli.main import main
 from p2p_guard.guard import Guard, GuardResult
 
-ROUND_KEYS = {"round", "accuracy", "loss", "train_loss", "tp", "fp", "tn", "fn", "asr"}
+ROUND_KEYS = {"round", "accuracy", "loss", "train_loss", "tp", "fp", "tn", "fn", "asr", "asr_max"}
 
 
 def _spec(**changes: Any) -> CellSpec:
@@ -126,7 +126,20 @@ def test_backdoor_reports_attack_success_rate() -> None:
     if not names:
         pytest.skip("no backdoor attack in the registry")
     result = run_cell(_spec(n=3, f=1, attack=names[0], inner_steps=3))
-    assert 0.0 <= result["final"]["asr"] <= 1.0
+    assert 0.0 <= result["final"]["asr"] <= result["final"]["asr_max"] <= 1.0
+
+
+def test_the_backdoor_headline_is_the_most_fooled_honest_peer() -> None:
+    """Grid.final(key="asr_max") reads the worst honest peer; a cell recorded before asr_max gives its mean."""
+    def cell(seed: int, final: dict[str, float]) -> dict[str, object]:
+        spec = {"arm": "semantic", "attack": "backdoor", "f": 1, "partition": "iid", "seed": seed}
+        return {"spec": spec, "arm": "semantic", "attack": "backdoor", "final": final}
+
+    grid = Grid([cell(0, {"accuracy": 0.9, "asr": 0.2, "asr_max": 0.6}), cell(1, {"accuracy": 0.9, "asr": 0.4})])
+    stat = grid.final("semantic", "backdoor", 1, "iid", key="asr_max")
+    assert stat is not None and stat.mean == pytest.approx(0.5)  # (0.6 + 0.4) / 2
+    mean = grid.final("semantic", "backdoor", 1, "iid", key="asr")
+    assert mean is not None and mean.mean == pytest.approx(0.3)
 
 
 def test_wire_attacks_are_refused() -> None:
@@ -505,5 +518,6 @@ def test_what_a_swarm_gets_says_where_the_guard_loses() -> None:
                         "(`mimic`).")
     assert lines[3].endswith("`semantic` has the best worst case in 0 of 1 (partition, fraction) settings; not in "
                              "`iid` at 20 % (`semantic` 80.0, `median` 80.0).")
-    assert lines[4] == "- `backdoor` at 3 of 10: attack success rate 98.0 % against `semantic` (not defended)."
+    assert lines[4] == ("- `backdoor` at 3 of 10: attack success rate 98.0 % against `semantic` on the honest peer "
+                        "it fooled most (not defended).")
     assert lines[5].startswith("- Honest updates rejected by honest `semantic` receivers: 0.04% of verdicts")

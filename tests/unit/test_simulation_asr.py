@@ -26,6 +26,7 @@ def test_asr_per_peer_and_mean_match_the_benchmark_definition() -> None:
     expected0 = backdoor_success(task, model, load_attack("backdoor"))
     assert out["per_peer"] == [expected0, 1.0]
     assert out["mean"] == (expected0 + 1.0) / 2
+    assert out["max"] == 1.0
 
 
 @pytest.mark.timeout(300)
@@ -37,8 +38,8 @@ def test_no_asr_without_a_trigger_or_attack_or_model() -> None:
 
 
 def test_table_prints_the_asr() -> None:
-    text = format_table({"config": {}, "rounds": [], "final": {"accuracy": 0.9, "asr": 0.125}})
-    assert text.endswith("final: accuracy=0.9000 asr=0.1250")
+    text = format_table({"config": {}, "rounds": [], "final": {"accuracy": 0.9, "asr": 0.125, "asr_max": 0.25}})
+    assert text.endswith("final: accuracy=0.9000 asr=0.1250 asr_max=0.2500")
 
 
 def test_a_mix_without_a_backdoor_has_no_asr() -> None:
@@ -54,14 +55,14 @@ def test_a_mix_measures_each_backdoor_part() -> None:
     theta = flatten(model).clone()
     theta[-10:] = torch.tensor([0.0, 50.0, *([0.0] * 8)])  # output bias: every input lands on class 1
     one = backdoor_asr("digits", "nan+backdoor:target=1", 0, [theta])
-    assert one == {"attack": "backdoor:target=1", "per_peer": [1.0], "mean": 1.0}
+    assert one == {"attack": "backdoor:target=1", "per_peer": [1.0], "mean": 1.0, "max": 1.0}
     two = backdoor_asr("digits", "backdoor:target=2+sign_flip+backdoor:target=1", 0, [theta])
     assert two is not None
     assert two["attack"] == "backdoor:target=1"
     assert two["per_peer"] == [1.0]
     assert two["mean"] == 1.0
     assert set(two["by_attack"]) == {"backdoor:target=2", "backdoor:target=1"}
-    assert two["by_attack"]["backdoor:target=2"] == {"per_peer": [0.0], "mean": 0.0}
+    assert two["by_attack"]["backdoor:target=2"] == {"per_peer": [0.0], "mean": 0.0, "max": 0.0}
 
 
 def test_a_failing_asr_never_loses_the_report(monkeypatch: pytest.MonkeyPatch) -> None:
