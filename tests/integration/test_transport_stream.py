@@ -217,6 +217,11 @@ def stream_and_measure(size: int, *, compare_whole_read: bool) -> None:
         if compare_whole_read:  # the whole-answer read of the same bytes: the measure can tell them apart
             whole, whole_peak, _ = await peak_extra_bytes(lambda: fetch(
                 client, server.peer_id, RUN, ["state", bytes(32)], max_bytes=size, timeout_s=600))()
+            if whole.status == -1:  # a transport failure is retried once, as Peer._fetch_vector does: one CI run
+                # on 2 loaded cores (stop 28, 1 in about 40 runs) got "stream ended after 30978304 of 33554432
+                # bytes" here, the stream closed early under the reader; not reproduced since (docs/networking.md)
+                whole, whole_peak, _ = await peak_extra_bytes(lambda: fetch(
+                    client, server.peer_id, RUN, ["state", bytes(32)], max_bytes=size, timeout_s=600))()
             assert whole.status == OK and whole.data == payload
             print(f"whole-answer read of the same bytes: peak {whole_peak / size:.3f} x")  # noqa: T201
             assert whole_peak >= 1.9 * size
