@@ -7,11 +7,17 @@ through asyncio and the inner loop, which names neither the task nor the method.
 message names the spec, the class, the method and the exception; the user's traceback stays attached as its
 ``__cause__`` (the peer logs it at DEBUG). Built-in tasks are returned as they are: their failures are local bugs.
 
+Two more ways out of a user's method are failures of the task too: ``sys.exit(...)`` (a ``SystemExit`` raised in the
+inner phase's thread ended the whole process through ``asyncio.run``, silently, with no leave record), and a
+``KeyboardInterrupt`` raised outside the main thread (a real Ctrl+C only ever reaches the main thread; a peer
+turns it into a clean stop before any task method runs).
+
 No torch at import (the hints are only for the type checker).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
@@ -27,7 +33,9 @@ _T = TypeVar("_T")
 
 
 class TaskFailed(RuntimeError):
-    """A method of a user's task raised: ``task 'SPEC': CLASS.METHOD raised TYPE: MESSAGE``.
+    """A method of a user's task failed: ``task 'SPEC': CLASS.METHOD raised TYPE: MESSAGE``.
+
+    Also ``CLASS.METHOD called sys.exit(CODE)``.
 
     Attributes:
         spec: the task spec (``my_pkg.tasks:MyTask:width=64``).
@@ -38,20 +46,27 @@ class TaskFailed(RuntimeError):
 
     def __init__(self, spec: str, class_name: str, method: str, error: BaseException) -> None:
         """Name the spec, the class, the method and the exception in one line."""
-        described = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-        super().__init__(f"task {spec!r}: {class_name}.{method} raised {described}")
+        super().__init__(f"task {spec!r}: {class_name}.{method} {_describe(error)}")
         self.spec = spec
         self.class_name = class_name
         self.method = method
         self.error = error
 
 
+def _describe(error: BaseException) -> str:
+    """``raised TYPE: MESSAGE``, or ``called sys.exit(CODE)``."""
+    if isinstance(error, SystemExit):
+        return "called sys.exit()" if error.code is None else f"called sys.exit({error.code!r})"
+    return f"raised {type(error).__name__}: {error}" if str(error) else f"raised {type(error).__name__}"
+
+
 class GuardedTask:
     """A user's task whose six methods raise :class:`TaskFailed` for anything the user's code raises.
 
     The four attributes (``name``, ``kind``, ``num_classes``, ``default_hparams``) are read from the wrapped task
-    on each access; the methods pass their arguments and results through unchanged. ``KeyboardInterrupt`` and
-    ``SystemExit`` are not caught (a stop request stays one).
+    on each access; the methods pass their arguments and results through unchanged. ``sys.exit(...)`` in a
+    method is a :class:`TaskFailed` too, and so is a ``KeyboardInterrupt`` raised outside the main thread (a real
+    Ctrl+C only reaches the main thread, where it is left alone: a stop request stays one).
     """
 
     def __init__(self, task: Task, spec: str) -> None:
@@ -66,7 +81,11 @@ class GuardedTask:
     def _call(self, method: str, call: Callable[[], _T]) -> _T:
         try:
             return call()
-        except Exception as e:
+        except KeyboardInterrupt as e:
+            if threading.current_thread() is threading.main_thread():
+                raise  # may be a real Ctrl+C
+            raise TaskFailed(self.spec, type(self.task).__name__, method, e) from e
+        except (Exception, SystemExit) as e:
             raise TaskFailed(self.spec, type(self.task).__name__, method, e) from e
 
     @property
