@@ -241,6 +241,23 @@ def test_a_keyboard_interrupt_outside_the_main_thread_is_a_task_failure() -> Non
         task.sample_batch(shard, 4, torch.Generator().manual_seed(0))
 
 
+@pytest.mark.parametrize(("name", "returned"), [
+    ("Float", "returned a float (0.5), not a scalar tensor"),
+    ("Vector", "returned a tensor of shape [3], not a scalar tensor (reduce it, e.g. .mean())"),
+    ("Integer", "returned a torch.int64 tensor, not a floating-point scalar"),
+    ("Detached", "returned a tensor without autograd (computed under no_grad, or detached), so nothing can be "
+                 "trained from it"),
+])
+@pytest.mark.usefixtures("bad_tasks")
+def test_a_loss_that_is_no_scalar_tensor_is_one_line(name: str, returned: str) -> None:
+    """These failed in loss.backward() (AttributeError, RuntimeError) with a traceback naming neither the task
+    nor the method."""
+    local = LocalModel(_guarded(name), seed=0, num_shards=2, shard_index=0, partition="iid")
+    with pytest.raises(TaskFailed) as caught:
+        local.train_round(2, torch.Generator().manual_seed(0))
+    assert str(caught.value) == f"task 'bad_tasks:{name}': {name}.loss {returned}"
+
+
 @pytest.mark.usefixtures("bad_tasks")
 def test_the_peer_stops_with_one_line_on_a_sys_exit_in_its_inner_phase(monkeypatch: pytest.MonkeyPatch,
                                                                       caplog: pytest.LogCaptureFixture) -> None:
