@@ -12,7 +12,8 @@ inner phase's thread ended the whole process through ``asyncio.run``, silently, 
 ``KeyboardInterrupt`` raised outside the main thread (a real Ctrl+C only ever reaches the main thread; a peer
 turns it into a clean stop before any task method runs). A ``loss`` must return a scalar tensor: anything else
 (a Python float, a tensor of shape ``(3,)``, a tensor cut from the autograd graph) failed later in
-``loss.backward()`` with a traceback that named neither the task nor the method.
+``loss.backward()`` with a traceback that named neither the task nor the method. A *finite* loss is not checked
+here: a NaN or infinite loss is a training event, not a bug (``training.inner.run_inner_steps`` skips the step).
 
 No torch at import (the hints are only for the type checker).
 """

@@ -10,6 +10,7 @@ is ``tests/integration/test_user_task_failure_live.py``.
 from __future__ import annotations
 
 import asyncio
+import math
 import logging
 from pathlib import Path
 
@@ -256,6 +257,30 @@ def test_a_loss_that_is_no_scalar_tensor_is_one_line(name: str, returned: str) -
     with pytest.raises(TaskFailed) as caught:
         local.train_round(2, torch.Generator().manual_seed(0))
     assert str(caught.value) == f"task 'bad_tasks:{name}': {name}.loss {returned}"
+
+
+@pytest.mark.parametrize(("nan_at", "warnings"), [
+    ((1,), ["inner step 2 of 3: task 'digits': loss returned nan; step skipped (no backward, no optimizer step)"]),
+    ((0, 1, 2), ["inner step 1 of 3: task 'digits': loss returned nan; step skipped (no backward, no optimizer "
+                 "step)", "inner phase: every one of its 3 steps had a non-finite loss; the model did not move "
+                 "(a zero update)"]),
+])
+@pytest.mark.usefixtures("bad_tasks")
+def test_a_non_finite_loss_skips_its_step(nan_at: tuple[int, ...], warnings: list[str],
+                                          caplog: pytest.LogCaptureFixture) -> None:
+    """A NaN loss was backpropagated: every weight of the peer's own model became NaN for good (its Δ too).
+    Now that step is skipped with a warning, the model stays finite, and the loss is the mean of the others."""
+    spec = "bad_tasks:NaNAt"
+    task = guard_user_task(load_task(spec, nan_at=nan_at), spec)
+    local = LocalModel(task, seed=0, num_shards=2, shard_index=0, partition="iid")
+    with caplog.at_level(logging.WARNING, logger="p2p_guard"):
+        delta, loss = local.train_round(3, torch.Generator().manual_seed(0))
+    assert [r.getMessage() for r in caplog.records] == warnings
+    assert bool(torch.isfinite(delta).all())
+    if len(nan_at) == 3:
+        assert not bool(delta.any()) and math.isnan(loss)
+    else:
+        assert bool(delta.any()) and math.isfinite(loss)
 
 
 @pytest.mark.usefixtures("bad_tasks")
