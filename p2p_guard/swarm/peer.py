@@ -787,7 +787,8 @@ class Peer:
                                            self.config.commit_phase)
         rows, more = await self._fetch_sample(round_, envelopes, stop, outcome)
         late = await late_commits(self.dht, self.config.commit_phase, round_, commits, not_before=not_before,
-                                  stop=stop, exclude=frozenset(self.banned) | excluded, allowed=self.allowed)
+                                  stop=stop, exclude=frozenset(self.banned) | excluded, allowed=self.allowed,
+                                  departures=self.departures)
         if stop.is_set():
             return outcome
         self._record_rejections(rejected + more + late, round_, outcome)
