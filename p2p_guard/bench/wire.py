@@ -250,6 +250,7 @@ def convergence(
             a guard or Byzantine workers, or ``byzantine`` out of range.
     """
     from p2p_guard.tasks import load_task
+    from p2p_guard.tasks.guarded import guard_user_task
     from p2p_guard.training.local import LocalModel, round_generator
 
     if workers < 1 or rounds < 1 or eval_every < 0:
@@ -259,7 +260,7 @@ def convergence(
         raise ValueError(f"an attack needs a guard and 1 <= byzantine < workers; got guard={guard!r}, "
                          f"attack={attack!r}, byzantine={byzantine}, workers={workers}")
     task_spec = task
-    model_task = load_task(task_spec)
+    model_task = guard_user_task(load_task(task_spec), task_spec)  # a user's method failing: one TaskFailed
     steps = inner_steps or model_task.default_hparams.inner_steps
     run_id = f"bench-wire-{task_spec}-seed{seed}"
     results = []

@@ -2,13 +2,15 @@
 
 The full run writes ``docs/wire.md`` with ``--out docs/wire.md``.
 
-Exit codes: 0 done, 1 a ``--quick`` check failed, 2 bad arguments.
+Exit codes: 0 done, 1 a ``--quick`` check failed or a method of a ``--task MODULE:CLASS`` failed (one line naming
+the task, its class, the method and the error; the traceback at DEBUG), 2 bad arguments.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from typing import Any
@@ -18,7 +20,10 @@ from p2p_guard.cli.preflight import nonempty_path
 
 __all__ = ["add_parser", "run_wire"]
 
+logger = logging.getLogger(__name__)
+
 EXIT_CHECK_FAILED = 1
+EXIT_FAILED = 1  # a run that could not finish (a user task's method failed)
 EXIT_USAGE = 2
 
 FULL_SIZES = (10**5, 10**6, 10**7)
@@ -171,18 +176,27 @@ def run_wire(args: argparse.Namespace) -> int:
         print(f"  {line} ...", file=sys.stderr, flush=True)
 
     sizes = measure_codecs(codecs, QUICK_SIZES if args.quick else FULL_SIZES, seed=args.seed, progress=note)
-    quality = convergence(codecs, workers=workers, rounds=rounds, seed=args.seed, progress=note, task=task,
-                          partition=partition, topk_ef_decay=decay, topk_outer_lr=lr, topk_outer_momentum=momentum,
-                          eval_every=getattr(args, "eval_every", 0))
-    guarded = [
-        row
-        for codec in codecs
-        for attack in guard_attacks
-        for row in convergence([codec], workers=workers, rounds=rounds, seed=args.seed, progress=note, task=task,
-                               partition=partition, guard=getattr(args, "guard", "semantic"), attack=attack,
-                               byzantine=byzantine,
-                               topk_ef_decay=decay, topk_outer_lr=lr, topk_outer_momentum=momentum)
-    ]
+    from p2p_guard.tasks.guarded import TaskFailed
+
+    try:
+        quality = convergence(codecs, workers=workers, rounds=rounds, seed=args.seed, progress=note, task=task,
+                              partition=partition, topk_ef_decay=decay, topk_outer_lr=lr,
+                              topk_outer_momentum=momentum, eval_every=getattr(args, "eval_every", 0))
+        guarded = [
+            row
+            for codec in codecs
+            for attack in guard_attacks
+            for row in convergence([codec], workers=workers, rounds=rounds, seed=args.seed, progress=note,
+                                   task=task, partition=partition, guard=getattr(args, "guard", "semantic"),
+                                   attack=attack, byzantine=byzantine,
+                                   topk_ef_decay=decay, topk_outer_lr=lr, topk_outer_momentum=momentum)
+        ]
+    except TaskFailed as error:  # a method of the user's --task MODULE:CLASS failed: one line, as peer/simulate
+        debug = logger.isEnabledFor(logging.DEBUG)
+        print_error("bench wire", f"{error}" + ("" if debug else " (p2p-guard --log-level DEBUG bench wire ... "
+                                                                "logs its traceback)"))
+        logger.debug("traceback of the task's failure", exc_info=error)
+        return EXIT_FAILED
     tables = format_tables(sizes, quality)
     if guarded:
         tables += "\n\n" + format_guard_table(guarded)

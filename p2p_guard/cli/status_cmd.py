@@ -8,8 +8,8 @@ one table, or with ``--json`` one JSON object; ``--watch SECONDS`` refreshes unt
 Every :class:`StatusConfig` field is a flag and a key of the ``[status]`` table of ``--config``.
 
 Exit codes: 0 printed (``--watch``: also when Ctrl+C or SIGTERM ends it after a first print, its normal end, as
-for a peer's clean stop), 1 the DHT could not be joined, 2 a usage error, 130 Ctrl+C (143 SIGTERM) before anything
-was printed (as for ``simulate``: the status was not given).
+for a peer's clean stop), 1 the DHT could not be joined or did not answer within ``--timeout-s``, 2 a usage
+error, 130 Ctrl+C (143 SIGTERM) before anything was printed (as for ``simulate``: the status was not given).
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ class StatusConfig:
         depth: rounds read below the swarm's round (the lower median of the presence rounds).
         json: print one JSON object instead of the table (one per line with ``--watch``).
         watch: refresh every this many seconds until Ctrl+C (None: print once and exit).
-        timeout_s: limit for joining the DHT, in seconds.
+        timeout_s: limit for the whole command, in seconds: joining the DHT, reading the records and leaving
+            it again (with ``watch``: the join and the first print, then each refresh).
     """
 
     initial_peers: tuple[str, ...] = ()
@@ -196,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
     """
     from p2p_guard.swarm._deferred import defer_import
 
+    started = time.monotonic()  # --timeout-s bounds the whole command: importing hivemind takes seconds too
     defer_import("scipy.optimize")
     try:
         config = load_config(StatusConfig, args=args, table="status", config_path=getattr(args, "config", None))
@@ -209,12 +211,13 @@ def run(args: argparse.Namespace) -> int:
 
     reaper = start_reaper()  # our p2pd never outlives us, even after SIGKILL (as for peers and bootstrap nodes)
     try:
-        return asyncio.run(_main(config))
+        return asyncio.run(_main(config, started=started))
     finally:
         stop_reaper_if_clean(reaper)
 
 
-async def _main(config: StatusConfig) -> int:
+async def _main(config: StatusConfig, *, started: float | None = None) -> int:
+    """The command once its settings are checked; ``started`` is when it began (``time.monotonic``; None: now)."""
     from hivemind.p2p import P2PDaemonError
 
     from p2p_guard.swarm.dht import start_dht
@@ -226,15 +229,19 @@ async def _main(config: StatusConfig) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, _stop, stop, caught, sig)
+    # One limit for the whole command: start_dht's own steps (p2pd, clock ping, DHT ping) each had theirs, and
+    # a frozen bootstrap node (p2pd up, its Python stopped) made `--timeout-s 10` take 22-26 s.
+    deadline = loop.time() + config.timeout_s - (0.0 if started is None else time.monotonic() - started)
+    peers = ", ".join(config.initial_peers)
     try:
         try:
-            dht = await _until(stop, start_dht(identity_path=None, initial_peers=config.initial_peers,
-                                               host="127.0.0.1", port=0, startup_timeout_s=config.timeout_s,
-                                               record_validators=[RecordValidator([config.run_id])],
-                                               client_mode=True))
+            dht = await _until(stop, _within(deadline, start_dht(
+                identity_path=None, initial_peers=config.initial_peers, host="127.0.0.1", port=0,
+                startup_timeout_s=config.timeout_s, record_validators=[RecordValidator([config.run_id])],
+                client_mode=True)))
         except (OSError, TimeoutError, ValueError, P2PDaemonError) as e:
-            detail = str(e) or (f"no answer within {config.timeout_s:g} s (--timeout-s)"
-                                if isinstance(e, TimeoutError) else type(e).__name__)
+            detail = str(e) or (f"no answer from the initial peer(s) {peers} within {config.timeout_s:g} s "
+                                "(--timeout-s)" if isinstance(e, TimeoutError) else type(e).__name__)
             print_error(COMMAND, f"cannot join the DHT: {detail}")
             return EXIT_FAILED
         if dht is None:
@@ -242,7 +249,13 @@ async def _main(config: StatusConfig) -> int:
         printed = False
         try:
             while not stop.is_set():
-                status = await _until(stop, collect_status(dht, config.run_id, depth=config.depth))
+                try:
+                    status = await _until(stop, _within(deadline, collect_status(dht, config.run_id,
+                                                                                  depth=config.depth)))
+                except TimeoutError:
+                    print_error(COMMAND, f"the DHT (initial peer(s) {peers}) did not answer a read of run "
+                                         f"{config.run_id!r}'s records within {config.timeout_s:g} s (--timeout-s)")
+                    return EXIT_FAILED
                 if status is None:
                     break
                 try:
@@ -255,12 +268,22 @@ async def _main(config: StatusConfig) -> int:
                     break
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), config.watch)
+                deadline = loop.time() + config.timeout_s  # each refresh has the whole limit
         finally:
-            await dht.shutdown()
+            await dht.shutdown()  # local only (a client stores nothing): never cut, so p2pd is always stopped
         return 0 if printed else _interrupted(caught)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+
+
+async def _within(deadline: float, work: Any) -> Any:
+    """``await work``, cancelled at ``deadline`` (the loop's clock), then TimeoutError.
+
+    Raises:
+        TimeoutError: ``work`` had not ended by ``deadline`` (it is cancelled and its clean-up awaited).
+    """
+    return await asyncio.wait_for(work, max(deadline - asyncio.get_running_loop().time(), 0.0))
 
 
 def _stop(stop: asyncio.Event, caught: list[int], sig: signal.Signals) -> None:

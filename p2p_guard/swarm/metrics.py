@@ -20,8 +20,14 @@ Metric names (all prefixed ``p2p_guard_``; ``_total`` are counters, the rest gau
                                     guard accepted (also in ``updates_accepted_total``)
 ``payloads_fetched_total``          payloads fetched from sampled senders
 ``payloads_served_total``           payloads this peer served
-``bytes_sent_total``                bytes this peer's server sent (payloads and states)
-``bytes_received_total``            payload bytes fetched
+``bytes_sent_total``                bytes of the answer bodies this peer's server wrote: payloads with their chunk
+                                    digest lists, and states, every answer cut short or asked again included
+                                    (no status bytes, requests, DHT or libp2p framing)
+``bytes_received_total``            bytes of the updates and states this peer used: the declared payload size of
+                                    each update fetched in full (one taken a round late when it is taken), plus
+                                    the θ and momentum states its mixing decoded; not wire bytes (no chunk digest
+                                    lists, status bytes or requests, nothing of a fetch that failed, was cut or
+                                    was asked again). So it is less than the other peers' ``bytes_sent`` for it
 ``compute_seconds_total``           inner-phase wall time, seconds
 ``last_round_seconds``              wall time of the last round, seconds
 ``last_compute_seconds``            inner-phase wall time of the last round, seconds
@@ -85,8 +91,11 @@ class PeerMetrics:
                                                                     "deadline that the guard accepted")
         self.payloads_fetched = counter("payloads_fetched", "payloads fetched from sampled senders")
         self.payloads_served = counter("payloads_served", "payloads this peer served")
-        self.bytes_sent = counter("bytes_sent", "bytes this peer's server sent")
-        self.bytes_received = counter("bytes_received", "payload bytes fetched")
+        self.bytes_sent = counter("bytes_sent", "bytes of answer bodies this peer's server wrote (payloads with "
+                                                "their chunk digests, states; retried and cut answers included)")
+        self.bytes_received = counter("bytes_received", "bytes of the updates (declared payload size) and states "
+                                                        "this peer used; not wire bytes (no digests, status "
+                                                        "bytes, failed or repeated fetches)")
         self.compute_seconds = counter("compute_seconds", "inner-phase wall time, seconds")
         self.last_round_seconds = gauge("last_round_seconds", "wall time of the last round, seconds")
         self.last_compute_seconds = gauge("last_compute_seconds", "inner-phase wall time of the last round, seconds")
@@ -123,8 +132,8 @@ class PeerMetrics:
             applied: the aggregate was applied.
             fetched: payloads fetched.
             served: payloads served since the last round.
-            bytes_sent: bytes served since the last round.
-            bytes_received: payload bytes fetched.
+            bytes_sent: answer-body bytes served since the last round (``bytes_sent_total``).
+            bytes_received: bytes of the updates and states used this round (``bytes_received_total``).
             seconds: the round's wall time, seconds.
             compute_s: its inner phase, seconds.
             mix_distance: relative distance to the mixing neighbours (None: no mixing step this round).

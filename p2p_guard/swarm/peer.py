@@ -144,8 +144,10 @@ class RoundOutcome:
         mix: run a mixing step after the outer step (``Peer.mix``).
         train_loss: mean inner-phase loss.
         compute_s: inner-phase wall time, seconds.
-        fetched: payloads fetched (sampled senders that answered); bytes_received: their bytes, plus the
-            states (θ and momentum) the mixing step fetched.
+        fetched: payloads fetched (sampled senders that answered); bytes_received: their declared sizes
+            (``payload_bytes``; late rows' when taken), plus the states (θ and momentum) the mixing step decoded:
+            the bytes used, not wire bytes (no chunk digests or status bytes, nothing of a failed, cut or repeated
+            fetch; ``docs/metrics.md``).
         mixed_from: how many peers' states the mixing step used (0: no mixing this round).
         mix_distance: the mixing step's largest ‖θ_j − θ_i‖ / ‖θ_i‖ over those states, before mixing (None: none).
         skipped: the outcome of the round before, when we skipped it (our update went into this one:
@@ -787,7 +789,8 @@ class Peer:
                                            self.config.commit_phase)
         rows, more = await self._fetch_sample(round_, envelopes, stop, outcome)
         late = await late_commits(self.dht, self.config.commit_phase, round_, commits, not_before=not_before,
-                                  stop=stop, exclude=frozenset(self.banned) | excluded, allowed=self.allowed)
+                                  stop=stop, exclude=frozenset(self.banned) | excluded, allowed=self.allowed,
+                                  departures=self.departures)
         if stop.is_set():
             return outcome
         self._record_rejections(rejected + more + late, round_, outcome)

@@ -324,7 +324,8 @@ def open_commits(commits: dict[str, bytes], config: CommitPhase
 
 async def late_commits(dht: SwarmDHT, config: CommitPhase, round_: int, closed: Collection[str], *,
                        not_before: float, stop: asyncio.Event, exclude: frozenset[str] = frozenset(),
-                       allowed: frozenset[str] | None = None) -> list[IntegrityVerdict]:
+                       allowed: frozenset[str] | None = None,
+                       departures: Departures | None = None) -> list[IntegrityVerdict]:
     """Re-read the round's commit key once and report every sender that committed after our phase closed.
 
     Such a commit may be copied from, or adapted to, payloads revealed since; it is never fetched nor
@@ -332,7 +333,10 @@ async def late_commits(dht: SwarmDHT, config: CommitPhase, round_: int, closed: 
     ``grace_s`` when some present peer withheld its commit, so that a commit made the moment a payload was
     revealed has landed and is reported). Only envelopes that open, are signed by the PeerID of their subkey
     and are for this run and round are reported (a forged value under someone's subkey says nothing about its
-    owner).
+    owner). A sender that has left the swarm (``departures``) is never reported: its commit may be in our closed
+    set, dropped from it by the caller once the sender left (the peer's ``_drop_departed``, which reports it as
+    departed), and a peer that left is fetched from no more anyway; until this was checked, every peer that left
+    after committing was reported ``late_commit`` ("committed after our commit phase closed") by everyone.
 
     Args:
         dht: the DHT to read.
@@ -343,9 +347,10 @@ async def late_commits(dht: SwarmDHT, config: CommitPhase, round_: int, closed: 
         stop: set on shutdown: the wait ends and nothing is read.
         exclude: banned senders (never reported).
         allowed: the allow-list of a permissioned swarm (None: open).
+        departures: the peers seen to have left, read after the wait (never reported as late).
 
     Returns:
-        One ``LATE_COMMIT`` verdict per late sender, sorted by sender.
+        One ``LATE_COMMIT`` verdict per late sender that has not left, sorted by sender.
     """
     remaining = not_before - time.monotonic()
     if remaining > 0:
@@ -355,6 +360,11 @@ async def late_commits(dht: SwarmDHT, config: CommitPhase, round_: int, closed: 
         return []
     raw = {k: v for k, v in (await dht.read(commit_key(config.run_id, round_))).items()
            if k not in closed and k not in exclude}
+    left = frozenset() if departures is None else departures.left & raw.keys()
+    if left:
+        logger.debug("round %d: commit(s) of %s not in our closed set, not late: they have left the swarm", round_,
+                     ", ".join(s[-8:] for s in sorted(left)))
+        raw = {k: v for k, v in raw.items() if k not in left}
     verdicts: list[IntegrityVerdict] = []
     for sender, data in sorted(filter_allowed(raw, allowed).items()):
         env = open_envelope(data, max_bytes=config.max_envelope_bytes)

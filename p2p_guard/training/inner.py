@@ -197,9 +197,13 @@ def run_inner_steps(
         halt: checked before every step (one ``Event.is_set``, no effect on the results): once set, the phase
             stops at the next step boundary. Set it from another thread (the event loop, on a stop request).
 
+    A step whose loss is NaN or infinite is skipped: no backward, no optimiser step (its batch is still drawn and
+    it counts among the ``steps``), with a warning naming the step and the value. Training on it would make every
+    gradient, then every weight, NaN for good: the peer's own model, the trusted root of its guard.
+
     Returns:
-        Mean training loss over the steps (nats; on the attacked labels when ``data_attack`` is set). NaN or
-        inf if a step's loss was not finite (logged as a warning; the guard rejects such an update).
+        Mean training loss over the steps whose loss was finite (nats; on the attacked labels when
+        ``data_attack`` is set); NaN if none was (the model did not move; logged as a warning).
 
     Raises:
         ValueError: If ``steps < 1`` or ``batch_size < 1``.
@@ -217,7 +221,7 @@ def run_inner_steps(
         group.setdefault("initial_lr", group["lr"])
         group.setdefault("inner_step", 0)
     model.train()
-    losses = torch.zeros(steps, dtype=torch.float32, device=device)
+    losses: list[float] = []
     for step in range(steps):
         if halt is not None and halt.is_set():
             raise InnerPhaseStopped(step)
@@ -232,12 +236,21 @@ def run_inner_steps(
         optimizer.zero_grad(set_to_none=True)
         with inner_autocast(device, mixed_precision):
             loss = task.loss(model, x, y)
+        value = float(loss.detach())  # one device sync per step: a non-finite loss must not reach the weights
+        if not math.isfinite(value):  # its backward makes every gradient, then every weight, NaN for good
+            if len(losses) == step:  # the first of this phase; the others are counted at its end
+                logger.warning("inner step %d of %d: task %r: loss returned %s; step skipped (no backward, no "
+                               "optimizer step)", step + 1, steps, task.name, value)
+            continue
         loss.backward()
         if clip is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
-        losses[step] = loss.detach().float()
-    mean = float(losses.mean())
-    if not math.isfinite(mean):
-        logger.warning("inner phase: non-finite training loss (%s) over %d steps", mean, steps)
-    return mean
+        losses.append(value)
+    if not losses:
+        logger.warning("inner phase: every one of its %d steps had a non-finite loss; the model did not move "
+                       "(a zero update)", steps)
+        return math.nan
+    if steps - len(losses) > 1:
+        logger.warning("inner phase: %d of its %d steps skipped for a non-finite loss", steps - len(losses), steps)
+    return math.fsum(losses) / len(losses)

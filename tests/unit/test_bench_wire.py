@@ -239,3 +239,22 @@ def test_guard_worst_case_of_perplexity_is_the_highest() -> None:
     table = format_guard_table(rows)
     assert "| worst vs fp32 (%) | within 3 % |" in table
     assert "| topk | 10.5000 (1/2, 3/4) | 9.0000 (1/2, 3/4) | 10.5000 | +5.00 | no |" in table
+
+
+def test_cli_names_a_failing_user_task_in_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """``bench wire --task MODULE:CLASS`` whose loss raised ended in a raw traceback (through convergence and the
+    inner loop); now one line naming the task, class, method and exception, exit 1, as peer and simulate do."""
+    (tmp_path / "failing_wire_task.py").write_text(
+        "from p2p_guard.tasks.digits import DigitsTask\n\n\n"
+        "class Failing(DigitsTask):\n"
+        "    def loss(self, model, x, y):\n"
+        "        return 1 / 0\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(bench_wire_cmd, "QUICK_SIZES", (4096,))
+    args = argparse.Namespace(codecs=["fp32"], quick=True, workers=2, rounds=1, seed=0, threads=1, json=None,
+                              guard_attacks=[], byzantine=None, out=None, task="failing_wire_task:Failing")
+    assert bench_wire_cmd.run_wire(args) == bench_wire_cmd.EXIT_FAILED
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "p2p-guard bench wire: error: task 'failing_wire_task:Failing': Failing.loss raised ZeroDivisionError: "
+        "division by zero (p2p-guard --log-level DEBUG bench wire ... logs its traceback)")

@@ -197,6 +197,24 @@ class TestLateCommits:
         assert verdicts == [IntegrityVerdict(M, RejectReason.LATE_COMMIT,
                                              "committed after our commit phase closed; never fetched")]
 
+    def test_a_sender_that_left_is_not_reported_late(self) -> None:
+        """Bob committed into our closed set, then left: the peer drops a departed sender from its closed set
+        (``_drop_departed``, reported there as departed), and the one re-read reported his commit as
+        ``late_commit`` ("committed after our commit phase closed"). Carol committed late, then left."""
+        dht: Any = FakeDHT()
+        dht.data[commit_key(RUN, 3)] = {
+            A: sign_envelope(envelope(ALICE), ALICE),  # in our closed set
+            B: sign_envelope(envelope(BOB), BOB),  # was in it, dropped once he left
+            C: sign_envelope(envelope(CAROL), CAROL),  # late, and left
+            M: sign_envelope(envelope(MALLORY), MALLORY),  # late
+        }
+        departures = rounds.Departures(dht, RUN)
+        departures.note(frozenset({B, C}))
+        config = PeerConfig(run_id=RUN).commit_phase
+        verdicts = asyncio.run(late_commits(dht, config, 3, [A], not_before=0.0, stop=asyncio.Event(),
+                                            departures=departures))
+        assert [(v.sender, v.reason) for v in verdicts] == [(M, RejectReason.LATE_COMMIT)]
+
     def test_forged_values_and_outsiders_are_not_reported(self) -> None:
         dht: Any = FakeDHT()
         dht.data[commit_key(RUN, 3)] = {

@@ -90,3 +90,17 @@ def test_off_costs_nothing() -> None:
     code = ("import sys, p2p_guard.swarm.metrics as m; assert m.start_metrics(None, 'x') is None; "
             "assert 'prometheus_client' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_the_byte_counters_say_what_they_count() -> None:
+    """``bytes_received`` was described as "payload bytes fetched": it also counts the mixing's states, counts only
+    what was used (the declared payload size of updates that arrived in full), and no wire bytes (digest lists,
+    status bytes, failed or repeated fetches), while ``bytes_sent`` counts every answer body written."""
+    metrics = PeerMetrics()
+    helps = {m.name: m.documentation for m in metrics.registry.collect()}
+    assert helps["p2p_guard_bytes_received"] == (
+        "bytes of the updates (declared payload size) and states this peer used; not wire bytes (no digests, "
+        "status bytes, failed or repeated fetches)")
+    assert helps["p2p_guard_bytes_sent"] == (
+        "bytes of answer bodies this peer's server wrote (payloads with their chunk digests, states; retried and "
+        "cut answers included)")

@@ -161,8 +161,93 @@ def test_a_join_timeout_names_the_limit_as_given(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(dht_module, "start_dht", times_out)
     peers = ("/ip4/127.0.0.1/tcp/31337/p2p/" + ALICE.peer_id_b58,)
     assert asyncio.run(_main(StatusConfig(initial_peers=peers, timeout_s=0.001))) == 1
-    assert capsys.readouterr().err == ("p2p-guard status: error: cannot join the DHT: no answer within 0.001 s "
-                                       "(--timeout-s)\n")
+    assert capsys.readouterr().err == ("p2p-guard status: error: cannot join the DHT: no answer from the initial "
+                                       f"peer(s) {peers[0]} within 0.001 s (--timeout-s)\n")
+
+
+def test_the_timeout_bounds_a_join_that_never_ends(monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A frozen bootstrap node (``kill -STOP``: its p2pd answers, its DHT never does): start_dht's steps each had
+    a limit of their own, so ``--timeout-s 10`` took 22-26 s. Here the join never ends: without one limit over
+    the whole command, ``_main`` never returns (pytest-timeout fails the test)."""
+    import p2p_guard.swarm.dht as dht_module
+    from p2p_guard.cli.status_cmd import StatusConfig, _main
+
+    cancelled: list[bool] = []
+
+    async def frozen(**_: object) -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    monkeypatch.setattr(dht_module, "start_dht", frozen)
+    peers = ("/ip4/127.0.0.1/tcp/31337/p2p/" + ALICE.peer_id_b58,)
+    assert asyncio.run(_main(StatusConfig(initial_peers=peers, timeout_s=0.05))) == 1
+    assert cancelled == [True]
+    assert capsys.readouterr().err == ("p2p-guard status: error: cannot join the DHT: no answer from the initial "
+                                       f"peer(s) {peers[0]} within 0.05 s (--timeout-s)\n")
+
+
+@pytest.mark.parametrize("watch", [None, 0.01])
+def test_the_timeout_bounds_a_read_that_never_ends(monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str], watch: float | None) -> None:
+    """Joined, then the DHT never answers the reads: one line naming what did not answer, exit 1, and the client
+    still leaves the DHT (its p2pd stopped)."""
+    import p2p_guard.swarm.dht as dht_module
+    import p2p_guard.swarm.status as status_module
+    from p2p_guard.cli import status_cmd
+
+    calls: list[str] = []
+
+    class Dht:
+        async def shutdown(self) -> None:
+            calls.append("shutdown")
+
+    async def start_dht(**_: object) -> Dht:
+        return Dht()
+
+    async def frozen(*_: object, **__: object) -> None:
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(dht_module, "start_dht", start_dht)
+    monkeypatch.setattr(status_module, "collect_status", frozen)
+    peers = ("/ip4/127.0.0.1/tcp/31337/p2p/" + ALICE.peer_id_b58,)
+    config = status_cmd.StatusConfig(initial_peers=peers, run_id="r1", timeout_s=0.05, watch=watch)
+    assert asyncio.run(status_cmd._main(config)) == 1
+    assert calls == ["shutdown"]
+    assert capsys.readouterr().err == (f"p2p-guard status: error: the DHT (initial peer(s) {peers[0]}) did not "
+                                       "answer a read of run 'r1''s records within 0.05 s (--timeout-s)\n")
+
+
+def test_the_time_before_the_join_counts(monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """The limit runs from the command's start (importing hivemind takes seconds on a loaded machine): a command
+    that began ``timeout_s`` ago has no time left to join, even with a node that would answer at once."""
+    import time
+
+    import p2p_guard.swarm.dht as dht_module
+    import p2p_guard.swarm.status as status_module
+    from p2p_guard.cli import status_cmd
+
+    class Dht:
+        async def shutdown(self) -> None:
+            pass
+
+    async def start_dht(**_: object) -> Dht:
+        return Dht()
+
+    async def collect(*_: object, **__: object) -> str:
+        return "status"
+
+    monkeypatch.setattr(dht_module, "start_dht", start_dht)
+    monkeypatch.setattr(status_module, "collect_status", collect)
+    monkeypatch.setattr(status_cmd, "_print", lambda *_: None)
+    peers = ("/ip4/127.0.0.1/tcp/31337/p2p/" + ALICE.peer_id_b58,)
+    config = status_cmd.StatusConfig(initial_peers=peers, timeout_s=30.0)
+    assert asyncio.run(status_cmd._main(config, started=time.monotonic() - 30.0)) == 1
+    assert "within 30 s (--timeout-s)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("watch", "interrupt_in", "code"), [

@@ -10,6 +10,7 @@ is ``tests/integration/test_user_task_failure_live.py``.
 from __future__ import annotations
 
 import asyncio
+import math
 import logging
 from pathlib import Path
 
@@ -131,3 +132,169 @@ def test_a_background_report_with_a_failing_evaluate_stops_the_rounds(failing_ta
 
     with pytest.raises(TaskFailed, match=r"Failing\.evaluate raised FileNotFoundError: held-out split missing$"):
         asyncio.run(scenario())
+
+
+BAD_TASKS = '''
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from p2p_guard.tasks.digits import DigitsTask
+
+
+class Exits(DigitsTask):
+    def loss(self, model, x, y):
+        sys.exit(3)
+
+
+class Interrupts(DigitsTask):
+    def sample_batch(self, shard, batch_size, generator):
+        raise KeyboardInterrupt
+
+
+class Float(DigitsTask):
+    def loss(self, model, x, y):
+        return 0.5
+
+
+class Vector(DigitsTask):
+    def loss(self, model, x, y):
+        return F.cross_entropy(model(x), y, reduction="none")[:3]
+
+
+class Integer(DigitsTask):
+    def loss(self, model, x, y):
+        return torch.tensor(1)
+
+
+class Detached(DigitsTask):
+    def loss(self, model, x, y):
+        return F.cross_entropy(model(x), y).detach()
+
+
+class NaNAt(DigitsTask):
+    """Its loss is NaN at the calls listed in ``nan_at`` (0-based), else digits' own."""
+
+    def __init__(self, nan_at=(), **kwargs):
+        super().__init__(**kwargs)
+        self.nan_at, self.calls = set(nan_at), 0
+
+    def loss(self, model, x, y):
+        self.calls += 1
+        loss = super().loss(model, x, y)
+        return loss * float("nan") if self.calls - 1 in self.nan_at else loss
+'''
+
+
+@pytest.fixture
+def bad_tasks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "bad_tasks.py").write_text(BAD_TASKS, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+def _guarded(name: str) -> GuardedTask:
+    spec = f"bad_tasks:{name}"
+    task = guard_user_task(load_task(spec), spec)
+    assert isinstance(task, GuardedTask)
+    return task
+
+
+def _in_a_thread(call: object) -> BaseException | None:
+    """Run ``call()`` in a worker thread (as the peer's inner phase does); what it raised, None if nothing."""
+    import threading
+
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()  # type: ignore[operator]
+        except BaseException as e:  # noqa: BLE001 - a KeyboardInterrupt here must not end the test session
+            raised.append(e)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    return raised[0] if raised else None
+
+
+@pytest.mark.usefixtures("bad_tasks")
+def test_sys_exit_in_a_method_is_a_task_failure() -> None:
+    """A user's sys.exit(3) in loss went up through asyncio.to_thread and asyncio.run: the peer process ended with
+    status 3, no line, no leave record."""
+    local = LocalModel(_guarded("Exits"), seed=0, num_shards=2, shard_index=0, partition="iid")
+    raised = _in_a_thread(lambda: local.train_round(2, torch.Generator().manual_seed(0)))
+    assert isinstance(raised, TaskFailed)
+    assert str(raised) == "task 'bad_tasks:Exits': Exits.loss called sys.exit(3)"
+    assert isinstance(raised.__cause__, SystemExit)
+
+
+@pytest.mark.usefixtures("bad_tasks")
+def test_a_keyboard_interrupt_outside_the_main_thread_is_a_task_failure() -> None:
+    """No Ctrl+C reaches a worker thread: there a KeyboardInterrupt is the task's own (the peer ended with 130 and
+    no line). In the main thread it may be a real Ctrl+C and stays one."""
+    task = _guarded("Interrupts")
+    shard = task.shard(2, 0, "iid", 0)
+    raised = _in_a_thread(lambda: task.sample_batch(shard, 4, torch.Generator().manual_seed(0)))
+    assert isinstance(raised, TaskFailed)
+    assert str(raised) == "task 'bad_tasks:Interrupts': Interrupts.sample_batch raised KeyboardInterrupt"
+    with pytest.raises(KeyboardInterrupt):
+        task.sample_batch(shard, 4, torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize(("name", "returned"), [
+    ("Float", "returned a float (0.5), not a scalar tensor"),
+    ("Vector", "returned a tensor of shape [3], not a scalar tensor (reduce it, e.g. .mean())"),
+    ("Integer", "returned a torch.int64 tensor, not a floating-point scalar"),
+    ("Detached", "returned a tensor without autograd (computed under no_grad, or detached), so nothing can be "
+                 "trained from it"),
+])
+@pytest.mark.usefixtures("bad_tasks")
+def test_a_loss_that_is_no_scalar_tensor_is_one_line(name: str, returned: str) -> None:
+    """These failed in loss.backward() (AttributeError, RuntimeError) with a traceback naming neither the task
+    nor the method."""
+    local = LocalModel(_guarded(name), seed=0, num_shards=2, shard_index=0, partition="iid")
+    with pytest.raises(TaskFailed) as caught:
+        local.train_round(2, torch.Generator().manual_seed(0))
+    assert str(caught.value) == f"task 'bad_tasks:{name}': {name}.loss {returned}"
+
+
+@pytest.mark.parametrize(("nan_at", "warnings"), [
+    ((1,), ["inner step 2 of 3: task 'digits': loss returned nan; step skipped (no backward, no optimizer step)"]),
+    ((0, 1, 2), ["inner step 1 of 3: task 'digits': loss returned nan; step skipped (no backward, no optimizer "
+                 "step)", "inner phase: every one of its 3 steps had a non-finite loss; the model did not move "
+                 "(a zero update)"]),
+])
+@pytest.mark.usefixtures("bad_tasks")
+def test_a_non_finite_loss_skips_its_step(nan_at: tuple[int, ...], warnings: list[str],
+                                          caplog: pytest.LogCaptureFixture) -> None:
+    """A NaN loss was backpropagated: every weight of the peer's own model became NaN for good (its Δ too).
+    Now that step is skipped with a warning, the model stays finite, and the loss is the mean of the others."""
+    spec = "bad_tasks:NaNAt"
+    task = guard_user_task(load_task(spec, nan_at=nan_at), spec)
+    local = LocalModel(task, seed=0, num_shards=2, shard_index=0, partition="iid")
+    with caplog.at_level(logging.WARNING, logger="p2p_guard"):
+        delta, loss = local.train_round(3, torch.Generator().manual_seed(0))
+    assert [r.getMessage() for r in caplog.records] == warnings
+    assert bool(torch.isfinite(delta).all())
+    if len(nan_at) == 3:
+        assert not bool(delta.any()) and math.isnan(loss)
+    else:
+        assert bool(delta.any()) and math.isfinite(loss)
+
+
+@pytest.mark.usefixtures("bad_tasks")
+def test_the_peer_stops_with_one_line_on_a_sys_exit_in_its_inner_phase(monkeypatch: pytest.MonkeyPatch,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    local = LocalModel(_guarded("Exits"), seed=0, num_shards=2, shard_index=0, partition="iid")
+
+    async def main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
+        await asyncio.to_thread(local.train_round, 1, torch.Generator().manual_seed(0))  # as the peer runs it
+        return 0
+
+    monkeypatch.setattr(peer_module, "_main", main)
+    with caplog.at_level(logging.INFO, logger="p2p_guard"):
+        assert asyncio.run(peer_module._run_with_signals(PeerConfig(task="bad_tasks:Exits"), False)) == 1
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(errors) == 1
+    assert errors[0].startswith("peer stopped: task 'bad_tasks:Exits': Exits.loss called sys.exit(3) (")
