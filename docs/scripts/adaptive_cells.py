@@ -401,8 +401,10 @@ change (``semantic:duplicate_credit``, stage 2 of ``p2p_guard/guard/semantic.py`
   (no group forms; the change does nothing here); the cell is what rejecting every attack row from round 0 gives,
   the same five seeds as ``sign_flip:scale=10`` (0.478 0.567 0.389 0.600 0.575 in the table above). The median
   keeps more on seed 0 (0.561; mean of rounds 8-11 0.515 against the guard's 0.479) and less on seeds 2-4 (0.314
-  0.506 0.519 against 0.389 0.600 0.575). Not lifted: nothing is left to the guard but the 6 honest rows, which it
-  weighs 1 each; the median's edge on one seed is the trajectory of a different rule under label skew.
+  0.506 0.519 against 0.389 0.600 0.575). Not lifted: nothing is left to the guard but the 6 honest rows, and it
+  applies their plain mean: on seed 0 its centre is their mean (cosine 1.00) and the direction weights sum to 6 of
+  6 in every round (``python docs/scripts/centre_probe.py --attack ipm:epsilon=100 --partition dirichlet:0.1 --f 4
+  --seed 0``); the median's edge on one seed is the trajectory of a different rule under label skew.
 - ``backdoor`` at 3 of 10 seed 0 on Dirichlet 0.5: no stage rejects a backdoor row (tp 0, ASR 0.852); the guard
   ends at 0.928 (rounds 8-11: 0.919) against its own clean run's 0.936 (0.930), while the median ends at 0.942
   (0.929), above its own clean 0.936 (median ASR 0.472). Not lifted: the 1.1 points the guard loses are the
@@ -423,6 +425,9 @@ Commands (``--guards semantic:duplicate_credit=False`` is the guard as at 40683d
       done
       for a in adaptive alie:z=search sign_flip:scale=10 null_space; do
         python docs/scripts/adaptive_cells.py --attack $a --partition $p --fractions 3 4 --seeds 0 --guards semantic
+      done
+      for a in adaptive alie:z=search; do
+        python docs/scripts/adaptive_cells.py --attack $a --partition $p --fractions 3 4 --seeds 1 2 --guards semantic
       done
     done
 
@@ -461,20 +466,26 @@ the guard is now at or above the median in every Dirichlet 0.5 seed-cell of this
 Dirichlet 0.1 at 4 of 10, ``min_max`` seed 0 is unchanged (0.536, median 0.564; rounds 8-11 0.553 against the
 median's 0.463) and seed 3 moves 0.622 → 0.586 (median 0.625; rounds 8-11 0.560 → 0.562, median 0.597): there every
 attack row is rejected with the change or without it, and the final round falls on either side of a swing of several
-points; ``min_sum`` at 4 of 10 seed 0 on 0.1 is a sixth such cell (0.536 against 0.558, unchanged; the guard's cells
-under ``min_sum``, ``min_max`` and ``alie`` agree to the digit: all three are rejected whole from round 1 on). (2)
-The mean over each partition's 30 seed-cells (seeds 0-2): Dirichlet 0.5 0.8813 → 0.8939 (+1.3 points; worst cell
-−0.7, ``ipm:epsilon=0.1`` at 3 of 10 seed 0), Dirichlet 0.1 0.5590 → 0.5707 (+1.2; worst −2.0, ``min_max`` at 4 of
-10 seed 2; −3.6 on seed 3). (3) Honest rows rejected: 43 → 0 over the 36 seed-cells of ``min_sum``, ``alie`` and
-``ipm:epsilon=0.1`` (all by the verdict stage, for direction against the poorer centre); under ``mimic`` 597 → 582
-over its 12 seed-cells, most of them by the collusion stage (point 5). (4) Unchanged, bit for bit, where no group
-forms: seed 0 of ``adaptive``, ``alie:z=search``, ``sign_flip:scale=10``, ``null_space`` at 3 and 4 of 10, clean
-seeds 0-2, both partitions (as in the tables above; clean: 0 honest rows rejected). (5) Not fixed, seen on the way:
-under ``mimic`` the collusion stage rejects honest senders (with the change, ``colluding`` 25-72 honest rows a
-seed-cell on Dirichlet 0.5, 19-66 on 0.1; which senders and why was not probed: ``mimic`` replays one honest row of
-the previous round from every attacker, so a guess is that the mimicked sender's residual history points where the
-attackers' do); the guard stays above the median there, but the collusion stage's "no honest row rejected" holds
-only for the attacks it was measured on.
+points (on seed 3 with the change the centre of the 6 honest rows, at f̂' = 1, still falls to cosine 0.85 and 0.68
+with their mean in rounds 10 and 11, where the direction weights sum to 5.26 and 5.38 of 6: ``python
+docs/scripts/centre_probe.py --attack min_max --partition dirichlet:0.1 --f 4 --seed 3``); ``min_sum`` at 4 of 10
+seed 0 on 0.1 is a sixth such cell (0.536 against 0.558, unchanged; the guard's cells under ``min_sum``, ``min_max``
+and ``alie`` agree to the digit: all three are rejected whole from round 1 on). (2) The mean over each partition's
+30 seed-cells (seeds 0-2): Dirichlet 0.5 0.8813 → 0.8939 (+1.3 points; worst cell −0.7, ``ipm:epsilon=0.1`` at 3 of
+10 seed 0), Dirichlet 0.1 0.5590 → 0.5707 (+1.2; worst −2.0, ``min_max`` at 4 of 10 seed 2; −3.6 on seed 3). (3)
+Honest rows rejected: 43 → 0 over the 36 seed-cells of ``min_sum``, ``alie`` and ``ipm:epsilon=0.1`` (all by the
+verdict stage, for direction against the poorer centre); under ``mimic`` 597 → 582 over its 12 seed-cells, most of
+them by the collusion stage (point 5). (4) Unchanged, bit for bit, where no group forms: seeds 0-2 of ``adaptive``
+and ``alie:z=search`` and seed 0 of ``sign_flip:scale=10`` and ``null_space`` at 3 and 4 of 10, clean seeds 0-2,
+both partitions (as in the tables above; clean: 0 honest rows rejected). (5) Not fixed, seen on the way: under
+``mimic`` the collusion stage rejects honest senders (with the change, ``colluding`` 25-72 honest rows a seed-cell
+on Dirichlet 0.5, 19-66 on 0.1; ``python docs/scripts/collusion_probe.py --attack mimic --f 4 --seed 1``, one shared
+model, 60 of 360 honest verdicts rejected: for receiver peer00 two honest senders, peer03 and peer05, reach
+second-best history cosines of 0.36-0.80 with the others, the larger of the two at 0.56-0.80 in rounds 2-11 against
+τ = 0.6, and the attackers 0.55-0.96; why was not probed further: ``mimic`` copies the previous round's most
+atypical honest row, so a guess is that the copied senders' histories point where the attackers' do); the guard
+stays above the median there, but the collusion stage's "no honest row rejected" holds only for the attacks it was
+measured on.
 """
 
 from __future__ import annotations
