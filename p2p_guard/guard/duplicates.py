@@ -26,7 +26,9 @@ copies of 10 took the guard to 65.6 % (clean 93.6 %), the copies' cosine with th
 Counting one vector several times also pulls the robust centre, so this stage runs *before* it: the centre, the
 median norm and the aggregate see each group not at all. All members are rejected, not all but one: no copy can
 be told apart from another, and keeping one would let a copier keep a place that an honest sender of the same
-(stale) row then loses.
+(stale) row then loses. What a group says is kept for the centre: at most one of its g rows can be honest, so
+the semantic guard counts g − 1 of them against f̂ when it trims the rows left (:attr:`Duplicates.copies`; stage 2
+of :mod:`~p2p_guard.guard.semantic`, with its measurement).
 
 What it does not do: an attacker who adds noise of the honest spread to its copies escapes this stage; its rows
 then look like independent rows, and meet the other stages (the centered clipping caps each accepted row's pull).
@@ -39,12 +41,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
 from p2p_guard.guard.linalg import pairwise_distances, scalar_median
 
-__all__ = ["DUPLICATE", "DUPLICATE_RATIO", "MIN_DIMENSION", "duplicate_rows", "typical_distance"]
+__all__ = ["DUPLICATE", "DUPLICATE_RATIO", "MIN_DIMENSION", "Duplicates", "duplicate_rows", "find_duplicates",
+           "typical_distance"]
 
 DUPLICATE = "duplicate"
 """Reason recorded in the verdict of a row rejected by this stage."""
@@ -60,9 +64,32 @@ concentrating near their median, which needs dimension (helper-18 measured, amon
 thousands of parameters)."""
 
 
-def duplicate_rows(
+@dataclass(frozen=True)
+class Duplicates:
+    """What the duplicate stage found.
+
+    Attributes:
+        rejected: row index → detail for each rejected row (every member of a group but the own row).
+        groups: the groups of two or more rows, each sorted, own row included where it is a member.
+    """
+
+    rejected: dict[int, str]
+    groups: tuple[tuple[int, ...], ...]
+
+    @property
+    def copies(self) -> int:
+        """The rows the groups hold beyond one each: k = Σ_g (|g| − 1).
+
+        At most one row of a group can be honest (honest rows never come that close, the module's premise), so
+        at least k of the rows found are Byzantine: :class:`~p2p_guard.guard.semantic.SemanticGuard` counts
+        them against f̂ for the robust centre of the rows that are left (its ``duplicate_credit``).
+        """
+        return sum(len(group) - 1 for group in self.groups)
+
+
+def find_duplicates(
     updates: torch.Tensor, senders: Sequence[str], own_index: int | None, *, ratio: float = DUPLICATE_RATIO
-) -> dict[int, str]:
+) -> Duplicates:
     """Find every row that sits within ``ratio`` × the median pairwise distance of another (the module's rule).
 
     Args:
@@ -73,8 +100,8 @@ def duplicate_rows(
             have fewer than :data:`MIN_DIMENSION` coordinates).
 
     Returns:
-        Row index → detail (the other senders of the group and the distances) for each rejected row; rows in
-        no group are absent. Fewer than 2 rows: empty.
+        The rejected rows (row index → detail: the other senders of the group and the distances; rows in no
+        group are absent) and the groups. Fewer than 2 rows: none.
 
     Raises:
         ValueError: when ``senders`` does not have one entry per row (a local bug).
@@ -83,7 +110,7 @@ def duplicate_rows(
     if len(senders) != n:
         raise ValueError(f"senders must have {n} entries, got {len(senders)}")
     if n < 2:
-        return {}
+        return Duplicates(rejected={}, groups=())
     dist = pairwise_distances(updates)
     median = typical_distance(dist)
     # m is inf when the differences overflowed the rows' dtype (float16 rows past ±32752): no scale, only
@@ -99,7 +126,14 @@ def duplicate_rows(
                     f"within {ratio:g} x the typical distance {median:.4g} of {others}: one vector from "
                     "several senders (honest rows never come that close)"
                 )
-    return rejected
+    return Duplicates(rejected=rejected, groups=tuple(tuple(group) for group in groups))
+
+
+def duplicate_rows(
+    updates: torch.Tensor, senders: Sequence[str], own_index: int | None, *, ratio: float = DUPLICATE_RATIO
+) -> dict[int, str]:
+    """The rejected rows of :func:`find_duplicates` (same arguments, same errors)."""
+    return find_duplicates(updates, senders, own_index, ratio=ratio).rejected
 
 
 def typical_distance(dist: torch.Tensor) -> float:

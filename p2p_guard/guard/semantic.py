@@ -13,7 +13,26 @@ a constructor flag so that its worth can be measured:
    row norm (the full benchmark's ablation of 2026-11-30 measured nothing for it);
 2. robust centre (:mod:`~p2p_guard.guard.centre`): NNM + coordinate-wise trimmed mean at f̂ = ⌊(n − 1)/2⌋
    (:func:`~p2p_guard.guard.base.breakdown_f`) unless an expert sets f: correct for every f < n/2, where
-   the former f̂ = ⌊n/4⌋ let mixing blend attacker rows into every honest row once f > f̂;
+   the former f̂ = ⌊n/4⌋ let mixing blend attacker rows into every honest row once f > f̂. The copies the
+   duplicate stage found count against f̂ (``duplicate_credit``, on): a group of g rows holds at most one honest
+   row, so the centre of the rows left is at f̂' = min(f̂ − k, ⌊(|U| − 1)/2⌋), k = Σ (g − 1), where it was at
+   min(f̂, ⌊(|U| − 1)/2⌋). Why: with 4 copies of 10 rejected (``min_max`` at 4 of 10, Dirichlet 0.5, seed 0) the
+   6 rows left are honest, and NNM + trimmed mean at f̂' = 2 of 6 (each row mixed with its 3 nearest, then the
+   middle 2 values of each coordinate) gave receiver peer00 a centre whose cosine with their mean fell from
+   0.96 to 0.26-0.72 in rounds 4-11, so honest rows fell below cosine 0 with it and the direction weights
+   (stage 4c) summed to 5.04-5.72 of 6 in rounds 5-11; at f̂' = 1 (the credit: one group of 4, k = 3) the same
+   rows give 0.93-0.99 in every round (``python docs/scripts/centre_probe.py --attack min_max --f 4 --guard
+   semantic:duplicate_credit=False``; with the credit the guard's centre is at 0.95-0.99 and W = 6 in rounds
+   1-11). Measured on digits (10 peers, 12 rounds,
+   ``docs/scripts/adaptive_cells.py``'s docstring, "Copies count against f̂"): ``min_max`` at 4 of 10 seed 0
+   86.4 % → 90.6 % (median 87.8 %), the one Dirichlet 0.5 cell of the rule-1 list it lifts; over the 60
+   seed-cells of the attacks the stage groups (``min_max``, ``min_sum``, ``alie``, ``ipm:epsilon=0.1``,
+   ``mimic`` at 3 and 4 of 10, seeds 0-2, Dirichlet 0.5 and 0.1) the mean moves +1.3 points on Dirichlet 0.5
+   (88.1 → 89.4 %, no cell lower by more than 0.7) and +1.2 on 0.1 (55.9 → 57.1 %, at worst −2.0; −3.6 on
+   ``min_max`` at 4 of 10 seed 3), and the honest rows the verdict stage rejected in the 36 seed-cells of
+   ``min_sum``, ``alie`` and ``ipm:epsilon=0.1`` fall from 43 to 0; cells where no group forms are unchanged
+   bit for bit (clean, ``adaptive``, ``alie:z=search``, ``sign_flip``, ``null_space``, ``backdoor``, and
+   ``ipm:epsilon=100``, whose rows the verdict stage rejects for their norm);
 3. verdict (:mod:`~p2p_guard.guard.verdict`): reject a row whose raw norm exceeds c_reject × the median norm
    or whose cosine with the centre is below cos_min; the receiver's own row is never rejected;
 3b. support check (:func:`~p2p_guard.guard.verdict.support_outliers`, on when ``ctx.own_reference`` is given):
@@ -116,7 +135,7 @@ from p2p_guard.guard.base import (
 from p2p_guard.guard.baselines.centered_clipping import centered_clip
 from p2p_guard.guard.centre import robust_centre
 from p2p_guard.guard.collusion import CollusionCheck
-from p2p_guard.guard.duplicates import DUPLICATE, DUPLICATE_RATIO, duplicate_rows
+from p2p_guard.guard.duplicates import DUPLICATE, DUPLICATE_RATIO, find_duplicates
 from p2p_guard.guard.linalg import cosines_to, row_norms, scalar_median
 from p2p_guard.guard.loss_score import LOSS_WORSE, loss_rejections, score_rows
 from p2p_guard.guard.magnitude import clip_rows
@@ -178,7 +197,7 @@ class SemanticGuard:
 
     x̃_i = x_i · min(1, c_clip · m / ‖x_i‖₂),                 m = median_{j∈U} ‖x_j‖₂ (magnitude stage, off)
     U   = {i : i = o  or  no j ≠ i has ‖x_i − x_j‖₂ ≤ ρ · t}     t the typical distance (duplicate stage)
-    c   = TM_f̂'(NNM_f̂'(x̃_i : i ∈ U)),  f̂' = min(f̂, ⌊(|U| − 1)/2⌋)
+    c   = TM_f̂'(NNM_f̂'(x̃_i : i ∈ U)),  f̂' = min(max(0, f̂ − k), ⌊(|U| − 1)/2⌋),  k = Σ_groups (|group| − 1)
     A   = {i : i = o  or  (i ∈ U  and  ‖x_i‖₂ ≤ c_reject · m  and  cos(x_i, c) ≥ cos_min  and  s_i ≥ cos_min
                             and  (x_i dense  or  ‖x_i‖₂ ≤ c_sparse · m)  and  ℓ_i ≤ ℓ_0 + c_loss · g)}
     w_i = clamp((cos(x_i, c) − cos_min) / (cos_full − cos_min), 0, 1),  w_o = 1,  W = Σ_{i∈A} w_i
@@ -194,6 +213,9 @@ class SemanticGuard:
         - f̂ = ``f``, else ``ctx.f`` (an expert override), else :func:`~p2p_guard.guard.base.breakdown_f`
           = ⌊(n − 1)/2⌋: never the true f, which no peer knows;
         - NNM and TM are nearest-neighbour mixing and the coordinate-wise trimmed mean;
+        - k counts the rows of the duplicate stage's groups beyond one each (Byzantine for certain: no two honest
+          rows come that close; :attr:`~p2p_guard.guard.duplicates.Duplicates.copies`), 0 with
+          ``duplicate_credit`` off or the duplicate stage off;
         - ℓ_i, ℓ_0 and g = max(ℓ_0 − ℓ_o, ε) are the receiver's private losses after row i's step, without a
           step, and its own gain (:mod:`~p2p_guard.guard.loss_score`; only when ``ctx.loss_at`` is given);
         - s_i = ⟨x_i, r⟩ / (‖x_i‖₂ ‖r ⊙ 1[x_i ≠ 0]‖₂), r = ``ctx.own_reference`` (the receiver's own dense Δ_i),
@@ -240,6 +262,9 @@ class SemanticGuard:
             ``breakdown_f(n)``.
         duplicates: run the duplicate stage (default on).
         duplicate_ratio: ρ of the duplicate stage, ``>= 0`` (0: only bit-identical rows are copies).
+        duplicate_credit: count the copies the duplicate stage found (k above) against f̂ for the robust centre
+            (default on; off: the centre of the rows left is at min(f̂, ⌊(|U| − 1)/2⌋), as before stage 2's
+            credit, module docstring).
         magnitude: run the magnitude stage (default off: rows enter the centre and the aggregate unclipped).
         mixing: apply NNM before the trimmed mean of the centre stage.
         verdict: run the verdict stage (off: every row passes it).
@@ -299,6 +324,7 @@ class SemanticGuard:
     f: int | None = None
     duplicates: bool = True
     duplicate_ratio: float = DUPLICATE_RATIO
+    duplicate_credit: bool = True
     magnitude: bool = False
     mixing: bool = True
     verdict: bool = True
@@ -331,8 +357,8 @@ class SemanticGuard:
         """Check the fields (ValueError naming the field and its value); build the collusion stage's state."""
         if self.f is not None:
             check_int("f", self.f, minimum=0)
-        flags = ("duplicates", "magnitude", "mixing", "verdict", "support_check", "direction_weights",
-                 "clip_remaining", "loss_check", "anchoring", "collusion")
+        flags = ("duplicates", "duplicate_credit", "magnitude", "mixing", "verdict", "support_check",
+                 "direction_weights", "clip_remaining", "loss_check", "anchoring", "collusion")
         for flag in flags:
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
@@ -397,9 +423,12 @@ class SemanticGuard:
         own = ctx.own_index
         norms = row_norms(updates)
         rejected: dict[int, tuple[str, str]] = {}
+        copies = 0  # rows the duplicate stage found Byzantine for certain (at least), counted against f̂ for the centre
         if self.duplicates:
-            found = duplicate_rows(updates, ctx.senders, own, ratio=self.duplicate_ratio)
-            rejected.update({i: (DUPLICATE, detail) for i, detail in found.items()})
+            groups = find_duplicates(updates, ctx.senders, own, ratio=self.duplicate_ratio)
+            rejected.update({i: (DUPLICATE, detail) for i, detail in groups.rejected.items()})
+            if self.duplicate_credit:
+                copies = groups.copies
         unique = [i for i in range(len(updates)) if i not in rejected]  # the rows no other sender also sent
         median_norm = scalar_median(norms[unique] if unique else norms)
         clipped = clip_rows(updates, norms, self.c_clip * median_norm) if self.magnitude else updates
@@ -408,7 +437,7 @@ class SemanticGuard:
         else:
             centre = robust_centre(
                 clipped if len(unique) == len(updates) else clipped[unique],
-                min(f, breakdown_f(len(unique))),
+                min(max(0, f - copies), breakdown_f(len(unique))),
                 mixing=self.mixing,
             )
         cosines = cosines_to(updates, centre, norms)

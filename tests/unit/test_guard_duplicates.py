@@ -8,8 +8,9 @@ import torch
 from p2p_guard.attacks.base import AttackContext
 from p2p_guard.attacks.whitebox import COPY_JITTER, jitter_copy
 from p2p_guard.guard.base import AggregationContext
-from p2p_guard.guard.duplicates import DUPLICATE, duplicate_rows, typical_distance
-from p2p_guard.guard.linalg import pairwise_distances
+from p2p_guard.guard.centre import robust_centre
+from p2p_guard.guard.duplicates import DUPLICATE, duplicate_rows, find_duplicates, typical_distance
+from p2p_guard.guard.linalg import cosines_to, pairwise_distances, row_norms
 from p2p_guard.guard.semantic import SemanticGuard
 
 SENDERS = tuple(f"p{i}" for i in range(8))
@@ -52,6 +53,23 @@ class TestDuplicateRows:
         rows[6] = rows[7]
         assert sorted(duplicate_rows(rows, SENDERS, None, ratio=0.0)) == [6, 7]
 
+    def test_copies_are_the_rows_of_each_group_beyond_one(self) -> None:
+        rows = honest(8)
+        rows[5] = rows[6] = rows[7] = rows[4].neg() * 3  # a group of three
+        rows[2] = rows[1]  # and a pair
+        found = find_duplicates(rows, SENDERS, None)
+        assert found.groups == ((1, 2), (5, 6, 7))
+        assert sorted(found.rejected) == [1, 2, 5, 6, 7]
+        assert found.copies == 3  # at most one row of a group is honest: 2 + 1 Byzantine for certain
+        assert find_duplicates(honest(8), SENDERS, None).copies == 0
+
+    def test_a_group_around_the_own_row_counts_every_other_member(self) -> None:
+        rows = honest(8)
+        rows[3] = rows[6] = rows[0]
+        found = find_duplicates(rows, SENDERS, 0)
+        assert sorted(found.rejected) == [3, 6]
+        assert found.copies == 2
+
     def test_typical_distance(self) -> None:
         dist = pairwise_distances(torch.tensor([[0.0], [1.0], [2.0], [100.0]]))
         # each row's median distance to the 3 others: 2, 1, 2, 99 -> their median (2 + 2) / 2
@@ -81,6 +99,31 @@ class TestInSemanticGuard:
         assert all(v.reason != DUPLICATE for v in off)
         with pytest.raises(ValueError, match="duplicate_ratio"):
             SemanticGuard(duplicate_ratio=-1.0)
+
+    @pytest.mark.parametrize(("copies", "with_credit", "without"), [(4, 1, 2), (3, 2, 3)])
+    def test_copies_count_against_f_hat_for_the_centre(self, copies: int, with_credit: int, without: int) -> None:
+        # 10 rows, the last ones copies of one vector: f-hat = 4; a group of g holds g - 1 Byzantine rows for
+        # certain, so the centre of the 10 - g rows left is at min(4 - (g - 1), breakdown_f(10 - g)), where
+        # without the credit it is at min(4, breakdown_f(10 - g))
+        senders = tuple(f"p{i}" for i in range(10))
+        rows = torch.cat([honest(10 - copies, seed=4), torch.full((copies, 500), 0.5)])
+        ctx = AggregationContext(senders=senders, round=0, generator=torch.Generator())
+        unique = rows[: 10 - copies]
+
+        def cosines(f: int) -> list[float]:
+            return cosines_to(unique, robust_centre(unique, f), row_norms(unique)).tolist()
+
+        gap = max(abs(a - b) for a, b in zip(cosines(with_credit), cosines(without), strict=True))
+        assert gap > 0.01  # the two centres differ: the test can fail
+        for credit, f in ((True, with_credit), (False, without)):
+            guard = SemanticGuard() if credit else SemanticGuard(duplicate_credit=False)  # on by default
+            verdicts = guard.judge(rows, ctx).verdicts
+            assert [v.reason for v in verdicts] == [None] * (10 - copies) + [DUPLICATE] * copies
+            assert [v.cosine for v in verdicts[: 10 - copies]] == pytest.approx(cosines(f), abs=1e-6)
+
+    def test_credit_switch_must_be_a_bool(self) -> None:
+        with pytest.raises(ValueError, match="duplicate_credit"):
+            SemanticGuard(duplicate_credit=1)  # type: ignore[arg-type]
 
     def test_every_row_a_copy_without_an_own_row_applies_nothing(self) -> None:
         rows = torch.ones(4, 10)
