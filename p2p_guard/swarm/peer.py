@@ -1460,6 +1460,7 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
         if metrics is not None:
             metrics.close()
         events.close()
+        start_identity.release()
 
 
 async def _leave(peer: Peer, *, publish: bool = True) -> None:
