@@ -8,7 +8,15 @@ import torch
 
 from p2p_guard.attacks.base import AttackContext
 
-__all__ = ["attacked_update"]
+__all__ = ["AttackFailed", "attacked_update"]
+
+
+class AttackFailed(RuntimeError):
+    """A user's update attack (``--attack MODULE:CLASS``) raised, or returned something other than a ``(d,)`` tensor.
+
+    The peer stops with this one line (``swarm.peer.run_peer``) instead of a traceback from deep in its guard or
+    codec. Built-in attacks are not wrapped: their failures are bugs of p2p_guard and keep their traceback.
+    """
 
 
 def attacked_update(
@@ -29,6 +37,10 @@ def attacked_update(
 
     Returns:
         ``(d,)`` float32 update to commit.
+
+    Raises:
+        AttackFailed: a user's update attack (a class outside p2p_guard) raised, or returned anything but a
+            floating-point tensor of ``honest_delta``'s shape.
     """
     kind = getattr(attack, "kind", None)
     if kind == "data":
@@ -37,4 +49,16 @@ def attacked_update(
     if kind != "update":
         return honest_delta
     known = torch.stack([honest_delta, *known_previous])
-    return attack(known, ctx).to(torch.float32)  # type: ignore[operator,no-any-return]
+    name = type(attack).__name__
+    if type(attack).__module__.split(".")[0] == "p2p_guard":
+        return attack(known, ctx).to(torch.float32)  # type: ignore[operator,no-any-return]
+    try:
+        update = attack(known, ctx)  # type: ignore[operator]
+    except Exception as e:
+        raise AttackFailed(f"attack {name}.__call__ raised {type(e).__name__}: {e}") from e
+    if not isinstance(update, torch.Tensor) or not update.is_floating_point() or update.shape != honest_delta.shape:
+        got = (f"a {update.dtype} tensor of shape {tuple(update.shape)}" if isinstance(update, torch.Tensor)
+               else f"a {type(update).__name__}")
+        raise AttackFailed(f"attack {name}.__call__ returned {got}; an update attack returns a floating-point "
+                           f"tensor of the model's shape ({honest_delta.numel()},), like known[0]")
+    return update.to(torch.float32)

@@ -246,7 +246,8 @@ def lock_identity(path: str | Path, *, flag: str = "--identity") -> contextlib.A
     commit could equivocate); a second bootstrap node would share the first's PeerID, and a peer given the
     bootstrap's key said only that it could not reach its --initial-peers. The lock is the
     kernel's: it goes with the process, even after ``kill -9``, and ``p2pd`` does not inherit it. A key file that
-    does not exist yet is not locked (the peer creates it once its DHT is up). Peers on other machines are not
+    does not exist yet is not locked here: the peer (``StartIdentity.keep``) and the bootstrap node
+    (``run_bootstrap``) lock it once they have created it. Peers on other machines are not
     seen; they are caught at their first commit, as before.
 
     Args:
@@ -259,23 +260,18 @@ def lock_identity(path: str | Path, *, flag: str = "--identity") -> contextlib.A
     Raises:
         ValueError: another process on this machine holds the lock.
     """
-    import fcntl
+    from p2p_guard.identity.keys import lock_key_file
 
     try:
-        handle = open(path, "rb")  # noqa: SIM115 - returned, closed by the caller's ``with``
+        handle = lock_key_file(path)
     except FileNotFoundError:
         return contextlib.nullcontext()
-    except OSError as e:
-        raise ValueError(f"{flag} {path}: cannot be opened ({e.strerror})") from None
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        handle.close()
         raise ValueError(f"{flag} {path}: another peer or bootstrap node on this machine is running with this "
                          "identity; stop it first, or give this one its own --identity") from None
-    except OSError:
-        pass  # a filesystem without flock (some network mounts): no lock, as before
-    return handle
+    except OSError as e:
+        raise ValueError(f"{flag} {path}: cannot be opened ({e.strerror})") from None
+    return contextlib.nullcontext() if handle is None else handle  # None: a filesystem without flock, no lock
 
 
 _MOUNTS = Path("/proc/self/mounts")

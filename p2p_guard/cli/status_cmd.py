@@ -211,9 +211,39 @@ def run(args: argparse.Namespace) -> int:
 
     reaper = start_reaper()  # our p2pd never outlives us, even after SIGKILL (as for peers and bootstrap nodes)
     try:
-        return asyncio.run(_main(config, started=started))
+        return _run_bounded(_main(config, started=started))
     finally:
         stop_reaper_if_clean(reaper)
+
+
+CLEANUP_S = 5.0
+"""How long the tasks still running when :func:`_main` returns get to end once cancelled, in seconds."""
+
+
+def _run_bounded(main: Any) -> int:
+    """``asyncio.run(main)``, except that the tasks left running get :data:`CLEANUP_S` to end once cancelled.
+
+    ``asyncio.run`` waits for every leftover task without a limit: Ctrl+C while ``status`` was joining the DHT on a
+    loaded machine left a hivemind task that never ended, and the command hung (its ``p2pd`` already gone) until a
+    second Ctrl+C.
+    """
+    loop = asyncio.new_event_loop()
+    try:
+        asyncio.set_event_loop(loop)
+        return int(loop.run_until_complete(main))
+    finally:
+        try:
+            pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.wait(pending, timeout=CLEANUP_S))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            with contextlib.suppress(asyncio.TimeoutError):
+                loop.run_until_complete(asyncio.wait_for(loop.shutdown_default_executor(), CLEANUP_S))
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
 
 
 async def _main(config: StatusConfig, *, started: float | None = None) -> int:

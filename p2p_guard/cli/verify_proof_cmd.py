@@ -66,6 +66,9 @@ def run(args: argparse.Namespace) -> int:
     except OSError as error:
         print_error("verify-proof", f"cannot read {path}: {error.strerror or error}")
         return EXIT_UNREADABLE
+    if len(data) > limit:  # only limit + 1 bytes were read: the file's size is not known, only that it is more
+        print(f"INVALID proof {path}: oversize: proof is more than {limit} bytes (the limit)")  # noqa: T201
+        return EXIT_INVALID
     result = verify_proof(data)
     if isinstance(result, Rejected):
         print(f"INVALID proof {path}: {result.reason.value}: {result.detail}")  # noqa: T201 - CLI output

@@ -29,6 +29,7 @@ import os
 import secrets
 import stat
 from pathlib import Path
+from typing import IO
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -401,6 +402,39 @@ def _parse_private_key_protobuf(data: bytes) -> tuple[int, bytes]:
     if not isinstance(key_type, int) or not isinstance(key_data, bytes):
         raise ValueError("missing key_type (field 1) or data (field 2)")
     return key_type, key_data
+
+
+def lock_key_file(path: str | Path) -> IO[bytes] | None:
+    """Take this machine's advisory lock (``flock(2)``) on an existing key file; return the handle that holds it.
+
+    The lock lasts until the handle is closed or the process ends (even by ``kill -9``); ``p2pd`` does not
+    inherit it. Peers and the bootstrap node hold it for their life, so that a second process on the same key is
+    refused at start (``cli.preflight.lock_identity``), also when the first created the key on its first start.
+
+    Args:
+        path: the key file.
+
+    Returns:
+        The open file that holds the lock (close it to release), or None on a filesystem without ``flock``
+        (some network mounts): no lock there.
+
+    Raises:
+        FileNotFoundError: no such file.
+        BlockingIOError: another process holds the lock.
+        OSError: the file cannot be opened.
+    """
+    import fcntl
+
+    handle = open(path, "rb")  # noqa: SIM115 - returned: the caller closes it
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise
+    except OSError:
+        handle.close()
+        return None
+    return handle
 
 
 def _create_exclusive(path: Path, content: bytes) -> bool:

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from p2p_guard.identity import Identity
+from p2p_guard.identity.keys import lock_key_file
 from p2p_guard.swarm.dht import NetworkOptions, start_dht
 from p2p_guard.swarm.reaper import start_reaper, stop_reaper_if_clean
 
@@ -56,7 +57,15 @@ def run_bootstrap(*, identity_path: str, host: str, port: int, announce_host: st
         ValueError, OSError, TimeoutError, hivemind.p2p.P2PDaemonError: the node could not start
             (see :func:`p2p_guard.swarm.dht.start_dht`).
     """
+    created = not Path(identity_path).exists()
     identity = Identity.load_or_create(identity_path)
+    # A key created here is locked for the node's life, as `p2p-guard bootstrap` locks an existing one at start:
+    # a second node or a peer on it is refused at start.
+    try:
+        lock = lock_key_file(identity_path) if created else None
+    except BlockingIOError:
+        raise ValueError(f"--identity {identity_path}: another peer or bootstrap node on this machine is running "
+                         "with this identity; stop it first, or give this one its own --identity") from None
     reaper = start_reaper()
     try:
         network = NetworkOptions(use_relay=use_relay, reachability=reachability)
@@ -65,6 +74,9 @@ def run_bootstrap(*, identity_path: str, host: str, port: int, announce_host: st
     except BaseException:
         stop_reaper_if_clean(reaper)
         raise
+    finally:
+        if lock is not None:
+            lock.close()
     stop_reaper_if_clean(reaper)
     return 0
 

@@ -40,7 +40,7 @@ from hivemind.utils import get_dht_time as hivemind_time
 from tqdm import tqdm
 
 from p2p_guard.attacks import load_attack
-from p2p_guard.attacks.apply import attacked_update
+from p2p_guard.attacks.apply import AttackFailed, attacked_update
 from p2p_guard.attacks.base import AttackContext
 from p2p_guard.attacks.wire import CommitDraft, WireBehaviour, seal, wire_behaviour
 from p2p_guard.guard import build_guard
@@ -1463,6 +1463,7 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
         if metrics is not None:
             metrics.close()
         events.close()
+        start_identity.release()
 
 
 async def _leave(peer: Peer, *, publish: bool = True) -> None:
@@ -2289,7 +2290,8 @@ async def _run_with_signals(config: PeerConfig, progress: bool) -> int:
         loop.add_signal_handler(sig, _request_stop, stop, sig)
     try:
         completed = await _main(config, progress, stop)
-    except (TimeoutError, ValueError, OSError, P2PDaemonError, EarlierSessionCommit, ModelMismatch) as e:
+    except (TimeoutError, ValueError, OSError, P2PDaemonError, EarlierSessionCommit, ModelMismatch,
+            AttackFailed) as e:
         logger.error("peer stopped: %s", e)
         return 1
     except TaskFailed as e:  # a user's task method raised: one line, its traceback at DEBUG

@@ -129,6 +129,11 @@ def stop_reaper(proc: subprocess.Popen[bytes] | None, *, timeout_s: float = 5.0)
     """
     if proc is None or proc.poll() is not None:
         return
+    deadline = time.monotonic() + timeout_s
+    # SIGUSR1 before the watchdog's handler is in place (its interpreter still starting: a loaded machine, or a
+    # node that stops within a second) killed it by the signal's default action (status -SIGUSR1, not 0)
+    while not _catches(proc.pid, signal.SIGUSR1) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
     try:
         proc.send_signal(signal.SIGUSR1)
         proc.wait(timeout=timeout_s)
@@ -138,6 +143,21 @@ def stop_reaper(proc: subprocess.Popen[bytes] | None, *, timeout_s: float = 5.0)
         proc.wait(timeout=timeout_s)
     except ProcessLookupError:
         proc.wait(timeout=timeout_s)
+
+
+def _catches(pid: int, sig: int) -> bool:
+    """Whether process ``pid`` has a handler for ``sig`` (the ``SigCgt`` mask of ``/proc/PID/status``).
+
+    True where ``/proc`` cannot tell (another system, the process gone): the caller then signals at once.
+    """
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return True
 
 
 @dataclass

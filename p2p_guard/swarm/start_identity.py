@@ -14,9 +14,13 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import IO
 
 from p2p_guard.identity import Identity
-from p2p_guard.identity.keys import _create_exclusive  # the key module's atomic 0600 create (not re-implemented)
+from p2p_guard.identity.keys import (
+    _create_exclusive,  # the key module's atomic 0600 create (not re-implemented)
+    lock_key_file,
+)
 
 __all__ = ["StartIdentity"]
 
@@ -40,6 +44,7 @@ class StartIdentity:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._scratch: Path | None = None
+        self._lock: IO[bytes] | None = None
         if self.path.exists():
             self.identity = Identity.load(self.path)
             self.key_path = self.path
@@ -65,6 +70,9 @@ class StartIdentity:
     def keep(self) -> Identity:
         """Start-up got through: write a fresh key to :attr:`path` (mode 0600, atomically); return the identity.
 
+        The new file is locked (``identity.keys.lock_key_file``) until :meth:`release`: a second peer started on it
+        meanwhile is refused at start, as on a key that existed when this one started.
+
         A no-op for a key loaded from its file, or a second time.
 
         Raises:
@@ -80,6 +88,17 @@ class StartIdentity:
             raise ValueError(f"--identity {self.path}: another process created this file while this peer started "
                              f"with a new key ({self.identity.peer_id_b58}); start one peer per identity file")
         self.identity.path = self.path
+        try:  # held for the peer's life, like the lock `p2p-guard peer` takes on an existing key at start
+            self._lock = lock_key_file(self.path)
+        except BlockingIOError:
+            raise ValueError(f"--identity {self.path}: another peer or bootstrap node on this machine took this new "
+                             "identity file while this peer started; start one peer per identity file") from None
         logger.info("created a new identity at %s (PeerID %s); keep this file: it is this peer's identity",
                     self.path, self.identity.peer_id_b58)
         return self.identity
+
+    def release(self) -> None:
+        """Release the lock :meth:`keep` took on a fresh key file (the peer stops); idempotent."""
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None

@@ -174,3 +174,69 @@ def test_the_bootstrap_command_creates_no_identity_in_a_missing_directory_but_it
     monkeypatch.chdir(tmp_path)  # the default, bootstrap/identity.key, gets its folder
     assert main(["bootstrap", "--host", "127.0.0.1", "--port", "0"]) == 0
     assert started == [bootstrap_cmd.BootstrapConfig.identity]
+
+
+def test_a_key_created_on_first_start_is_locked_until_released(tmp_path: Path) -> None:
+    """README: a second peer on a running peer's key is refused at start (exit 2). A peer whose key was created on
+    its first start (the README's own volunteer flow) held no lock: a second `p2p-guard peer --identity` on it
+    started, and the first stopped at its next commit as 'another session of this identity' (helper-57)."""
+    from p2p_guard.cli.preflight import lock_identity
+
+    path = tmp_path / "peer_identity.key"
+    starting = StartIdentity(path)
+    starting.keep()
+    with pytest.raises(ValueError, match="another peer or bootstrap node on this machine is running"):
+        lock_identity(path)
+    starting.release()
+    starting.release()  # idempotent
+    with lock_identity(path):
+        pass
+
+
+def test_the_peer_releases_the_lock_on_its_new_key_when_it_stops(tmp_path: Path, seen: dict[str, Any],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from p2p_guard.cli.preflight import lock_identity
+
+    held: list[bool] = []
+
+    async def up(*, identity_path: str, **kwargs: Any) -> Any:
+        return _FakeDHT()
+
+    def metrics_seen_while_running(*args: Any) -> None:
+        with pytest.raises(ValueError, match="another peer or bootstrap node"):
+            lock_identity(config.identity)
+        held.append(True)
+        raise _Reached
+
+    monkeypatch.setattr(peer_module, "start_dht", up)
+    monkeypatch.setattr(peer_module, "start_metrics", metrics_seen_while_running)
+    config = _config(tmp_path)
+    with pytest.raises(_Reached):
+        _run_main(config)
+    assert held == [True]
+    with lock_identity(config.identity):  # the peer stopped: released
+        pass
+
+
+def test_a_bootstrap_node_locks_the_key_it_created(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`p2p-guard bootstrap` locked only a key that existed at start; one created on its first start (README step 1)
+    was free, so a second bootstrap node, or a peer, on it started (helper-57)."""
+    from p2p_guard.cli.preflight import lock_identity
+    from p2p_guard.swarm import bootstrap as bootstrap_module
+
+    path = tmp_path / "identity.key"
+    held: list[bool] = []
+
+    def serve(coroutine: Any) -> None:
+        coroutine.close()
+        with pytest.raises(ValueError, match="another peer or bootstrap node"):
+            lock_identity(path)
+        held.append(True)
+
+    monkeypatch.setattr(bootstrap_module.asyncio, "run", serve)
+    monkeypatch.setattr(bootstrap_module, "start_reaper", lambda: None)
+    monkeypatch.setattr(bootstrap_module, "stop_reaper_if_clean", lambda reaper: None)
+    assert bootstrap_module.run_bootstrap(identity_path=str(path), host="127.0.0.1", port=0) == 0
+    assert held == [True]
+    with lock_identity(path):  # released when the node stops
+        pass

@@ -347,3 +347,31 @@ def test_silence_stdout_points_a_broken_pipe_at_devnull(monkeypatch: pytest.Monk
     silence_stdout()
     print("table", file=out, flush=True)
     out.close()
+
+
+@pytest.mark.timeout(120)
+def test_status_ends_when_a_task_left_behind_ignores_its_cancellation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl+C on `p2p-guard status --initial-peers ... --run-id r2 --watch 2` 1.5 s after its start (joining the DHT,
+    loaded machine) hung for good: asyncio.run waited in its final cancellation for a task that never ended
+    (helper-57). The command now gives leftover tasks a bounded time once cancelled."""
+    from p2p_guard.cli import main as cli_main
+    from p2p_guard.cli import status_cmd
+    from p2p_guard.swarm import reaper
+
+    async def stubborn() -> None:
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                continue  # a task that does not end when cancelled (what the hung status waited for)
+
+    async def interrupted_main(config: object, **_: object) -> int:
+        asyncio.get_running_loop().create_task(stubborn())
+        await asyncio.sleep(0)
+        return 130
+
+    monkeypatch.setattr(status_cmd, "_main", interrupted_main)
+    monkeypatch.setattr(status_cmd, "CLEANUP_S", 0.2, raising=False)  # without the bound: asyncio.run hangs
+    monkeypatch.setattr(reaper, "start_reaper", lambda: None)
+    maddr = "/ip4/127.0.0.1/tcp/1/p2p/" + Identity.from_seed(b"\x07" * 32).peer_id_b58
+    assert cli_main.main(["status", "--initial-peers", maddr, "--run-id", "r2"]) == 130
