@@ -395,6 +395,7 @@ import time
 
 import torch
 
+import p2p_guard.bench.cell as cell
 from p2p_guard.bench.cell import CellSpec, run_cell
 
 
@@ -407,8 +408,15 @@ def main() -> None:
     parser.add_argument("--attack", default="adaptive", help="attack spec at f > 0 (alie:z=search: the second table)")
     parser.add_argument("--partition", default="dirichlet:0.5", help="how the data is split (as bench robustness)")
     parser.add_argument("--rounds", type=int, default=12, help="outer rounds per cell")
+    parser.add_argument("--every-receiver", action="store_true",
+                        help="run the guard for every receiver from round 0, as a swarm's peers do (slower)")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.every_receiver:
+        # the cell runs the guard for two receivers while their results agree (shared θ), so a guard with state
+        # per receiver (collusion histories, direction records) starts it for the others only when the cell
+        # switches to one call per receiver; declaring every pair of results different switches at round 0
+        cell._same_result = lambda first, second: False  # noqa: SLF001
     for seed in args.seeds:
         for guard in args.guards:
             for f in args.fractions:
