@@ -69,15 +69,15 @@ a constructor flag so that its worth can be measured:
    rejected (at most 9 of 1080 a seed). Clean over 40 rounds (Dirichlet 0.5) the benchmark's cell shows no gain
    (0.926 0.975 0.936 → 0.916 0.975 0.931) because it runs the guard for two receivers only while their results
    agree (shared θ, :mod:`p2p_guard.bench.cell`), so the other receivers' records start when the cell switches to
-   one call per receiver: with every receiver judged from round 0, as in a swarm, seeds 0 and 2 end at 0.925 0.936
-   → 0.954 0.944 (the plain mean 0.956 0.956). Its cost at 12 rounds: the mean over the attack cells of issue 9
-   (3 and 4 of 10, seeds 0-2) moves −0.15 points on Dirichlet 0.5 (48 seed-cells) and −0.42 on Dirichlet 0.1 (18;
-   the ramp off: −3.30), the largest losses on Dirichlet 0.5 seed 0 at 3 of 10 (``sign_flip`` ×1 0.908 → 0.886,
-   ``null_space`` 0.907 → 0.856), where the ramp had been damping two honest senders' dips, not the attackers'
-   rows, and it is below the median in no cell where the ramp alone is not. cos_record 0 spared the honest
-   senders of clean Dirichlet 0.1 seed 3 whose rows drift steadily against the centre from round 5 (their means
-   fall from 0.32 to 0.01 by round 10) and 27 of its 1080 honest rows were then rejected, as with the ramp off;
-   0.1 rejects 9 there (0.2: 18). A white-box attacker that first builds a record (rows along the centre for T
+   one call per receiver: with every receiver judged from round 0, as in a swarm, seeds 0 1 2 end at 0.925 0.929
+   0.936 → 0.954 0.947 0.944 (the plain mean 0.956 0.972 0.956). Its cost at 12 rounds: the mean over the attack
+   cells of issue 9 (3 and 4 of 10, seeds 0-2) moves −0.15 points on Dirichlet 0.5 (48 seed-cells) and −0.42 on
+   Dirichlet 0.1 (18; the ramp off: −3.30), the largest losses on Dirichlet 0.5 seed 0 at 3 of 10 (``sign_flip``
+   ×1 0.908 → 0.886, ``null_space`` 0.907 → 0.856), where the ramp had been damping two honest senders' dips, not
+   the attackers' rows, and it is below the median in no cell where the ramp alone is not. cos_record 0 spared the
+   honest senders of clean Dirichlet 0.1 seed 3 whose rows drift steadily against the centre from round 5 (their
+   means fall from 0.32 to 0.01 by round 10) and 27 of its 1080 honest rows were then rejected, as with the ramp
+   off; 0.1 rejects 9 there (0.2: 18). A white-box attacker that first builds a record (rows along the centre for T
    rounds) then gets its rows at cosines −0.3 .. 0 in whole, as with the ramp off, until its mean falls below
    cos_record; the ``adaptive`` attack does not try it (it aims at cosine ``cos_full``, where every row weighs 1);
 5. aggregate: the (weighted) mean of the accepted rows when the verdict rejected f̂ rows or more; otherwise one step of
