@@ -134,7 +134,8 @@ def direction_weights(
 class DirectionRecord:
     """Each sender's mean cosine with the robust centre over the rounds a receiver has judged it, bounded in memory.
 
-    m_{r,s} = (1/T) Σ_t cos_t(x_s, c),  over the T rounds receiver r judged sender s (this round included)
+    m_{r,s} = Σ_t γ^{a_t} cos_t(x_s, c) / Σ_t γ^{a_t},  over the rounds receiver r judged sender s (this one
+    included), a_t the number of such rounds after t (γ = 1: the plain mean)
 
     One term per round: a second call for the same pair in the same round replaces that round's term (so a
     receiver judged twice in one round counts it once); a call for a round older than the pair's latest is
@@ -142,19 +143,23 @@ class DirectionRecord:
     pair is forgotten.
 
     Args:
+        decay: γ in (0, 1] (1: every judged round counts alike).
         max_entries: most (receiver, sender) pairs kept, ``>= 1``.
 
     Raises:
-        ValueError: on ``max_entries`` out of range.
+        ValueError: on ``decay`` or ``max_entries`` out of range.
     """
 
-    def __init__(self, *, max_entries: int = 4096) -> None:
-        """Check the bound and start empty."""
+    def __init__(self, *, decay: float = 1.0, max_entries: int = 4096) -> None:
+        """Check the parameters and start empty."""
         if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
             raise ValueError(f"max_entries must be an int >= 1, got {max_entries!r}")
+        if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0.0 < decay <= 1.0:
+            raise ValueError(f"decay must be in (0, 1], got {decay!r}")
+        self.decay = float(decay)
         self.max_entries = max_entries
-        # (receiver, sender) -> (round, sum before that round, terms before it, that round's cosine)
-        self._entries: OrderedDict[tuple[str, str], tuple[int, float, int, float]] = OrderedDict()
+        # (receiver, sender) -> (round, Σ γ^a c and Σ γ^a of the earlier terms, that round's cosine)
+        self._entries: OrderedDict[tuple[str, str], tuple[int, float, float, float]] = OrderedDict()
 
     def __len__(self) -> int:
         """Number of (receiver, sender) pairs held."""
@@ -169,11 +174,11 @@ class DirectionRecord:
         key = (receiver, sender)
         entry = self._entries.get(key)
         if entry is None:
-            entry = (round_, 0.0, 0, math.nan)
+            entry = (round_, 0.0, 0.0, math.nan)
         last, total, terms, latest = entry
-        if round_ > last:  # a new round: the latest round's term joins the sum
+        if round_ > last:  # a new round: the latest round's term joins the earlier ones, all one round older
             if not math.isnan(latest):
-                total, terms = total + latest, terms + 1
+                total, terms = self.decay * (total + latest), self.decay * (terms + 1)
             entry = (round_, total, terms, math.nan)
         if round_ >= last:
             entry = (entry[0], entry[1], entry[2], float(cosine))

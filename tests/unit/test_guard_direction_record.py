@@ -123,3 +123,18 @@ def test_no_record_without_an_own_row() -> None:
     w = direction_weights(cos, None, cos_min=guard.cos_min, cos_full=guard.cos_full)
     assert float(w[6]) < 1.0  # the ramp, as without the record: there is no receiver to key it on
     assert torch.allclose(result.aggregate, (w.float()[:, None] * second).sum(dim=0) / float(w.sum()), atol=1e-6)
+
+
+def test_a_decayed_record() -> None:
+    record = DirectionRecord(decay=0.5)
+    assert record.add("r", "s", 0, 1.0) == pytest.approx(1.0)
+    assert record.add("r", "s", 1, 0.0) == pytest.approx(0.5 / 1.5)  # (0.5·1 + 0) / (0.5 + 1)
+    assert record.add("r", "s", 2, 0.0) == pytest.approx(0.25 / 1.75)  # (0.25·1 + 0.5·0 + 0) / (0.25 + 0.5 + 1)
+    assert record.add("r", "s", 2, 1.0) == pytest.approx(1.25 / 1.75)  # a second call replaces round 2's term
+    assert DirectionRecord().add("r", "s", 0, 0.3) == pytest.approx(0.3)
+    with pytest.raises(ValueError, match="decay"):
+        DirectionRecord(decay=0.0)
+    with pytest.raises(ValueError, match="record_decay"):
+        SemanticGuard(record_decay=1.5)
+    assert SemanticGuard(record_decay=0.8)._record is not None
+    assert SemanticGuard(record_decay=0.8)._record.decay == 0.8  # type: ignore[union-attr]
