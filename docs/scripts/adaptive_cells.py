@@ -486,6 +486,137 @@ second-best history cosines of 0.36-0.80 with the others, the larger of the two 
 atypical honest row, so a guess is that the copied senders' histories point where the attackers' do); the guard
 stays above the median there, but the collusion stage's "no honest row rejected" holds only for the attacks it was
 measured on.
+
+The direction record (issue 9 rule 1 over 40 rounds; default since 2026-12-07). The rule left above, made
+observable: a receiver keeps per sender the mean of its cosines with the centre over the rounds it has judged it
+(``guard.verdict.DirectionRecord``), and a sender whose mean is at least ``cos_record`` is spared the ramp (its row
+weighs 1). Sign-flipped rows point against the centre from round 0 (records −0.15 to −0.42 at every round of
+``sign_flip`` ×1 at 3 of 10, Dirichlet 0.5, seed 0), so they keep the ramp; an honest sender's late dips below 0
+follow many rounds along the centre (records 0.13-0.41 through round 26 of the clean 40-round cell, seed 0).
+Measured 2026-12-07 on 40683dc plus this change: "before" = ``semantic:direction_record=False`` (the guard as at
+40683dc; its figures are the tables above), ``cos_record=0`` = ``semantic:direction_record=True,cos_record=0``,
+"record" = ``semantic`` (``direction_record=True,cos_record=0.1``). Commands (G one of those)::
+
+    python docs/scripts/adaptive_cells.py --rounds 40 --fractions 3 --seeds 0 1 2 --guards $G      # adaptive
+    python docs/scripts/adaptive_cells.py --rounds 40 --fractions 0 --seeds 0 1 2 --guards $G
+    python docs/scripts/adaptive_cells.py --rounds 40 --fractions 0 --seeds 0 1 2 --every-receiver --guards $G
+    python docs/scripts/adaptive_cells.py --partition dirichlet:0.1 --fractions 0 --seeds 0 1 2 3 4 --guards $G
+    for a in sign_flip:scale=1 null_space adaptive; do
+      python docs/scripts/adaptive_cells.py --attack $a --partition dirichlet:0.1 --fractions 3 4 --seeds 0 1 2 \
+          --guards $G
+    done
+    for a in sign_flip:scale=1 null_space adaptive min_max sign_flip:scale=10 alie:z=search ipm:epsilon=100 \
+             backdoor; do
+      python docs/scripts/adaptive_cells.py --attack $a --fractions 3 4 --seeds 0 1 2 --guards $G
+    done
+    python docs/scripts/adaptive_cells.py --fractions 0 --seeds 0 1 2 --guards $G
+
+What ran: record, every line (Dirichlet 0.1 seed 3 in a call of its own, also with ``cos_record=0.2``);
+``cos_record=0``, the first two lines and the clean and 3-of-10 ``sign_flip`` ×1 and ``null_space`` cells of
+Dirichlet 0.1; before, the ``--every-receiver`` line only (the rest is in the tables above: no change to the guard,
+the bench or the attacks since they were measured, and ``adaptive`` at 3 of 10 over 40 rounds, seed 0, ran again
+at 40683dc as ``semantic``: 0.8738, as in the table).
+
+40 rounds, Dirichlet 0.5 (final accuracy seeds 0 1 2 (mean), the mean of the last 4 rounds, honest rows rejected
+per seed of 3600 a clean cell)::
+
+    | attack | f | guard | final, seeds 0 1 2 (mean) | last 4 rounds | fp |
+    |---|---:|---|---|---|---|
+    | adaptive | 3 | before | 0.874 0.876 0.868 (0.872) | 0.878 0.875 0.896 | 0 0 0 |
+    | adaptive | 3 | ``cos_record=0`` | 0.936 0.875 0.967 (0.926) | | 0 6 6 |
+    | adaptive | 3 | record | 0.936 0.881 0.964 (0.927) | 0.940 0.878 0.956 | 0 0 6 |
+    | adaptive | 3 | ``median`` | 0.914 0.839 0.869 (0.874) | 0.898 0.837 0.890 | 0 0 0 |
+    | none | 0 | before | 0.926 0.975 0.936 (0.946) | 0.926 0.974 0.937 | 0 9 0 |
+    | none | 0 | ``cos_record=0`` | 0.933 0.972 0.921 (0.942) | | 9 27 18 |
+    | none | 0 | record | 0.916 0.975 0.931 (0.941) | 0.926 0.974 0.937 | 9 9 0 |
+    | none | 0 | before, --every-receiver | 0.925 0.929 0.936 (0.930) | 0.924 0.933 0.937 | 0 9 0 |
+    | none | 0 | record, --every-receiver | 0.954 0.947 0.944 (0.948) | 0.953 0.948 0.946 | 9 18 0 |
+
+Under ``adaptive`` at 3 of 10 the record is above the median on every seed (rule 1 met; every attacker row is
+rejected from round 2 on either way, tp 798 of 840). Clean, the benchmark's cell shows no gain because of how it
+runs the guard: for two receivers while their results agree (shared θ), so the other receivers' records start
+only when it switches to one call per receiver (round 27 on seed 0 with ``cos_record=0``), and their honest senders
+that dip below 0 then have no record and get the ramp. With every receiver judged from round 0, as in a swarm,
+the record ends at 0.954 0.947 0.944 where before ends at 0.925 0.929 0.936 (the plain mean, in the shared cell:
+0.956 0.972 0.956; judging every receiver changes the trajectories, so seed 1 is lower for both).
+
+12 rounds, final accuracy seeds 0 1 2 (mean), fpN as above (``cos_record=0`` gave the same cells as the record on
+Dirichlet 0.1 under ``sign_flip`` ×1 and ``null_space`` at 3 of 10; before and median: the tables above)::
+
+    | attack | f | Dirichlet 0.5, record | Dirichlet 0.1, record |
+    |---|---:|---|---|
+    | none | 0 | 0.936 0.936 0.917 (0.930) | 0.811 0.728 0.742 (0.760); seeds 3 4: 0.817 fp9, 0.672 |
+    | sign_flip ×1 | 3 | 0.886 0.858 0.861 (0.869) | 0.531 0.719 0.622 (0.624) |
+    | sign_flip ×1 | 4 | 0.776 0.800 0.828 (0.801) fp65 | 0.442 0.450 0.297 (0.396) fp5 |
+    | sign_flip ×10 | 3 | 0.939 0.858 0.933 (0.910) fp6 | |
+    | sign_flip ×10 | 4 | 0.903 0.850 0.939 (0.897) | |
+    | null_space | 3 | 0.856 0.858 0.886 (0.867) | 0.506 0.678 0.625 (0.603) |
+    | null_space | 4 | 0.838 0.800 0.822 (0.820) fp50 | 0.469 0.450 0.336 (0.419) fp5 |
+    | alie z=search | 3 | 0.933 0.850 0.931 (0.905) | |
+    | alie z=search | 4 | 0.906 0.842 0.933 (0.894) | |
+    | adaptive | 3 | 0.939 0.858 0.933 (0.910) | 0.581 0.700 0.661 (0.647) |
+    | adaptive | 4 | 0.908 0.847 0.939 (0.898) | 0.492 0.572 0.386 (0.483) |
+    | ipm ε=100 | 3 | 0.939 0.858 0.933 (0.910) | |
+    | ipm ε=100 | 4 | 0.903 0.850 0.939 (0.897) | |
+    | min_max | 3 | 0.928 0.850 0.928 (0.902) fp12 | |
+    | min_max | 4 | 0.870 0.847 0.922 (0.880) fp10 | |
+    | backdoor | 3 | 0.933 0.931 0.911 (0.925) fp6 | |
+    | backdoor | 4 | 0.931 0.931 0.908 (0.923) | |
+
+Backdoor ASR (record): 3 of 10 0.830 0.861 0.923, 4 of 10 0.954 1.000 0.994 (before 0.852 0.867 0.923 and 0.948
+0.999 0.994). The decision rule of "Should the ramp go": (1) median: the record is below the median in no
+seed-cell where before is not (its two such cells are before's: ``min_max`` at 4 of 10 seed 0, 0.870 against
+0.878, before 0.864; ``backdoor`` at 3 of 10 seed 0, 0.933 against 0.942, before 0.928). (2) mean over the 12-round
+attack cells: Dirichlet 0.5 (48 seed-cells) 0.8895 → 0.8880 (−0.15 points), Dirichlet 0.1 (18) 0.5329 → 0.5287
+(−0.42; the ramp off: −3.30), all 66 0.7923 → 0.7900 (−0.23). The cells that move are the ones the ramp was chosen
+on, and only on seed 0 of Dirichlet 0.5 at 3 of 10 (``sign_flip`` ×1 0.908 → 0.886, ``null_space`` 0.907 → 0.856):
+there the attackers keep the ramp (their records −0.15 to −0.42), and what the record changes is two honest
+senders (peer00, peer04) whose rows dipped to −0.07 .. −0.28 in rounds 5, 8 and 11 and now weigh 1, as with the
+ramp off (0.875, 0.878); on Dirichlet 0.1, ``sign_flip`` ×1 at 4 of 10 seed 1 0.563 → 0.450 and seed 2 0.256 →
+0.297. Under ``sign_flip`` ×1 and ``null_space`` at 4 of 10 on Dirichlet 0.5 it rejects more honest rows (65
+and 50 over three seeds, before 25 and 25, the ramp off 50 and 50). (3) clean false positives: 0 on every
+12-round clean cell but Dirichlet 0.1 seed 3 (9 of 1080, 0.8 %; ``cos_record=0``: 27, 2.5 %, as the ramp off;
+``semantic:cos_record=0.2``: 18); over 40 rounds 9 / 9 / 0 of 3600. (4) 40 rounds: ``adaptive`` at 3 of 10
+met on every seed; clean as before in the benchmark's cell, better with every receiver judged from round 0.
+Not done: the white-box attack does not build a record first (module docstring of ``p2p_guard.guard.semantic``,
+stage 4c); ``cos_record`` was tried at 0, 0.1 and 0.2 only (0.2 on Dirichlet 0.1 seed 3 only).
+
+The record's known gap, measured with ``sleeper`` (honest for k rounds, then ``sign_flip`` ×1: it builds a record
+and then spends it), 12 rounds, 3 of 10, final accuracy seeds 0 1 2 (mean); decay 0.8 =
+``semantic:record_decay=0.8`` (each earlier judged round weighs 0.8 times the next)::
+
+    for p in dirichlet:0.1 dirichlet:0.5; do for a in sleeper:k=6 sleeper; do
+      python docs/scripts/adaptive_cells.py --attack $a --partition $p --fractions 3 --seeds 0 1 2 \
+          --guards semantic semantic:direction_record=False median      # then semantic:record_decay=0.8
+    done; done
+    python docs/scripts/adaptive_cells.py --rounds 40 --fractions 3 --seeds 0 2 --guards semantic:record_decay=0.8
+
+    | partition | attack | guard | seeds 0 1 2 (mean) | fp |
+    |---|---|---|---|---:|
+    | Dirichlet 0.1 | sleeper k=3 | record | 0.550 0.664 0.631 (0.615) | 0 |
+    | Dirichlet 0.1 | sleeper k=3 | before | 0.596 0.713 0.642 (0.650) | 0 |
+    | Dirichlet 0.1 | sleeper k=3 | decay 0.8 | 0.550 0.567 0.605 (0.574) | 0 |
+    | Dirichlet 0.1 | sleeper k=3 | median | 0.428 0.467 0.425 (0.440) | 0 |
+    | Dirichlet 0.1 | sleeper k=6 | record | 0.548 0.731 0.650 (0.643) | 6 |
+    | Dirichlet 0.1 | sleeper k=6 | before | 0.662 0.589 0.770 (0.674) | 6 |
+    | Dirichlet 0.1 | sleeper k=6 | decay 0.8 | 0.614 0.728 0.653 (0.665) | 12 |
+    | Dirichlet 0.1 | sleeper k=6 | median | 0.408 0.472 0.383 (0.421) | 0 |
+    | Dirichlet 0.5 | sleeper k=3 | record | 0.883 0.861 0.856 (0.867) | 12 |
+    | Dirichlet 0.5 | sleeper k=3 | before | 0.879 0.858 0.861 (0.866) | 12 |
+    | Dirichlet 0.5 | sleeper k=3 | decay 0.8 | 0.881 0.861 0.831 (0.858) | 18 |
+    | Dirichlet 0.5 | sleeper k=3 | median | 0.817 0.839 0.847 (0.834) | 0 |
+    | Dirichlet 0.5 | sleeper k=6 | record | 0.856 0.844 0.861 (0.854) | 0 |
+    | Dirichlet 0.5 | sleeper k=6 | before | 0.916 0.850 0.869 (0.879) | 0 |
+    | Dirichlet 0.5 | sleeper k=6 | decay 0.8 | 0.856 0.847 0.867 (0.857) | 0 |
+    | Dirichlet 0.5 | sleeper k=6 | median | 0.828 0.844 0.903 (0.858) | 0 |
+
+The record costs 2.5-3.5 points under ``sleeper`` in three of the four cells (means; lower on every seed with k = 3
+on Dirichlet 0.1 and with k = 6 on Dirichlet 0.5, mixed with k = 6 on Dirichlet 0.1, level with k = 3 on 0.5),
+stays far above the median on Dirichlet 0.1, and on Dirichlet 0.5 with k = 6 is at the median on seed 1 (0.844)
+and below it on seed 2 (0.861 against 0.903), where the ramp alone is below it too (0.869). The
+decay does not mend it (k = 3 on Dirichlet 0.1 loses 4 more points) and over 40 rounds under ``adaptive`` at 3 of
+10 it ends below the median on seed 0 (0.879, last 4 rounds 0.880; median 0.914; seed 2 0.964), so the default
+keeps the plain mean (decay 1).
 """
 
 from __future__ import annotations
@@ -496,6 +627,7 @@ import time
 
 import torch
 
+import p2p_guard.bench.cell as cell
 from p2p_guard.bench.cell import CellSpec, run_cell
 
 
@@ -508,8 +640,15 @@ def main() -> None:
     parser.add_argument("--attack", default="adaptive", help="attack spec at f > 0 (alie:z=search: the second table)")
     parser.add_argument("--partition", default="dirichlet:0.5", help="how the data is split (as bench robustness)")
     parser.add_argument("--rounds", type=int, default=12, help="outer rounds per cell")
+    parser.add_argument("--every-receiver", action="store_true",
+                        help="run the guard for every receiver from round 0, as a swarm's peers do (slower)")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.every_receiver:
+        # the cell runs the guard for two receivers while their results agree (shared θ), so a guard with state
+        # per receiver (collusion histories, direction records) starts it for the others only when the cell
+        # switches to one call per receiver; declaring every pair of results different switches at round 0
+        cell._same_result = lambda first, second: False  # noqa: SLF001
     for seed in args.seeds:
         for guard in args.guards:
             for f in args.fractions:

@@ -42,6 +42,7 @@ gives it away. c_sparse = 1.3 took the flips rejected from 203 / 173 of 240 to 2
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -49,7 +50,15 @@ import torch
 from p2p_guard.guard.base import Verdict
 from p2p_guard.guard.linalg import support_cosines
 
-__all__ = ["OUTLIER", "SPARSE_MAX", "direction_weights", "make_verdicts", "outlier_rows", "support_outliers"]
+__all__ = [
+    "OUTLIER",
+    "SPARSE_MAX",
+    "DirectionRecord",
+    "direction_weights",
+    "make_verdicts",
+    "outlier_rows",
+    "support_outliers",
+]
 
 OUTLIER = "outlier"
 """Reason given to a row rejected by a statistical test (verdict stage, Multi-Krum)."""
@@ -120,6 +129,67 @@ def direction_weights(
     if float(w.sum()) <= 0:
         return torch.ones_like(w)
     return w
+
+
+class DirectionRecord:
+    """Each sender's mean cosine with the robust centre over the rounds a receiver has judged it, bounded in memory.
+
+    m_{r,s} = Σ_t γ^{a_t} cos_t(x_s, c) / Σ_t γ^{a_t},  over the rounds receiver r judged sender s (this one
+    included), a_t the number of such rounds after t (γ = 1: the plain mean)
+
+    One term per round: a second call for the same pair in the same round replaces that round's term (so a
+    receiver judged twice in one round counts it once); a call for a round older than the pair's latest is
+    ignored. A NaN cosine (a non-finite row) adds no term. Past ``max_entries`` pairs the least recently updated
+    pair is forgotten.
+
+    Args:
+        decay: γ in (0, 1] (1: every judged round counts alike).
+        max_entries: most (receiver, sender) pairs kept, ``>= 1``.
+
+    Raises:
+        ValueError: on ``decay`` or ``max_entries`` out of range.
+    """
+
+    def __init__(self, *, decay: float = 1.0, max_entries: int = 4096) -> None:
+        """Check the parameters and start empty."""
+        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
+            raise ValueError(f"max_entries must be an int >= 1, got {max_entries!r}")
+        if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0.0 < decay <= 1.0:
+            raise ValueError(f"decay must be in (0, 1], got {decay!r}")
+        self.decay = float(decay)
+        self.max_entries = max_entries
+        # (receiver, sender) -> (round, Σ γ^a c and Σ γ^a of the earlier terms, that round's cosine)
+        self._entries: OrderedDict[tuple[str, str], tuple[int, float, float, float]] = OrderedDict()
+
+    def __len__(self) -> int:
+        """Number of (receiver, sender) pairs held."""
+        return len(self._entries)
+
+    def add(self, receiver: str, sender: str, round_: int, cosine: float) -> float:
+        """Record this round's cosine of ``sender`` as judged by ``receiver``; return the mean to date.
+
+        Returns:
+            m_{r,s} after this round (NaN when the pair has no finite term yet).
+        """
+        key = (receiver, sender)
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = (round_, 0.0, 0.0, math.nan)
+        last, total, terms, latest = entry
+        if round_ > last:  # a new round: the latest round's term joins the earlier ones, all one round older
+            if not math.isnan(latest):
+                total, terms = self.decay * (total + latest), self.decay * (terms + 1)
+            entry = (round_, total, terms, math.nan)
+        if round_ >= last:
+            entry = (entry[0], entry[1], entry[2], float(cosine))
+        self._entries[key] = entry
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+        _, total, terms, latest = entry
+        if not math.isnan(latest):
+            total, terms = total + latest, terms + 1
+        return total / terms if terms else math.nan
 
 
 SPARSE_MAX = 0.25
