@@ -20,8 +20,10 @@ the same round. For every sender s ≠ o that we have judged at least once:
 
 where
     - r is the round; J_r(s) ∈ {0, 1} says whether we judged s in round r. A rejection for a circumstantial
-      reason (late, timed out, stale: ``protocol.reasons.CIRCUMSTANTIAL_REASONS``) is not a judgement: the
-      caller leaves such senders out (``protocol.votes.evidence_map``);
+      reason (late, timed out, stale: ``protocol.reasons.CIRCUMSTANTIAL_REASONS``) is not a judgement, nor is
+      one that other senders can cause by copying s (``duplicate``, ``colluding``:
+      ``protocol.reasons.COPYABLE_REASONS``; under ``mimic`` the copied honest peer is rejected with its
+      copies): the caller leaves such senders out (``protocol.votes.evidence_map``);
     - an *edge row* (``suspect``) is one we accepted although it lay at the edge of what the guard lets
       through: longer than ``c_edge`` (2) times the round's median norm (:func:`edge_rows`), the radius at
       which the guard's magnitude stage would clip it. Honest rows of non-IID peers stay near the median

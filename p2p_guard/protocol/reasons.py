@@ -65,6 +65,22 @@ malicious, so the reputation counts none of them against its sender, in our own 
 (``swarm.standing``, ``protocol.votes.Votes.as_map``): such a sender is treated as not judged that round.
 Withholding peers are handled where it hurts, in the fetch (``swarm.suspects``, the unreachable give-up)."""
 
+COPYABLE_REASONS = frozenset(("duplicate", "colluding"))
+"""Guard rejections that other senders can cause by copying the sender's update: not evidence against it.
+
+``duplicate`` (``guard.duplicates.DUPLICATE``) rejects every row within a small distance of another sender's
+row, the original with its copies; ``colluding`` (``guard.collusion.COLLUDING``) rejects a sender whose history
+of residuals aligns with two others', which it does when two senders keep copying it (``mimic``). Byzantine
+peers that copy an honest peer thereby get its rows rejected; were these rejections strikes, they could get it
+excluded (issue 9, rule 5: an honest peer is never excluded because Byzantine peers act against it). The rows
+stay rejected (out of the aggregate); the reputation treats their senders as not judged that round, like the
+circumstantial reasons. A copying attacker is therefore never excluded for its copies: it has to be caught by
+some other evidence (a norm, direction or loss rejection, an edge row), or its copies are all it does."""
+
+NOT_EVIDENCE_REASONS = CIRCUMSTANTIAL_REASONS | COPYABLE_REASONS
+"""Rejection reasons the reputation never counts against a sender, in our own verdicts and in others' votes
+(``protocol.votes.judged_map``): :data:`CIRCUMSTANTIAL_REASONS` and :data:`COPYABLE_REASONS`."""
+
 
 @dataclass(frozen=True)
 class Accepted:

@@ -35,7 +35,7 @@ import msgpack
 
 from p2p_guard.identity import PEER_ID_BYTES, PEER_ID_PREFIX, Identity, peer_id_to_b58
 from p2p_guard.protocol.envelope import PROTOCOL_VERSION
-from p2p_guard.protocol.reasons import CIRCUMSTANTIAL_REASONS, Rejected, RejectReason
+from p2p_guard.protocol.reasons import NOT_EVIDENCE_REASONS, Rejected, RejectReason
 from p2p_guard.protocol.records import RECORD_SIGNING_CONTEXT, open_signed_record
 
 __all__ = [
@@ -112,19 +112,22 @@ class Votes:
     def as_map(self) -> dict[str, bool]:
         """``{sender PeerID b58: accepted}``, the shape :meth:`Reputation.update` takes per voter.
 
-        Rejections for a circumstantial reason (``reasons.CIRCUMSTANTIAL_REASONS``: late, timed out, stale...) are
-        left out: they are not evidence about the sender's update, so the voter counts as not having judged it.
+        Rejections for a reason in ``reasons.NOT_EVIDENCE_REASONS`` (circumstantial: late, timed out, stale...;
+        copyable: ``duplicate``, ``colluding``) are left out: they are not evidence against the sender's update, so
+        the voter counts as not having judged it.
         """
         return evidence_map(self.verdicts)
 
 
 def judged_map(verdicts: Iterable[VoteVerdict]) -> dict[str, bool]:
-    """``{sender PeerID b58: accepted}`` of ``verdicts``, without rejections for a circumstantial reason.
+    """``{sender PeerID b58: accepted}`` of ``verdicts``, without rejections that are no evidence against the sender.
 
     A rejection whose reason is in ``reasons.CIRCUMSTANTIAL_REASONS`` (late, timed out, stale, unreachable...)
-    says nothing about the sender's update, so the sender counts as not judged (``guard.reputation``).
+    says nothing about the sender's update; one in ``reasons.COPYABLE_REASONS`` (``duplicate``, ``colluding``)
+    other senders can cause by copying it. Either way the sender counts as not judged (``guard.reputation``);
+    the row itself stays rejected.
     """
-    return {v.sender_b58: v.accepted for v in verdicts if v.accepted or v.reason not in CIRCUMSTANTIAL_REASONS}
+    return {v.sender_b58: v.accepted for v in verdicts if v.accepted or v.reason not in NOT_EVIDENCE_REASONS}
 
 
 def evidence_map(verdicts: Iterable[VoteVerdict]) -> dict[str, bool]:
@@ -134,7 +137,7 @@ def evidence_map(verdicts: Iterable[VoteVerdict]) -> dict[str, bool]:
     the guard lets through (longer than twice the round's median norm).
     """
     return {v.sender_b58: v.accepted and v.reason != EDGE_REASON
-            for v in verdicts if v.accepted or v.reason not in CIRCUMSTANTIAL_REASONS}
+            for v in verdicts if v.accepted or v.reason not in NOT_EVIDENCE_REASONS}
 
 
 def sign_votes(run_id: str, round_: int, verdicts: Iterable[VoteVerdict], identity: Identity) -> bytes:

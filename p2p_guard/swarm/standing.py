@@ -89,7 +89,7 @@ class VoteBook:
                          {v.sender for v in verdicts if v.accepted and v.sender != self.me})
         votes = [dataclasses.replace(v, reason=EDGE_REASON) if v.accepted and v.sender_b58 in edge else v
                  for v in vote_verdicts(verdicts, me=self.me)]
-        # Only the last round is ever folded; a circumstantial rejection (late, timed out...) is no evidence.
+        # Only the last round is ever folded; a circumstantial or copyable rejection (late, duplicate) is no evidence.
         self._own = {round_: (judged_map(votes), edge)}
         if self.smear is not None:
             votes = self.smear(votes)

@@ -122,6 +122,34 @@ def test_late_timed_out_or_stale_honest_peers_are_never_excluded() -> None:
     assert book.reputation.standing(slow.peer_id_b58) is None  # never judged: no evidence either way
 
 
+def test_rejections_others_can_cause_by_copying_are_no_evidence_against_the_copied_peer() -> None:
+    """``mimic``: two attackers copy an honest peer, so the guard rejects it as ``duplicate`` or ``colluding``.
+
+    Those rows stay rejected, but neither our own verdicts nor the voters' count them: with one sporadic outlier
+    rejection among them, the copied peer is struck once (its score below 1/2 for one round) and never excluded,
+    where counting them struck it every round and excluded it at round 3 (as the attacker is). The attacker rejected for its
+    content is excluded as before.
+    """
+    me, voter, copied, attacker = _ids(4)
+    dht = MemoryDHT()
+    book = VoteBook(dht, RUN, me)  # type: ignore[arg-type]
+    other = VoteBook(dht, RUN, voter)  # type: ignore[arg-type]
+    reasons = ["duplicate", "colluding", "outlier", "colluding", "duplicate", "colluding"]
+    for r, reason in enumerate(reasons):
+        verdicts = [SenderVerdict(voter.peer_id_b58, 0, True, "accepted"),
+                    SenderVerdict(copied.peer_id_b58, 0, False, reason),
+                    SenderVerdict(attacker.peer_id_b58, 0, False, "outlier")]
+        asyncio.run(other.publish(r, verdicts))
+        asyncio.run(book.publish(r, verdicts))
+        update = asyncio.run(book.fold(r))
+        assert update is not None
+        assert (copied.peer_id_b58 in update.standings) == (reason == "outlier")  # judged only for its content
+    assert book.excluded == frozenset({attacker.peer_id_b58})
+    standing = book.reputation.standing(copied.peer_id_b58)
+    assert standing is not None
+    assert (standing.score, standing.own_strikes, standing.own_rejections, standing.below_streak) == (0.25, 1, 1, 1)
+
+
 def _judged(sender: str, accepted: bool, norm: float) -> SenderVerdict:
     return SenderVerdict.judged(sender, 0, accepted, None if accepted else "outlier", "", norm, 0.5, 1.0, 0)
 

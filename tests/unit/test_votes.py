@@ -294,6 +294,27 @@ def test_as_map_leaves_out_circumstantial_rejections() -> None:
     assert votes.as_map() == {DAVE.peer_id_b58: True, MALLORY.peer_id_b58: False}
 
 
+def test_copyable_rejections_are_no_evidence_in_ballots_nor_in_our_own_verdicts() -> None:
+    """``duplicate`` and ``colluding`` rejections (others can cause them by copying the sender) are left out."""
+    verdicts = [VoteVerdict(BOB.peer_id, False, "duplicate"), VoteVerdict(CAROL.peer_id, False, "colluding"),
+                VoteVerdict(DAVE.peer_id, True, "accepted"), VoteVerdict(MALLORY.peer_id, False, "outlier")]
+    expected = {DAVE.peer_id_b58: True, MALLORY.peer_id_b58: False}
+    assert evidence_map(verdicts) == expected
+    assert judged_map(verdicts) == expected
+    votes = open_votes(sign_votes(RUN, 3, verdicts, ALICE), run_id=RUN, round_=3)
+    assert isinstance(votes, Votes)
+    assert votes.as_map() == expected
+
+
+def test_copyable_reasons_are_the_guard_stages_reasons() -> None:
+    from p2p_guard.guard.collusion import COLLUDING
+    from p2p_guard.guard.duplicates import DUPLICATE
+    from p2p_guard.protocol.reasons import CIRCUMSTANTIAL_REASONS, COPYABLE_REASONS, NOT_EVIDENCE_REASONS
+
+    assert COPYABLE_REASONS == {DUPLICATE, COLLUDING}
+    assert NOT_EVIDENCE_REASONS == CIRCUMSTANTIAL_REASONS | {DUPLICATE, COLLUDING}
+
+
 def test_edge_rows_are_strikes_in_the_ballots_but_judged_as_accepted() -> None:
     verdicts = [VoteVerdict(BOB.peer_id, True, EDGE_REASON), VoteVerdict(CAROL.peer_id, False, "timeout"),
                 VoteVerdict(DAVE.peer_id, True, "accepted"), VoteVerdict(MALLORY.peer_id, False, EDGE_REASON)]
