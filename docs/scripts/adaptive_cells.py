@@ -617,6 +617,22 @@ and below it on seed 2 (0.861 against 0.903), where the ramp alone is below it t
 decay does not mend it (k = 3 on Dirichlet 0.1 loses 4 more points) and over 40 rounds under ``adaptive`` at 3 of
 10 it ends below the median on seed 0 (0.879, last 4 rounds 0.880; median 0.914; seed 2 0.964), so the default
 keeps the plain mean (decay 1).
+
+``mimic`` over 40 rounds (issue 9 rule 1; docs/threat-model.md §3.7a has the cells before the direction record).
+Measured 2026-12-07 on main at 781df57 (direction record on), 3 of 10 only::
+
+    python docs/scripts/adaptive_cells.py --attack mimic --rounds 40 --fractions 3 --seeds 0 1 2 \
+        --guards semantic median                                # then with --partition dirichlet:0.1
+
+Final accuracy seeds 0 1 2, honest rows rejected per seed (of 1680)::
+
+    | partition | ``semantic`` | fp | ``median`` |
+    |---|---|---|---|
+    | Dirichlet 0.5 | 0.856 0.861 0.933 | 58 306 234 | 0.894 0.844 0.783 |
+    | Dirichlet 0.1 | 0.419 0.697 0.308 | 189 256 207 | 0.469 0.689 0.467 |
+
+Below the median on seed 0 of both partitions and seed 2 of Dirichlet 0.1. Rejections for ``colluding`` (all
+rows; the attack rows are rejected as ``duplicate``): 46 228 186 on Dirichlet 0.5, 135 190 79 on 0.1.
 """
 
 from __future__ import annotations
