@@ -51,7 +51,7 @@ no honest row), and the mean accuracy of rounds 8-11 moved by −0.1 and −0.6 
 the other side of a swing of up to 10 points a round that both runs show. With g = 3 the stage never fires
 in those cells.
 
-Copies (``copies``, the semantic guard's ``collusion_merge_copies``, off by default): the rows of one group of
+Copies (``copies``, the semantic guard's ``collusion_merge_copies``, on by default): the rows of one group of
 the duplicate stage count as one partner, since such a group holds at most one honest row. ``mimic`` copies the
 previous round's most atypical honest row, so the copiers' residuals point where that honest sender's history
 does: without the rule its two aligned partners are the copies, and the stage rejects the copied honest sender

@@ -66,8 +66,9 @@ a constructor flag so that its worth can be measured:
    attacker row gives there (``sign_flip:scale=10``, all its rows rejected by the verdict: 0.522; median 0.306
    and 0.395). Groups of 3 (``collusion_group``): g = 2 rejected an honest pair with the same labels on
    Dirichlet 0.1 (16.7 % of the honest verdicts of one clean cell, :mod:`~p2p_guard.guard.collusion`).
-   ``collusion_merge_copies`` (off) counts the rows of one duplicate group as one partner: under ``mimic`` the
-   copies of an honest peer's previous row otherwise make it a "colluder" (docs/threat-model.md §3.7a);
+   ``collusion_merge_copies`` (on since 2026-12-07) counts the rows of one duplicate group as one partner: under
+   ``mimic`` the copies of an honest peer's previous row otherwise make it a "colluder" (docs/threat-model.md
+   §3.7a; unchanged to the digit under ``alie:z=search`` and ``adaptive`` and on clean cells);
 4c. direction weights (:func:`~p2p_guard.guard.verdict.direction_weights`): an accepted row weighs
    (cos − cos_min) / (cos_full − cos_min), clamped to [0, 1], in the aggregate (the own row 1): a ramp instead of
    the direction test's cliff, so a row just above the floor (a sign flip of an honest-norm update under non-IID
@@ -344,7 +345,7 @@ class SemanticGuard:
             pair, the stage's original rule, which rejected honest pairs under Dirichlet 0.1).
         collusion_decay: γ of the collusion stage's history, in (0, 1] (1: a plain sum over rounds).
         collusion_merge_copies: the rows of one duplicate-stage group count as one partner in the collusion
-            stage (default off; :meth:`~p2p_guard.guard.collusion.CollusionCheck.__call__`'s ``copies``): under
+            stage (default on; :meth:`~p2p_guard.guard.collusion.CollusionCheck.__call__`'s ``copies``): under
             ``mimic`` the copies of an honest peer's previous row are otherwise its two aligned partners, and
             the stage rejects it as ``colluding`` every round (docs/threat-model.md §3.7a). Needs the duplicate
             stage.
@@ -400,7 +401,7 @@ class SemanticGuard:
     collusion_rounds: int = 3
     collusion_group: int = 3
     collusion_decay: float = 1.0
-    collusion_merge_copies: bool = False
+    collusion_merge_copies: bool = True
     noise: float = 0.0
     checks: tuple[RowCheck, ...] = ()
     anchor: Anchor | None = None

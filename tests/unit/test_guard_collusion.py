@@ -332,7 +332,11 @@ class TestMergeCopies:
         assert all(v == "duplicate" for out in after for v in out.values())
         assert after[-1] == {"p6": "duplicate", "p7": "duplicate"}
 
-    def test_flag_checked_and_off_by_default(self) -> None:
-        assert SemanticGuard().collusion_merge_copies is False
+    def test_on_by_default(self) -> None:
+        # the default guard does not reject the mimicked peer (docs/threat-model.md §3.7a)
+        assert SemanticGuard().collusion_merge_copies is True
+        assert self.mimic_rounds(SemanticGuard())[-1] == {"p6": "duplicate", "p7": "duplicate"}
+
+    def test_flag_checked(self) -> None:
         with pytest.raises(ValueError, match="collusion_merge_copies"):
             SemanticGuard(collusion_merge_copies=1)  # type: ignore[arg-type]
