@@ -671,6 +671,13 @@ duplicate group forms: the attackers jitter or send their own rows): ``alie:z=se
 semantic:collusion_merge_copies=False semantic:collusion_merge_copies=True median``), final accuracy (honest rows
 rejected, of 1200): before 0.807 (67) 0.679 (118) 0.928 (160); with the rule 0.928 (0) 0.861 (50) 0.953 (10);
 median 0.772 0.653 0.525.
+
+What is left below the median (Dirichlet 0.5 seed 0, 0.1 seed 2; found at the deadline, not fixed): the cell's
+fall-back to one guard call per receiver (``run_cell`` switches once two receivers' results differ; the median's
+never do). With one shared θ (``python docs/scripts/shared_theta_probe.py --attack mimic --partition P --seed S
+--shared``) the default guard ends at 0.931 and 0.675 where the per-receiver cell (the same command without
+``--shared``) ends at 0.867 and 0.358 (peer00 rejects the three copies from round 3 on in both); on 0.1 seed 2 the per-receiver run
+peaks at 0.652 in round 9 and falls every round after. docs/threat-model.md §3.7a.
 """
 
 from __future__ import annotations
