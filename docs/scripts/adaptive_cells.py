@@ -677,7 +677,9 @@ fall-back to one guard call per receiver (``run_cell`` switches once two receive
 never do). With one shared θ (``python docs/scripts/shared_theta_probe.py --attack mimic --partition P --seed S
 --shared``) the default guard ends at 0.931 and 0.675 where the per-receiver cell (the same command without
 ``--shared``) ends at 0.867 and 0.358 (peer00 rejects the three copies from round 3 on in both); on 0.1 seed 2 the per-receiver run
-peaks at 0.652 in round 9 and falls every round after. docs/threat-model.md §3.7a.
+peaks at 0.652 in round 9 and falls every round after. The receivers differ where the copied honest peer's new
+row falls within the duplicate radius of the copies of its previous row: every receiver rejects it but its own
+(rounds 6, 7 and 11 of that cell). docs/threat-model.md §3.7a.
 """
 
 from __future__ import annotations
