@@ -670,7 +670,10 @@ duplicate group forms: the attackers jitter or send their own rows): ``alie:z=se
 ``mimic`` at 4 of 10 over 40 rounds (``--attack mimic --rounds 40 --fractions 4 --seeds 0 1 2 --guards
 semantic:collusion_merge_copies=False semantic:collusion_merge_copies=True median``), final accuracy (honest rows
 rejected, of 1200): before 0.807 (67) 0.679 (118) 0.928 (160); with the rule 0.928 (0) 0.861 (50) 0.953 (10);
-median 0.772 0.653 0.525.
+median 0.772 0.653 0.525. The same on Dirichlet 0.1 (``--partition dirichlet:0.1``, guards
+``semantic:collusion_merge_copies=False semantic median`` after the flip): before 0.414 (48) 0.403 (134) 0.248
+(134); with the rule 0.562 (25) 0.452 (35) 0.347 (280: 275 of them ``duplicate``, the copied peer's new row near
+the copies); median 0.364 0.350 0.231.
 
 What is left below the median (Dirichlet 0.5 seed 0, 0.1 seed 2; found at the deadline, not fixed): the cell's
 fall-back to one guard call per receiver (``run_cell`` switches once two receivers' results differ; the median's
