@@ -617,6 +617,72 @@ and below it on seed 2 (0.861 against 0.903), where the ramp alone is below it t
 decay does not mend it (k = 3 on Dirichlet 0.1 loses 4 more points) and over 40 rounds under ``adaptive`` at 3 of
 10 it ends below the median on seed 0 (0.879, last 4 rounds 0.880; median 0.914; seed 2 0.964), so the default
 keeps the plain mean (decay 1).
+
+``mimic`` over 40 rounds (issue 9 rule 1; docs/threat-model.md §3.7a has the cells before the direction record).
+Measured 2026-12-07 on main at 781df57 (direction record on), 3 of 10 only::
+
+    python docs/scripts/adaptive_cells.py --attack mimic --rounds 40 --fractions 3 --seeds 0 1 2 \
+        --guards semantic median                                # then with --partition dirichlet:0.1
+
+Final accuracy seeds 0 1 2, honest rows rejected per seed (of 1680)::
+
+    | partition | ``semantic`` | fp | ``median`` |
+    |---|---|---|---|
+    | Dirichlet 0.5 | 0.856 0.861 0.933 | 58 306 234 | 0.894 0.844 0.783 |
+    | Dirichlet 0.1 | 0.419 0.697 0.308 | 189 256 207 | 0.469 0.689 0.467 |
+
+Below the median on seed 0 of both partitions and seed 2 of Dirichlet 0.1. Rejections for ``colluding`` (all
+rows; the attack rows are rejected as ``duplicate``): 46 228 186 on Dirichlet 0.5, 135 190 79 on 0.1.
+
+Copies as one partner (``semantic:collusion_merge_copies=True``, ``p2p_guard/guard/collusion.py``'s docstring):
+the collusion stage's partners that the duplicate stage put in one group this round count once, so the two
+copies of an honest peer's previous row are no longer its two aligned partners. Same commands, with ``--guards
+semantic:collusion_merge_copies=True semantic:collusion=False``::
+
+    | partition | ``collusion_merge_copies=True`` | fp | ``collusion=False`` | fp | ``median`` |
+    |---|---|---|---|---|---|
+    | Dirichlet 0.5 | 0.867 0.869 0.939 | 18 60 30 | 0.867 0.869 0.939 | 18 60 30 | 0.894 0.844 0.783 |
+    | Dirichlet 0.1 | 0.494 0.756 0.358 | 36 72 54 | 0.494 0.756 0.358 | 36 72 54 | 0.469 0.689 0.467 |
+
+With the copies merged the collusion stage rejects no row under ``mimic`` (every cell equals the guard without
+the stage, to the digit; the attack rows stay rejected as ``duplicate``; the honest rows still rejected are
+``outlier`` and a few ``duplicate``). It lifts all six cells (Dirichlet 0.5 +1.0 +0.8 +0.6 points, 0.1 +7.5 +5.9 +5.0) and seed 0 of
+Dirichlet 0.1 to above the median, but seed 0 of Dirichlet 0.5 (0.867 against 0.894) and seed 2 of 0.1 (0.358
+against 0.467) stay below it: what is left there is not the collusion stage's.
+
+Made the default (2026-12-07) after the cells where the collusion stage does its work, 12 rounds, Dirichlet 0.5,
+seeds 0 1 2, ``G="semantic semantic:collusion_merge_copies=True"`` run while the default was off (so
+``semantic`` there is the stage as before), then ``sign_flip:scale=1`` and ``null_space`` with
+``G="semantic:collusion_merge_copies=False semantic:collusion_merge_copies=True"``::
+
+    python docs/scripts/adaptive_cells.py --attack alie:z=search --fractions 3 4 --seeds 0 1 2 --guards $G
+    python docs/scripts/adaptive_cells.py --attack adaptive --fractions 3 4 --seeds 0 1 2 --guards $G
+    python docs/scripts/adaptive_cells.py --fractions 0 --seeds 0 1 2 --guards $G      # and --partition dirichlet:0.1
+    for a in sign_flip:scale=1 null_space; do
+      python docs/scripts/adaptive_cells.py --attack $a --fractions 3 4 --seeds 0 1 2 --guards $G
+    done
+
+Every one of these 30 seed-cells per guard is equal with and without the rule, per round and per reason (no
+duplicate group forms: the attackers jitter or send their own rows): ``alie:z=search`` 0.933 0.850 0.931 at 3 of
+10 and 0.906 0.842 0.933 at 4 (attack rows rejected ``colluding`` from round 2 on), ``adaptive`` 0.939 0.858 0.933 and 0.908
+0.847 0.939, ``sign_flip`` ×1 0.886 0.858 0.861 and 0.776 0.800 0.828, ``null_space`` 0.856 0.858 0.886 and 0.838
+0.800 0.822; clean 0.936 0.936 0.917 (Dirichlet 0.5) and 0.811 0.728 0.742 (0.1), 0 honest rows rejected.
+``mimic`` at 4 of 10 over 40 rounds (``--attack mimic --rounds 40 --fractions 4 --seeds 0 1 2 --guards
+semantic:collusion_merge_copies=False semantic:collusion_merge_copies=True median``), final accuracy (honest rows
+rejected, of 1200): before 0.807 (67) 0.679 (118) 0.928 (160); with the rule 0.928 (0) 0.861 (50) 0.953 (10);
+median 0.772 0.653 0.525. The same on Dirichlet 0.1 (``--partition dirichlet:0.1``, guards
+``semantic:collusion_merge_copies=False semantic median`` after the flip): before 0.414 (48) 0.403 (134) 0.248
+(134); with the rule 0.562 (25) 0.452 (35) 0.347 (280: 275 of them ``duplicate``, the copied peer's new row near
+the copies); median 0.364 0.350 0.231.
+
+What is left below the median (Dirichlet 0.5 seed 0, 0.1 seed 2; found at the deadline, not fixed): the cell's
+fall-back to one guard call per receiver (``run_cell`` switches once two receivers' results differ; the median's
+never do). With one shared θ (``python docs/scripts/shared_theta_probe.py --attack mimic --partition P --seed S
+--shared``) the default guard ends at 0.931 and 0.675 where the per-receiver cell (the same command without
+``--shared``) ends at 0.867 and 0.358 (peer00 rejects the three copies from round 3 on in both); on 0.1 seed 2 the per-receiver run
+peaks at 0.652 in round 9 and falls every round after. The receivers differ where the copied honest peer's new
+row falls within the duplicate radius of the copies of its previous row: every receiver rejects it but its own
+(rounds 6, 7 and 11 of that cell). docs/threat-model.md §3.7a.
 """
 
 from __future__ import annotations

@@ -37,8 +37,8 @@ def main() -> None:
     original = CollusionCheck.__call__
 
     def hooked(self: CollusionCheck, updates: torch.Tensor, centre: torch.Tensor,
-               ctx: AggregationContext) -> dict[int, str]:
-        out = original(self, updates, centre, ctx)
+               ctx: AggregationContext, copies: Any = ()) -> dict[int, str]:
+        out = original(self, updates, centre, ctx, copies)
         if ctx.own_index != 0:
             return out
         units: list[torch.Tensor | None] = []

@@ -51,6 +51,14 @@ no honest row), and the mean accuracy of rounds 8-11 moved by −0.1 and −0.6 
 the other side of a swing of up to 10 points a round that both runs show. With g = 3 the stage never fires
 in those cells.
 
+Copies (``copies``, the semantic guard's ``collusion_merge_copies``, on by default): the rows of one group of
+the duplicate stage count as one partner, since such a group holds at most one honest row. ``mimic`` copies the
+previous round's most atypical honest row, so the copiers' residuals point where that honest sender's history
+does: without the rule its two aligned partners are the copies, and the stage rejects the copied honest sender
+as ``colluding`` every round (docs/threat-model.md §3.7a: digits, 40 rounds, 3 of 10, 46-228 such rejections a
+cell). With it the stage rejects nothing under ``mimic`` (the copies stay rejected as duplicates); figures in
+``docs/scripts/adaptive_cells.py``'s docstring.
+
 Limits: a white-box attack that knows this stage could split into pairs (two pairs pushing two directions at 4
 of 10) or decorrelate its rows across rounds, at the cost of a weaker push; the ``adaptive`` and
 ``alie:z=search`` attacks simulate the guard one round at a time (a fresh guard, so no history) and do not
@@ -70,6 +78,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -248,7 +257,8 @@ class CollusionCheck:
         self.history = ResidualHistory(decay=self.decay, max_entries=self.max_entries, max_bytes=self.max_bytes)
 
     def __call__(
-        self, updates: torch.Tensor, centre: torch.Tensor, ctx: AggregationContext
+        self, updates: torch.Tensor, centre: torch.Tensor, ctx: AggregationContext,
+        copies: Sequence[Sequence[int]] = (),
     ) -> dict[int, str]:
         """Add this round's residuals to the history and return the rows to reject.
 
@@ -256,6 +266,12 @@ class CollusionCheck:
             updates: ``(n, d)`` float rows in the order of ``ctx.senders``; not mutated.
             centre: ``(d,)`` robust centre of the round.
             ctx: the round's context (``senders``, ``round``, ``own_index``).
+            copies: groups of row indices that count as one partner (the duplicate stage's groups of this
+                round, :attr:`~p2p_guard.guard.duplicates.Duplicates.groups`, when the semantic guard's
+                ``collusion_merge_copies`` is on): a group of rows sent as one vector holds at most one honest
+                row, so its members are one sender's worth of evidence, not g − 1 (``mimic``: the copies of an
+                honest peer's previous row would otherwise be that peer's two aligned partners). Empty: every
+                sender is its own partner (the default).
 
         Returns:
             Row index → detail (the history cosine and its partner) for each rejected row; never the own row.
@@ -271,11 +287,12 @@ class CollusionCheck:
             history, terms = self.history.add(receiver, sender, ctx.round, unit)
             hnorm = float(torch.linalg.vector_norm(history))
             histories.append(history / hnorm if terms >= self.min_rounds and hnorm > 0 else None)
+        same = {k: label for label, group in enumerate(copies) for k in group}
         rejected: dict[int, str] = {}
         for j, hj in enumerate(histories):
             if j == own or hj is None:
                 continue
-            score, partners = group_score(hj, histories, exclude=(j, own), group=self.group)
+            score, partners = group_score(hj, histories, exclude=(j, own), group=self.group, same=same)
             names = ", ".join(ctx.senders[k] for k in partners) or "-"
             logger.debug("round %d receiver %s: sender %s group-%d history cosine %.3f with %s", ctx.round,
                          receiver, ctx.senders[j], self.group, score, names)
@@ -285,7 +302,8 @@ class CollusionCheck:
 
 
 def group_score(
-    hj: torch.Tensor, histories: list[torch.Tensor | None], *, exclude: tuple[int | None, ...], group: int
+    hj: torch.Tensor, histories: list[torch.Tensor | None], *, exclude: tuple[int | None, ...], group: int,
+    same: Mapping[int, int] | None = None,
 ) -> tuple[float, list[int]]:
     """s_j of the module docstring: the (g − 1)-th largest cosine of ``hj`` with the other histories.
 
@@ -294,14 +312,29 @@ def group_score(
         histories: every sender's ``(d,)`` unit history, or ``None`` where it has fewer than ``min_rounds`` terms.
         exclude: row indices that are never partners (j itself and the own row; ``None`` is ignored).
         group: g ``>= 2``.
+        same: row index → label; partners with one label count once, by the most aligned of them (a group of
+            copies, :meth:`CollusionCheck.__call__`'s ``copies``), and none counts when an excluded row (j, the
+            own row) has that label. None or absent rows: each row its own.
 
     Returns:
         ``(s_j, partners)``: the score (``-inf`` when fewer than g − 1 partners have a history) and the indices
         of the g − 1 most aligned partners, most aligned first (fewer when fewer exist).
     """
-    cosines = sorted(
+    ranked = sorted(
         ((float(torch.dot(hj, hk)), k) for k, hk in enumerate(histories) if k not in exclude and hk is not None),
         key=lambda item: -item[0],
-    )[: group - 1]
+    )
+    cosines: list[tuple[float, int]] = []
+    # a group holding j (or the own row) is j (or the own row): its other members are no partners either
+    seen: set[int] = {same[k] for k in exclude if same and k is not None and k in same}
+    for cos, k in ranked:
+        label = same.get(k) if same else None
+        if label is not None:
+            if label in seen:
+                continue
+            seen.add(label)
+        cosines.append((cos, k))
+        if len(cosines) == group - 1:
+            break
     partners = [k for _, k in cosines]
     return (cosines[-1][0] if len(cosines) == group - 1 else -math.inf), partners

@@ -65,7 +65,10 @@ a constructor flag so that its worth can be measured:
    (``adaptive``, 0.579 → 0.523) and 2.3 (``alie:z=search``, 0.558 → 0.536), down to what rejecting every
    attacker row gives there (``sign_flip:scale=10``, all its rows rejected by the verdict: 0.522; median 0.306
    and 0.395). Groups of 3 (``collusion_group``): g = 2 rejected an honest pair with the same labels on
-   Dirichlet 0.1 (16.7 % of the honest verdicts of one clean cell, :mod:`~p2p_guard.guard.collusion`);
+   Dirichlet 0.1 (16.7 % of the honest verdicts of one clean cell, :mod:`~p2p_guard.guard.collusion`).
+   ``collusion_merge_copies`` (on since 2026-12-07) counts the rows of one duplicate group as one partner: under
+   ``mimic`` the copies of an honest peer's previous row otherwise make it a "colluder" (docs/threat-model.md
+   §3.7a; unchanged to the digit under ``alie:z=search`` and ``adaptive`` and on clean cells);
 4c. direction weights (:func:`~p2p_guard.guard.verdict.direction_weights`): an accepted row weighs
    (cos − cos_min) / (cos_full − cos_min), clamped to [0, 1], in the aggregate (the own row 1): a ramp instead of
    the direction test's cliff, so a row just above the floor (a sign flip of an honest-norm update under non-IID
@@ -341,6 +344,11 @@ class SemanticGuard:
             senders (never the own row) each reach τ with it (3, the default: two partners; 2: any aligned
             pair, the stage's original rule, which rejected honest pairs under Dirichlet 0.1).
         collusion_decay: γ of the collusion stage's history, in (0, 1] (1: a plain sum over rounds).
+        collusion_merge_copies: the rows of one duplicate-stage group count as one partner in the collusion
+            stage (default on; :meth:`~p2p_guard.guard.collusion.CollusionCheck.__call__`'s ``copies``): under
+            ``mimic`` the copies of an honest peer's previous row are otherwise its two aligned partners, and
+            the stage rejects it as ``colluding`` every round (docs/threat-model.md §3.7a). Needs the duplicate
+            stage.
         noise: λ of the noise stage, ``>= 0`` (0: off, the default): Gaussian noise of standard deviation
             λ × the median row norm added to the aggregate (FLAME; :mod:`~p2p_guard.guard.noise`).
         checks: extension point, per-row tests run after the verdict stage (empty by default).
@@ -393,6 +401,7 @@ class SemanticGuard:
     collusion_rounds: int = 3
     collusion_group: int = 3
     collusion_decay: float = 1.0
+    collusion_merge_copies: bool = True
     noise: float = 0.0
     checks: tuple[RowCheck, ...] = ()
     anchor: Anchor | None = None
@@ -404,7 +413,8 @@ class SemanticGuard:
         if self.f is not None:
             check_int("f", self.f, minimum=0)
         flags = ("duplicates", "duplicate_credit", "magnitude", "mixing", "verdict", "support_check",
-                 "direction_weights", "direction_record", "clip_remaining", "loss_check", "anchoring", "collusion")
+                 "direction_weights", "direction_record", "clip_remaining", "loss_check", "anchoring", "collusion",
+                 "collusion_merge_copies")
         for flag in flags:
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
@@ -476,8 +486,10 @@ class SemanticGuard:
         norms = row_norms(updates)
         rejected: dict[int, tuple[str, str]] = {}
         copies = 0  # rows the duplicate stage found Byzantine for certain (at least), counted against f̂ for the centre
+        copy_groups: tuple[tuple[int, ...], ...] = ()
         if self.duplicates:
             groups = find_duplicates(updates, ctx.senders, own, ratio=self.duplicate_ratio)
+            copy_groups = groups.groups
             rejected.update({i: (DUPLICATE, detail) for i, detail in groups.rejected.items()})
             if self.duplicate_credit:
                 copies = groups.copies
@@ -514,13 +526,15 @@ class SemanticGuard:
             scores = score_rows(updates, own, ctx.loss_at)
             for i, detail in loss_rejections(scores, own, c_loss=self.c_loss, c_mad=self.c_mad).items():
                 rejected.setdefault(i, (LOSS_WORSE, detail))
-        stages: tuple[RowCheck, ...] = self.checks
-        if self._collusion is not None:
-            stages = (*stages, self._collusion)
-        for check in stages:
+        for check in self.checks:
             for i, detail in check(updates, centre, ctx).items():
                 if i != own:
                     rejected.setdefault(i, (check.reason, detail))
+        if self._collusion is not None:
+            merged = copy_groups if self.collusion_merge_copies else ()
+            for i, detail in self._collusion(updates, centre, ctx, merged).items():
+                if i != own:
+                    rejected.setdefault(i, (self._collusion.reason, detail))
 
         aggregate = self._aggregate(clipped, centre, cosines, rejected, f, ctx)
         if self.noise > 0:

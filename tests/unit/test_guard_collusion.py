@@ -288,3 +288,55 @@ class TestDefault:
         # the former rule (g = 2) also rejects the pair: under Dirichlet 0.1 honest pairs align like this one
         assert self.rounds(SemanticGuard(collusion_group=2))[2] == {
             "p3": COLLUDING, "p4": COLLUDING, "p5": COLLUDING, "p6": COLLUDING, "p7": COLLUDING}
+
+
+class TestMergeCopies:
+    def test_a_group_of_copies_counts_as_one_partner(self) -> None:
+        # rows 1-3 of TRIO_AND_PAIR share e5; with rows 2 and 3 declared one group of copies, row 1 has one
+        # partner (the group) and rows 2 and 3 one each (row 1): nobody has two at τ
+        check = CollusionCheck(tau=0.5, min_rounds=1, group=3)
+        assert check(TRIO_AND_PAIR, torch.zeros(8), ctx(0, n=6), ((2, 3),)) == {}
+        # without the groups the trio is rejected (TestGroup), and a group elsewhere changes nothing
+        out = CollusionCheck(tau=0.5, min_rounds=1, group=3)(TRIO_AND_PAIR, torch.zeros(8), ctx(0, n=6), ((4, 5),))
+        assert sorted(out) == [1, 2, 3]
+
+    def test_group_score_takes_a_group_once_by_its_most_aligned_member(self) -> None:
+        unit = E[0]
+        rows = [unit, E[0], 0.9 * E[0] + math.sqrt(1 - 0.81) * E[1], E[2]]
+        assert group_score(unit, rows, exclude=(0, None), group=3) == (pytest.approx(0.9), [1, 2])
+        assert group_score(unit, rows, exclude=(0, None), group=3, same={1: 0, 2: 0}) == (0.0, [1, 3])
+
+    @staticmethod
+    def mimic_rounds(guard: SemanticGuard) -> list[dict[str, str]]:
+        """Five rounds of 8 rows, row 0 ours: rows 6 and 7 send row 5's row of the previous round (mimic)."""
+        g = torch.Generator().manual_seed(5)
+        d = 64
+        mean = torch.randn(d, generator=g)
+        skews = torch.randn(8, d, generator=g)  # each sender's persistent residual (its label skew)
+        senders = tuple(f"p{i}" for i in range(8))
+        out = []
+        previous = None
+        for r in range(5):
+            rows = mean + skews + 0.7 * torch.randn(8, d, generator=g)
+            if previous is not None:
+                rows[6] = rows[7] = previous
+            previous = rows[5].clone()
+            result = guard.judge(rows, AggregationContext(senders=senders, round=r, generator=g, own_index=0))
+            out.append({v.sender: v.reason for v in result.verdicts if not v.accepted})
+        return out
+
+    def test_the_mimicked_peer_is_rejected_as_colluding_unless_copies_merge(self) -> None:
+        before = self.mimic_rounds(SemanticGuard(collusion_merge_copies=False))
+        assert before[-1] == {"p5": COLLUDING, "p6": "duplicate", "p7": "duplicate"}
+        after = self.mimic_rounds(SemanticGuard(collusion_merge_copies=True))
+        assert all(v == "duplicate" for out in after for v in out.values())
+        assert after[-1] == {"p6": "duplicate", "p7": "duplicate"}
+
+    def test_on_by_default(self) -> None:
+        # the default guard does not reject the mimicked peer (docs/threat-model.md §3.7a)
+        assert SemanticGuard().collusion_merge_copies is True
+        assert self.mimic_rounds(SemanticGuard())[-1] == {"p6": "duplicate", "p7": "duplicate"}
+
+    def test_flag_checked(self) -> None:
+        with pytest.raises(ValueError, match="collusion_merge_copies"):
+            SemanticGuard(collusion_merge_copies=1)  # type: ignore[arg-type]
