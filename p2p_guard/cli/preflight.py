@@ -260,15 +260,14 @@ def lock_identity(path: str | Path, *, flag: str = "--identity") -> contextlib.A
     Raises:
         ValueError: another process on this machine holds the lock.
     """
-    from p2p_guard.identity.keys import lock_key_file
+    from p2p_guard.identity.keys import key_in_use, lock_key_file
 
     try:
         handle = lock_key_file(path)
     except FileNotFoundError:
         return contextlib.nullcontext()
     except BlockingIOError:
-        raise ValueError(f"{flag} {path}: another peer or bootstrap node on this machine is running with this "
-                         "identity; stop it first, or give this one its own --identity") from None
+        raise ValueError(key_in_use(path, flag)) from None
     except OSError as e:
         raise ValueError(f"{flag} {path}: cannot be opened ({e.strerror})") from None
     return contextlib.nullcontext() if handle is None else handle  # None: a filesystem without flock, no lock

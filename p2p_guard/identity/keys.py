@@ -404,6 +404,12 @@ def _parse_private_key_protobuf(data: bytes) -> tuple[int, bytes]:
     return key_type, key_data
 
 
+def key_in_use(path: str | Path, flag: str = "--identity") -> str:
+    """The one-line error for a key file whose lock another process holds (:func:`lock_key_file`'s BlockingIOError)."""
+    return (f"{flag} {path}: another peer or bootstrap node on this machine is running with this identity; stop it "
+            "first, or give this one its own --identity")
+
+
 def lock_key_file(path: str | Path) -> IO[bytes] | None:
     """Take this machine's advisory lock (``flock(2)``) on an existing key file; return the handle that holds it.
 

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from p2p_guard.identity import Identity
-from p2p_guard.identity.keys import lock_key_file
+from p2p_guard.identity.keys import key_in_use, lock_key_file
 from p2p_guard.swarm.dht import NetworkOptions, start_dht
 from p2p_guard.swarm.reaper import start_reaper, stop_reaper_if_clean
 
@@ -64,8 +64,7 @@ def run_bootstrap(*, identity_path: str, host: str, port: int, announce_host: st
     try:
         lock = lock_key_file(identity_path) if created else None
     except BlockingIOError:
-        raise ValueError(f"--identity {identity_path}: another peer or bootstrap node on this machine is running "
-                         "with this identity; stop it first, or give this one its own --identity") from None
+        raise ValueError(key_in_use(identity_path)) from None
     reaper = start_reaper()
     try:
         network = NetworkOptions(use_relay=use_relay, reachability=reachability)
