@@ -14,7 +14,7 @@ the same round. For every sender s ≠ o that we have judged at least once:
     b_s   = b_s + 1 if R_s < θ else 0                 (counted on rounds with evidence on s)
     n_s   = strikes (o = 0) among our last k own verdicts on s;  h_s = content rejections among them
 
-    s becomes excluded   ⇔  b_s ≥ k  and  n_s ≥ m  and  h_s ≥ m_h
+    s becomes excluded   ⇔  b_s ≥ k  and  n_s ≥ m  and  ( h_s ≥ m_h  or  n_s ≥ m_e )
     s is readmitted      ⇔  s is excluded and (R_s ≥ θ_in  or  r − r_s ≥ T)
                             (then b_s = 0 and the own window is cleared: a fresh trial of k rounds)
 
@@ -29,7 +29,8 @@ where
       which the guard's magnitude stage would clip it. Honest rows of non-IID peers stay near the median
       norm (≤ 1.5× in the runs of docs/threat-model.md §3.7a); a white-box attacker that passes the verdict
       (``adaptive``) sits just under the rejection radius (2.5–2.8×) every round. An edge row is a *strike*
-      but not a *rejection*: alone, edge rows never exclude (``h_s ≥ m_h`` needs content rejections);
+      but not a *rejection*: edge rows without a rejection exclude only when they fill the window,
+      n_s ≥ m_e (default m_e = k: struck in every one of the sender's last k judged rounds);
     - a_s ∈ [0, 1] is s's *own standing*: an exponential average of our own verdicts only;
     - V_r(s) is the set of voters with a verified vote on s in round r, v ∉ {o, s} (no self-votes), and
       u_r(v, s) ∈ {0, 1} is v's ballot (0 for a rejection or an edge row, ``protocol.votes.evidence_map``);
@@ -45,24 +46,39 @@ where
       and the voters' ballots;
     - R_s ∈ [0, 1] is s's reputation (the *score*), starting at the prior ρ (``prior``);
     - λ ∈ (0, 1] is ``decay``, θ ∈ (0, 1) is ``threshold``, θ_in ∈ [θ, 1] is ``readmit_threshold``,
-      k ≥ 1 is ``window``, 1 ≤ m ≤ k is ``min_own_strikes`` and 0 ≤ m_h ≤ m is ``min_own_rejections``;
+      k ≥ 1 is ``window``, 1 ≤ m ≤ k is ``min_own_strikes``, 0 ≤ m_h ≤ m is ``min_own_rejections`` and
+      m ≤ m_e ≤ k is ``edge_strikes`` (None: ∞, edge rows alone never exclude, the rule before 2026-12-07);
     - r_s is the round of the update that excluded s, and T ≥ 1 is ``max_exclusion_rounds`` (None: ∞). An
       excluded sender is not judged by us, so without T an honest sender excluded by mistake could stay out
       for good; with T it is retried, and a Byzantine one is excluded again after k more rounds, its rows
       meanwhile going through the guard.
 
-Why votes can never exclude anyone on their own: exclusion requires n_s ≥ m and h_s ≥ m_h, which depend on our
-own verdicts only. Whatever the votes (any number of Byzantine voters, any weights, a Byzantine majority), a
-sender that our own guard accepted cleanly in more than k − m of its last k rounds, or never rejected in them,
-is never excluded. Votes can only *speed up* exclusion (push R_s below θ sooner when our own evidence is mixed)
-or *lower confidence* in it (keep R_s above θ, or readmit an excluded sender, when the voters we trust accept
-it: an honest sender that only our guard rejects, because our model or data differ from the others', is kept).
+Why votes can never exclude anyone on their own: exclusion requires n_s ≥ m and (h_s ≥ m_h or n_s ≥ m_e), which
+depend on our own verdicts only. Whatever the votes (any number of Byzantine voters, any weights, a Byzantine
+majority), a sender that our own guard accepted cleanly in more than k − m of its last k judged rounds, or that
+it neither rejected in them nor struck in m_e of them, is never excluded. Votes can only *speed up* exclusion
+(push R_s below θ sooner when our own evidence is mixed) or *lower confidence* in it (keep R_s above θ, or
+readmit an excluded sender, when the voters we trust accept it: an honest sender that only our guard rejects,
+because our model or data differ from the others', is kept).
 
-Why honest senders are not excluded for differing a little (defaults k = 4, m = 3, m_h = 1): our guard must
-strike the sender in 3 of its last 4 rounds, reject it outright at least once, and the score must stay below
-θ for 4 rounds, which the clean acceptances of the voters we trust prevent. Honest false positives are
-sporadic (≤ 2 % of rows); a persistent attacker is struck every round and excluded after its 4th round (folded
-with the round lag of ``swarm.standing``: dropped from its 5th round on).
+Why honest senders are not excluded for differing a little (defaults k = 4, m = 3, m_h = 1, m_e = 4): our guard
+must strike the sender in 3 of its last 4 judged rounds and reject it outright at least once, or find it at the
+edge in all 4, and the score must stay below θ for 4 rounds, which the clean acceptances of the voters we trust
+prevent. Honest false positives are sporadic (≤ 2 % of rows) and honest rows stay under 1.5× the median norm;
+a persistent attacker is struck every round and excluded after its 4th judged round (folded with the round lag
+of ``swarm.standing``: dropped from its 5th round on).
+
+Why edge rows alone may exclude (m_e, since 2026-12-07): the white-box ``adaptive`` attack aims its norm under
+the guard's rejection radius, and in the live swarm it met it: in the 40-round rule-5 run (digits, 10 peers,
+Dirichlet 0.5, 2 ``adaptive`` + 1 ``vote_smear``) one adaptive peer's rows sat at 2.3–2.9× the median norm at
+every honest receiver for 15 rounds, each an edge row (4 strikes of 4, score 0.00), and not one was rejected,
+so h_s ≥ m_h kept it in until its first overshoot, in round 15.
+An edge row is the sender's own row norm at our receiver: copies of it (``mimic``) are as long as it, and votes
+do not touch it. What others can do is shorten the reference, the round's median, with short rows of their
+own: with f of the n rows at a receiver near zero the median falls to a lower honest norm. In that run, the
+honest rows measured against the median with 3 of 10 rows set to 0 stayed ≤ 1.56× (under 2: never an edge row).
+A non-IID honest peer whose norm is persistently more than twice its receivers' median would be excluded
+by this rule; ``edge_strikes=None`` turns it off.
 Provable faults (equivocation) are not handled here: a proof bans at once (``swarm.peer``).
 
 Only senders we have judged are tracked (votes about others are ignored), at most ``max_tracked`` of them;
@@ -79,7 +95,7 @@ import math
 import statistics
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 __all__ = ["ACCEPT", "EDGE", "REJECT", "Reputation", "ReputationUpdate", "Standing", "edge_rows"]
 
@@ -194,6 +210,8 @@ class Reputation:
         min_own_strikes: m ≤ k, own strikes (rejections or edge rows) needed among the last k own verdicts
             (default 3).
         min_own_rejections: m_h ≤ m, own content rejections needed among them (default 1).
+        edge_strikes: m_e with m ≤ m_e ≤ k, own strikes that exclude without an outright rejection; the default
+            ``"window"`` is k (a strike in each of the sender's last k judged rounds); None: never without one.
         decay: λ, weight of the newest round in the averages (default 0.5).
         own_weight: ω > 0, weight of our own verdict against each voter's (weights ≤ 1) (default 1.0).
         prior: ρ, score of a sender before any evidence (default 0.5).
@@ -208,7 +226,7 @@ class Reputation:
     def __init__(self, *, me: str | None = None, threshold: float = 0.5, readmit_threshold: float = 0.75,
                  window: int = 4, min_own_strikes: int = 3, min_own_rejections: int = 1, decay: float = 0.5,
                  own_weight: float = 1.0, prior: float = 0.5, max_exclusion_rounds: int | None = 10,
-                 max_tracked: int = 4096) -> None:
+                 max_tracked: int = 4096, edge_strikes: int | Literal["window"] | None = "window") -> None:
         if me is not None and not isinstance(me, str):
             raise ValueError(f"me must be a str or None, got {me!r}")
         _check_real("threshold", threshold, low=0.0, high=1.0, open_low=True, open_high=True)
@@ -222,6 +240,11 @@ class Reputation:
         if min_own_rejections > min_own_strikes:
             raise ValueError(f"min_own_rejections must be <= min_own_strikes, got min_own_rejections="
                              f"{min_own_rejections}, min_own_strikes={min_own_strikes}")
+        m_e = window if isinstance(edge_strikes, str) and edge_strikes == "window" else edge_strikes
+        if m_e is not None:
+            _check_int("edge_strikes", m_e, minimum=min_own_strikes)
+            if int(m_e) > window:
+                raise ValueError(f"edge_strikes must be <= window, got edge_strikes={m_e}, window={window}")
         _check_real("decay", decay, low=0.0, high=1.0, open_low=True)
         _check_real("own_weight", own_weight, low=0.0, high=math.inf, open_low=True, open_high=True)
         _check_real("prior", prior, low=0.0, high=1.0)
@@ -235,6 +258,7 @@ class Reputation:
         self.window = window
         self.min_own_strikes = min_own_strikes
         self.min_own_rejections = min_own_rejections
+        self.edge_strikes: int | None = None if m_e is None else int(m_e)
         self.decay = float(decay)
         self.own_weight = float(own_weight)
         self.prior = float(prior)
@@ -371,7 +395,10 @@ class Reputation:
     def _own_evidence(self, state: _Sender) -> bool:
         strikes = sum(1 for kind in state.recent if kind != ACCEPT)
         rejections = sum(1 for kind in state.recent if kind == REJECT)
-        return strikes >= self.min_own_strikes and rejections >= self.min_own_rejections
+        if strikes < self.min_own_strikes:
+            return False
+        return rejections >= self.min_own_rejections or (self.edge_strikes is not None
+                                                         and strikes >= self.edge_strikes)
 
     def _standing(self, state: _Sender) -> Standing:
         return Standing(score=state.score, own_standing=state.standing, below_streak=state.streak,
@@ -455,6 +482,7 @@ class Reputation:
         return (f"Reputation(me={self.me!r}, threshold={self.threshold:g}, "
                 f"readmit_threshold={self.readmit_threshold:g}, window={self.window}, "
                 f"min_own_strikes={self.min_own_strikes}, min_own_rejections={self.min_own_rejections}, "
+                f"edge_strikes={self.edge_strikes}, "
                 f"decay={self.decay:g}, own_weight={self.own_weight:g}, prior={self.prior:g}, "
                 f"max_exclusion_rounds={self.max_exclusion_rounds}, max_tracked={self.max_tracked})")
 

@@ -324,6 +324,10 @@ class TestChecks:
             {"min_own_strikes": 5},
             {"min_own_rejections": -1},
             {"min_own_rejections": 4},
+            {"edge_strikes": 2},
+            {"edge_strikes": 5},
+            {"edge_strikes": "all"},
+            {"edge_strikes": 3.0},
             {"decay": 0.0},
             {"decay": 1.5},
             {"own_weight": 0.0},
@@ -342,8 +346,11 @@ class TestChecks:
     def test_defaults_and_repr(self) -> None:
         rep = Reputation(me="me")
         assert repr(rep) == ("Reputation(me='me', threshold=0.5, readmit_threshold=0.75, window=4, "
-                             "min_own_strikes=3, min_own_rejections=1, decay=0.5, own_weight=1, prior=0.5, "
-                             "max_exclusion_rounds=10, max_tracked=4096)")
+                             "min_own_strikes=3, min_own_rejections=1, edge_strikes=4, decay=0.5, own_weight=1, "
+                             "prior=0.5, max_exclusion_rounds=10, max_tracked=4096)")
+        assert Reputation(window=6).edge_strikes == 6
+        assert Reputation(window=2, min_own_strikes=2).edge_strikes == 2
+        assert Reputation(edge_strikes=None).edge_strikes is None
 
     @pytest.mark.parametrize(
         ("own", "votes"),
@@ -411,10 +418,46 @@ class TestRule5Exclusion:
         assert updates[-1].standings[S].own_strikes == 4
         assert updates[-1].standings[S].own_rejections == 2
 
-    def test_edge_rows_alone_never_exclude(self) -> None:
-        """Accepted at the edge for 20 rounds, never rejected: struck every round, score 0, still kept."""
+    def test_edge_rows_in_each_of_four_judged_rounds_exclude_without_a_rejection(self) -> None:
+        """The live ``adaptive`` pattern (rule-5 run, 40 rounds, Dirichlet 0.5): accepted at 2.3-2.9× the median
+        norm at every honest receiver, never rejected. Edge rows fill the window (m_e = k = 4): out at round 3,
+        as an outright attacker is."""
+        voters = {v: "XXXX" for v in VOTERS}  # honest voters see the edge row too
+        updates = scripted(Reputation(), "EEEE", voters=voters)
+        assert [u.standings[S].score for u in updates] == [0.25, 0.125, 0.0625, 0.03125]
+        assert exclusions(updates) == [(3, "out")]
+        assert updates[-1].standings[S] == Standing(0.03125, 0.0, 4, 0, True, excluded_at=3, own_strikes=4)
+
+    def test_edge_rows_count_judged_rounds_not_wall_rounds(self) -> None:
+        """Not sampled in rounds 2 and 4 (``-``): the 4 edge rows of rounds 0, 1, 3, 5 fill the window at round 5.
+        Alone (no voters) the unjudged rounds carry no evidence, so the streak is 4 there too."""
+        updates = scripted(Reputation(), "EE-E-E")
+        assert exclusions(updates) == [(5, "out")]
+        assert [u.standings.get(S) is None for u in updates] == [False, False, True, False, True, False]
+        assert updates[-1].standings[S] == Standing(0.03125, 0.0, 4, 0, True, excluded_at=5, own_strikes=4)
+
+    @pytest.mark.parametrize("pattern", ["EEE." * 5, "EE.E" * 5, "E.EE" * 5, ".EEE" * 5, "EEE-." * 4])
+    def test_edge_rows_in_three_of_four_judged_rounds_never_exclude(self, pattern: str) -> None:
+        """One clean acceptance in every 4 judged rounds and no rejection: 3 strikes, never m_e = 4, kept
+        although every voter strikes it too."""
+        voters = {v: "X" * len(pattern) for v in VOTERS}
+        updates = scripted(Reputation(), pattern, voters=voters)
+        assert exclusions(updates) == []
+        assert max(u.standings[S].own_strikes for u in updates if S in u.standings) == 3
+
+    def test_edge_rows_the_trusted_voters_accept_never_exclude(self) -> None:
+        """Our receiver alone sees S at the edge (its median is low); the five voters we trust accept it:
+        e = 5/6 each round, R rises from 0.5 and never falls below θ, S is kept with 4 strikes of 4."""
+        updates = scripted(Reputation(), "E" * 12, voters={v: "." * 12 for v in VOTERS})
+        assert exclusions(updates) == []
+        assert updates[0].standings[S].score == pytest.approx(0.5 / 2 + 5 / 12)
+        assert min(u.standings[S].score for u in updates) > 0.5
+        assert updates[-1].standings[S].own_strikes == 4
+
+    def test_edge_strikes_none_keeps_edge_rows_alone_from_excluding(self) -> None:
+        """The rule before 2026-12-07: at the edge for 20 rounds, struck every round, score 0, still kept."""
         voters = {v: "X" * 20 for v in VOTERS}
-        updates = scripted(Reputation(), "E" * 20, voters=voters)
+        updates = scripted(Reputation(edge_strikes=None), "E" * 20, voters=voters)
         assert exclusions(updates) == []
         last = updates[-1].standings[S]
         assert (last.own_strikes, last.own_rejections, last.below_streak, last.excluded) == (4, 0, 20, False)
