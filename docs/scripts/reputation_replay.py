@@ -16,14 +16,18 @@ Open loop: an exclusion does not take the row out of the replayed aggregate (the
 reputation), so figures after a receiver's first exclusion are approximate; the question asked, whether an
 honest sender is ever excluded, is decided at the first one.
 
-It replays twice from the same verdicts: ``before`` treats only ``protocol.reasons.CIRCUMSTANTIAL_REASONS`` as
-no evidence (the rule before copyable reasons), ``after`` treats ``protocol.reasons.NOT_EVIDENCE_REASONS``
-(circumstantial and copyable: ``duplicate``, ``colluding``) so.
+It replays three times from the same verdicts: ``before`` treats only ``protocol.reasons.CIRCUMSTANTIAL_REASONS``
+as no evidence (the rule before copyable reasons), ``after`` treats ``protocol.reasons.NOT_EVIDENCE_REASONS``
+(circumstantial and copyable: ``duplicate``, ``colluding``) so; both with the default ``Reputation`` (edge rows in
+each of a sender's last 4 judged rounds exclude it, ``edge_strikes``). ``after, edge_strikes=None`` is ``after``
+with the rule before that (an outright rejection needed). The summary line also gives the longest honest row
+an honest receiver accepted, in multiples of the round's median norm there, and how many were edge rows (> 2×).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 from collections import Counter
 from typing import Any
 
@@ -36,13 +40,14 @@ from p2p_guard.protocol.reasons import CIRCUMSTANTIAL_REASONS, NOT_EVIDENCE_REAS
 
 
 def replay(record: dict[int, dict[int, Any]], names: list[str], honest: list[int], smear: set[int],
-           byzantine: set[int], no_evidence: frozenset[str]) -> dict[str, Any]:
+           byzantine: set[int], no_evidence: frozenset[str], edge_strikes: int | None | str = "window",
+           ) -> dict[str, Any]:
     """Fold the recorded verdicts into one Reputation per honest receiver; return exclusions and closeness."""
     rounds = sorted(record)
     out: dict[str, Any] = {"exclusions": [], "honest_min_score": 1.0, "honest_max_strikes": 0,
                            "honest_max_streak": 0, "attacker_first_exclusion": {}}
     for o in honest:
-        rep = Reputation(me=names[o])
+        rep = Reputation(me=names[o], edge_strikes=edge_strikes)  # type: ignore[arg-type]
         for r in rounds:
             ballots: dict[str, dict[str, bool]] = {}
             own: dict[str, bool] = {}
@@ -111,6 +116,16 @@ def main() -> None:
             for s, (a, reason) in verdicts.items():
                 if not a and names.index(s) in set(honest) | smear and s != names[o]:
                     reasons[str(reason)] += 1
+    longest, honest_edge = 0.0, 0
+    for r in record:
+        for o in honest:
+            verdicts, norms = record[r][o]
+            accepted = {s for s, (a, _) in verdicts.items() if a and s != names[o]}
+            median = statistics.median(norms.values())
+            for s in accepted:
+                if names.index(s) not in byzantine:
+                    longest = max(longest, norms[s] / median)
+            honest_edge += sum(1 for s in edge_rows(norms, accepted) if names.index(s) not in byzantine)
     attacker_rows: Counter[str] = Counter()
     for r in record:
         for o in honest:
@@ -121,9 +136,12 @@ def main() -> None:
     print(f"attack {args.attack} f={args.f} smear={args.smear} {args.partition} seed {args.seed} "  # noqa: T201
           f"{args.rounds} rounds: final accuracy {result['final']['accuracy']:.4f}; honest rows rejected by "
           f"honest receivers {sum(reasons.values())} {dict(sorted(reasons.items()))}; attackers' rows at honest "
-          f"receivers {dict(sorted(attacker_rows.items()))}")
-    for label, no_evidence in (("before", CIRCUMSTANTIAL_REASONS), ("after", NOT_EVIDENCE_REASONS)):
-        out = replay(record, names, honest, smear, byzantine, no_evidence)
+          f"receivers {dict(sorted(attacker_rows.items()))}; longest honest row accepted {longest:.2f}x the "
+          f"median norm, {honest_edge} honest edge rows")
+    for label, no_evidence, edge_strikes in (("before", CIRCUMSTANTIAL_REASONS, "window"),
+                                             ("after", NOT_EVIDENCE_REASONS, "window"),
+                                             ("after, edge_strikes=None", NOT_EVIDENCE_REASONS, None)):
+        out = replay(record, names, honest, smear, byzantine, no_evidence, edge_strikes)
         honest_ex = [e for e in out["exclusions"] if e[3] == "honest"]
         byz_first = {s: sorted(d.values()) for s, d in sorted(out["attacker_first_exclusion"].items())}
         folds: dict[str, list[int]] = {}
