@@ -355,6 +355,7 @@ class Peer:
         self.late = LatePayloads(capacity=config.fanout, max_staleness=config.max_staleness)
         # set once a stop is requested (_relay_stop): the inner phase's thread stops at its next step boundary
         self.halt = threading.Event()
+        self.codec_warned: set[str] = set()  # senders whose update in a codec other than ours we warned of
 
     @property
     def attack_kind(self) -> str | None:
@@ -850,6 +851,7 @@ class Peer:
         rows, more = await check_rows(self.p2p, {s: envelopes[s] for s in sampled}, expect,
                                       self.config.fetch_limits, {}, stop, self.departures, self.rates, self.late)
         self._note_reachability(rows, more)
+        self._note_codecs({s: envelopes[s].codec for s in rows})
         outcome.fetched = len(rows)
         outcome.bytes_received = sum(envelopes[s].payload_bytes for s in rows)
         return rows, more
@@ -879,6 +881,7 @@ class Peer:
             if isinstance(row, Rejected):
                 self._record_rejections([IntegrityVerdict(late.sender, row.reason, row.detail)], round_, outcome)
                 continue
+            self._note_codecs({late.sender: late.envelope.codec})
             rows[late.sender] = row
             staleness[late.sender] = late.staleness
             added[late.sender] = late.envelope.round
@@ -924,6 +927,26 @@ class Peer:
             await asyncio.to_thread(self._judge, rows, weights, staleness, outcome, own_reference)
         else:
             self.log.warning("no other peer's update arrived in round %d; the model is left unchanged", outcome.round)
+
+    def _note_codecs(self, codecs: Mapping[str, str]) -> None:
+        """Warn once per sender whose update, decoded and about to be judged, came in a codec other than ours.
+
+        Every known codec is decoded (``RoundExpectation.codecs`` is all of ``protocol.CODECS``), so peers started
+        with different ``--codec`` train together without a word; a lossy sender's rows carry its codec's error, and
+        the receiver's own error feedback does not apply to them. One WARNING per sender for the peer's life, not
+        per round. An unknown or malformed codec never gets here: the envelope check rejects it (``DECODE_ERROR``,
+        ``unknown codec ...``).
+
+        Args:
+            codecs: ``{sender: the codec its envelope declares}`` of the rows that passed the integrity checks.
+        """
+        for sender, codec in sorted(codecs.items()):
+            if codec == self.config.codec or sender in self.codec_warned:
+                continue
+            self.codec_warned.add(sender)
+            self.log.warning("%s sends its updates in codec %s, ours is %s: accepted and decoded as usual (every "
+                             "known codec is); check that the peers' --codec settings agree (warned once per sender)",
+                             sender[-8:], codec, self.config.codec)
 
     def _note_reachability(self, rows: Mapping[str, object], verdicts: Sequence[IntegrityVerdict]) -> None:
         """Senders whose payload came are no suspects; senders given up as unreachable are (``swarm.suspects``).
