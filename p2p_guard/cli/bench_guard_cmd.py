@@ -56,7 +56,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help=f"report path; the plot goes to the directory of the same name without suffix (default {FULL_OUT}; "
         f"--quick {QUICK_OUT})",
     )  # fmt: skip
-    parser.add_argument("--json", type=nonempty_path, default=None, metavar="PATH", help="also write the results here")
+    parser.add_argument("--json", type=nonempty_path, default=None, metavar="PATH",
+                        help="also write the results here; missing folders are created")
     parser.set_defaults(func=run_guard_cost)
     return parser
 

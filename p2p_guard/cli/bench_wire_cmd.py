@@ -64,7 +64,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "--partition", default="iid", metavar="SPEC",
         help="how the task's training data is split over the workers: iid or dirichlet:ALPHA (non-IID)",
     )  # fmt: skip
-    parser.add_argument("--json", type=nonempty_path, default=None, metavar="PATH", help="also write the results here")
+    parser.add_argument("--json", type=nonempty_path, default=None, metavar="PATH",
+                        help="also write the results here; missing folders are created")
     parser.add_argument("--guard", default="semantic", help="guard spec of part 3 (the guard per codec)")
     parser.add_argument(
         "--guard-attacks", nargs="*", default=None,

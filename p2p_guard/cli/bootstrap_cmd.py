@@ -36,12 +36,14 @@ class BootstrapConfig:
     Attributes:
         identity: identity file, created on first start (mode 0600); its PeerID is part of the multiaddr
             peers join with, so keep it. A missing folder is created for the default path only; another path's
-            folder must exist (a mistyped one is an error, not a new PeerID).
+            folder must exist (a mistyped one is an error, not a new PeerID), whereas an output file's missing
+            folders are created.
         host: listen address (0.0.0.0: every interface).
         port: TCP port to open (0 = any free port).
         announce_host: public IP peers should dial, when it differs from the listen address (a cloud VM
             behind 1:1 NAT).
-        address_file: also write the multiaddrs to this file, one a line, once the node is up.
+        address_file: also write the multiaddrs to this file, one a line, once the node is up; missing folders
+            are created.
         use_relay: serve as a circuit relay for peers behind NAT once AutoNAT finds this node reachable (the
             bootstrap node is a natural relay: public, and every peer knows it). Relayed traffic goes through
             this host (p2pd's limits: 16 circuits per peer, 4 GiB per direction and 30 min per connection).

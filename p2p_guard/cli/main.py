@@ -6,7 +6,9 @@ import argparse
 import contextlib
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -45,6 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_error(_command_name(args), _unknown_message(unknown))
         return EXIT_USAGE
     setup_logging(args.log_level)
+    take_sigint()
     try:
         code = int(args.func(args))
     except KeyboardInterrupt:
@@ -55,6 +58,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv is None and args.command == "peer":  # the program itself, not a call from Python
         _exit_process(code)
     return code
+
+
+def take_sigint() -> None:
+    """Make SIGINT raise ``KeyboardInterrupt`` again, even where it was inherited ignored (main thread only).
+
+    A shell that runs a command as a background job without job control (``p2p-guard simulate ... &`` in a
+    script) starts it with SIGINT set to ``SIG_IGN``, and Python then installs no handler of its own: ``kill -INT``
+    did nothing, and the run went on until SIGTERM. Every command takes SIGINT back at start: ``simulate`` and
+    ``bench`` stop through their ``KeyboardInterrupt`` path (every child stopped, a partial report written);
+    ``peer``, ``bootstrap`` and ``status`` install their own handlers on their event loop over this one.
+    """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _command_name(args: argparse.Namespace) -> str:

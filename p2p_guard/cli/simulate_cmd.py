@@ -54,7 +54,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "directory.",
     )
     parser.add_argument("--config", metavar="TOML", help="config file with a [simulate] table")
-    parser.add_argument("--report", type=nonempty_path, default=None, help="also write the JSON report here")
+    parser.add_argument("--report", type=nonempty_path, default=None,
+                        help="also write the JSON report here; missing folders are created")
     parser.add_argument(
         "--workdir",
         type=nonempty_path,

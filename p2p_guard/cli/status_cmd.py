@@ -8,8 +8,9 @@ one table, or with ``--json`` one JSON object; ``--watch SECONDS`` refreshes unt
 Every :class:`StatusConfig` field is a flag and a key of the ``[status]`` table of ``--config``.
 
 Exit codes: 0 printed (``--watch``: also when Ctrl+C or SIGTERM ends it after a first print, its normal end, as
-for a peer's clean stop), 1 the DHT could not be joined or did not answer within ``--timeout-s``, 2 a usage
-error, 130 Ctrl+C (143 SIGTERM) before anything was printed (as for ``simulate``: the status was not given).
+for a peer's clean stop), 1 the DHT could not be joined or did not answer within ``--timeout-s`` (with
+``--watch``, a read that times out is one warning line and is tried again at the next refresh), 2 a usage error,
+130 Ctrl+C (143 SIGTERM) before anything was printed (as for ``simulate``: the status was not given).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from p2p_guard.cli.errors import EXIT_FAILED, EXIT_USAGE, print_error, silence_stdout
+from p2p_guard.cli.errors import EXIT_FAILED, EXIT_USAGE, print_error, print_warning, silence_stdout
 from p2p_guard.cli.typed_config import add_config_flags, load_config
 
 if TYPE_CHECKING:
@@ -42,6 +43,8 @@ COMMAND = "status"
 #: The codec text of an envelope is the sender's: only these characters are printed to a terminal.
 _PRINTABLE = re.compile(r"[^A-Za-z0-9:._=+-]")
 _MAX_CODEC_CHARS = 16
+#: A ``--watch`` refresh whose read timed out (a warning was printed; the next refresh tries again).
+_TIMED_OUT = object()
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,8 @@ class StatusConfig:
         run_id: the run whose records are read (the peers' ``run_id``).
         depth: rounds read below the swarm's round (the lower median of the presence rounds).
         json: print one JSON object instead of the table (one per line with ``--watch``).
-        watch: refresh every this many seconds until Ctrl+C (None: print once and exit).
+        watch: refresh every this many seconds until Ctrl+C; a refresh whose read times out prints one warning
+            line and the next one tries again (None: print once and exit).
         timeout_s: limit for the whole command, in seconds: joining the DHT, reading the records and leaving
             it again (with ``watch``: the join and the first print, then each refresh).
     """
@@ -283,17 +287,24 @@ async def _main(config: StatusConfig, *, started: float | None = None) -> int:
                     status = await _until(stop, _within(deadline, collect_status(dht, config.run_id,
                                                                                   depth=config.depth)))
                 except TimeoutError:
-                    print_error(COMMAND, f"the DHT (initial peer(s) {peers}) did not answer a read of run "
-                                         f"{config.run_id!r}'s records within {config.timeout_s:g} s (--timeout-s)")
-                    return EXIT_FAILED
+                    message = (f"the DHT (initial peer(s) {peers}) did not answer a read of run "
+                               f"{config.run_id!r}'s records within {config.timeout_s:g} s (--timeout-s)")
+                    if config.watch is None:
+                        print_error(COMMAND, message)
+                        return EXIT_FAILED
+                    # --watch: one line, and the next refresh tries again (a busy or restarting node is no end)
+                    print_warning(COMMAND, f"{time.strftime('%H:%M:%S')} {message}; trying again in "
+                                           f"{config.watch:g} s")
+                    status = _TIMED_OUT
                 if status is None:
                     break
-                try:
-                    _print(status, config)
-                except BrokenPipeError:  # `status --watch 1 | head -3`: the reader has gone; stop as on Ctrl+C
-                    silence_stdout()
-                    return 0
-                printed = True
+                if status is not _TIMED_OUT:
+                    try:
+                        _print(status, config)
+                    except BrokenPipeError:  # `status --watch 1 | head -3`: the reader has gone; stop as on Ctrl+C
+                        silence_stdout()
+                        return 0
+                    printed = True
                 if config.watch is None:
                     break
                 with contextlib.suppress(asyncio.TimeoutError):

@@ -15,8 +15,8 @@ Definitions (issue 8; every figure is over honest peers unless it says otherwise
   uplink in docs/networking.md's heterogeneous-uplink run, has nothing but such rounds).
 - **Pauses**: ``pause`` events (too few others present) and ``resume`` events with their ``paused_s``.
 - **Compute utilization** (rule 5) per peer: Σ ``compute_s`` ÷ Σ ``seconds`` over its round events.
-- **Fan-out** (rule 4): ``fetched``, ``served``, ``bytes_sent``, ``bytes_received`` of each round event; mean and
-  max over every honest round event, and per peer.
+- **Fan-out** (rule 4): ``fetched``, ``served``, ``bytes_sent``, ``bytes_received``, ``wire_bytes_received`` of
+  each round event; mean and max over every honest round event, and per peer.
 - **Start-up** per peer: its first ``ready`` event's time − its first launch (unix seconds, both measured on this
   machine's clock); ``swarm_s``: the last peer's first ready − the run's start.
 - **Memory**: samples of each peer's proportional set size (its process and all its children), in MiB.
@@ -42,7 +42,7 @@ __all__ = [
     "utilization",
 ]
 
-FAN_OUT_KEYS = ("fetched", "served", "bytes_sent", "bytes_received")
+FAN_OUT_KEYS = ("fetched", "served", "bytes_sent", "bytes_received", "wire_bytes_received")
 MIB = 1024 * 1024
 
 

@@ -115,8 +115,13 @@ def _health_lines(report: Mapping[str, Any]) -> list[str]:
     )
     lines.append(
         f"bytes per peer per round: sent {_stat(fan.get('bytes_sent'), '{:,.0f}')}; "
-        f"received {_stat(fan.get('bytes_received'), '{:,.0f}')}"
+        f"received (used) {_stat(fan.get('bytes_received'), '{:,.0f}')}; "
+        f"received on the wire {_stat(fan.get('wire_bytes_received'), '{:,.0f}')}"
     )
+    wire_by_peer = {i: (f.get("wire_bytes_received") or {}).get("mean") for i, f in (fan.get("by_peer") or {}).items()}
+    if any(v is not None for v in wire_by_peer.values()):
+        lines.append("wire bytes received per round, mean by peer: "
+                     + ", ".join(f"peer{i} {_cell(v, '{:,.0f}')}" for i, v in wire_by_peer.items()))
     startup = report.get("startup") or {}
     lines.append(
         f"start-up: {_stat(startup, '{:.1f}')} s per peer, whole swarm {_cell(startup.get('swarm_s'), '{:.1f}')} s; "

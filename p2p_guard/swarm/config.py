@@ -101,7 +101,8 @@ class PeerConfig:
         allow_peers: allow-list file, one base58 PeerID per line (None: open swarm; a file with none is an error).
             Peers outside it are ignored (commits, presence, votes) and their streams refused.
         identity: path of the Ed25519 identity file. A missing one is created (mode 0600, a new PeerID, logged)
-            once the peer has started, only in an existing directory: a mistyped directory is an error.
+            once the peer has started, only in an existing directory: a mistyped directory is an error (unlike an
+            output file's, a key file's missing folder is not created: a new key is a new PeerID).
         host: address to listen on.
         port: TCP port (0 = any free port).
         announce_host: public address to announce to other peers (None: the listen address).
@@ -124,10 +125,10 @@ class PeerConfig:
         bf16_autocast: on a CUDA device, run the inner phase's forward passes under bf16 autocast (parameters,
             gradients and optimiser state stay float32); no effect on CPU. ``--no-bf16-autocast`` keeps CUDA in
             float32.
-        events: path of the JSON-lines event file (None: no events).
-        state_out: where to write the final model state (None: not written).
-        proof_dir: where equivocation proofs are written (None: ``proofs/`` beside the event file, else beside
-            the identity file).
+        events: path of the JSON-lines event file; missing folders are created (None: no events).
+        state_out: where to write the final model state; missing folders are created (None: not written).
+        proof_dir: where equivocation proofs are written; missing folders are created (None: ``proofs/`` beside
+            the event file, else beside the identity file).
         reputation: publish signed verdicts every round and fold everyone's into a per-sender reputation
             (``swarm.standing``); False: neither.
         reputation_exclusion: also drop, before aggregation, senders the reputation excludes (our own guard struck

@@ -28,6 +28,10 @@ Metric names (all prefixed ``p2p_guard_``; ``_total`` are counters, the rest gau
                                     the θ and momentum states its mixing decoded; not wire bytes (no chunk digest
                                     lists, status bytes or requests, nothing of a fetch that failed, was cut or
                                     was asked again). So it is less than the other peers' ``bytes_sent`` for it
+``wire_bytes_received_total``       bytes of the answer bodies this peer's fetches read off the wire: payloads
+                                    with their chunk digest lists, and states, every answer cut, failed, rejected
+                                    or asked again included (no status bytes, requests, DHT or libp2p framing);
+                                    the receive-side twin of the other peers' ``bytes_sent``
 ``compute_seconds_total``           inner-phase wall time, seconds
 ``last_round_seconds``              wall time of the last round, seconds
 ``last_compute_seconds``            inner-phase wall time of the last round, seconds
@@ -96,6 +100,10 @@ class PeerMetrics:
         self.bytes_received = counter("bytes_received", "bytes of the updates (declared payload size) and states "
                                                         "this peer used; not wire bytes (no digests, status "
                                                         "bytes, failed or repeated fetches)")
+        self.wire_bytes_received = counter("wire_bytes_received", "bytes of answer bodies this peer's fetches "
+                                                                  "read off the wire (payloads with their chunk "
+                                                                  "digests, states; retried and cut answers "
+                                                                  "included)")
         self.compute_seconds = counter("compute_seconds", "inner-phase wall time, seconds")
         self.last_round_seconds = gauge("last_round_seconds", "wall time of the last round, seconds")
         self.last_compute_seconds = gauge("last_compute_seconds", "inner-phase wall time of the last round, seconds")
@@ -123,7 +131,7 @@ class PeerMetrics:
     def observe_round(self, *, verdicts: Iterable[SenderVerdict], me: str, applied: bool, fetched: int,
                       served: int, bytes_sent: int, bytes_received: int, seconds: float, compute_s: float,
                       mix_distance: float | None, mixed_from: int, loss: float | None,
-                      accuracy: float | None, late_applied: int = 0) -> None:
+                      accuracy: float | None, late_applied: int = 0, wire_bytes_received: int = 0) -> None:
         """Count one finished round (the values of its ``round`` event).
 
         Args:
@@ -141,6 +149,8 @@ class PeerMetrics:
             loss: evaluation loss (None: not finite).
             accuracy: evaluation accuracy (None: not measured).
             late_applied: accepted updates carried over from an earlier round (``swarm.late``).
+            wire_bytes_received: answer-body bytes our fetches read since the last round
+                (``wire_bytes_received_total``).
         """
         self.rounds_completed.inc()
         self.late_updates_applied.inc(max(0, late_applied))
@@ -157,6 +167,7 @@ class PeerMetrics:
         self.payloads_served.inc(max(0, served))
         self.bytes_sent.inc(max(0, bytes_sent))
         self.bytes_received.inc(max(0, bytes_received))
+        self.wire_bytes_received.inc(max(0, wire_bytes_received))
         self.compute_seconds.inc(max(0.0, compute_s))
         self.last_round_seconds.set(seconds)
         self.last_compute_seconds.set(compute_s)

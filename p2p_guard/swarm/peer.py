@@ -75,7 +75,16 @@ from p2p_guard.swarm.suspects import Suspects
 from p2p_guard.swarm.upload import upload_cap_warning
 from p2p_guard.swarm.standing import VoteBook
 from p2p_guard.swarm.status import lower_median
-from p2p_guard.swarm.transport import BAD_REQUEST, OK, TOO_SLOW, PayloadServer, fetch, is_no_answer
+from p2p_guard.swarm.transport import (
+    BAD_REQUEST,
+    OK,
+    TOO_SLOW,
+    PayloadServer,
+    WireCounter,
+    count_received,
+    fetch,
+    is_no_answer,
+)
 from p2p_guard.swarm.validator import RecordValidator
 from p2p_guard.swarm.verdicts import SenderVerdict, finite_or_none
 from p2p_guard.tasks import load_task
@@ -147,7 +156,7 @@ class RoundOutcome:
         fetched: payloads fetched (sampled senders that answered); bytes_received: their declared sizes
             (``payload_bytes``; late rows' when taken), plus the states (θ and momentum) the mixing step decoded:
             the bytes used, not wire bytes (no chunk digests or status bytes, nothing of a failed, cut or repeated
-            fetch; ``docs/metrics.md``).
+            fetch; ``docs/metrics.md``); the wire bytes read are the round event's ``wire_bytes_received``.
         mixed_from: how many peers' states the mixing step used (0: no mixing this round).
         mix_distance: the mixing step's largest ‖θ_j − θ_i‖ / ‖θ_i‖ over those states, before mixing (None: none).
         skipped: the outcome of the round before, when we skipped it (our update went into this one:
@@ -325,6 +334,8 @@ class Peer:
         self.local = local
         self.dht = dht
         self.p2p = p2p
+        self.wire_in = WireCounter()  # answer-body bytes our fetches read off the wire (payloads, states)
+        count_received(p2p, self.wire_in)
         self.server = server
         self.events = events
         self.guard = build_guard(config.guard)
@@ -355,6 +366,7 @@ class Peer:
         self.late = LatePayloads(capacity=config.fanout, max_staleness=config.max_staleness)
         # set once a stop is requested (_relay_stop): the inner phase's thread stops at its next step boundary
         self.halt = threading.Event()
+        self.codec_warned: set[str] = set()  # senders whose update in a codec other than ours we warned of
 
     @property
     def attack_kind(self) -> str | None:
@@ -850,6 +862,7 @@ class Peer:
         rows, more = await check_rows(self.p2p, {s: envelopes[s] for s in sampled}, expect,
                                       self.config.fetch_limits, {}, stop, self.departures, self.rates, self.late)
         self._note_reachability(rows, more)
+        self._note_codecs({s: envelopes[s].codec for s in rows})
         outcome.fetched = len(rows)
         outcome.bytes_received = sum(envelopes[s].payload_bytes for s in rows)
         return rows, more
@@ -879,6 +892,7 @@ class Peer:
             if isinstance(row, Rejected):
                 self._record_rejections([IntegrityVerdict(late.sender, row.reason, row.detail)], round_, outcome)
                 continue
+            self._note_codecs({late.sender: late.envelope.codec})
             rows[late.sender] = row
             staleness[late.sender] = late.staleness
             added[late.sender] = late.envelope.round
@@ -924,6 +938,26 @@ class Peer:
             await asyncio.to_thread(self._judge, rows, weights, staleness, outcome, own_reference)
         else:
             self.log.warning("no other peer's update arrived in round %d; the model is left unchanged", outcome.round)
+
+    def _note_codecs(self, codecs: Mapping[str, str]) -> None:
+        """Warn once per sender whose update, decoded and about to be judged, came in a codec other than ours.
+
+        Every known codec is decoded (``RoundExpectation.codecs`` is all of ``protocol.CODECS``), so peers started
+        with different ``--codec`` train together without a word; a lossy sender's rows carry its codec's error, and
+        the receiver's own error feedback does not apply to them. One WARNING per sender for the peer's life, not
+        per round. An unknown or malformed codec never gets here: the envelope check rejects it (``DECODE_ERROR``,
+        ``unknown codec ...``).
+
+        Args:
+            codecs: ``{sender: the codec its envelope declares}`` of the rows that passed the integrity checks.
+        """
+        for sender, codec in sorted(codecs.items()):
+            if codec == self.config.codec or sender in self.codec_warned:
+                continue
+            self.codec_warned.add(sender)
+            self.log.warning("%s sends its updates in codec %s, ours is %s: accepted and decoded as usual (every "
+                             "known codec is); check that the peers' --codec settings agree (warned once per sender)",
+                             sender[-8:], codec, self.config.codec)
 
     def _note_reachability(self, rows: Mapping[str, object], verdicts: Sequence[IntegrityVerdict]) -> None:
         """Senders whose payload came are no suspects; senders given up as unreachable are (``swarm.suspects``).
@@ -1853,6 +1887,10 @@ class _DeferredMix:
 class _RoundClock:
     """Wall time between round events, where it went, and the byte/serve counters' deltas since the last one.
 
+    The byte counters are the server's ``bytes_sent`` and the fetches' wire bytes read (``Peer.wire_in``,
+    ``transport.WireCounter``): both are counted as the bytes move, so a round's figure is what moved since the
+    last round event (a late payload's continued fetch counts in the round it was read in).
+
     ``phases`` holds the seconds spent on the round loop's critical path since the last round event, by phase
     (``presence``: waiting for peers and catching up; ``inner``: the inner phase's wall time including its thread
     hand-off; ``wait``: awaiting the previous round's communication; ``mix``: the step and the mixing gossip;
@@ -1867,6 +1905,7 @@ class _RoundClock:
         self.peer = peer
         self.last = time.monotonic()
         self.sent = peer.server.bytes_sent
+        self.received = peer.wire_in.received
         self.served = peer.server.stats.payloads_served
         self.phases = dict.fromkeys(self.PHASES, 0.0)
         self.last_round_s = 0.0  # wall time of the last round (the last lap), in seconds
@@ -1899,14 +1938,15 @@ class _RoundClock:
         finally:
             self.phases[phase] += time.monotonic() - start
 
-    def lap(self) -> tuple[float, int, int, dict[str, float]]:
-        """(seconds, bytes sent, payloads served, seconds by phase) since the last lap; resets them."""
+    def lap(self) -> tuple[float, int, int, int, dict[str, float]]:
+        """(seconds, bytes sent, wire bytes received, payloads served, phase seconds) since the last lap; resets."""
         now = time.monotonic()
         sent, served = self.peer.server.bytes_sent, self.peer.server.stats.payloads_served
+        received = self.peer.wire_in.received
         phases = {k: round(v, 3) for k, v in self.phases.items()}
-        lap = (now - self.last, sent - self.sent, served - self.served, phases)
+        lap = (now - self.last, sent - self.sent, received - self.received, served - self.served, phases)
         self.last_round_s = lap[0]
-        self.last, self.sent, self.served = now, sent, served
+        self.last, self.sent, self.received, self.served = now, sent, received, served
         self.phases = dict.fromkeys(self.PHASES, 0.0)
         return lap
 
@@ -2059,7 +2099,7 @@ class _RoundRecord:
 
 
 async def _report(peer: Peer, outcome: RoundOutcome, record: _RoundRecord, bar: tqdm,  # type: ignore[type-arg]
-                  clock: _RoundClock, lap: tuple[float, int, int, dict[str, float]] | None = None) -> None:
+                  clock: _RoundClock, lap: tuple[float, int, int, int, dict[str, float]] | None = None) -> None:
     """Checkpoint, snapshot, evaluation and events of a finished round.
 
     With ``lap`` (the round's figures, taken when its step was done) this runs in the background beside the next
@@ -2074,8 +2114,9 @@ async def _report(peer: Peer, outcome: RoundOutcome, record: _RoundRecord, bar: 
             metrics = await asyncio.to_thread(peer.local.evaluate)
         else:
             metrics = await asyncio.to_thread(peer.local.evaluate_at, record.theta)
-    seconds, sent, served, phases = lap if lap is not None else clock.lap()
-    _emit_round(peer, peer.events, outcome, metrics, seconds, sent, served, snapshot, phases, record.state_hash)
+    seconds, sent, received, served, phases = lap if lap is not None else clock.lap()
+    _emit_round(peer, peer.events, outcome, metrics, seconds, sent, served, snapshot, phases, record.state_hash,
+                wire_bytes_received=received)
     bar.update(1)
     bar.set_postfix_str(_metric_text(metrics))
 
@@ -2227,7 +2268,7 @@ def _metric_text(metrics: Any) -> str:
 
 def _emit_round(peer: Peer, events: EventLog, outcome: RoundOutcome, metrics: Any, seconds: float,
                 bytes_sent: int, served: int, snapshot: str | None, phases: dict[str, float],
-                state_hash: str) -> None:
+                state_hash: str, *, wire_bytes_received: int = 0) -> None:
     for verdict in outcome.verdicts:
         events.emit("verdict", round=outcome.round, **verdict.as_event())
     others = [v for v in outcome.verdicts if v.sender != peer.me]
@@ -2236,7 +2277,8 @@ def _emit_round(peer: Peer, events: EventLog, outcome: RoundOutcome, metrics: An
     events.emit("round", round=outcome.round, loss=metrics.loss, accuracy=metrics.accuracy,
                 perplexity=metrics.perplexity, accepted=accepted, rejected=len(others) - accepted,
                 seconds=seconds, compute_s=outcome.compute_s, bytes_sent=bytes_sent,
-                bytes_received=outcome.bytes_received, fetched=outcome.fetched, served=served,
+                bytes_received=outcome.bytes_received, wire_bytes_received=wire_bytes_received,
+                fetched=outcome.fetched, served=served,
                 mixed_from=outcome.mixed_from, applied=outcome.aggregate is not None,
                 state_hash=state_hash, peers_seen=len(outcome.verdicts),
                 train_loss=outcome.train_loss, snapshot=snapshot, phases=phases, overlapped=outcome.overlapped,
@@ -2244,7 +2286,8 @@ def _emit_round(peer: Peer, events: EventLog, outcome: RoundOutcome, metrics: An
     if peer.metrics is not None:
         peer.metrics.observe_round(
             verdicts=outcome.verdicts, me=peer.me, applied=outcome.aggregate is not None, fetched=outcome.fetched,
-            served=served, bytes_sent=bytes_sent, bytes_received=outcome.bytes_received, seconds=seconds,
+            served=served, bytes_sent=bytes_sent, bytes_received=outcome.bytes_received,
+            wire_bytes_received=wire_bytes_received, seconds=seconds,
             compute_s=outcome.compute_s, mix_distance=outcome.mix_distance, mixed_from=outcome.mixed_from,
             loss=finite_or_none(metrics.loss), accuracy=metrics.accuracy, late_applied=outcome.late_applied)
     peer.log.info("round %d: %s | fetched %d | accepted %d%s | rejected %d%s | compute %.1f of %.1f s%s",

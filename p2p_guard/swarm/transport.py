@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -67,10 +68,12 @@ __all__ = [
     "OK",
     "TOO_SLOW",
     "AnswerSender",
+    "WireCounter",
     "FetchResult",
     "PayloadServer",
     "ServerStats",
     "NO_ANSWER_DETAIL",
+    "count_received",
     "failure_detail",
     "is_no_answer",
     "fetch",
@@ -772,6 +775,38 @@ def _cached(table: OrderedDict[int, tuple[bytes, bytes]], data: bytes, convert: 
     return converted
 
 
+class WireCounter:
+    """Bytes a peer read off the wire as a fetching client: the receive-side twin of ``PayloadServer.bytes_sent``.
+
+    ``received`` counts the answer bodies read by :func:`fetch` and :func:`fetch_payload` through the P2P replica
+    it is attached to (:func:`count_received`): payloads with their chunk digest lists (32 B per 1 MiB chunk) and
+    states, as read, every answer that was cut, failed, rejected or asked again included; no status bytes,
+    requests, DHT or libp2p framing. Bytes, a Python int (never wraps).
+    """
+
+    def __init__(self) -> None:
+        """Start at 0 bytes."""
+        self.received = 0
+
+
+_COUNTERS: weakref.WeakKeyDictionary[object, WireCounter] = weakref.WeakKeyDictionary()
+
+
+def count_received(p2p: object, counter: WireCounter) -> None:
+    """Count into ``counter`` every answer byte a fetch through ``p2p`` reads from now on (one counter per replica).
+
+    Keyed by the replica (weakly: it is dropped with it), so that every fetch path of a peer (sampled payloads,
+    their late continuations, revealed payloads, mixing states) is counted without a counter in each signature.
+    """
+    _COUNTERS[p2p] = counter
+
+
+def _note_received(p2p: object, nbytes: int) -> None:
+    counter = _COUNTERS.get(p2p)
+    if counter is not None:
+        counter.received += nbytes
+
+
 @dataclass(frozen=True)
 class FetchResult:
     """What came back from a fetch.
@@ -939,6 +974,7 @@ async def _fetch(p2p: P2P, peer: PeerID, run_id: str, request: list[object], max
             chunk = await pace.read_body(reader, min(CHUNK_BYTES, max_bytes + 1 - received), received)
             if not chunk:
                 break
+            _note_received(p2p, len(chunk))
             chunks.append(chunk)
             received += len(chunk)
         if received < max_bytes:
@@ -1011,6 +1047,7 @@ async def _fetch_payload(p2p: P2P, peer: PeerID, run_id: str, round_: int, verif
             if not piece:
                 return FetchResult(-1, detail=f"stream ended in the digest list ({len(digests)} of "
                                               f"{verifier.digests_bytes} bytes)")
+            _note_received(p2p, len(piece))
             digests += piece
         checked = verifier.check_digests(digests)
         if isinstance(checked, Rejected):
@@ -1022,11 +1059,13 @@ async def _fetch_payload(p2p: P2P, peer: PeerID, run_id: str, round_: int, verif
             if not piece:
                 return FetchResult(-1, detail=f"stream ended after {verifier.received} of {verifier.payload_bytes}"
                                               " bytes")
+            _note_received(p2p, len(piece))
             received += len(piece)
             checked = verifier.feed(piece)
             if isinstance(checked, Rejected):
                 return FetchResult(BAD_DATA, detail=checked.detail, rejected=checked)
         extra = await _extra_bytes(reader, min(pace.idle_timeout_s, EXTRA_BYTES_WAIT_S))
+        _note_received(p2p, len(extra))
         if extra:
             rejected = verifier.feed(extra)
             if isinstance(rejected, Rejected):

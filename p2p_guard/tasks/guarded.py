@@ -8,7 +8,9 @@ message names the spec, the class, the method and the exception; the user's trac
 ``__cause__`` (the peer logs it at DEBUG). Built-in tasks are returned as they are: their failures are local bugs.
 
 Two more ways out of a user's method are failures of the task too: ``sys.exit(...)`` (a ``SystemExit`` raised in the
-inner phase's thread ended the whole process through ``asyncio.run``, silently, with no leave record), and a
+inner phase's thread ended the whole process through ``asyncio.run``, silently, with no leave record; even
+``sys.exit(0)``, since the peer stops in the middle of its rounds: its message says that training ended early and
+that this is a failure, so that a requested exit status 0 is not a puzzling 1), and a
 ``KeyboardInterrupt`` raised outside the main thread (a real Ctrl+C only ever reaches the main thread; a peer
 turns it into a clean stop before any task method runs). A ``loss`` must return a scalar tensor: anything else
 (a Python float, a tensor of shape ``(3,)``, a tensor cut from the autograd graph) failed later in
@@ -38,7 +40,8 @@ _T = TypeVar("_T")
 class TaskFailed(RuntimeError):
     """A method of a user's task failed: ``task 'SPEC': CLASS.METHOD raised TYPE: MESSAGE``.
 
-    Also ``CLASS.METHOD called sys.exit(CODE)``, and for a ``loss`` that is no scalar tensor
+    Also ``CLASS.METHOD called sys.exit(CODE)`` (for ``sys.exit(0)`` or ``sys.exit()``: ``..., training ended
+    early, and that is a failure (...)``), and for a ``loss`` that is no scalar tensor
     ``CLASS.loss returned WHAT, not a scalar tensor`` (``error`` is then a ``TypeError`` saying so).
 
     Attributes:
@@ -64,7 +67,11 @@ class _BadLoss(TypeError):
 def _describe(error: BaseException) -> str:
     """``raised TYPE: MESSAGE``, ``called sys.exit(CODE)``, or for a bad loss ``returned WHAT``."""
     if isinstance(error, SystemExit):
-        return "called sys.exit()" if error.code is None else f"called sys.exit({error.code!r})"
+        if error.code is None or error.code == 0:  # a request to end with success, which a task cannot make
+            return (f"called sys.exit({'' if error.code is None else '0'}): training ended early, and that is a "
+                    f"failure (a task method cannot end a peer's training with success; set --rounds, or stop "
+                    f"the peer with Ctrl+C or SIGTERM)")
+        return f"called sys.exit({error.code!r})"
     if isinstance(error, _BadLoss):
         return str(error)
     return f"raised {type(error).__name__}: {error}" if str(error) else f"raised {type(error).__name__}"

@@ -30,6 +30,11 @@ CLI_SNIPPET = (
     "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
     "sys.argv = ['p2p-guard', *sys.argv[1:]]; runpy.run_module('p2p_guard.cli.main', run_name='__main__')"
 )
+#: As a background job of a non-interactive shell: SIGINT ignored (inherited), then ``main()`` as the program.
+CLI_SNIPPET_SIGINT_IGNORED = (
+    "import signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    "sys.argv = ['p2p-guard', *sys.argv[1:]]; from p2p_guard.cli.main import main; sys.exit(main())"
+)
 
 # A process that arms the reaper, then forks a grandchild with subprocess and one with multiprocessing.
 REAPER_CHILD = textwrap.dedent(
@@ -162,14 +167,18 @@ def test_stop_reaper_ends_it_without_touching_children() -> None:
 # -- simulate, end to end (real peers) -------------------------------------------------------------------
 
 
-def _simulate(workdir: Path, *args: str) -> subprocess.Popen[str]:
-    """Start ``p2p-guard simulate`` with its work directory in its own session, output to a log file."""
+def _simulate(workdir: Path, *args: str, sigint_ignored: bool = False) -> subprocess.Popen[str]:
+    """Start ``p2p-guard simulate`` with its work directory in its own session, output to a log file.
+
+    ``sigint_ignored``: start it as a shell starts a background job (``simulate ... &`` in a script), SIGINT
+    ignored, and through the installed entry point's code path (``main()`` with no arguments).
+    """
     with open(workdir.parent / f"{workdir.name}.simulate.log", "w") as log:
         return subprocess.Popen(
             [
                 sys.executable,
                 "-c",
-                CLI_SNIPPET,
+                CLI_SNIPPET_SIGINT_IGNORED if sigint_ignored else CLI_SNIPPET,
                 "simulate",
                 "--workdir",
                 str(workdir),
@@ -250,11 +259,18 @@ def test_simulate_that_ends_normally_leaves_nothing(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.live
 @pytest.mark.timeout(420)
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143)])
-def test_simulate_interrupted_leaves_nothing(tmp_path: Path, sig: signal.Signals, code: int) -> None:
-    """Interrupted in its first round. SIGINT after two rounds is the partial-report test below (same checks)."""
+@pytest.mark.parametrize(("sig", "code", "sigint_ignored"),
+                         [(signal.SIGTERM, 143, False), (signal.SIGINT, 130, True)],
+                         ids=["sigterm", "sigint-background-job"])
+def test_simulate_interrupted_leaves_nothing(tmp_path: Path, sig: signal.Signals, code: int,
+                                            sigint_ignored: bool) -> None:
+    """Interrupted in its first round. SIGINT after two rounds is the partial-report test below (same checks).
+
+    ``sigint-background-job``: started with SIGINT ignored, as ``p2p-guard simulate ... &`` in a script is; it
+    ran on after ``kill -INT`` until the test's timeout.
+    """
     workdir = tmp_path / "run"
-    proc = _simulate(workdir, *SMALL_RUN, "--rounds", "200")
+    proc = _simulate(workdir, *SMALL_RUN, "--rounds", "200", sigint_ignored=sigint_ignored)
     try:
         assert _wait_for(lambda: _all_ready(workdir, 3) or proc.poll() is not None, timeout_s=240)
         assert proc.poll() is None, _simulate_output(workdir)

@@ -50,6 +50,10 @@ def _assert_matches_events(swarm: Swarm, scrape: dict[str, float]) -> None:
     assert len(rounds) == n
     assert scrape["p2p_guard_updates_accepted_total"] == sum(e["accepted"] for e in rounds)
     assert scrape["p2p_guard_bytes_received_total"] == sum(e["bytes_received"] for e in rounds)
+    wire = sum(e["wire_bytes_received"] for e in rounds)
+    assert scrape["p2p_guard_wire_bytes_received_total"] == wire
+    # each payload read whole also brought its 32-byte digest list: the wire bytes exceed the bytes used
+    assert wire >= sum(e["bytes_received"] + 32 * e["fetched"] for e in rounds)
     assert scrape["p2p_guard_payloads_served_total"] == sum(e["served"] for e in rounds)
     assert scrape["p2p_guard_rounds_applied_total"] == sum(1 for e in rounds if e["applied"])
 

@@ -36,3 +36,33 @@ def test_robustness_help_names_the_sweep_the_grid_runs() -> None:
     assert full_config().sweep_worst == 1  # the help's "worst attack" (one per aggregator) says so
     assert "three worst attacks" not in text
     assert "a sweep of each aggregator's worst attack (and the backdoor" in text
+
+
+def _flag_help(text: str, flag: str) -> str:
+    """The help of one option in a whitespace-joined ``--help`` text: from its name to the next option."""
+    start = text.index(f"{flag} ", text.index("options:"))
+    following = re.search(r" --[a-z][a-z-]* [A-Z(]| --[a-z][a-z-]*, --no-| -h, ", text[start + len(flag):])
+    return text[start:start + len(flag) + following.start()] if following else text[start:]
+
+
+@pytest.mark.parametrize(("command", "flag"), [
+    (("simulate",), "--report"),
+    (("peer",), "--events"),
+    (("peer",), "--state-out"),
+    (("peer",), "--proof-dir"),
+    (("bootstrap",), "--address-file"),
+    (("bench", "wire"), "--json"),
+    (("bench", "guard"), "--json"),
+])
+def test_output_files_say_their_missing_folders_are_created(command: tuple[str, ...], flag: str) -> None:
+    """The one rule: an output file's missing folders are created, a key file's are not (the help says both)."""
+    assert "missing folders are created" in _flag_help(_help(*command), flag)
+
+
+def test_identity_help_says_its_folder_must_exist() -> None:
+    peer = _flag_help(_help("peer"), "--identity")
+    assert "only in an existing directory: a mistyped directory is an error (unlike an output file's, a key " \
+           "file's missing folder is not created: a new key is a new PeerID)" in peer
+    bootstrap = _flag_help(_help("bootstrap"), "--identity")
+    assert "another path's folder must exist (a mistyped one is an error, not a new PeerID), whereas an output " \
+           "file's missing folders are created" in bootstrap

@@ -346,6 +346,8 @@ def fake_peer(book: LatePayloads, banned: tuple[str, ...] = ()) -> Any:
     peer.banned = dict.fromkeys(banned)  # type: ignore[arg-type]
     peer.departures = SimpleNamespace(left=set())  # type: ignore[assignment]
     peer.me = "me"
+    peer.config = SimpleNamespace(codec="fp32")  # type: ignore[assignment]
+    peer.codec_warned = set()
     peer.log = logging.LoggerAdapter(logging.getLogger("test_late"), {})  # type: ignore[assignment]
     return peer
 

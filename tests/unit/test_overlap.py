@@ -19,6 +19,7 @@ import torch
 
 from p2p_guard.simulation.orchestrator import peer_threads, run_env
 from p2p_guard.swarm.peer import Peer, RoundOutcome, _apply_skipped, _Reports, head_steps
+from p2p_guard.swarm.transport import WireCounter
 from p2p_guard.tasks import load_task
 from p2p_guard.training.inner import InnerPhaseStopped
 from p2p_guard.training.local import LocalModel, round_generator
@@ -256,7 +257,7 @@ def test_a_communication_cancelled_before_it_ran_is_timed_and_never_unawaited() 
 
     async def run() -> float | None:
         server = SimpleNamespace(bytes_sent=0, stats=SimpleNamespace(payloads_served=0))
-        clock = _RoundClock(SimpleNamespace(server=server))  # type: ignore[arg-type]
+        clock = _RoundClock(SimpleNamespace(server=server, wire_in=WireCounter()))  # type: ignore[arg-type]
         task = clock.time_communication(asyncio.create_task(communication()))
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -391,7 +391,8 @@ def _v2(round_: int, sender: str, commit_round: int, accepted: bool) -> dict[str
 def _r2(round_: int, seconds: float, compute_s: float, fetched: int, served: int) -> dict[str, Any]:
     return _ev("round", round=round_, loss=1.0, accuracy=0.5, perplexity=None, accepted=0, rejected=0,
                seconds=seconds, compute_s=compute_s, bytes_sent=100 * served, bytes_received=100 * fetched,
-               fetched=fetched, served=served, state_hash="h", train_loss=1.0, snapshot=None)  # fmt: skip
+               wire_bytes_received=132 * fetched, fetched=fetched, served=served, state_hash="h", train_loss=1.0,
+               snapshot=None)  # fmt: skip
 
 
 def _v2_swarm() -> list[PeerLog]:
@@ -496,13 +497,27 @@ def test_utilization_is_compute_over_wall_time_per_peer() -> None:
     assert figures.utilization([PeerLog(0, False, [_round(0, 1.0, 0.5)])])["by_peer"] == {"0": None}
 
 
+#: wire bytes per round by honest peer: 132 bytes per payload fetched (peer 0 fetched 2 and 3, peer 1 1 and 0, peer 2 1)
+BY_PEER_WIRE = {"0": {"mean": 330.0, "max": 396.0}, "1": {"mean": 66.0, "max": 132.0},
+                "2": {"mean": 132.0, "max": 132.0}}
+
+
 def test_fan_out_means_and_maxima_over_honest_round_events() -> None:
     fan = figures.fan_out(_v2_swarm())
     assert fan["fetched"] == {"mean": pytest.approx((2 + 3 + 1 + 0 + 1) / 5), "max": 3.0}  # Z's 9 left out
     assert fan["served"] == {"mean": pytest.approx((1 + 3 + 2 + 1 + 0) / 5), "max": 3.0}
     assert fan["bytes_received"]["max"] == 300.0
+    assert fan["wire_bytes_received"] == {"mean": pytest.approx(132 * 7 / 5), "max": 396.0}  # digests and retries
+    assert {i: fan["by_peer"][i]["wire_bytes_received"] for i in ("0", "1", "2")} == BY_PEER_WIRE
     assert fan["by_peer"]["1"]["served"] == {"mean": 1.5, "max": 2.0}
     assert "3" not in fan["by_peer"]
+
+
+def test_the_table_shows_the_wire_bytes_received_per_peer_per_round() -> None:
+    lines = format_table({"fan_out": figures.fan_out(_v2_swarm())}).splitlines()
+    assert "bytes per peer per round: sent mean 140, max 300; received (used) mean 140, max 300; received on the " \
+           "wire mean 185, max 396" in lines
+    assert "wire bytes received per round, mean by peer: peer0 330, peer1 66, peer2 132" in lines
 
 
 def test_startup_round_time_and_memory_figures() -> None:

@@ -190,11 +190,11 @@ def test_the_timeout_bounds_a_join_that_never_ends(monkeypatch: pytest.MonkeyPat
                                        f"peer(s) {peers[0]} within 0.05 s (--timeout-s)\n")
 
 
-@pytest.mark.parametrize("watch", [None, 0.01])
 def test_the_timeout_bounds_a_read_that_never_ends(monkeypatch: pytest.MonkeyPatch,
-                                                   capsys: pytest.CaptureFixture[str], watch: float | None) -> None:
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """Joined, then the DHT never answers the reads: one line naming what did not answer, exit 1, and the client
-    still leaves the DHT (its p2pd stopped)."""
+    still leaves the DHT (its p2pd stopped). With ``--watch`` a timeout is tried again (the test below)."""
+    watch = None
     import p2p_guard.swarm.dht as dht_module
     import p2p_guard.swarm.status as status_module
     from p2p_guard.cli import status_cmd
@@ -375,3 +375,46 @@ def test_status_ends_when_a_task_left_behind_ignores_its_cancellation(monkeypatc
     monkeypatch.setattr(reaper, "start_reaper", lambda: None)
     maddr = "/ip4/127.0.0.1/tcp/1/p2p/" + Identity.from_seed(b"\x07" * 32).peer_id_b58
     assert cli_main.main(["status", "--initial-peers", maddr, "--run-id", "r2"]) == 130
+
+
+def test_the_watch_tries_again_after_a_read_timeout(monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """``status --watch`` ended with exit 1 on the first read that timed out: now one warning line, the next
+    refresh reads again and prints, and Ctrl+C ends it cleanly (0, the client leaves the DHT)."""
+    import os
+    import signal
+
+    import p2p_guard.swarm.dht as dht_module
+    import p2p_guard.swarm.status as status_module
+    from p2p_guard.cli import status_cmd
+
+    calls: list[str] = []
+
+    class Dht:
+        async def shutdown(self) -> None:
+            calls.append("shutdown")
+
+    async def start_dht(**_: object) -> Dht:
+        return Dht()
+
+    async def collect(*_: object, **__: object) -> str:
+        calls.append("read")
+        if calls.count("read") <= 2:  # the first two reads never end: cut at --timeout-s
+            await asyncio.Event().wait()
+        return "status"
+
+    def fake_print(status: object, config: object) -> None:
+        calls.append(f"print {status}")
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl+C once the status is shown
+
+    monkeypatch.setattr(dht_module, "start_dht", start_dht)
+    monkeypatch.setattr(status_module, "collect_status", collect)
+    monkeypatch.setattr(status_cmd, "_print", fake_print)
+    monkeypatch.setattr(status_cmd.time, "strftime", lambda _fmt: "12:00:00")
+    peers = ("/ip4/127.0.0.1/tcp/31337/p2p/" + ALICE.peer_id_b58,)
+    config = status_cmd.StatusConfig(initial_peers=peers, run_id="r1", timeout_s=0.05, watch=0.01)
+    assert asyncio.run(status_cmd._main(config)) == 0
+    assert calls == ["read", "read", "read", "print status", "shutdown"]
+    line = (f"p2p-guard status: warning: 12:00:00 the DHT (initial peer(s) {peers[0]}) did not answer a read of "
+            "run 'r1''s records within 0.05 s (--timeout-s); trying again in 0.01 s\n")
+    assert capsys.readouterr().err == line * 2

@@ -148,6 +148,16 @@ class Exits(DigitsTask):
         sys.exit(3)
 
 
+class ExitsZero(DigitsTask):
+    def loss(self, model, x, y):
+        sys.exit(0)
+
+
+class ExitsNone(DigitsTask):
+    def sample_batch(self, shard, batch_size, generator):
+        sys.exit()
+
+
 class Interrupts(DigitsTask):
     def sample_batch(self, shard, batch_size, generator):
         raise KeyboardInterrupt
@@ -298,3 +308,26 @@ def test_the_peer_stops_with_one_line_on_a_sys_exit_in_its_inner_phase(monkeypat
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(errors) == 1
     assert errors[0].startswith("peer stopped: task 'bad_tasks:Exits': Exits.loss called sys.exit(3) (")
+
+
+@pytest.mark.usefixtures("bad_tasks")
+@pytest.mark.parametrize(("name", "method", "call"), [("ExitsZero", "loss", "sys.exit(0)"),
+                                                      ("ExitsNone", "sample_batch", "sys.exit()")])
+def test_sys_exit_0_says_plainly_that_training_ended_early_as_a_failure(
+        name: str, method: str, call: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A user's sys.exit(0) asks for success, but the peer stops mid-run and exits 1: the line says why."""
+    local = LocalModel(_guarded(name), seed=0, num_shards=2, shard_index=0, partition="iid")
+
+    async def main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
+        await asyncio.to_thread(local.train_round, 1, torch.Generator().manual_seed(0))  # as the peer runs it
+        return 0
+
+    monkeypatch.setattr(peer_module, "_main", main)
+    with caplog.at_level(logging.INFO, logger="p2p_guard"):
+        assert asyncio.run(peer_module._run_with_signals(PeerConfig(task=f"bad_tasks:{name}"), False)) == 1
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(errors) == 1
+    assert errors[0].startswith(
+        f"peer stopped: task 'bad_tasks:{name}': {name}.{method} called {call}: training ended early, and that is "
+        f"a failure (a task method cannot end a peer's training with success; set --rounds, or stop the peer with "
+        f"Ctrl+C or SIGTERM) (p2p-guard --log-level DEBUG")
