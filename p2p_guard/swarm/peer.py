@@ -81,7 +81,6 @@ from p2p_guard.swarm.transport import (
     TOO_SLOW,
     PayloadServer,
     WireCounter,
-    count_received,
     fetch,
     is_no_answer,
 )
@@ -335,7 +334,6 @@ class Peer:
         self.dht = dht
         self.p2p = p2p
         self.wire_in = WireCounter()  # answer-body bytes our fetches read off the wire (payloads, states)
-        count_received(p2p, self.wire_in)
         self.server = server
         self.events = events
         self.guard = build_guard(config.guard)
@@ -860,7 +858,8 @@ class Peer:
                                   max_staleness=self.config.max_staleness)
         sampled = sample_senders(envelopes, self.config.fanout, self.rng) if envelopes else []
         rows, more = await check_rows(self.p2p, {s: envelopes[s] for s in sampled}, expect,
-                                      self.config.fetch_limits, {}, stop, self.departures, self.rates, self.late)
+                                      self.config.fetch_limits, {}, stop, self.departures, self.rates, self.late,
+                                      wire=self.wire_in)
         self._note_reachability(rows, more)
         self._note_codecs({s: envelopes[s].codec for s in rows})
         outcome.fetched = len(rows)
@@ -1068,7 +1067,8 @@ class Peer:
             result = await first_of(fetch(self.p2p, PeerID.from_base58(peer), self.config.run_id, request,
                                           max_bytes=size, timeout_s=self.config.fetch_timeout_s,
                                           idle_timeout_s=self.config.fetch_idle_timeout_s,
-                                          min_bytes_per_s=self.config.min_fetch_bytes_per_s), stop, gone)
+                                          min_bytes_per_s=self.config.min_fetch_bytes_per_s, wire=self.wire_in),
+                                    stop, gone)
             if result is None:
                 return None
             silent = result.status == TOO_SLOW and is_no_answer(result.detail)

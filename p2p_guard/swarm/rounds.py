@@ -51,6 +51,7 @@ from p2p_guard.swarm.transport import (
     TOO_SLOW,
     FetchResult,
     PayloadServer,
+    WireCounter,
     fetch_payload,
 )
 
@@ -424,8 +425,8 @@ def _within_cap(env: Envelope, max_parameters: int) -> Rejected | None:
 
 async def check_rows(p2p: P2P, envelopes: dict[str, Envelope], expect: RoundExpectation, config: FetchLimits,
                      local_payloads: dict[str, bytes], stop: asyncio.Event, departures: Departures | None = None,
-                     rates: RateBook | None = None, late: LatePayloads | None = None
-                     ) -> tuple[dict[str, torch.Tensor], list[IntegrityVerdict]]:
+                     rates: RateBook | None = None, late: LatePayloads | None = None,
+                     wire: WireCounter | None = None) -> tuple[dict[str, torch.Tensor], list[IntegrityVerdict]]:
     """Check each envelope against the round, stream its payload (verified chunk by chunk), and check the payload.
 
     Each envelope must also be within its codec's cap (``payload_cap_bytes(codec, config.max_parameters)``,
@@ -448,6 +449,7 @@ async def check_rows(p2p: P2P, envelopes: dict[str, Envelope], expect: RoundExpe
             counts as never measured, and nothing is recorded).
         late: where a payload still streaming at its deadline is carried to the next round (``swarm.late``; its
             sender still gets this round's ``timeout`` verdict). None: such a payload is lost.
+        wire: counts the answer bytes every fetch of this call reads, carried ones included (None: not counted).
 
     Returns:
         ``{sender: (d,) float32 update}`` for the updates that passed, and one verdict per sender rejected.
@@ -467,7 +469,8 @@ async def check_rows(p2p: P2P, envelopes: dict[str, Envelope], expect: RoundExpe
     async with watch:
         fetched = await asyncio.gather(*(
             _payload(p2p, sender, env, config, rates, local_payloads, stop, departures,
-                     None if late is None else partial(_carry, late, p2p, sender, env, expect, config, stop))
+                     None if late is None else partial(_carry, late, p2p, sender, env, expect, config, stop, wire),
+                     wire)
             for sender, env in to_fetch.items()))
     for (sender, env), payload in zip(to_fetch.items(), fetched):
         if payload is None:  # it left the swarm
@@ -502,7 +505,8 @@ class _Unreachable:
 
 async def _payload(p2p: P2P, sender: str, env: Envelope, config: FetchLimits, rates: RateBook,
                    local: dict[str, bytes], stop: asyncio.Event, departures: Departures | None = None,
-                   carry: Callable[[ChunkVerifier], str | None] | None = None) -> bytes | bytearray | Rejected | None:
+                   carry: Callable[[ChunkVerifier], str | None] | None = None,
+                   wire: WireCounter | None = None) -> bytes | bytearray | Rejected | None:
     """Stream one sender's payload, retrying (resuming after its verified chunks) until its own deadline.
 
     The deadline is ``swarm.pacing.fetch_deadline_s`` of its declared size and measured rate; reached while
@@ -554,7 +558,7 @@ async def _payload(p2p: P2P, sender: str, env: Envelope, config: FetchLimits, ra
         # 1 MiB) a second time over the sender's uplink.
         exchange = asyncio.ensure_future(fetch_payload(
             p2p, peer, config.run_id, env.round, verifier, timeout_s=max(remaining, ceiling - time.monotonic()),
-            idle_timeout_s=config.fetch_idle_timeout_s, min_bytes_per_s=config.min_fetch_bytes_per_s))
+            idle_timeout_s=config.fetch_idle_timeout_s, min_bytes_per_s=config.min_fetch_bytes_per_s, wire=wire))
         result = await first_of(_within_deadline(exchange, due, extend, verifier), stop, gone)
         if result is None:
             return None
@@ -625,13 +629,15 @@ async def _within_deadline(exchange: asyncio.Future[FetchResult], due: _Deadline
 
 
 def _carry(late: LatePayloads, p2p: P2P, sender: str, env: Envelope, expect: RoundExpectation, config: FetchLimits,
-           stop: asyncio.Event, verifier: ChunkVerifier) -> str | None:
+           stop: asyncio.Event, wire: WireCounter | None, verifier: ChunkVerifier) -> str | None:
     """Offer a payload incomplete at its deadline to ``late``; None when carried, else why not."""
-    return late.carry(sender, env, verifier, expect, partial(resume_payload, p2p, env, verifier, config, stop))
+    return late.carry(sender, env, verifier, expect, partial(resume_payload, p2p, env, verifier, config, stop,
+                                                            wire=wire))
 
 
 async def resume_payload(p2p: P2P, env: Envelope, verifier: ChunkVerifier, config: FetchLimits,
-                         stop: asyncio.Event) -> bytes | bytearray | Rejected | str:
+                         stop: asyncio.Event, *, wire: WireCounter | None = None
+                         ) -> bytes | bytearray | Rejected | str:
     """Continue a carried fetch (``swarm.late``) from ``verifier``'s first unverified chunk until it is complete.
 
     Its limit is what the slowloris floor allows the rest of the payload, ``I + (b − k) / m`` seconds
@@ -646,6 +652,7 @@ async def resume_payload(p2p: P2P, env: Envelope, verifier: ChunkVerifier, confi
         verifier: the verifier of the fetch that reached its deadline, holding the chunks verified so far.
         config: the fetch limits.
         stop: set on shutdown.
+        wire: counts the answer bytes read (None: not counted).
 
     Returns:
         The verified payload (``env.payload_bytes`` bytes), a :class:`Rejected` for bytes that failed a check, or
@@ -662,7 +669,7 @@ async def resume_payload(p2p: P2P, env: Envelope, verifier: ChunkVerifier, confi
             break
         result = await first_of(fetch_payload(p2p, peer, config.run_id, env.round, verifier, timeout_s=remaining,
                                               idle_timeout_s=config.fetch_idle_timeout_s,
-                                              min_bytes_per_s=config.min_fetch_bytes_per_s), stop)
+                                              min_bytes_per_s=config.min_fetch_bytes_per_s, wire=wire), stop)
         if result is None:
             break
         if result.status == OK and result.data is not None:

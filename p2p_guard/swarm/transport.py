@@ -33,7 +33,6 @@ import asyncio
 import contextlib
 import logging
 import time
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -73,7 +72,6 @@ __all__ = [
     "PayloadServer",
     "ServerStats",
     "NO_ANSWER_DETAIL",
-    "count_received",
     "failure_detail",
     "is_no_answer",
     "fetch",
@@ -778,8 +776,8 @@ def _cached(table: OrderedDict[int, tuple[bytes, bytes]], data: bytes, convert: 
 class WireCounter:
     """Bytes a peer read off the wire as a fetching client: the receive-side twin of ``PayloadServer.bytes_sent``.
 
-    ``received`` counts the answer bodies read by :func:`fetch` and :func:`fetch_payload` through the P2P replica
-    it is attached to (:func:`count_received`): payloads with their chunk digest lists (32 B per 1 MiB chunk) and
+    ``received`` counts the answer bodies read by the :func:`fetch` and :func:`fetch_payload` calls it is passed to
+    (``wire=``): payloads with their chunk digest lists (32 B per 1 MiB chunk) and
     states, as read, every answer that was cut, failed, rejected or asked again included; no status bytes,
     requests, DHT or libp2p framing. Bytes, a Python int (never wraps).
     """
@@ -788,23 +786,9 @@ class WireCounter:
         """Start at 0 bytes."""
         self.received = 0
 
-
-_COUNTERS: weakref.WeakKeyDictionary[object, WireCounter] = weakref.WeakKeyDictionary()
-
-
-def count_received(p2p: object, counter: WireCounter) -> None:
-    """Count into ``counter`` every answer byte a fetch through ``p2p`` reads from now on (one counter per replica).
-
-    Keyed by the replica (weakly: it is dropped with it), so that every fetch path of a peer (sampled payloads,
-    their late continuations, revealed payloads, mixing states) is counted without a counter in each signature.
-    """
-    _COUNTERS[p2p] = counter
-
-
-def _note_received(p2p: object, nbytes: int) -> None:
-    counter = _COUNTERS.get(p2p)
-    if counter is not None:
-        counter.received += nbytes
+    def add(self, nbytes: int) -> None:
+        """Count ``nbytes`` more bytes read."""
+        self.received += nbytes
 
 
 @dataclass(frozen=True)
@@ -831,7 +815,7 @@ class FetchResult:
 
 async def fetch(p2p: P2P, peer: PeerID, run_id: str, request: list[object], *, max_bytes: int,
                 timeout_s: float, idle_timeout_s: float = DEFAULT_FETCH_IDLE_TIMEOUT_S,
-                min_bytes_per_s: int = DEFAULT_MIN_FETCH_BYTES_PER_S) -> FetchResult:
+                min_bytes_per_s: int = DEFAULT_MIN_FETCH_BYTES_PER_S, wire: WireCounter | None = None) -> FetchResult:
     """Ask ``peer`` for a payload or a state and read at most ``max_bytes + 1`` bytes of the answer.
 
     Reading stops at the first byte past ``max_bytes``: the caller sees ``len(data) > max_bytes`` and rejects
@@ -859,6 +843,7 @@ async def fetch(p2p: P2P, peer: PeerID, run_id: str, request: list[object], *, m
             it gives status -1.
         idle_timeout_s: longest wait for the next bytes of the answer, in seconds (see above).
         min_bytes_per_s: slowest average body rate accepted after ``idle_timeout_s``, in bytes per second.
+        wire: counts the answer bytes read, cut answers included (None: not counted).
 
     Returns:
         A :class:`FetchResult`; never raises on network failure.
@@ -866,7 +851,7 @@ async def fetch(p2p: P2P, peer: PeerID, run_id: str, request: list[object], *, m
     Raises:
         ValueError: ``idle_timeout_s`` or ``min_bytes_per_s`` is not finite and > 0 (a local bug).
     """
-    pace = _make_pace(idle_timeout_s, min_bytes_per_s, max_bytes)
+    pace = _make_pace(idle_timeout_s, min_bytes_per_s, max_bytes, wire)
     try:
         return await asyncio.wait_for(_fetch(p2p, peer, run_id, request, max_bytes, pace), timeout_s)
     except _TooSlow as e:
@@ -890,22 +875,32 @@ def failure_detail(error: BaseException, limit: int = 200) -> str:
     return " ".join(f"{type(error).__name__}: {error}".split())[:limit]
 
 
-def _make_pace(idle_timeout_s: float, min_bytes_per_s: float, max_bytes: int) -> _Pace:
+def _make_pace(idle_timeout_s: float, min_bytes_per_s: float, max_bytes: int,
+               wire: WireCounter | None = None) -> _Pace:
     """The read limits of one fetch; ValueError unless both limits are finite and > 0 (a local bug)."""
     for name, value in (("idle_timeout_s", idle_timeout_s), ("min_bytes_per_s", min_bytes_per_s)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
             raise ValueError(f"{name} must be finite and > 0; got {name}={value!r}")
-    return _Pace(float(idle_timeout_s), float(min_bytes_per_s), max_bytes)
+    return _Pace(float(idle_timeout_s), float(min_bytes_per_s), max_bytes, wire)
 
 
 @dataclass
 class _Pace:
-    """The read limits of one :func:`fetch` (see its docstring); ``started`` is set once the request is sent."""
+    """The read limits of one :func:`fetch` (see its docstring); ``started`` is set once the request is sent.
+
+    ``wire``, when given, counts every answer byte the fetch reads (:meth:`note`).
+    """
 
     idle_timeout_s: float
     min_bytes_per_s: float
     max_bytes: int
+    wire: WireCounter | None = None
     started: float = 0.0
+
+    def note(self, nbytes: int) -> None:
+        """Count ``nbytes`` answer bytes read into ``wire``, if any."""
+        if self.wire is not None:
+            self.wire.add(nbytes)
 
     async def open_and_send(self, p2p: P2P, peer: PeerID, run_id: str, request: list[object]
                             ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -974,7 +969,7 @@ async def _fetch(p2p: P2P, peer: PeerID, run_id: str, request: list[object], max
             chunk = await pace.read_body(reader, min(CHUNK_BYTES, max_bytes + 1 - received), received)
             if not chunk:
                 break
-            _note_received(p2p, len(chunk))
+            pace.note(len(chunk))
             chunks.append(chunk)
             received += len(chunk)
         if received < max_bytes:
@@ -987,7 +982,8 @@ async def _fetch(p2p: P2P, peer: PeerID, run_id: str, request: list[object], max
 
 async def fetch_payload(p2p: P2P, peer: PeerID, run_id: str, round_: int, verifier: ChunkVerifier, *,
                         timeout_s: float, idle_timeout_s: float = DEFAULT_FETCH_IDLE_TIMEOUT_S,
-                        min_bytes_per_s: int = DEFAULT_MIN_FETCH_BYTES_PER_S) -> FetchResult:
+                        min_bytes_per_s: int = DEFAULT_MIN_FETCH_BYTES_PER_S,
+                        wire: WireCounter | None = None) -> FetchResult:
     """Stream ``peer``'s payload of ``round_`` through ``verifier``, from its first unverified chunk on.
 
     Sends ``["payload", round_, verifier.next_chunk]`` and reads the answer: the n·32-byte digest list (checked
@@ -1011,6 +1007,7 @@ async def fetch_payload(p2p: P2P, peer: PeerID, run_id: str, round_: int, verifi
         timeout_s: limit for this exchange, in seconds (status -1 when reached; verified chunks are kept).
         idle_timeout_s: longest wait for the next bytes of the answer, in seconds.
         min_bytes_per_s: slowest average body rate accepted after ``idle_timeout_s``, in bytes per second.
+        wire: counts the answer bytes read (digest list and chunks), cut answers included (None: not counted).
 
     Returns:
         A :class:`FetchResult`: ``OK`` with the verified payload (a bytearray, no copy), :data:`BAD_DATA` with
@@ -1022,7 +1019,7 @@ async def fetch_payload(p2p: P2P, peer: PeerID, run_id: str, round_: int, verifi
     """
     verifier.restart()
     expected = verifier.digests_bytes + verifier.payload_bytes - verifier.resume_offset()
-    pace = _make_pace(idle_timeout_s, min_bytes_per_s, expected)
+    pace = _make_pace(idle_timeout_s, min_bytes_per_s, expected, wire)
     try:
         return await asyncio.wait_for(_fetch_payload(p2p, peer, run_id, round_, verifier, pace), timeout_s)
     except _TooSlow as e:
@@ -1047,7 +1044,7 @@ async def _fetch_payload(p2p: P2P, peer: PeerID, run_id: str, round_: int, verif
             if not piece:
                 return FetchResult(-1, detail=f"stream ended in the digest list ({len(digests)} of "
                                               f"{verifier.digests_bytes} bytes)")
-            _note_received(p2p, len(piece))
+            pace.note(len(piece))
             digests += piece
         checked = verifier.check_digests(digests)
         if isinstance(checked, Rejected):
@@ -1059,13 +1056,13 @@ async def _fetch_payload(p2p: P2P, peer: PeerID, run_id: str, round_: int, verif
             if not piece:
                 return FetchResult(-1, detail=f"stream ended after {verifier.received} of {verifier.payload_bytes}"
                                               " bytes")
-            _note_received(p2p, len(piece))
+            pace.note(len(piece))
             received += len(piece)
             checked = verifier.feed(piece)
             if isinstance(checked, Rejected):
                 return FetchResult(BAD_DATA, detail=checked.detail, rejected=checked)
         extra = await _extra_bytes(reader, min(pace.idle_timeout_s, EXTRA_BYTES_WAIT_S))
-        _note_received(p2p, len(extra))
+        pace.note(len(extra))
         if extra:
             rejected = verifier.feed(extra)
             if isinstance(rejected, Rejected):

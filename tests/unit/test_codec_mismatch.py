@@ -16,6 +16,7 @@ import torch
 
 from p2p_guard.swarm import peer as peer_module
 from p2p_guard.swarm.peer import Peer
+from p2p_guard.swarm.transport import WireCounter
 
 SENDER_A = "12D3KooWAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
 SENDER_B = "12D3KooWBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB"
@@ -27,6 +28,7 @@ def _peer() -> Any:
     peer.config = SimpleNamespace(codec="fp32", run_id="r", max_parameters=10, max_staleness=2, fanout=3,
                                   fetch_limits=None)
     peer.codec_warned = set()
+    peer.wire_in = WireCounter()
     peer.local = SimpleNamespace(shapes=((2,),))
     peer.rng = None
     peer.p2p = peer.departures = peer.rates = peer.late = None
@@ -41,7 +43,8 @@ def test_one_warning_per_sender_naming_both_codecs(monkeypatch: pytest.MonkeyPat
                  SENDER_B: SimpleNamespace(codec="fp32", payload_bytes=8),
                  SENDER_C: SimpleNamespace(codec="topk:density=0.5", payload_bytes=9)}
 
-    async def check_rows(_p2p: Any, sampled: dict[str, Any], *_args: Any) -> tuple[dict[str, Any], list[Any]]:
+    async def check_rows(_p2p: Any, sampled: dict[str, Any], *_args: Any, **_kwargs: Any
+                         ) -> tuple[dict[str, Any], list[Any]]:
         return {s: torch.zeros(2) for s in sampled if s != SENDER_C}, []  # C's payload did not arrive
 
     monkeypatch.setattr(peer_module, "check_rows", check_rows)

@@ -14,7 +14,7 @@ from typing import Any
 
 from p2p_guard.identity import Identity
 from p2p_guard.protocol.chunks import ChunkVerifier, chunk_digests, payload_root
-from p2p_guard.swarm.transport import OK, WireCounter, count_received, fetch, fetch_payload
+from p2p_guard.swarm.transport import OK, WireCounter, fetch, fetch_payload
 
 PEER = Identity.from_seed(bytes(range(32))).peer_id
 
@@ -43,23 +43,21 @@ class _AnsweringP2P:
         return None, reader, _Writer()
 
 
-def _state(p2p: Any, max_bytes: int) -> Any:
-    return asyncio.run(fetch(p2p, PEER, "run", ["theta", 1], max_bytes=max_bytes, timeout_s=5.0))
+def _state(p2p: Any, max_bytes: int, wire: WireCounter | None) -> Any:
+    return asyncio.run(fetch(p2p, PEER, "run", ["theta", 1], max_bytes=max_bytes, timeout_s=5.0, wire=wire))
 
 
 def test_a_state_fetch_counts_its_body_not_its_status_byte() -> None:
     p2p, counter = _AnsweringP2P(bytes([OK]) + bytes(range(16))), WireCounter()
-    count_received(p2p, counter)
-    assert _state(p2p, 16).status == OK
+    assert _state(p2p, 16, counter).status == OK
     assert counter.received == 16
-    assert _state(p2p, 16).status == OK  # asked again: counted again
+    assert _state(p2p, 16, counter).status == OK  # asked again: counted again
     assert counter.received == 32
 
 
 def test_a_cut_answer_counts_what_was_read() -> None:
     p2p, counter = _AnsweringP2P(bytes([OK]) + bytes(5)), WireCounter()
-    count_received(p2p, counter)
-    result = _state(p2p, 16)
+    result = _state(p2p, 16, counter)
     assert (result.status, result.detail) == (-1, "stream ended after 5 of 16 bytes")
     assert counter.received == 5
 
@@ -67,19 +65,17 @@ def test_a_cut_answer_counts_what_was_read() -> None:
 def test_a_payload_fetch_counts_the_digest_list_and_the_chunks() -> None:
     payload = bytes(range(200)) * 3  # 600 bytes, one chunk: 32 digest bytes + 600
     p2p, counter = _AnsweringP2P(bytes([OK]) + chunk_digests(payload) + payload), WireCounter()
-    count_received(p2p, counter)
     result = asyncio.run(fetch_payload(p2p, PEER, "run", 3, ChunkVerifier(payload_root(payload), len(payload)),
-                                       timeout_s=5.0))
+                                       timeout_s=5.0, wire=counter))
     assert (result.status, bytes(result.data or b"")) == (OK, payload)
     assert counter.received == 632
 
 
-def test_a_replica_without_a_counter_counts_nowhere() -> None:
-    counted, other = _AnsweringP2P(bytes([OK]) + bytes(8)), _AnsweringP2P(bytes([OK]) + bytes(8))
+def test_a_fetch_without_a_counter_counts_nowhere() -> None:
     counter = WireCounter()
-    count_received(counted, counter)
-    assert _state(other, 8).status == OK
-    assert counter.received == 0
+    assert _state(_AnsweringP2P(bytes([OK]) + bytes(8)), 8, None).status == OK
+    assert _state(_AnsweringP2P(bytes([OK]) + bytes(8)), 8, counter).status == OK
+    assert counter.received == 8
 
 
 def test_the_round_clock_laps_the_wire_bytes_and_the_round_event_carries_them() -> None:
