@@ -142,8 +142,8 @@ Stages 0, 3, 3b, 4, 4b and 6 read ``ctx.own_index`` (3b also ``ctx.own_reference
 so two honest peers given the same rows may apply different updates (round protocol version 2 allows it: each peer
 owns its model). Stages 4b and 4c keep state across rounds (residual histories and direction records, per receiver
 and sender), so the guard is a deterministic function of this round's rows and of the rounds the same guard object
-judged before; without ``own_index``, ``own_reference`` and ``loss_at``, and with ``collusion=False``, of this
-round's rows alone.
+judged before (carried across a peer's restart by :meth:`SemanticGuard.state_dict` in its checkpoint); without
+``own_index``, ``own_reference`` and ``loss_at``, and with ``collusion=False``, of this round's rows alone.
 
 Extension points: ``checks`` (extra per-row tests after the verdict; :class:`RowCheck`) and ``anchor`` (a map
 applied after self-anchoring; :class:`Anchor`).
