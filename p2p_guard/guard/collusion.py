@@ -85,6 +85,7 @@ from typing import Any
 import torch
 
 from p2p_guard.guard.base import AggregationContext, check_int, check_real
+from p2p_guard.guard.state import GuardStateError, entries_of, key_of, round_of
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ __all__ = ["COLLUDING", "MAX_BYTES", "CollusionCheck", "ResidualHistory", "group
 COLLUDING = "colluding"
 """Reason recorded in the verdict of a row rejected by this stage."""
 
-_STATE_VERSION = 1
+_STATE_VERSION = 2
 
 MAX_BYTES = 2**30
 """Default bound on the bytes of residual history one :class:`ResidualHistory` keeps (1 GiB)."""
@@ -183,6 +184,9 @@ class ResidualHistory:
                            current=self.decay * entry.current + unit, terms=entry.terms + 1)
         elif round_ == entry.round:
             base = entry.previous
+            if base is None and entry.previous_terms > 0:  # restored without its earlier history: keep it
+                self._entries.move_to_end(key)
+                return entry.current, entry.terms
             current = unit.clone() if base is None else self.decay * base + unit
             entry = _Entry(round=round_, previous=base, previous_terms=entry.previous_terms, current=current,
                            terms=entry.previous_terms + 1)
@@ -192,27 +196,59 @@ class ResidualHistory:
         return entry.current, entry.terms
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything that carries over between rounds (plain types and tensors)."""
-        return {
-            "version": _STATE_VERSION,
-            "entries": [
-                (r, s, e.round, e.previous, e.previous_terms, e.current, e.terms)
-                for (r, s), e in self._entries.items()
-            ],
-        }
+        """Everything that carries over between rounds, as plain values and tensors (the peer's checkpoint keeps it).
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output (the newest pairs within ``max_entries`` and ``max_bytes``).
+        Returns:
+            ``{"version": 2, "entries": [[receiver, sender, round, H, terms], ...]}``, least recently updated pair
+            first: ``H`` the ``(d,)`` float64 history after ``round`` (the tensor held, not a copy: histories are
+            replaced, never changed in place) and ``terms`` its number of rounds. The history before ``round`` is
+            not kept (a restored pair runs later rounds only; :meth:`load_state_dict`). At most ``max_entries``
+            pairs and ``max_bytes`` bytes of ``H`` (one vector a pair: 8·d bytes).
+        """
+        return {"version": _STATE_VERSION,
+                "entries": [[r, s, e.round, e.current, e.terms] for (r, s), e in self._entries.items()]}
+
+    def load_state_dict(self, state: Mapping[str, Any], *, numel: int | None = None) -> None:
+        """Replace the history with one from :meth:`state_dict`, checked first (nothing changes on error).
+
+        A restored pair goes on exactly in any later round. Called again in its own last round (which a peer
+        resumed from its checkpoint never does: it resumes at the next round) it is returned unchanged, since the
+        history before that round was not saved; a restored pair of one term is replaced as usual.
+
+        Args:
+            state: as :meth:`state_dict` returns.
+            numel: d of the model, when known: every ``H`` must then be ``(numel,)``.
 
         Raises:
-            ValueError: on an unknown state version.
+            GuardStateError: (a ``ValueError``) another version, more than ``max_entries`` pairs, a pair twice, a
+                name that is not a str, ``H`` not a 1-D float64 tensor (or not ``(numel,)``, or of another d than
+                the other pairs), a non-finite ``H``, ``‖H‖₂ > terms`` (a sum of unit vectors) or ``terms < 1``.
         """
-        if state.get("version") != _STATE_VERSION:
-            raise ValueError(f"unknown ResidualHistory state version {state.get('version')!r}")
-        self._entries = OrderedDict(
-            ((r, s), _Entry(round=rd, previous=prev, previous_terms=pt, current=cur, terms=t))
-            for r, s, rd, prev, pt, cur, t in state["entries"][-self.max_entries :]
-        )
+        kind = "collusion history"
+        entries: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
+        width = numel
+        for item in entries_of(state, kind=kind, version=_STATE_VERSION, limit=self.max_entries):
+            if not isinstance(item, (list, tuple)) or len(item) != 5:
+                raise GuardStateError(f"{kind}: an entry must be [receiver, sender, round, H, terms]")
+            key = (key_of(kind, item[0], empty=True), key_of(kind, item[1]))
+            round_, current, terms = round_of(kind, item[2]), item[3], item[4]
+            if isinstance(terms, bool) or not isinstance(terms, int) or terms < 1:
+                raise GuardStateError(f"{kind}: terms must be an int >= 1, got {terms!r:.80}")
+            if not isinstance(current, torch.Tensor) or current.dtype != torch.float64 or current.dim() != 1:
+                raise GuardStateError(f"{kind}: H of {key[1]!r} must be a 1-D float64 tensor, got "
+                                      f"{getattr(current, 'dtype', type(current).__name__)} "
+                                      f"{tuple(getattr(current, 'shape', ()))}")
+            if width is not None and current.numel() != width:
+                raise GuardStateError(f"{kind}: H of {key[1]!r} has {current.numel()} entries, expected {width}")
+            width = current.numel()
+            norm = float(torch.linalg.vector_norm(current))
+            if not math.isfinite(norm) or norm > terms * (1 + 1e-9):
+                raise GuardStateError(f"{kind}: H of {key[1]!r} has norm {norm:g}, not a finite one <= terms {terms}")
+            if key in entries:
+                raise GuardStateError(f"{kind}: the pair ({key[0]!r}, {key[1]!r}) appears twice")
+            entries[key] = _Entry(round=round_, previous=None, previous_terms=terms - 1,
+                                  current=current.detach().clone(), terms=terms)
+        self._entries = entries
         self._evict()
 
 

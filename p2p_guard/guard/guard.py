@@ -15,7 +15,9 @@ What the wrapper adds to a bare rule:
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 
@@ -29,6 +31,7 @@ from p2p_guard.guard.base import (
 )
 from p2p_guard.guard.baselines.median import CoordinateMedian
 from p2p_guard.guard.linalg import cosines_to, row_norms
+from p2p_guard.guard.state import GuardStateError
 from p2p_guard.guard.verdict import make_verdicts
 
 logger = logging.getLogger(__name__)
@@ -37,6 +40,8 @@ __all__ = ["NON_FINITE", "Guard"]
 
 NON_FINITE = "non_finite"
 """Reason given to a row holding NaN or an infinity."""
+
+_STATE_VERSION = 1
 
 
 class _BadAggregate(ValueError):
@@ -128,6 +133,44 @@ class Guard:
                     "round %d: %s rejected %s (%s): %s", ctx.round, self.name, v.sender, v.reason, v.detail
                 )
         return GuardResult(aggregate=result.aggregate, verdicts=verdicts)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state the rule keeps across rounds, for the peer's checkpoint (plain values and tensors).
+
+        Returns:
+            ``{"version": 1, "rule": name, "state": the rule's state_dict() or None}``: None for a rule that keeps
+            no state, and for a user's rule (``plugin``: its state is its own business, and a checkpoint holds
+            only what ``torch.load(weights_only=True)`` reads back). The ``semantic`` rule's is
+            :meth:`~p2p_guard.guard.semantic.SemanticGuard.state_dict`.
+        """
+        method = getattr(self.aggregator, "state_dict", None)
+        state = method() if callable(method) and not self.plugin else None
+        return {"version": _STATE_VERSION, "rule": self.name, "state": state}
+
+    def load_state_dict(self, state: Mapping[str, Any], *, numel: int | None = None) -> bool:
+        """Restore :meth:`state_dict`'s output into the rule (checked first; nothing changes on error).
+
+        Args:
+            state: as :meth:`state_dict` returns (possibly saved under another ``--guard`` spec: a rule of the same
+                kind takes it, whatever its parameters).
+            numel: d of the model when known (state tensors must then be ``(numel,)``).
+
+        Returns:
+            True when the rule took the state; False when there was none to take, or the rule keeps none.
+
+        Raises:
+            GuardStateError: (a ``ValueError``) the state is malformed (the message says which part and why).
+        """
+        if not isinstance(state, Mapping) or state.get("version") != _STATE_VERSION:
+            got = state.get("version") if isinstance(state, Mapping) else type(state).__name__
+            raise GuardStateError(f"guard: not a state of version {_STATE_VERSION} (got {got!r})")
+        if not isinstance(state.get("rule"), str):
+            raise GuardStateError(f"guard: rule must be a str, got {state.get('rule')!r:.80}")
+        method = getattr(self.aggregator, "load_state_dict", None)
+        if state.get("state") is None or self.plugin or not callable(method):
+            return False
+        method(state["state"], numel=numel)
+        return True
 
     def _check_aggregate(self, aggregate: object, rows: torch.Tensor) -> None:
         """Raise :class:`_BadAggregate` unless ``aggregate`` is a ``(d,)`` tensor of the rows' dtype.

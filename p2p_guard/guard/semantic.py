@@ -142,8 +142,8 @@ Stages 0, 3, 3b, 4, 4b and 6 read ``ctx.own_index`` (3b also ``ctx.own_reference
 so two honest peers given the same rows may apply different updates (round protocol version 2 allows it: each peer
 owns its model). Stages 4b and 4c keep state across rounds (residual histories and direction records, per receiver
 and sender), so the guard is a deterministic function of this round's rows and of the rounds the same guard object
-judged before; without ``own_index``, ``own_reference`` and ``loss_at``, and with ``collusion=False``, of this
-round's rows alone.
+judged before (carried across a peer's restart by :meth:`SemanticGuard.state_dict` in its checkpoint); without
+``own_index``, ``own_reference`` and ``loss_at``, and with ``collusion=False``, of this round's rows alone.
 
 Extension points: ``checks`` (extra per-row tests after the verdict; :class:`RowCheck`) and ``anchor`` (a map
 applied after self-anchoring; :class:`Anchor`).
@@ -152,8 +152,9 @@ applied after self-anchoring; :class:`Anchor`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -168,12 +169,13 @@ from p2p_guard.guard.base import (
 )
 from p2p_guard.guard.baselines.centered_clipping import centered_clip
 from p2p_guard.guard.centre import robust_centre
-from p2p_guard.guard.collusion import CollusionCheck
+from p2p_guard.guard.collusion import CollusionCheck, ResidualHistory
 from p2p_guard.guard.duplicates import DUPLICATE, DUPLICATE_RATIO, find_duplicates
 from p2p_guard.guard.linalg import cosines_to, row_norms, scalar_median
 from p2p_guard.guard.loss_score import LOSS_WORSE, loss_rejections, score_rows
 from p2p_guard.guard.magnitude import clip_rows
 from p2p_guard.guard.noise import add_noise
+from p2p_guard.guard.state import GuardStateError
 from p2p_guard.guard.verdict import (
     OUTLIER,
     SPARSE_MAX,
@@ -187,6 +189,8 @@ from p2p_guard.guard.verdict import (
 logger = logging.getLogger(__name__)
 
 __all__ = ["Anchor", "RowCheck", "SemanticGuard"]
+
+_STATE_VERSION = 1
 
 
 @runtime_checkable
@@ -449,6 +453,50 @@ class SemanticGuard:
             object.__setattr__(self, "_collusion", stage)
         if self.direction_record:
             object.__setattr__(self, "_record", DirectionRecord(decay=self.record_decay))
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state stages 4b and 4c keep across rounds, as plain values and tensors (the peer's checkpoint).
+
+        Returns:
+            ``{"version": 1, "direction_record": DirectionRecord.state_dict() or None, "collusion":
+            ResidualHistory.state_dict() or None}`` (None: that stage is off). Bounded: at most 4096 pairs of the
+            record (a few floats each) and 1024 pairs, 1 GiB, of collusion history (one ``(d,)`` float64 a pair).
+        """
+        return {"version": _STATE_VERSION,
+                "direction_record": None if self._record is None else self._record.state_dict(),
+                "collusion": None if self._collusion is None else self._collusion.history.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any], *, numel: int | None = None) -> None:
+        """Restore :meth:`state_dict`'s output; every part is checked before either is replaced.
+
+        A part saved while its stage was on and given to a guard with that stage off is ignored (nothing holds
+        it); a stage that is on and finds no part (None) starts empty.
+
+        Args:
+            state: as :meth:`state_dict` returns.
+            numel: d of the model when known (the collusion histories must be ``(numel,)``).
+
+        Raises:
+            GuardStateError: (a ``ValueError``) on anything :meth:`DirectionRecord.load_state_dict` or
+                :meth:`ResidualHistory.load_state_dict` refuses, or another version.
+        """
+        if not isinstance(state, Mapping) or state.get("version") != _STATE_VERSION:
+            got = state.get("version") if isinstance(state, Mapping) else type(state).__name__
+            raise GuardStateError(f"semantic guard: not a state of version {_STATE_VERSION} (got {got!r})")
+        record = None if self._record is None else DirectionRecord(decay=self._record.decay,
+                                                                   max_entries=self._record.max_entries)
+        if record is not None and state.get("direction_record") is not None:
+            record.load_state_dict(state["direction_record"])
+        history = None
+        if self._collusion is not None:
+            old = self._collusion.history
+            history = ResidualHistory(decay=old.decay, max_entries=old.max_entries, max_bytes=old.max_bytes)
+            if state.get("collusion") is not None:
+                history.load_state_dict(state["collusion"], numel=numel)
+        if record is not None:
+            object.__setattr__(self, "_record", record)
+        if self._collusion is not None and history is not None:
+            self._collusion.history = history
 
     def __call__(self, updates: torch.Tensor, ctx: AggregationContext) -> torch.Tensor:
         """Return only the aggregate of :meth:`judge`.

@@ -44,11 +44,13 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
 from p2p_guard.guard.base import Verdict
 from p2p_guard.guard.linalg import support_cosines
+from p2p_guard.guard.state import GuardStateError, entries_of, key_of, real_of, round_of
 
 __all__ = [
     "OUTLIER",
@@ -131,6 +133,9 @@ def direction_weights(
     return w
 
 
+_RECORD_VERSION = 1
+
+
 class DirectionRecord:
     """Each sender's mean cosine with the robust centre over the rounds a receiver has judged it, bounded in memory.
 
@@ -190,6 +195,43 @@ class DirectionRecord:
         if not math.isnan(latest):
             total, terms = total + latest, terms + 1
         return total / terms if terms else math.nan
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything that carries over between rounds, as plain values (the peer's checkpoint keeps it).
+
+        Returns:
+            ``{"version": 1, "entries": [[receiver, sender, round, total, terms, latest], ...]}``, least recently
+            updated pair first: ``total`` = Σ γ^a c and ``terms`` = Σ γ^a of the rounds before ``round`` (floats),
+            ``latest`` the cosine of ``round`` (a float in [-1, 1], or None when it had no finite term).
+            At most ``max_entries`` entries.
+        """
+        return {"version": _RECORD_VERSION,
+                "entries": [[r, s, last, total, terms, None if math.isnan(latest) else latest]
+                            for (r, s), (last, total, terms, latest) in self._entries.items()]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Replace the record with one from :meth:`state_dict`, checked first (nothing changes on error).
+
+        Raises:
+            GuardStateError: (a ``ValueError``) another version, more than ``max_entries`` pairs, a pair twice, a
+                name that is not a str, a non-finite number, ``terms < 0``, ``|total| > terms`` or a cosine outside
+                [-1, 1].
+        """
+        kind = "direction record"
+        entries: OrderedDict[tuple[str, str], tuple[int, float, float, float]] = OrderedDict()
+        for item in entries_of(state, kind=kind, version=_RECORD_VERSION, limit=self.max_entries):
+            if not isinstance(item, (list, tuple)) or len(item) != 6:
+                raise GuardStateError(f"{kind}: an entry must be [receiver, sender, round, total, terms, latest]")
+            key = (key_of(kind, item[0], empty=True), key_of(kind, item[1]))
+            last = round_of(kind, item[2])
+            total, terms = real_of(kind, item[3]), real_of(kind, item[4], low=0.0)
+            if abs(total) > terms * (1 + 1e-9) + 1e-12:  # a mean of cosines lies in [-1, 1]
+                raise GuardStateError(f"{kind}: |total| {abs(total):g} > terms {terms:g} for sender {key[1]!r}")
+            latest = math.nan if item[5] is None else real_of(kind, item[5], low=-1.0 - 1e-9, high=1.0 + 1e-9)
+            if key in entries:
+                raise GuardStateError(f"{kind}: the pair ({key[0]!r}, {key[1]!r}) appears twice")
+            entries[key] = (last, total, terms, latest)
+        self._entries = entries
 
 
 SPARSE_MAX = 0.25

@@ -7,7 +7,15 @@ File format (``checkpoint_dir/checkpoint.pt``, ``torch.save`` of a dict of plain
 
     {"format": 1, "run_id": str, "round": int, "numel": int,
      "theta": (d,) float32, "momentum": (d,) float32, "extra": {str: Tensor},
-     "digest": SHA-256 hex of the tensors' bytes and the header fields}
+     "digest": SHA-256 hex of the tensors' bytes and the header fields,
+     "guard_state": {str: plain values and tensors},       # optional (absent before 2026-12-07)
+     "guard_digest": SHA-256 hex of guard_state, run_id and round}
+
+``guard_state`` is what the peer's guard and reputation learned about each sender over the rounds
+(``swarm.guard_state``: the semantic guard's direction record and collusion history, the reputation, our
+verdicts of the last round not yet folded). It has its own digest, so a damaged or edited ``guard_state`` costs only
+that state (:attr:`Checkpoint.state_problem`), not θ; a file without it (written by an earlier version) loads
+with ``state`` None.
 
 It is written to a temporary file in the same folder, fsynced, then renamed over the old one (atomic on POSIX),
 so a kill at any instant leaves either the previous or the new checkpoint, never half of one. ``torch.load`` runs
@@ -28,6 +36,7 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -79,6 +88,10 @@ class Checkpoint:
         theta: ``(d,)`` float32 model parameters.
         momentum: ``(d,)`` float32 outer Nesterov buffer.
         extra: other ``(·)`` tensors to keep (the error-feedback buffer of a lossy codec).
+        state: the guard state (``swarm.guard_state.capture``): nested dicts, lists and tuples of str, int, float,
+            bool, None and CPU tensors. None: none saved (a file of an earlier version), or refused on load.
+        state_problem: on load, why ``state`` was refused (its digest does not match, or it holds a type a
+            checkpoint never holds); None otherwise. The caller logs it and starts that state empty.
     """
 
     run_id: str
@@ -86,6 +99,8 @@ class Checkpoint:
     theta: torch.Tensor
     momentum: torch.Tensor
     extra: dict[str, torch.Tensor] = field(default_factory=dict)
+    state: dict[str, Any] | None = None
+    state_problem: str | None = None
 
 
 def _digest(run_id: str, round_: int, tensors: dict[str, torch.Tensor]) -> str:
@@ -93,6 +108,44 @@ def _digest(run_id: str, round_: int, tensors: dict[str, torch.Tensor]) -> str:
     for name in sorted(tensors):
         h.update(name.encode() + b"\0")
         h.update(tensors[name].detach().to(torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+class _Unhashable(TypeError):
+    """A guard state holds a value of a type :func:`_state_digest` does not take."""
+
+
+def _state_digest(run_id: str, round_: int, state: object) -> str:
+    """SHA-256 hex of ``state`` (a canonical walk: dict keys sorted, tensors by dtype, shape and bytes), run and round.
+
+    Raises:
+        _Unhashable: ``state`` holds something other than dict, list, tuple, str, int, float, bool, None or Tensor.
+    """
+    h = hashlib.sha256(f"{FORMAT}|{run_id}|{round_}|guard_state".encode())
+
+    def walk(value: object) -> None:
+        if isinstance(value, torch.Tensor):
+            flat = value.detach().cpu().contiguous().reshape(-1)
+            h.update(f"T{flat.dtype}{tuple(value.shape)}".encode())
+            if flat.numel():
+                h.update(flat.view(torch.uint8).numpy().data)  # no copy of a large history
+        elif isinstance(value, dict):
+            if not all(isinstance(k, str) for k in value):
+                raise _Unhashable("a mapping with a key that is not a str")
+            h.update(f"D{len(value)}".encode())
+            for key in sorted(value):
+                h.update(key.encode("utf-8", "surrogatepass") + b"\0")
+                walk(value[key])
+        elif isinstance(value, (list, tuple)):
+            h.update(f"L{len(value)}".encode())
+            for item in value:
+                walk(item)
+        elif value is None or isinstance(value, (bool, int, float, str)):
+            h.update(f"{type(value).__name__}:{value!r}".encode("utf-8", "surrogatepass") + b"\0")
+        else:
+            raise _Unhashable(f"a value of type {type(value).__name__}")
+
+    walk(state)
     return h.hexdigest()
 
 
@@ -106,6 +159,7 @@ def save_checkpoint(folder: str | Path, ckpt: Checkpoint) -> Path:
 
     Raises:
         OSError: if the folder cannot be written.
+        TypeError: ``ckpt.state`` holds a value a checkpoint does not take (a local bug).
     """
     path = Path(folder)
     path.mkdir(parents=True, exist_ok=True)
@@ -114,6 +168,9 @@ def save_checkpoint(folder: str | Path, ckpt: Checkpoint) -> Path:
             "theta": ckpt.theta.detach().cpu().clone(), "momentum": ckpt.momentum.detach().cpu().clone(),
             "extra": {k: v.detach().cpu().clone() for k, v in ckpt.extra.items()},
             "digest": _digest(ckpt.run_id, ckpt.round, tensors)}
+    if ckpt.state is not None:
+        data["guard_state"] = ckpt.state
+        data["guard_digest"] = _state_digest(ckpt.run_id, ckpt.round, ckpt.state)
     fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", dir=path)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -219,7 +276,24 @@ def _load_file(path: Path, *, run_id: str, numel: int) -> Checkpoint | None:
                                    "--checkpoint-dir (the checkpoint is left as it is)")
     if not (torch.isfinite(theta).all() and torch.isfinite(momentum).all()):
         raise CheckpointError(f"{path}: non-finite values")
-    return Checkpoint(ckpt_run, round_, theta.to(torch.float32), momentum.to(torch.float32), extra)
+    state, problem = _guard_state(data, ckpt_run, round_)
+    return Checkpoint(ckpt_run, round_, theta.to(torch.float32), momentum.to(torch.float32), extra, state, problem)
+
+
+def _guard_state(data: dict[str, Any], run_id: str, round_: int) -> tuple[dict[str, Any] | None, str | None]:
+    """The checkpoint's verified ``guard_state`` and None, or None and why it was refused (None, None: absent)."""
+    if "guard_state" not in data:
+        return None, None
+    state = data["guard_state"]
+    if not isinstance(state, dict):
+        return None, f"guard state is a {type(state).__name__}, not a mapping"
+    try:
+        digest = _state_digest(run_id, round_, state)
+    except _Unhashable as e:
+        return None, f"guard state holds {e}"
+    if digest != data.get("guard_digest"):
+        return None, "guard state digest mismatch (corrupt or edited)"
+    return state, None
 
 
 def mark_committed(folder: str | Path, round_: int) -> None:

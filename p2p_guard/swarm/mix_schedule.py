@@ -119,8 +119,10 @@ class MixSchedule:
 
         Also when ``rejected_us`` > 0: other peers' signed votes of the previous round rejected our own update, so
         their aggregates lack our row and ours holds it (an honest peer whose row the others' guards struck is the
-        one that drifts; it cannot see that in its own verdicts). Byzantine voters can force such mixings, which
-        only costs what the fixed schedule costs.
+        one that drifts; it cannot see that in its own verdicts). Any reason counts, ``duplicate`` and
+        ``colluding`` too (``swarm.standing.rejected_by``): copiers cause them, but the row is out of the voters'
+        aggregates all the same. Byzantine voters can force such mixings, which only costs what the fixed schedule
+        costs.
 
         Args:
             verdicts: ``(sender PeerID, accepted, reason)`` per judged sender (reason: enum, value or None).

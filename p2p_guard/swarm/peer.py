@@ -59,6 +59,8 @@ from p2p_guard.swarm.events import EventLog
 from p2p_guard.swarm.metrics import PeerMetrics, start_metrics
 from p2p_guard.swarm.reaper import start_reaper, stop_reaper_if_clean
 from p2p_guard.swarm.checkpoint import Checkpoint, last_committed, load_resumable, mark_committed, save_checkpoint
+from p2p_guard.swarm.guard_state import capture as capture_guard_state
+from p2p_guard.swarm.guard_state import restore as restore_guard_state
 from p2p_guard.swarm.late import LatePayloads
 from p2p_guard.swarm.pacing import RateBook
 from p2p_guard.swarm.mix_schedule import MixSchedule
@@ -1572,6 +1574,7 @@ async def _start_round(peer: Peer, config: PeerConfig, stop: asyncio.Event) -> i
     if ckpt is not None:
         peer.log.info("resumed from our checkpoint at round %d", ckpt.round)
         peer.events.emit("resume_checkpoint", round=ckpt.round)
+        _restore_guard_state(peer, ckpt)
     peer.server.serve_from(round_)  # payloads our earlier process committed died with it: say so at once
     peer.serve_state(round_)
     if 0 < config.rounds <= round_:  # a finished run restarted: waiting for peers (join_timeout_s) would be for nothing
@@ -1579,6 +1582,20 @@ async def _start_round(peer: Peer, config: PeerConfig, stop: asyncio.Event) -> i
     others = await peer.wait_for_peers(stop, timeout_s=config.join_timeout_s)
     return await _maybe_catch_up(peer, round_, others, stop, checkpoint_round=None if ckpt is None else ckpt.round,
                                  fresh=ckpt is None)
+
+
+def _restore_guard_state(peer: Peer, ckpt: Checkpoint) -> None:
+    """Give the guard and the reputation what they knew at the checkpoint (``swarm.guard_state``), or say why not."""
+    if ckpt.state_problem is not None:
+        peer.log.warning("guard state of the checkpoint not used (%s): the guard's per-sender records and the "
+                         "reputation start empty", ckpt.state_problem)
+    elif ckpt.state is None:
+        peer.log.info("the checkpoint holds no guard state (written by an earlier version): the guard's per-sender "
+                      "records and the reputation start empty")
+    else:
+        restored = restore_guard_state(ckpt.state, peer.guard, peer.votes, numel=peer.local.numel, log=peer.log)
+        if restored:
+            peer.log.info("restored from the checkpoint: %s", " and ".join(restored))
 
 
 async def _maybe_catch_up(peer: Peer, round_: int, others: dict[str, int], stop: asyncio.Event, *,
@@ -2039,6 +2056,8 @@ async def _finish(peer: Peer, pending: asyncio.Task[RoundOutcome], inner: InnerR
         return 0
     if inner is not None:
         outcome.train_loss, outcome.compute_s = inner.loss, inner.compute_s
+    if peer.votes is not None:  # before the capture: the checkpoint keeps these verdicts until they are folded
+        peer.votes.remember(outcome.round, outcome.verdicts)
     record = _RoundRecord.capture(peer, snapshot=not deferring)
     with clock.timed("save"):
         await reports.wait()  # the previous round's report first: events stay in round order
@@ -2083,7 +2102,9 @@ class _RoundRecord:
     """What a finished round leaves on disk and in its event, captured when its step is done.
 
     ``theta``, ``momentum`` and ``ef_residual`` are ``(d,)`` float32 copies (θ and b are replaced, never changed in
-    place, but the error-feedback residual is updated in place by the next commit).
+    place, but the error-feedback residual is updated in place by the next commit). ``guard_state`` is what the
+    guard and reputation know now (``swarm.guard_state.capture``; None without a checkpoint folder), taken before
+    the next round's guard runs (in a thread) or its votes are folded.
     """
 
     theta: torch.Tensor
@@ -2091,11 +2112,13 @@ class _RoundRecord:
     ef_residual: torch.Tensor
     state_hash: str
     snapshot: bool
+    guard_state: dict[str, Any] | None = None
 
     @classmethod
     def capture(cls, peer: Peer, *, snapshot: bool) -> _RoundRecord:
+        state = capture_guard_state(peer.guard, peer.votes) if peer.config.checkpoint_dir else None
         return cls(peer.local.theta, peer.local.momentum, peer.error_feedback.residual.clone(),
-                   peer.local.state_hash().hex(), snapshot)
+                   peer.local.state_hash().hex(), snapshot, state)
 
 
 async def _report(peer: Peer, outcome: RoundOutcome, record: _RoundRecord, bar: tqdm,  # type: ignore[type-arg]
@@ -2157,7 +2180,7 @@ async def _save_round(peer: Peer, outcome: RoundOutcome, record: _RoundRecord) -
     if config.checkpoint_dir:
         await asyncio.to_thread(save_checkpoint, config.checkpoint_dir,
                                 Checkpoint(config.run_id, outcome.round + 1, record.theta, record.momentum,
-                                           {"ef_residual": record.ef_residual}))
+                                           {"ef_residual": record.ef_residual}, record.guard_state))
     path = (_write_snapshot(config.snapshot_dir, outcome.round, record.theta) if record.snapshot
             else _snapshot_path(config.snapshot_dir, outcome.round))
     if config.checkpoint_dir:

@@ -24,20 +24,22 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from p2p_guard.guard.reputation import Reputation, ReputationUpdate, edge_rows
 from p2p_guard.identity import Identity
-from p2p_guard.protocol.votes import EDGE_REASON, VoteVerdict, judged_map
+from p2p_guard.protocol.votes import EDGE_REASON, MAX_VOTES_SENDERS, Votes, VoteVerdict, judged_map
 from p2p_guard.swarm.allowlist import filter_allowed
 from p2p_guard.swarm.dht import SwarmDHT
 from p2p_guard.swarm.verdicts import SenderVerdict
 from p2p_guard.swarm.votes import publish_votes, read_votes, vote_verdicts
 
-__all__ = ["VoteBook"]
+__all__ = ["VoteBook", "rejected_by"]
 
 logger = logging.getLogger(__name__)
+
+_STATE_VERSION = 1
 
 
 class VoteBook:
@@ -63,8 +65,10 @@ class VoteBook:
         self.smear = smear
         self.allowed = allowed
         self._own: dict[int, tuple[dict[str, bool], frozenset[str]]] = {}
+        self._votes: tuple[int, list[VoteVerdict]] | None = None  # the last round remembered and our votes of it
         #: Voters whose signed votes of the last folded round rejected our own update, for any reason (our row
-        #: missing from their aggregates: ``swarm.mix_schedule`` mixes then). Byzantine voters can raise it.
+        #: missing from their aggregates: ``swarm.mix_schedule`` mixes then; :func:`rejected_by`). Byzantine voters
+        #: can raise it. 0 after a :meth:`fold` that folded nothing.
         self.rejected_us = 0
 
     @property
@@ -72,17 +76,18 @@ class VoteBook:
         """Senders dropped before aggregation (base58 PeerIDs)."""
         return self.reputation.excluded
 
-    async def publish(self, round_: int, verdicts: Iterable[SenderVerdict]) -> list[VoteVerdict]:
-        """Remember our verdicts of ``round_`` and publish them, signed (rewritten first by ``smear``).
+    def remember(self, round_: int, verdicts: Iterable[SenderVerdict]) -> list[VoteVerdict]:
+        """Keep our verdicts of ``round_`` for the next :meth:`fold` (and for :meth:`state_dict`); our votes.
 
-        Accepted rows longer than twice the round's median norm are published with reason ``edge``.
+        Accepted rows longer than twice the round's median norm get reason ``edge``. The round loop calls it when
+        the round's step is done, before the checkpoint captures :meth:`state_dict`.
 
         Args:
             round_: The round the verdicts were given in.
             verdicts: The round's verdicts, ours included.
 
         Returns:
-            The votes as published.
+            Our votes of the round, before ``smear``.
         """
         verdicts = list(verdicts)
         edge = edge_rows({v.sender: v.norm for v in verdicts if v.norm is not None},
@@ -91,12 +96,74 @@ class VoteBook:
                  for v in vote_verdicts(verdicts, me=self.me)]
         # Only the last round is ever folded; a circumstantial or copyable rejection (late, duplicate) is no evidence.
         self._own = {round_: (judged_map(votes), edge)}
+        self._votes = (round_, votes)
+        return votes
+
+    async def publish(self, round_: int, verdicts: Iterable[SenderVerdict]) -> list[VoteVerdict]:
+        """Publish our verdicts of ``round_``, signed (rewritten first by ``smear``); :meth:`remember` them first.
+
+        When :meth:`remember` already took this round's verdicts they are not taken again (a fold in between
+        may have used them: remembering them again would fold them twice).
+
+        Args:
+            round_: The round the verdicts were given in.
+            verdicts: The round's verdicts, ours included.
+
+        Returns:
+            The votes as published.
+        """
+        if self._votes is not None and self._votes[0] == round_:
+            votes = self._votes[1]
+        else:
+            votes = self.remember(round_, verdicts)
         if self.smear is not None:
             votes = self.smear(votes)
         if not await publish_votes(self.dht, self.run_id, round_, votes, self.identity):
             # hivemind reports the last replica's answer, not "any replica": readers usually still find them
             logger.debug("a DHT replica did not confirm our votes of round %d", round_)
         return votes
+
+    def state_dict(self) -> dict[str, Any]:
+        """What carries over between rounds, as plain values (the peer's checkpoint keeps it).
+
+        Returns:
+            ``{"version": 1, "reputation": Reputation.state_dict(), "pending": None or {"round": r, "judged":
+            {sender: accepted}, "edge": [sender, ...]}}``: ``pending`` holds our verdicts of the last round
+            :meth:`remember` took and no :meth:`fold` has used yet, so a peer resumed at round r + 1 folds round
+            r with them as the one that never stopped does. At most ``max_tracked`` (4096) senders in the
+            reputation and :data:`MAX_VOTES_SENDERS` (256) in ``pending``.
+        """
+        pending = None
+        for round_, (judged, edge) in self._own.items():
+            pending = {"round": round_, "judged": dict(sorted(judged.items())), "edge": sorted(edge)}
+        return {"version": _STATE_VERSION, "reputation": self.reputation.state_dict(), "pending": pending}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output, checked first (nothing changes on error).
+
+        Raises:
+            ValueError: another version, a malformed ``pending`` (a sender that is not a str, a verdict that is not
+                a bool, more than :data:`MAX_VOTES_SENDERS` senders, an edge row we did not accept), or anything
+                :meth:`Reputation.load_state_dict` refuses.
+        """
+        if not isinstance(state, Mapping) or state.get("version") != _STATE_VERSION:
+            raise ValueError(f"votes: not a state of version {_STATE_VERSION}")
+        own: dict[int, tuple[dict[str, bool], frozenset[str]]] = {}
+        pending = state.get("pending")
+        if pending is not None:
+            if not isinstance(pending, Mapping):
+                raise ValueError("votes: pending must be a mapping or None")
+            round_, judged, edge = pending.get("round"), pending.get("judged"), pending.get("edge")
+            if isinstance(round_, bool) or not isinstance(round_, int) or round_ < 0:
+                raise ValueError(f"votes: pending round must be an int >= 0, got {round_!r:.80}")
+            if (not isinstance(judged, Mapping) or len(judged) > MAX_VOTES_SENDERS
+                    or not all(isinstance(k, str) and type(v) is bool for k, v in judged.items())):
+                raise ValueError(f"votes: pending verdicts must map at most {MAX_VOTES_SENDERS} str senders to bools")
+            if not isinstance(edge, (list, tuple)) or not all(isinstance(e, str) and judged.get(e) for e in edge):
+                raise ValueError("votes: pending edge rows must be a list of senders we accepted")
+            own[round_] = (dict(judged), frozenset(edge))
+        self.reputation.load_state_dict(state.get("reputation"))  # type: ignore[arg-type]  # it checks the type
+        self._own = own
 
     async def fold(self, round_: int, ignore: Collection[str] = ()) -> ReputationUpdate | None:
         """Read every peer's votes of ``round_`` and fold them, with ours, into the reputation.
@@ -108,12 +175,37 @@ class VoteBook:
         Returns:
             The update, or None if we gave no verdicts in ``round_`` (a joiner's first round).
         """
+        self.rejected_us = 0  # a round we did not fold says nothing about the others' aggregates
         mine = self._own.pop(round_, None)
         if mine is None:
             return None
         own, edge = mine
         votes = filter_allowed(await read_votes(self.dht, self.run_id, round_), self.allowed)
-        self.rejected_us = sum(any(v.sender_b58 == self.me and not v.accepted for v in vote.verdicts)
-                               for voter, vote in votes.items() if voter != self.me)
+        self.rejected_us = rejected_by(votes.values(), self.me, ignore=ignore)
         ballots = {voter: v.as_map() for voter, v in votes.items()}
         return self.reputation.update(round_, own, ballots, ignore=ignore, edge=edge)
+
+
+def rejected_by(votes: Iterable[Votes], me: str, *, ignore: Collection[str] = ()) -> int:
+    """How many other voters' verified votes rejected our update (``VoteBook.rejected_us``), for any reason.
+
+    The count asks whether the voters' aggregates lack our row, which ours holds (``swarm.mix_schedule``'s
+    ``disturbed``: mix at once), not whether they hold evidence against it (``protocol.votes.judged_map``). So it
+    counts every rejection: circumstantial ones (late, timed out, excluded), and the copyable ones
+    (``reasons.COPYABLE_REASONS``: ``duplicate``, ``colluding``) too, which ``judged_map`` leaves out of the
+    reputation because another peer can cause them by copying us. Such a rejection still leaves our row out of
+    that voter's aggregate: under ``mimic`` the copied peer's new row is a duplicate at every receiver but its
+    own, which is what drives the receivers' models apart (docs/threat-model.md §3.7a). An accepted edge row
+    is in the voter's aggregate, so it does not count. Our own votes, a voter in ``ignore`` (banned
+    equivocators, as in :meth:`Reputation.update`) and verdicts on other senders do not count.
+
+    Args:
+        votes: verified votes of one round (``swarm.votes.read_votes``'s values).
+        me: our PeerID (base58).
+        ignore: voters whose votes do not count.
+
+    Returns:
+        The number of voters, ``>= 0``.
+    """
+    return sum(1 for vote in votes if vote.voter_b58 != me and vote.voter_b58 not in ignore
+               and any(v.sender_b58 == me and not v.accepted for v in vote.verdicts))

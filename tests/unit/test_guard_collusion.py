@@ -71,7 +71,11 @@ class TestResidualHistory:
         h.add("me", "a", 1, E[1])
         g = ResidualHistory()
         g.load_state_dict(h.state_dict())
-        assert torch.equal(g.add("me", "a", 1, E[2])[0], E[0] + E[2])
+        # a later round goes on exactly; the history before round 1 was not saved, so round 1 again changes nothing
+        assert torch.equal(g.add("me", "a", 1, E[2])[0], E[0] + E[1])
+        out, terms = g.add("me", "a", 2, E[3])
+        assert torch.equal(out, E[0] + E[1] + E[3])
+        assert terms == 3
         with pytest.raises(ValueError, match="version"):
             g.load_state_dict({"version": 99, "entries": []})
 

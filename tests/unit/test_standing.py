@@ -9,7 +9,7 @@ from p2p_guard.guard.reputation import Reputation
 from p2p_guard.identity import Identity
 from p2p_guard.protocol.votes import EDGE_REASON, Votes, open_votes, sign_votes
 from p2p_guard.swarm.records import votes_key
-from p2p_guard.swarm.standing import VoteBook
+from p2p_guard.swarm.standing import VoteBook, rejected_by
 from p2p_guard.swarm.verdicts import SenderVerdict
 from p2p_guard.swarm.votes import vote_verdicts
 
@@ -179,3 +179,38 @@ def test_an_edge_row_is_published_as_edge_and_struck_in_our_reputation() -> None
     assert (edge.own_standing, edge.own_strikes, edge.own_rejections, edge.score) == (0.0, 1, 0, 0.25)
     assert update.standings[a.peer_id_b58].own_strikes == 0
     assert update.standings[rejected.peer_id_b58].own_rejections == 1
+
+
+def test_rejected_us_counts_every_voter_whose_aggregate_lacks_our_row() -> None:
+    """Copyable rejections (``duplicate``, ``colluding``) count, as the circumstantial ones do.
+
+    They are no evidence against us (the reputation leaves them out), but the voter's aggregate lacks our row all
+    the same, which is what ``MixSchedule.disturbed`` asks. An accepted edge row, our own vote and an ignored
+    voter's do not count, and a fold that folds nothing resets the count.
+    """
+    me, a, b, c, d, e, banned = _ids(7)
+    dht = MemoryDHT()
+    book = VoteBook(dht, RUN, me)  # type: ignore[arg-type]
+    ballots = {a: (False, "duplicate"), b: (False, "colluding"), c: (False, "outlier"), d: (False, "late_commit"),
+               e: (True, EDGE_REASON), banned: (False, "outlier")}
+    for voter, (accepted, reason) in ballots.items():
+        asyncio.run(VoteBook(dht, RUN, voter).publish(  # type: ignore[arg-type]
+            0, [SenderVerdict(me.peer_id_b58, 0, accepted, reason)]))
+    verdicts = [SenderVerdict(v.peer_id_b58, 0, True, "accepted") for v in ballots]
+    asyncio.run(book.publish(0, [SenderVerdict(me.peer_id_b58, 0, False, "outlier"), *verdicts]))
+    asyncio.run(book.fold(0, ignore=frozenset({banned.peer_id_b58})))
+    assert book.rejected_us == 4  # a, b, c, d
+    from p2p_guard.swarm.mix_schedule import MixSchedule
+    assert MixSchedule(adaptive=True).disturbed([], rejected_us=book.rejected_us)
+    assert asyncio.run(book.fold(1)) is None  # nothing of ours to fold in round 1
+    assert book.rejected_us == 0  # not round 0's count again
+
+
+def test_rejected_by_counts_copyable_reasons_and_leaves_out_ourselves_and_the_ignored() -> None:
+    me, a, b = _ids(3)
+    votes = [open_votes(sign_votes(RUN, 0, vote_verdicts([SenderVerdict(me.peer_id_b58, 0, False, reason)]), who),
+                        run_id=RUN) for who, reason in ((a, "duplicate"), (b, "colluding"), (me, "outlier"))]
+    assert all(isinstance(v, Votes) for v in votes)
+    assert rejected_by(votes, me.peer_id_b58) == 2  # type: ignore[arg-type]
+    assert rejected_by(votes, me.peer_id_b58, ignore={a.peer_id_b58}) == 1  # type: ignore[arg-type]
+    assert rejected_by(votes, a.peer_id_b58) == 0  # type: ignore[arg-type]  # nobody judged a

@@ -117,3 +117,50 @@ def test_a_checkpoint_of_another_model_stops_the_peer_before_any_round(tmp_path:
         asyncio.run(peer._start_round(stub, config, asyncio.Event()))  # type: ignore[arg-type]
     assert stub.resumed_at == [] and stub.round == 0
     assert (tmp_path / "checkpoint.pt").read_bytes() == before
+
+
+def _resume(tmp_path: Path, stub: Any, monkeypatch: pytest.MonkeyPatch) -> int:
+    async def no_catch_up(p: Any, round_: int, others: dict[str, int], stop: asyncio.Event, **kw: Any) -> int:
+        return round_
+
+    monkeypatch.setattr(peer, "_maybe_catch_up", no_catch_up)
+    config = types.SimpleNamespace(checkpoint_dir=str(tmp_path), run_id="run", rounds=0, join_timeout_s=1.0)
+    return asyncio.run(peer._start_round(stub, config, asyncio.Event()))  # type: ignore[arg-type]
+
+
+def test_a_checkpoint_of_the_previous_version_resumes_with_an_empty_guard_state(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    save_checkpoint(tmp_path, Checkpoint("run", 74, torch.full((D,), 7.0), torch.zeros(D)))  # no guard_state key
+    stub = _stub(tmp_path)
+    with caplog.at_level(logging.INFO, logger="p2p_guard.swarm.peer"):
+        assert _resume(tmp_path, stub, monkeypatch) == 74
+    assert stub.resumed_at == [7]
+    lines = [r.getMessage() for r in caplog.records if "guard state" in r.getMessage()]
+    assert lines == ["[abcdefgh r74] the checkpoint holds no guard state (written by an earlier version): the guard's "
+                     "per-sender records and the reputation start empty"]
+
+
+def test_the_guard_state_of_the_checkpoint_is_given_back_to_the_guard(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    from p2p_guard.guard.base import AggregationContext
+    from p2p_guard.guard.registry import build_guard
+    from p2p_guard.swarm.guard_state import capture
+
+    senders = tuple(f"p{i}" for i in range(5))
+    rows = torch.randn(5, D, generator=torch.Generator().manual_seed(0))
+    before = build_guard("semantic")
+    before(rows, AggregationContext(senders=senders, round=0, generator=torch.Generator(), own_index=0))
+    save_checkpoint(tmp_path, Checkpoint("run", 1, torch.full((D,), 7.0), torch.zeros(D),
+                                         state=capture(before, None)))
+    stub = _stub(tmp_path)
+    stub.guard, stub.votes = build_guard("semantic"), None
+    with caplog.at_level(logging.INFO, logger="p2p_guard.swarm.peer"):
+        assert _resume(tmp_path, stub, monkeypatch) == 1
+    assert [r.getMessage() for r in caplog.records if "restored" in r.getMessage()] == [
+        "[abcdefgh r1] restored from the checkpoint: guard"]
+    saved, now = before.state_dict()["state"], stub.guard.state_dict()["state"]
+    assert now["direction_record"] == saved["direction_record"]
+    assert [e[:3] + e[4:] for e in now["collusion"]["entries"]] == [
+        e[:3] + e[4:] for e in saved["collusion"]["entries"]]
+    assert all(torch.equal(a[3], b[3]) for a, b in zip(now["collusion"]["entries"], saved["collusion"]["entries"],
+                                                       strict=True))
