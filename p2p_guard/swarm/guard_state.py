@@ -11,7 +11,8 @@ got a clean slate whenever a volunteer restarted. The checkpoint's ``guard_state
 captured by :func:`capture` when a round's step is done (with θ), and given back by :func:`restore` on resume.
 Bounds: the direction record keeps at most 4096 (receiver, sender) pairs, the collusion history 1024 pairs and
 1 GiB (one ``(d,)`` float64 vector a pair), the reputation 4096 senders, the pending verdicts 256; a saved state
-over a bound is refused, not cut.
+over a bound is refused, not cut. What is written each round holds at most :data:`MAX_SAVED_HISTORY_BYTES` of collusion
+history (the most recent pairs).
 
 A saved state is checked before anything is replaced (``guard.state``): a malformed or hostile one (a wrong
 shape, NaN, too many senders, a wrong type) is refused with one warning naming the part and why, and that part
@@ -27,15 +28,49 @@ from typing import Any
 from p2p_guard.guard.guard import Guard
 from p2p_guard.swarm.standing import VoteBook
 
-__all__ = ["capture", "restore"]
+__all__ = ["MAX_SAVED_HISTORY_BYTES", "capture", "restore"]
+
+MAX_SAVED_HISTORY_BYTES = 64 * 2**20
+"""Most bytes of collusion history written to the checkpoint each round (64 MiB): the most recently updated
+pairs that fit. One pair is a ``(d,)`` float64 vector, 8·d bytes: on digits (d = 4,810) every pair fits; at
+d = 1M the 8 most recent; at d = 25M (200 MB a pair) none, so a large model's checkpoint is not rewritten with
+up to 1 GiB of history every round. Pairs left out start empty after a restart (stage 4b then needs its
+``collusion_rounds`` again); the direction record and the reputation, a few numbers per sender, are always kept."""
 
 
-def capture(guard: Guard, votes: VoteBook | None) -> dict[str, Any]:
+def capture(guard: Guard, votes: VoteBook | None, *,
+            max_history_bytes: int = MAX_SAVED_HISTORY_BYTES) -> dict[str, Any]:
     """The guard state to checkpoint now: ``{"guard": ..., "votes": ...}`` (module docstring).
 
     Cheap: tensors are referenced, not copied (the collusion histories are replaced, never changed in place).
+
+    Args:
+        guard: our guard.
+        votes: our vote book (None: reputation off).
+        max_history_bytes: most bytes of collusion history kept (:data:`MAX_SAVED_HISTORY_BYTES`): the most
+            recently updated pairs whose vectors fit, in bytes.
     """
-    return {"guard": guard.state_dict(), "votes": None if votes is None else votes.state_dict()}
+    return {"guard": _trim_history(guard.state_dict(), max_history_bytes),
+            "votes": None if votes is None else votes.state_dict()}
+
+
+def _trim_history(state: dict[str, Any], max_bytes: int) -> dict[str, Any]:
+    """``Guard.state_dict()`` with its collusion history cut to the most recent pairs within ``max_bytes``."""
+    rule = state.get("state")
+    history = rule.get("collusion") if isinstance(rule, dict) else None
+    if not isinstance(history, dict):
+        return state
+    kept: list[Any] = []
+    total = 0
+    for entry in reversed(history["entries"]):  # most recently updated last
+        size = entry[3].numel() * entry[3].element_size()
+        if total + size > max_bytes:
+            break
+        kept.append(entry)
+        total += size
+    if len(kept) == len(history["entries"]):
+        return state
+    return {**state, "state": {**rule, "collusion": {**history, "entries": kept[::-1]}}}
 
 
 def restore(state: Mapping[str, Any], guard: Guard, votes: VoteBook | None, *, numel: int,

@@ -100,6 +100,25 @@ def test_the_state_is_bounded_and_names_its_senders() -> None:
     assert (sem._record.max_entries, sem._collusion.history.max_entries) == (4096, 1024)  # type: ignore[attr-defined]
 
 
+def test_the_saved_history_keeps_the_most_recent_pairs_that_fit_its_byte_bound() -> None:
+    guard = build_guard("semantic")
+    for r in range(2):
+        guard(_rows(r), _ctx(r))
+    full = capture(guard, None)["guard"]["state"]["collusion"]["entries"]
+    assert len(full) == N  # D = 300: 2400 bytes a pair, far under the default 64 MiB
+    cut = capture(guard, None, max_history_bytes=3 * 8 * D + 1)["guard"]["state"]["collusion"]["entries"]
+    assert [e[1] for e in cut] == [e[1] for e in full[-3:]]  # the 3 most recently updated, in the same order
+    resumed = build_guard("semantic")  # a cut history loads: the pairs left out start empty
+    assert restore(capture(guard, None, max_history_bytes=3 * 8 * D + 1), resumed, None, numel=D,
+                   log=logging.getLogger("t")) == ["guard"]
+    assert len(resumed.state_dict()["state"]["collusion"]["entries"]) == 3
+    assert capture(guard, None, max_history_bytes=8 * D - 1)["guard"]["state"]["collusion"]["entries"] == []
+    # the guard's own history is not touched, and the direction record is never cut
+    assert len(guard.state_dict()["state"]["collusion"]["entries"]) == N
+    assert capture(guard, None, max_history_bytes=0)["guard"]["state"]["direction_record"] == \
+        guard.state_dict()["state"]["direction_record"]
+
+
 def test_a_rule_without_state_saves_none_and_takes_none(tmp_path: Path) -> None:
     median = build_guard("median")
     assert median.state_dict() == {"version": 1, "rule": "median", "state": None}
