@@ -57,9 +57,9 @@ def capture(guard: Guard, votes: VoteBook | None, *,
 def _trim_history(state: dict[str, Any], max_bytes: int) -> dict[str, Any]:
     """``Guard.state_dict()`` with its collusion history cut to the most recent pairs within ``max_bytes``."""
     rule = state.get("state")
-    history = rule.get("collusion") if isinstance(rule, dict) else None
-    if not isinstance(history, dict):
+    if not isinstance(rule, dict) or not isinstance(rule.get("collusion"), dict):
         return state
+    history: dict[str, Any] = rule["collusion"]
     kept: list[Any] = []
     total = 0
     for entry in reversed(history["entries"]):  # most recently updated last
