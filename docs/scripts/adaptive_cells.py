@@ -693,7 +693,6 @@ import time
 
 import torch
 
-import p2p_guard.bench.cell as cell
 from p2p_guard.bench.cell import CellSpec, run_cell
 
 
@@ -707,20 +706,19 @@ def main() -> None:
     parser.add_argument("--partition", default="dirichlet:0.5", help="how the data is split (as bench robustness)")
     parser.add_argument("--rounds", type=int, default=12, help="outer rounds per cell")
     parser.add_argument("--every-receiver", action="store_true",
-                        help="run the guard for every receiver from round 0, as a swarm's peers do (slower)")
+                        help="run the guard for every receiver from round 0, as a swarm's peers do (slower; "
+                             "CellSpec.every_receiver)")
+    parser.add_argument("--no-mixing", action="store_true",
+                        help="leave out the swarm's mixing step (CellSpec.mixing=False: the cell before 2026-12-07)")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    if args.every_receiver:
-        # the cell runs the guard for two receivers while their results agree (shared θ), so a guard with state
-        # per receiver (collusion histories, direction records) starts it for the others only when the cell
-        # switches to one call per receiver; declaring every pair of results different switches at round 0
-        cell._same_result = lambda first, second: False  # noqa: SLF001
     for seed in args.seeds:
         for guard in args.guards:
             for f in args.fractions:
                 started = time.monotonic()
                 result = run_cell(CellSpec(task="digits", guard=guard, attack=args.attack if f else None, n=10, f=f,
-                                           partition=args.partition, seed=seed, rounds=args.rounds))
+                                           partition=args.partition, seed=seed, rounds=args.rounds,
+                                           mixing=not args.no_mixing, every_receiver=args.every_receiver))
                 verdicts = result["verdicts"]
                 line = {"attack": args.attack if f else None, "partition": args.partition, "guard": guard, "f": f,
                         "seed": seed,
@@ -728,6 +726,8 @@ def main() -> None:
                         "fp": verdicts["fp"], "asr": result["final"]["asr"],
                         "reasons": verdicts["reasons"], "seconds": round(time.monotonic() - started, 1),
                         "per_round": [round(r["accuracy"], 3) for r in result["rounds"]],
+                        "spread": [round(r["spread"], 4) for r in result["rounds"]],
+                        "shared_theta": result["shared_theta"],
                         "last_4_rounds": round(sum(r["accuracy"] for r in result["rounds"][-4:]) / 4, 4)}
                 print(json.dumps(line), flush=True)  # noqa: T201
 

@@ -38,7 +38,7 @@ from p2p_guard.bench.robustness import (
 from p2p_guard.cli.main import main
 from p2p_guard.guard import Guard, GuardResult
 
-ROUND_KEYS = {"round", "accuracy", "loss", "train_loss", "tp", "fp", "tn", "fn", "asr", "asr_max"}
+ROUND_KEYS = {"round", "accuracy", "loss", "train_loss", "tp", "fp", "tn", "fn", "asr", "asr_max", "spread"}
 
 
 def _spec(**changes: Any) -> CellSpec:
