@@ -335,6 +335,9 @@ def test_tiny_benchmark_summary_and_report(tmp_path: Path) -> None:
         },
     }
     text = render(cfg, summary, meta, "plots")
+    assert summary["mixing"] is True  # every cell ran the swarm's mixing step (CellSpec.mixing's default)
+    assert "After the outer step every peer mixed its θ" in text
+    assert "No mixing step" in render(cfg, {**summary, "mixing": False}, meta, "plots")
     for heading in (
         "## Final test accuracy",
         "## Worst case over attacks",
