@@ -353,11 +353,11 @@ def run_cell(
         ``LocalModel.state_hash()`` of the first honest peer after the last round, the hash a networked peer
         publishes in its ``final`` event. A round holds ``round``, ``accuracy``, ``loss`` (test split),
         ``train_loss`` (mean of the honest peers' inner losses), ``tp``/``fp``/``tn``/``fn``, ``asr`` (backdoor
-        success rate, mean over the evaluated honest peers; None for other attacks) and ``asr_max`` (the
-        evaluated honest peer the backdoor fooled most), and ``spread`` (the honest models' relative consensus distance
-        after mixing, ``swarm.mixing.consensus_distance``; 0.0 while θ is shared). ``final`` holds the last round's ``accuracy``,
-        ``loss``, ``asr`` and ``asr_max``; ``verdicts`` the totals with ``fp_rate`` = fp / (fp + tn) and
-        ``detection_rate`` = tp / (tp + fn) (None where undefined) and the rejection reasons;
+        success rate, mean over the evaluated honest peers; None for other attacks), ``asr_max`` (the
+        evaluated honest peer the backdoor fooled most) and ``spread`` (the honest models' relative consensus
+        distance after mixing, ``swarm.mixing.consensus_distance``; 0.0 while θ is shared). ``final`` holds the
+        last round's ``accuracy``, ``loss``, ``asr`` and ``asr_max``; ``verdicts`` the totals with ``fp_rate`` =
+        fp / (fp + tn) and ``detection_rate`` = tp / (tp + fn) (None where undefined) and the rejection reasons;
         ``skipped_steps`` counts (honest peer, round) pairs whose aggregate was not finite (an overflow
         under a huge attack): the outer step refuses it, so that peer's model stays unchanged that round (a
         networked peer would stop with an error).

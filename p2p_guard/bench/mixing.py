@@ -25,6 +25,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 
@@ -38,7 +39,7 @@ __all__ = ["SALT_MIX", "CellMixing", "mix_peers_once", "mixing_sampler"]
 SALT_MIX = 6
 """``round_generator`` salt of a peer's mixing samples in the cell (a swarm peer draws them from the OS)."""
 
-_PEER_DEFAULTS = {f.name: f.default for f in fields(PeerConfig)}
+_PEER_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(PeerConfig)}
 
 
 @dataclass(frozen=True)
@@ -60,11 +61,11 @@ class CellMixing:
 
 def mixing_sampler(generator: torch.Generator) -> random.Random:
     """A ``random.Random`` for ``sample_senders``, seeded from ``generator`` (one 62-bit draw)."""
-    return random.Random(int(torch.randint(0, 2**62, (1,), generator=generator)))
+    return random.Random(int(torch.randint(0, 2**62, (1,), generator=generator)))  # noqa: S311 (reproducible draws)
 
 
 def mix_peers_once(models: Sequence[LocalModel], names: Sequence[str], round_: int,
-                   samplers: Sequence[random.Random], settings: CellMixing = CellMixing()) -> int:
+                   samplers: Sequence[random.Random], settings: CellMixing | None = None) -> int:
     """Mix every model with a sample of the others, as each swarm peer does after the step of ``round_``.
 
     Args:
@@ -72,7 +73,7 @@ def mix_peers_once(models: Sequence[LocalModel], names: Sequence[str], round_: i
         names: their names, in the same order (sampling sorts candidates by name, as by PeerID in a swarm).
         round_: the round whose post-step states are mixed (early rounds run more steps).
         samplers: one ``random.Random`` per model, that model's draws of neighbours.
-        settings: the mixing settings.
+        settings: the mixing settings (None: ``CellMixing()``, the swarm's defaults).
 
     Returns:
         The number of gossip steps run (``gossip_steps`` for the swarm of ``len(models)`` peers).
@@ -80,6 +81,7 @@ def mix_peers_once(models: Sequence[LocalModel], names: Sequence[str], round_: i
     Raises:
         ValueError: if ``names`` or ``samplers`` do not match ``models`` in length.
     """
+    settings = settings or CellMixing()
     n = len(models)
     if len(names) != n or len(samplers) != n:
         raise ValueError(f"{n} models need {n} names and samplers; got {len(names)} and {len(samplers)}")
