@@ -725,6 +725,7 @@ def main() -> None:
                         "accuracy": round(result["final"]["accuracy"], 4), "tp": verdicts["tp"], "fn": verdicts["fn"],
                         "fp": verdicts["fp"], "asr": result["final"]["asr"],
                         "reasons": verdicts["reasons"], "seconds": round(time.monotonic() - started, 1),
+                        "cpu_seconds": round(result["cpu_seconds"], 1), "guard_calls": result["timing"]["guard_calls"],
                         "per_round": [round(r["accuracy"], 3) for r in result["rounds"]],
                         "spread": [round(r["spread"], 4) for r in result["rounds"]],
                         "shared_theta": result["shared_theta"],

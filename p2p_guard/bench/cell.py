@@ -479,7 +479,8 @@ def run_cell(
         for i in attacks:
             known_previous[i] = [rows[s] for s in sorted(rows) if s != names[i]]
 
-        evaluated = [honest[0]] if shared else honest
+        one_model = shared or all(torch.equal(peers[j].theta, peers[honest[0]].theta) for j in honest)
+        evaluated = [honest[0]] if one_model else honest  # equal models score equally: evaluate one
         metrics = [peers[j].evaluate() for j in evaluated]
         asr_values = []
         if attacks and hasattr(attacks[n - 1], "triggered_test_inputs"):
