@@ -6,6 +6,10 @@ Digits, 10 peers, Dirichlet 0.5 (``--partition`` for another split), 12 rounds (
     python docs/scripts/adaptive_cells.py --guards semantic --fractions 4 --seeds 0
     python docs/scripts/adaptive_cells.py --attack alie:z=search --fractions 3 4      # the second table
 
+Since 2026-12-07 the cell judges every receiver every round and mixes the models after each step, as a swarm does
+(``CellSpec.every_receiver``, ``CellSpec.mixing``); the figures below measured before then are reproduced with
+``--no-mixing --shortcut`` (``--every-receiver`` in an older command: ``--no-mixing`` alone).
+
 Each cell is ``p2p_guard.bench.cell.run_cell`` (the benchmark's in-process cell: the guard is never told f, the
 attackers are told the guard's name, as in ``p2p-guard bench robustness``), with ``attack="adaptive"`` at f of 10
 and a clean run (f = 0) for reference. A line holds the final accuracy and the guard's verdict counts over every
@@ -706,8 +710,11 @@ def main() -> None:
     parser.add_argument("--partition", default="dirichlet:0.5", help="how the data is split (as bench robustness)")
     parser.add_argument("--rounds", type=int, default=12, help="outer rounds per cell")
     parser.add_argument("--every-receiver", action="store_true",
-                        help="run the guard for every receiver from round 0, as a swarm's peers do (slower; "
-                             "CellSpec.every_receiver)")
+                        help="run the guard for every receiver from round 0, as a swarm's peers do (the cell's "
+                             "default since 2026-12-07; kept so that older commands still run)")
+    parser.add_argument("--shortcut", action="store_true",
+                        help="judge two receivers while their results agree (CellSpec.every_receiver=False: the "
+                             "cell before 2026-12-07; --no-mixing --shortcut reproduces its figures)")
     parser.add_argument("--no-mixing", action="store_true",
                         help="leave out the swarm's mixing step (CellSpec.mixing=False: the cell before 2026-12-07)")
     args = parser.parse_args()
@@ -718,7 +725,7 @@ def main() -> None:
                 started = time.monotonic()
                 result = run_cell(CellSpec(task="digits", guard=guard, attack=args.attack if f else None, n=10, f=f,
                                            partition=args.partition, seed=seed, rounds=args.rounds,
-                                           mixing=not args.no_mixing, every_receiver=args.every_receiver))
+                                           mixing=not args.no_mixing, every_receiver=not args.shortcut))
                 verdicts = result["verdicts"]
                 line = {"attack": args.attack if f else None, "partition": args.partition, "guard": guard, "f": f,
                         "seed": seed,

@@ -28,16 +28,20 @@ with its own shard, and a round is, for every peer index i (honest peers first, 
 Wire attacks (forged envelopes, bad signatures, replays, oversized payloads) are out of scope here: they are
 stopped by the integrity stage, which only a networked swarm exercises (``p2p-guard simulate``).
 
-One shared θ when possible. The baselines ignore ``ctx.own_index`` and ``loss_at``, so every receiver computes
-the same aggregate bit for bit and all peers keep one θ. Step 4 is therefore first run for the first honest
-peer only, and its aggregate applied by every peer. This is *checked* every round, not assumed: the guard is
-also run for the last honest peer, and if the two results differ in a single bit (the ``semantic`` guard
-anchors on the receiver's own row and uses its private loss) the cell switches, from that round on, to running
-the guard once per receiver (exactly step 4); the result records which (``shared_theta``) and the seconds spent
-in training, in the guard and in ``loss_at`` (``timing``). While θ is shared, step 5 is skipped: every state is
-the same, so a mixing would move nothing. The shortcut has a cost for a guard with state per receiver (the
-collusion history, the direction record): the receivers other than the two start theirs only at the switch.
-``CellSpec.every_receiver`` runs step 4 for every receiver from round 0, as in a swarm.
+Every receiver, every round (``CellSpec.every_receiver``, the default since 2026-12-07): step 4 runs for each of
+the n receivers, as in a swarm, so a guard with state per receiver (the collusion history, the direction record
+of ``guard.semantic``) builds it for every receiver from round 0. While every model is still equal bit for bit
+(always under the baselines, which ignore ``ctx.own_index`` and ``loss_at``) step 5 is skipped, as a mixing of equal
+states moves nothing, and one model is evaluated. Judging every receiver costs the ``semantic`` guard's cells about
+half again their CPU time (digits, 10 rounds: docs/benchmarks.md, method) and the baselines' nothing measurable.
+
+The shortcut (``every_receiver=False``, the cell before 2026-12-07): step 4 runs for the first honest peer only,
+and its aggregate is applied by every peer. This is *checked* every round, not assumed: the guard is also run for
+the last honest peer, and if the two results differ in a single bit (the ``semantic`` guard anchors on the
+receiver's own row and uses its private loss) the cell switches, from that round on, to running the guard once
+per receiver; the result records which (``shared_theta``). Its cost is fidelity: the other receivers start their
+per-sender state only at the switch (round 27 of one clean 40-round cell). The result also holds the seconds spent
+in training, in the guard and in ``loss_at`` (``timing``).
 
 Guard verdicts are counted as in the simulation report: every verdict of an honest receiver about another
 peer, a rejection being a positive and a Byzantine sender a true positive.
@@ -128,7 +132,8 @@ class CellSpec:
             swarm peer does (``bench.mixing``, the swarm's defaults); False: no mixing, the cell before
             2026-12-07 (its figures in docs/ were measured so).
         every_receiver: run the guard for every receiver from round 0, as a swarm's peers do; False: for two
-            receivers while their results agree (one shared θ), then for every receiver (module docstring).
+            receivers while their results agree (one shared θ), then for every receiver (module docstring; the
+            cell before 2026-12-07, faster).
     """
 
     task: str
@@ -147,7 +152,7 @@ class CellSpec:
     label: str | None = None
     loss_batch: int = 64
     mixing: bool = True
-    every_receiver: bool = False
+    every_receiver: bool = True
 
     def __post_init__(self) -> None:
         """Check the figures (ValueError naming the field)."""
@@ -344,8 +349,8 @@ def run_cell(
         sender_ids: the senders' names, by peer index (None: ``peer00``, ``peer01``, …). The guard orders rows
             by sender, so passing a networked swarm's PeerIDs reproduces its row order exactly.
         check_shared: run the guard a second time per round for another honest receiver and fall back to one
-            guard call per receiver if the results ever differ (see the module docstring). Off: one shared θ
-            is assumed without a check.
+            guard call per receiver if the results ever differ, when ``spec.every_receiver`` is off (see the
+            module docstring). Off: one shared θ is assumed without a check, whatever ``spec.every_receiver``.
 
     Returns:
         ``{"spec", "arm", "attack", "numel", "rounds": [per-round dict], "final", "verdicts", "shared_theta",
@@ -395,7 +400,7 @@ def run_cell(
         for i in range(n)
     ]
     known_previous: dict[int, list[torch.Tensor]] = {i: [] for i in attacks}
-    shared = not spec.every_receiver
+    shared = not (spec.every_receiver and check_shared)
     probe = honest[-1] if len(honest) > 1 else None
     history: list[dict[str, Any]] = []
     totals = _Counts()
@@ -456,7 +461,7 @@ def run_cell(
                     skipped_steps += j in honest
         else:
             logger.warning("%s round %d: no finite row; the model is unchanged", spec.arm, r)
-        if spec.mixing and not shared:  # with one shared θ every state is equal and mixing moves nothing
+        if spec.mixing and not (shared or _all_equal(peers)):  # mixing equal states moves nothing: skip it
             samplers = [mixing_sampler(round_generator(run_id, spec.seed, i, r, SALT_MIX)) for i in range(n)]
             mix_peers_once(peers, names, r, samplers)
 
@@ -534,6 +539,12 @@ def run_cell(
             "loss_calls": timer.loss_calls,
         },
     }
+
+
+def _all_equal(peers: Sequence[LocalModel]) -> bool:
+    """Whether every peer holds the same θ and outer momentum, bit for bit (then a mixing step moves nothing)."""
+    first = peers[0]
+    return all(torch.equal(p.theta, first.theta) and torch.equal(p.momentum, first.momentum) for p in peers[1:])
 
 
 def _mean(values: Sequence[float | None]) -> float | None:

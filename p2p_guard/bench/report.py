@@ -209,7 +209,9 @@ def render(cfg: Any, summary: dict[str, Any], meta: dict[str, Any], plots_rel: s
         "`attacks.apply.attacked_update`, `guard.apply.judge_rows`, generators from `round_generator` with "
         "the swarm's salts); see `p2p_guard/bench/cell.py`. "
         + (
-            "Every cell kept one shared θ: the guard gave every receiver the same bits (checked every round)."
+            "Every cell ran the guard for every receiver in every round, as a swarm's peers do."
+            if summary.get("every_receiver")
+            else "Every cell kept one shared θ: the guard gave every receiver the same bits (checked every round)."
             if summary["shared_theta"]
             else "Some cells ran the guard once per receiver: its result depended on the receiver."
         )
