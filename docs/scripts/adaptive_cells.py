@@ -687,6 +687,11 @@ never do). With one shared θ (``python docs/scripts/shared_theta_probe.py --att
 peaks at 0.652 in round 9 and falls every round after. The receivers differ where the copied honest peer's new
 row falls within the duplicate radius of the copies of its previous row: every receiver rejects it but its own
 (rounds 6, 7 and 11 of that cell). docs/threat-model.md §3.7a.
+
+Resolved 2026-12-07: what parted the receivers' models was the cell's missing mixing step (a swarm's peers mix
+their θ after every step). With the swarm's mixing and every receiver judged (the cell's defaults now; same
+commands) the default guard ends at 0.936 0.868 0.943 on Dirichlet 0.5 and 0.747 0.748 0.675 on 0.1, above the
+median in all six cells; docs/threat-model.md §3.7a has the table, with ``--no-mixing --shortcut`` (the old cell).
 """
 
 from __future__ import annotations
