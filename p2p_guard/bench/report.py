@@ -217,7 +217,8 @@ def render(cfg: Any, summary: dict[str, Any], meta: dict[str, Any], plots_rel: s
         )
         + (
             " After the outer step every peer mixed its θ and outer momentum with 8 sampled others by the swarm's "
-            "clipped gossip (`bench/mixing.py`, the peer's defaults; a no-op while θ is shared)."
+            "clipped gossip (`bench/mixing.py`, the peer's defaults; skipped while every model is equal, when it "
+            "would move nothing)."
             if summary.get("mixing")
             else " No mixing step: each peer stepped its own model only (the cell before 2026-12-07; a swarm's "
             "peers also mix their θ with 8 sampled others after each step, which pulls models that a "
