@@ -14,7 +14,7 @@ Three typed entry points over the same code the ``p2p-guard`` commands run (``do
 - :func:`run_peer` (``p2p-guard peer``): one volunteer peer in this process, until its rounds are done or
   SIGINT/SIGTERM.
 - :func:`run_bench_cell` (one cell of ``p2p-guard bench robustness``): n peers in this process, no network, the
-  same guard and outer step; returns the cell's result.
+  same guard, outer step and mixing step; returns the cell's result.
 
 Importing this module loads no torch and no hivemind: each function imports what it runs.
 """
@@ -136,11 +136,11 @@ def run_peer(config: PeerConfig, *, progress: bool = False) -> int:
 
 
 def run_bench_cell(spec: CellSpec) -> dict[str, Any]:
-    """Run one benchmark cell in this process: n peers, no network, the networked peer's guard and outer step.
+    """Run one benchmark cell in this process: n peers, no network, the peer's guard, outer step and mixing.
 
     Args:
         spec: the cell (:class:`CellSpec`: ``task``, ``guard``, ``attack`` (None: clean), ``n`` peers, ``f``
-            Byzantine, ``partition``, ``seed``, ``rounds``, ``inner_steps``, ...).
+            Byzantine, ``partition``, ``seed``, ``rounds``, ``inner_steps``, ``mixing``, ``every_receiver``, ...).
 
     Returns:
         ``{"spec", "arm", "attack", "numel", "rounds", "final", "verdicts", "shared_theta", "state_hash",

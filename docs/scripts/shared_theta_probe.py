@@ -2,12 +2,15 @@
 
     python docs/scripts/shared_theta_probe.py --attack mimic --partition dirichlet:0.1 --seed 2           # per receiver
     python docs/scripts/shared_theta_probe.py --attack mimic --partition dirichlet:0.1 --seed 2 --shared   # one θ
+    python docs/scripts/shared_theta_probe.py --attack mimic --partition dirichlet:0.1 --seed 2 --no-mixing --shortcut
 
 Digits, 10 peers, 3 of 10 (the last 3 peers), 40 rounds (``--rounds``), the default guard (``--guard``). Without
-``--shared`` the cell is ``adaptive_cells.py``'s: ``run_cell`` runs the guard for two receivers and, once their
-results differ, once per receiver (each honest peer then steps its own θ). With ``--shared`` one θ is assumed
-(``check_shared=False``): the first honest receiver's aggregate is every peer's. One line per round: the accuracy
-(mean over the evaluated honest peers), fn and fp, and the senders peer00 rejected with their reasons.
+``--shared`` the cell is ``adaptive_cells.py``'s: every receiver runs the guard, steps its own θ and mixes it with 8
+sampled others, as in a swarm; ``--shortcut`` runs the guard for two receivers until their results differ, and
+``--no-mixing --shortcut`` is the cell before 2026-12-07 (the figures of docs/threat-model.md §3.7a before then).
+With ``--shared`` one θ is assumed (``check_shared=False``): the first honest receiver's aggregate is every peer's.
+One line per round: the accuracy (mean over the evaluated honest peers), the honest models' spread
+(``swarm.mixing.consensus_distance``), fn and fp, and the senders peer00 rejected with their reasons.
 Why: docs/threat-model.md §3.7a (``mimic`` over 40 rounds).
 """
 
@@ -33,6 +36,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--guard", default="semantic")
     parser.add_argument("--shared", action="store_true", help="one shared θ (no fall-back per receiver)")
+    parser.add_argument("--shortcut", action="store_true",
+                        help="judge two receivers while their results agree, then each (CellSpec.every_receiver="
+                             "False: with --no-mixing, the cell of the figures before 2026-12-07)")
+    parser.add_argument("--no-mixing", action="store_true",
+                        help="no mixing step after the outer step (CellSpec.mixing=False: the cell of the figures "
+                             "in docs/threat-model.md §3.7a before 2026-12-07)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     original = SemanticGuard.judge
@@ -46,12 +55,14 @@ def main() -> None:
 
     SemanticGuard.judge = judge  # type: ignore[method-assign]
     result = run_cell(CellSpec(task="digits", guard=args.guard, attack=args.attack, n=10, f=args.f,
-                               partition=args.partition, seed=args.seed, rounds=args.rounds),
+                               partition=args.partition, seed=args.seed, rounds=args.rounds,
+                               mixing=not args.no_mixing, every_receiver=not args.shortcut),
                       check_shared=not args.shared)
     print(f"shared_theta {result['shared_theta']}, final {result['final']['accuracy']:.4f}")  # noqa: T201
     for r in result["rounds"]:
         rejected = " ".join(f"{s}:{why}" for s, why in seen.get(r["round"], []))
-        print(f"round {r['round']}: accuracy {r['accuracy']:.3f} fn {r['fn']} fp {r['fp']} | {rejected}")  # noqa: T201
+        print(f"round {r['round']}: accuracy {r['accuracy']:.3f} spread {r['spread']:.4f} fn {r['fn']} fp {r['fp']} "  # noqa: T201
+              f"| {rejected}")
 
 
 if __name__ == "__main__":

@@ -18,17 +18,29 @@ with its own shard, and a round is, for every peer index i (honest peers first, 
    generator=round_generator(run, seed, j, r, 4), loss_at=…)`` and applies the aggregate with
    ``LocalModel.apply``; ``loss_at`` (:func:`holdout_loss_at`) is j's loss at θ_j − η·Δ on a batch of
    ``loss_batch`` examples drawn fresh each round (salt 5) from j's own shard's private hold-out, η =
-   outer_lr / number of rows.
+   outer_lr / number of rows;
+5. every peer, honest and Byzantine, mixes its post-step θ and outer momentum with ``mix_peers`` sampled others
+   (``bench.mixing.mix_peers_once``: the swarm's ``clipped_gossip`` and ``gossip_steps`` with ``PeerConfig``'s
+   defaults, 8 neighbours, τ capped at 0.05·‖θ‖, 3 gossip steps in rounds 0-4 and 1 after; samples drawn with
+   salt 6), as ``Peer.mixing`` does after every step. ``CellSpec.mixing=False`` leaves it out (the cell before
+   2026-12-07).
 
 Wire attacks (forged envelopes, bad signatures, replays, oversized payloads) are out of scope here: they are
 stopped by the integrity stage, which only a networked swarm exercises (``p2p-guard simulate``).
 
-One shared θ when possible. The baselines ignore ``ctx.own_index`` and ``loss_at``, so every receiver computes
-the same aggregate bit for bit and all peers keep one θ. Step 4 is therefore first run for the first honest
-peer only, and its aggregate applied by every peer. This is *checked* every round, not assumed: the guard is
-also run for the last honest peer, and if the two results differ in a single bit (the ``semantic`` guard
-anchors on the receiver's own row and uses its private loss) the cell switches, from that round on, to running
-the guard once per receiver (exactly step 4); the result records which (``shared_theta``) and the seconds spent
+Every receiver, every round (``CellSpec.every_receiver``, the default since 2026-12-07): step 4 runs for each of
+the n receivers, as in a swarm, so a guard with state per receiver (the collusion history, the direction record
+of ``guard.semantic``) builds it for every receiver from round 0. While every model is still equal bit for bit
+(always under the baselines, which ignore ``ctx.own_index`` and ``loss_at``) step 5 is skipped, as a mixing of equal
+states moves nothing, and one model is evaluated. Judging every receiver costs the ``semantic`` guard's cells about
+half again their CPU time (digits, 10 rounds: docs/benchmarks.md, method) and the baselines' nothing measurable.
+
+The shortcut (``every_receiver=False``, the cell before 2026-12-07): step 4 runs for the first honest peer only,
+and its aggregate is applied by every peer. This is *checked* every round, not assumed: the guard is also run for
+the last honest peer, and if the two results differ in a single bit (the ``semantic`` guard anchors on the
+receiver's own row and uses its private loss) the cell switches, from that round on, to running the guard once
+per receiver; the result records which (``shared_theta``). Its cost is fidelity: the other receivers start their
+per-sender state only at the switch (round 27 of one clean 40-round cell). The result also holds the seconds spent
 in training, in the guard and in ``loss_at`` (``timing``).
 
 Guard verdicts are counted as in the simulation report: every verdict of an honest receiver about another
@@ -50,10 +62,12 @@ import torch
 from p2p_guard.attacks import load_attack
 from p2p_guard.attacks.apply import attacked_update
 from p2p_guard.attacks.base import AttackContext
+from p2p_guard.bench.mixing import SALT_MIX, mix_peers_once, mixing_sampler
 from p2p_guard.guard import build_guard
 from p2p_guard.guard.apply import judge_rows
 from p2p_guard.guard.base import GuardResult
 from p2p_guard.guard.integrity import check_values
+from p2p_guard.swarm.mixing import consensus_distance
 from p2p_guard.tasks import Task, load_task
 from p2p_guard.training.local import LocalModel, round_generator
 from p2p_guard.training.params import load_flat
@@ -64,6 +78,7 @@ __all__ = [
     "SALT_GUARD",
     "SALT_INNER",
     "SALT_LOSS",
+    "SALT_MIX",
     "CellSpec",
     "backdoor_success",
     "holdout_loss_at",
@@ -113,6 +128,12 @@ class CellSpec:
         loss_batch: held-out examples in each honest receiver's private loss batch (``loss_at``, drawn fresh
             every round from its own shard's hold-out); 0: no ``loss_at`` (the semantic guard's loss stage is
             skipped).
+        mixing: after the outer step, every peer mixes its θ and outer momentum with a sample of the others as a
+            swarm peer does (``bench.mixing``, the swarm's defaults); False: no mixing, the cell before
+            2026-12-07 (its figures in docs/ were measured so).
+        every_receiver: run the guard for every receiver from round 0, as a swarm's peers do; False: for two
+            receivers while their results agree (one shared θ), then for every receiver (module docstring; the
+            cell before 2026-12-07, faster).
     """
 
     task: str
@@ -130,6 +151,8 @@ class CellSpec:
     run_id: str | None = None
     label: str | None = None
     loss_batch: int = 64
+    mixing: bool = True
+    every_receiver: bool = True
 
     def __post_init__(self) -> None:
         """Check the figures (ValueError naming the field)."""
@@ -326,8 +349,8 @@ def run_cell(
         sender_ids: the senders' names, by peer index (None: ``peer00``, ``peer01``, …). The guard orders rows
             by sender, so passing a networked swarm's PeerIDs reproduces its row order exactly.
         check_shared: run the guard a second time per round for another honest receiver and fall back to one
-            guard call per receiver if the results ever differ (see the module docstring). Off: one shared θ
-            is assumed without a check.
+            guard call per receiver if the results ever differ, when ``spec.every_receiver`` is off (see the
+            module docstring). Off: one shared θ is assumed without a check, whatever ``spec.every_receiver``.
 
     Returns:
         ``{"spec", "arm", "attack", "numel", "rounds": [per-round dict], "final", "verdicts", "shared_theta",
@@ -335,10 +358,11 @@ def run_cell(
         ``LocalModel.state_hash()`` of the first honest peer after the last round, the hash a networked peer
         publishes in its ``final`` event. A round holds ``round``, ``accuracy``, ``loss`` (test split),
         ``train_loss`` (mean of the honest peers' inner losses), ``tp``/``fp``/``tn``/``fn``, ``asr`` (backdoor
-        success rate, mean over the evaluated honest peers; None for other attacks) and ``asr_max`` (the
-        evaluated honest peer the backdoor fooled most). ``final`` holds the last round's ``accuracy``,
-        ``loss``, ``asr`` and ``asr_max``; ``verdicts`` the totals with ``fp_rate`` = fp / (fp + tn) and
-        ``detection_rate`` = tp / (tp + fn) (None where undefined) and the rejection reasons;
+        success rate, mean over the evaluated honest peers; None for other attacks), ``asr_max`` (the
+        evaluated honest peer the backdoor fooled most) and ``spread`` (the honest models' relative consensus
+        distance after mixing, ``swarm.mixing.consensus_distance``; 0.0 while θ is shared). ``final`` holds the
+        last round's ``accuracy``, ``loss``, ``asr`` and ``asr_max``; ``verdicts`` the totals with ``fp_rate`` =
+        fp / (fp + tn) and ``detection_rate`` = tp / (tp + fn) (None where undefined) and the rejection reasons;
         ``skipped_steps`` counts (honest peer, round) pairs whose aggregate was not finite (an overflow
         under a huge attack): the outer step refuses it, so that peer's model stays unchanged that round (a
         networked peer would stop with an error).
@@ -376,7 +400,7 @@ def run_cell(
         for i in range(n)
     ]
     known_previous: dict[int, list[torch.Tensor]] = {i: [] for i in attacks}
-    shared = True
+    shared = not (spec.every_receiver and check_shared)
     probe = honest[-1] if len(honest) > 1 else None
     history: list[dict[str, Any]] = []
     totals = _Counts()
@@ -437,6 +461,9 @@ def run_cell(
                     skipped_steps += j in honest
         else:
             logger.warning("%s round %d: no finite row; the model is unchanged", spec.arm, r)
+        if spec.mixing and not (shared or _all_equal(peers)):  # mixing equal states moves nothing: skip it
+            samplers = [mixing_sampler(round_generator(run_id, spec.seed, i, r, SALT_MIX)) for i in range(n)]
+            mix_peers_once(peers, names, r, samplers)
 
         counts = _Counts()
         for j in honest:
@@ -457,7 +484,8 @@ def run_cell(
         for i in attacks:
             known_previous[i] = [rows[s] for s in sorted(rows) if s != names[i]]
 
-        evaluated = [honest[0]] if shared else honest
+        one_model = shared or all(torch.equal(peers[j].theta, peers[honest[0]].theta) for j in honest)
+        evaluated = [honest[0]] if one_model else honest  # equal models score equally: evaluate one
         metrics = [peers[j].evaluate() for j in evaluated]
         asr_values = []
         if attacks and hasattr(attacks[n - 1], "triggered_test_inputs"):
@@ -477,6 +505,7 @@ def run_cell(
                 "fn": counts.fn,
                 "asr": _mean(asr_values) if asr_values else None,
                 "asr_max": max(asr_values) if asr_values else None,
+                "spread": 0.0 if shared else consensus_distance([peers[j].theta for j in honest]),
             }
         )
 
@@ -510,6 +539,12 @@ def run_cell(
             "loss_calls": timer.loss_calls,
         },
     }
+
+
+def _all_equal(peers: Sequence[LocalModel]) -> bool:
+    """Whether every peer holds the same θ and outer momentum, bit for bit (then a mixing step moves nothing)."""
+    first = peers[0]
+    return all(torch.equal(p.theta, first.theta) and torch.equal(p.momentum, first.momentum) for p in peers[1:])
 
 
 def _mean(values: Sequence[float | None]) -> float | None:

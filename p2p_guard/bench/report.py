@@ -209,9 +209,20 @@ def render(cfg: Any, summary: dict[str, Any], meta: dict[str, Any], plots_rel: s
         "`attacks.apply.attacked_update`, `guard.apply.judge_rows`, generators from `round_generator` with "
         "the swarm's salts); see `p2p_guard/bench/cell.py`. "
         + (
-            "Every cell kept one shared θ: the guard gave every receiver the same bits (checked every round)."
+            "Every cell ran the guard for every receiver in every round, as a swarm's peers do."
+            if summary.get("every_receiver")
+            else "Every cell kept one shared θ: the guard gave every receiver the same bits (checked every round)."
             if summary["shared_theta"]
             else "Some cells ran the guard once per receiver: its result depended on the receiver."
+        )
+        + (
+            " After the outer step every peer mixed its θ and outer momentum with 8 sampled others by the swarm's "
+            "clipped gossip (`bench/mixing.py`, the peer's defaults; skipped while every model is equal, when it "
+            "would move nothing)."
+            if summary.get("mixing")
+            else " No mixing step: each peer stepped its own model only (the cell before 2026-12-07; a swarm's "
+            "peers also mix their θ with 8 sampled others after each step, which pulls models that a "
+            "receiver-dependent guard parts back together; `bench/mixing.py`)."
         ),
         "- Attacks: " + ", ".join(f"`{a}`" for a in cfg.attacks) + ". Wire attacks (forged or malformed "
         "envelopes and payloads) are out of scope here: they meet the integrity stage, which only a "

@@ -767,6 +767,8 @@ def summarise(cfg: BenchConfig, results: Iterable[dict[str, Any]]) -> dict[str, 
             for r in grid.failed
         ],  # fmt: skip
         "shared_theta": all(r["shared_theta"] for rs in grid.cells.values() for r in rs),
+        "mixing": all(r["spec"].get("mixing", False) for rs in grid.cells.values() for r in rs),
+        "every_receiver": all(r["spec"].get("every_receiver", False) for rs in grid.cells.values() for r in rs),
         "cell_seconds": sum(r["seconds"] for rs in grid.cells.values() for r in rs),
         "cell_cpu_seconds": sum(r.get("cpu_seconds", 0.0) for rs in grid.cells.values() for r in rs),
         "skipped_steps": sum(int(r.get("skipped_steps", 0)) for rs in grid.cells.values() for r in rs),

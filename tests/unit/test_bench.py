@@ -38,7 +38,7 @@ from p2p_guard.bench.robustness import (
 from p2p_guard.cli.main import main
 from p2p_guard.guard import Guard, GuardResult
 
-ROUND_KEYS = {"round", "accuracy", "loss", "train_loss", "tp", "fp", "tn", "fn", "asr", "asr_max"}
+ROUND_KEYS = {"round", "accuracy", "loss", "train_loss", "tp", "fp", "tn", "fn", "asr", "asr_max", "spread"}
 
 
 def _spec(**changes: Any) -> CellSpec:
@@ -74,7 +74,8 @@ def test_two_peers_one_round_runs_with_the_report_keys() -> None:
     assert result["numel"] == 64 * 64 + 64 + 64 * 10 + 10
     assert len(result["rounds"]) == 1 and set(result["rounds"][0]) == ROUND_KEYS
     assert 0.0 <= result["final"]["accuracy"] <= 1.0
-    assert result["shared_theta"] is True
+    assert result["shared_theta"] is False  # every receiver judged (CellSpec.every_receiver, the default)
+    assert run_cell(_spec(every_receiver=False))["shared_theta"] is True  # the shortcut: one θ, checked
     # Each of the 2 honest receivers judges the other peer: 2 verdicts, both honest and accepted.
     assert {k: result["verdicts"][k] for k in ("tp", "fp", "tn", "fn")} == {
         "tp": 0,
@@ -335,6 +336,11 @@ def test_tiny_benchmark_summary_and_report(tmp_path: Path) -> None:
         },
     }
     text = render(cfg, summary, meta, "plots")
+    assert summary["mixing"] is True  # every cell ran the swarm's mixing step (CellSpec.mixing's default)
+    assert summary["every_receiver"] is True
+    assert "After the outer step every peer mixed its θ" in text
+    assert "Every cell ran the guard for every receiver in every round" in text
+    assert "No mixing step" in render(cfg, {**summary, "mixing": False}, meta, "plots")
     for heading in (
         "## Final test accuracy",
         "## Worst case over attacks",
