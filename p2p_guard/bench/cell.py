@@ -79,6 +79,7 @@ __all__ = [
     "SALT_INNER",
     "SALT_LOSS",
     "SALT_MIX",
+    "LONE_RULES",
     "CellSpec",
     "backdoor_success",
     "holdout_loss_at",
@@ -96,6 +97,11 @@ SALT_GUARD = 4
 """``round_generator`` salt of the guard's generator (as in ``swarm/peer.py``)."""
 SALT_LOSS = 5
 """``round_generator`` salt of the private held-out batch of the guard's loss stage."""
+
+LONE_RULES = frozenset({"own_update"})
+"""Rules whose cells never mix (``CellSpec.mixing`` notwithstanding): ``own_update`` stands for a peer that ignores
+the swarm and trains alone, the floor that issue 9's rule 1 (self-anchoring) and ``bench robustness --quick``'s
+check compare the guard with; mixed with the others it would be gossip averaging of local models instead."""
 
 NON_FINITE = "non_finite"
 """Reason recorded for a row with NaN or infinite values (the swarm's integrity stage rejects it)."""
@@ -130,7 +136,8 @@ class CellSpec:
             skipped).
         mixing: after the outer step, every peer mixes its θ and outer momentum with a sample of the others as a
             swarm peer does (``bench.mixing``, the swarm's defaults); False: no mixing, the cell before
-            2026-12-07 (its figures in docs/ were measured so).
+            2026-12-07 (its figures in docs/ were measured so). Never under the rules of :data:`LONE_RULES`
+            (``own_update``): they stand for a peer that ignores the swarm, the floor of issue 9's rule 1.
         every_receiver: run the guard for every receiver from round 0, as a swarm's peers do; False: for two
             receivers while their results agree (one shared θ), then for every receiver (module docstring; the
             cell before 2026-12-07, faster).
@@ -401,6 +408,7 @@ def run_cell(
     ]
     known_previous: dict[int, list[torch.Tensor]] = {i: [] for i in attacks}
     shared = not (spec.every_receiver and check_shared)
+    mixes = spec.mixing and spec.guard not in LONE_RULES
     probe = honest[-1] if len(honest) > 1 else None
     history: list[dict[str, Any]] = []
     totals = _Counts()
@@ -461,7 +469,7 @@ def run_cell(
                     skipped_steps += j in honest
         else:
             logger.warning("%s round %d: no finite row; the model is unchanged", spec.arm, r)
-        if spec.mixing and not (shared or _all_equal(peers)):  # mixing equal states moves nothing: skip it
+        if mixes and not (shared or _all_equal(peers)):  # mixing equal states moves nothing: skip it
             samplers = [mixing_sampler(round_generator(run_id, spec.seed, i, r, SALT_MIX)) for i in range(n)]
             mix_peers_once(peers, names, r, samplers)
 

@@ -126,6 +126,14 @@ def test_mixing_pulls_receiver_dependent_models_together(monkeypatch: pytest.Mon
     assert all(a["spread"] < b["spread"] for a, b in zip(on["rounds"], off["rounds"], strict=True))
 
 
+def test_own_update_never_mixes_it_is_the_lone_peer_floor() -> None:
+    on, off = run_cell(_spec(guard="own_update", rounds=3)), run_cell(_spec(guard="own_update", rounds=3, mixing=False))
+    assert on["shared_theta"] is False  # each peer steps its own row: the models part
+    assert on["state_hash"] == off["state_hash"]
+    assert [r["spread"] for r in on["rounds"]] == [r["spread"] for r in off["rounds"]]
+    assert on["rounds"][-1]["spread"] > 0.0
+
+
 def test_every_receiver_judges_every_peer_from_round_zero() -> None:
     result, shortcut = run_cell(_spec()), run_cell(_spec(every_receiver=False))
     assert result["shared_theta"] is False
