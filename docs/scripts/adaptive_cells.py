@@ -692,6 +692,10 @@ Resolved 2026-12-07: what parted the receivers' models was the cell's missing mi
 their θ after every step). With the swarm's mixing and every receiver judged (the cell's defaults now; same
 commands) the default guard ends at 0.936 0.868 0.943 on Dirichlet 0.5 and 0.747 0.748 0.675 on 0.1, above the
 median in all six cells; docs/threat-model.md §3.7a has the table, with ``--no-mixing --shortcut`` (the old cell).
+
+The six 12-round seed-cells below the median above (``min_max`` and ``min_sum`` on Dirichlet 0.1, ``ipm:epsilon=100``,
+``backdoor``, ``sleeper:k=6``) re-run with the new cell on 2026-12-07 (16d90b5): all six still below it in the final
+round, moved by −2.3 to +0.8 points; docs/threat-model.md §3.8 has the table and commands.
 """
 
 from __future__ import annotations
