@@ -22,7 +22,7 @@ import p2p_guard.swarm.peer as peer_module
 from p2p_guard.swarm.peer import Peer
 from p2p_guard.swarm.rounds import Departures
 from p2p_guard.swarm.suspects import Suspects
-from p2p_guard.swarm.transport import NOT_FOUND, OK, TOO_SLOW, FetchResult
+from p2p_guard.swarm.transport import NOT_FOUND, OK, TOO_SLOW, FetchResult, WireCounter
 
 D = 4
 SLOW = "12D3KooW" + "S" * 44
@@ -81,6 +81,7 @@ class _Peer:
     rng: random.Random = field(default_factory=lambda: random.Random(0))  # noqa: S311 - a test
     p2p: object = None
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("test"))
+    wire_in: WireCounter = field(default_factory=WireCounter)
 
     async def others_present(self) -> dict[str, int]:
         return dict.fromkeys([SLOW, *FAST], 1)
@@ -97,6 +98,7 @@ def _fake_fetch(asked: list[tuple[str, object]]) -> Any:
     async def fetch(p2p: object, peer: Any, run_id: str, request: list[Any], **kwargs: Any) -> FetchResult:
         name = peer.to_base58()
         asked.append((name, request[1]))
+        kwargs["wire"].add(1)  # every state fetch is given the peer's wire counter (Peer.wire_in)
         if name == SLOW:
             return FetchResult(TOO_SLOW, detail="10 of 16 bytes in 5.0 s, below the rate floor")
         return FetchResult(OK, data=torch.full((D,), 1.01).numpy().tobytes())
@@ -113,6 +115,7 @@ def test_a_slowloris_cut_in_the_first_gossip_step_is_not_asked_in_the_next(monke
     assert [key for name, key in asked if name == FAST[0]] == [1, [1, 1], [1, 2]]  # θ, steps 1 and 2 (b = 0)
     assert peer.suspects.current(time.monotonic()) == {SLOW}
     assert peer.suspects.unreachable(time.monotonic()) == frozenset()  # not counted as gone
+    assert peer.wire_in.received == len(asked)
 
 
 def test_a_slow_suspect_is_not_sampled_in_the_next_mixing_until_it_delivers(monkeypatch: pytest.MonkeyPatch) -> None:
