@@ -427,6 +427,7 @@ def check_task_data(task_spec: str, *, shard: tuple[int, int, str, int] | None =
             check()
         except OSError as e:
             raise ValueError(str(e)) from None
+    _check_model_fits_memory(task, task_spec)
     try:
         model = task.build_model(0)
     except OSError as e:  # the model's size comes from the data (shakespeare's vocabulary): missing texts
@@ -456,6 +457,32 @@ def check_task_data(task_spec: str, *, shard: tuple[int, int, str, int] | None =
     from p2p_guard.training.params import param_shapes
 
     return param_shapes(model)
+
+
+def _check_model_fits_memory(task: Any, task_spec: str) -> None:
+    """Refuse a model whose float32 parameters alone exceed this machine's memory, before building it.
+
+    Only for a task that can count its parameters without building the model (``parameter_count()``: the
+    built-in ``shakespeare``); the others are built, and torch's allocator error is reported as before.
+
+    Raises:
+        ValueError: the model needs more than the machine's total memory, or its data cannot be read.
+    """
+    count = getattr(task, "parameter_count", None)
+    if not callable(count):
+        return
+    import psutil
+
+    try:
+        params = int(count())
+    except OSError as e:  # the count needs the vocabulary: missing texts
+        raise ValueError(f"task {task_spec!r}: {e}") from None
+    total = psutil.virtual_memory().total
+    if 4 * params > total:
+        gib = 2**30
+        raise ValueError(f"task {task_spec!r}: its model cannot be built here: {params:,} parameters need "
+                         f"{4 * params / gib:.1f} GiB in float32, more than this machine's {total / gib:.1f} GiB "
+                         "of memory")
 
 
 def check_names(task: str, guard: str, attack: str | None = None) -> None:
