@@ -212,7 +212,13 @@ def run(args: argparse.Namespace) -> int:
         print_error(COMMAND, str(e))
         return EXIT_USAGE
     with session:
-        return _run_checked(config, args)
+        try:
+            folder = preflight.lock_checkpoint_dir(config.checkpoint_dir)  # one peer per checkpoint folder
+        except ValueError as e:
+            print_error(COMMAND, str(e))
+            return EXIT_USAGE
+        with folder:
+            return _run_checked(config, args)
 
 
 def _run_checked(config: PeerConfig, args: argparse.Namespace) -> int:

@@ -24,7 +24,8 @@ from typing import Any
 
 __all__ = ["check_announce_host", "check_identity_file", "check_listen_host", "check_names", "check_output_dir",
            "check_output_file", "check_plugins", "check_port_free", "check_report_with_plots",
-           "check_seed_and_threads", "check_task_data", "lock_identity", "MAX_TORCH_THREADS", "nonempty_path"]
+           "check_seed_and_threads", "check_task_data", "lock_checkpoint_dir", "lock_identity", "MAX_TORCH_THREADS",
+           "nonempty_path"]
 
 
 def nonempty_path(value: str) -> Path:
@@ -273,6 +274,53 @@ def lock_identity(path: str | Path, *, flag: str = "--identity") -> contextlib.A
     return contextlib.nullcontext() if handle is None else handle  # None: a filesystem without flock, no lock
 
 
+CHECKPOINT_LOCK_NAME = ".lock"
+"""The file in a ``--checkpoint-dir`` whose ``flock(2)`` a running peer holds (:func:`lock_checkpoint_dir`)."""
+
+
+def lock_checkpoint_dir(folder: str | Path | None, *,
+                        flag: str = "--checkpoint-dir") -> contextlib.AbstractContextManager[Any]:
+    """Take this machine's advisory lock on a peer's checkpoint folder, for the process's life.
+
+    Two peers on one folder (a second volunteer pointed at the first's ``--checkpoint-dir``, with another
+    identity) overwrote each other's ``checkpoint.pt`` and ``last_commit`` every round: each resumed or caught up
+    from the other's model, and the commit mark that keeps a restarted peer from equivocating was the other
+    peer's. The lock is ``flock(2)`` on ``folder/.lock`` (created, with the folder, if missing; left in place
+    when the peer ends): it goes with the process, even after ``kill -9``, and ``p2pd`` does not inherit it.
+
+    Args:
+        folder: the checkpoint folder; None (no checkpoint) locks nothing.
+        flag: its option, for messages.
+
+    Returns:
+        A context manager that releases the lock on exit (already held; a no-op one for None or a filesystem
+        without ``flock``).
+
+    Raises:
+        ValueError: another process on this machine holds the lock, or the folder cannot be created.
+    """
+    import fcntl
+
+    if folder is None:
+        return contextlib.nullcontext()
+    path = Path(folder)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        handle = open(path / CHECKPOINT_LOCK_NAME, "ab")  # noqa: SIM115 - returned: the caller closes it
+    except OSError as e:
+        raise ValueError(f"{flag} {folder}: cannot be used ({e.strerror or e})") from None
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise ValueError(f"{flag} {folder}: another peer on this machine is using this checkpoint folder; stop "
+                         "it first, or give this one its own --checkpoint-dir") from None
+    except OSError:
+        handle.close()
+        return contextlib.nullcontext()  # a filesystem without flock: no lock there
+    return handle
+
+
 _MOUNTS = Path("/proc/self/mounts")
 """The mount table read by :func:`_on_pseudo_filesystem` (Linux; elsewhere it is missing and nothing is pseudo)."""
 
@@ -379,6 +427,7 @@ def check_task_data(task_spec: str, *, shard: tuple[int, int, str, int] | None =
             check()
         except OSError as e:
             raise ValueError(str(e)) from None
+    _check_model_fits_memory(task, task_spec)
     try:
         model = task.build_model(0)
     except OSError as e:  # the model's size comes from the data (shakespeare's vocabulary): missing texts
@@ -408,6 +457,32 @@ def check_task_data(task_spec: str, *, shard: tuple[int, int, str, int] | None =
     from p2p_guard.training.params import param_shapes
 
     return param_shapes(model)
+
+
+def _check_model_fits_memory(task: Any, task_spec: str) -> None:
+    """Refuse a model whose float32 parameters alone exceed this machine's memory, before building it.
+
+    Only for a task that can count its parameters without building the model (``parameter_count()``: the
+    built-in ``shakespeare``); the others are built, and torch's allocator error is reported as before.
+
+    Raises:
+        ValueError: the model needs more than the machine's total memory, or its data cannot be read.
+    """
+    count = getattr(task, "parameter_count", None)
+    if not callable(count):
+        return
+    import psutil
+
+    try:
+        params = int(count())
+    except OSError as e:  # the count needs the vocabulary: missing texts
+        raise ValueError(f"task {task_spec!r}: {e}") from None
+    total = psutil.virtual_memory().total
+    if 4 * params > total:
+        gib = 2**30
+        raise ValueError(f"task {task_spec!r}: its model cannot be built here: {params:,} parameters need "
+                         f"{4 * params / gib:.1f} GiB in float32, more than this machine's {total / gib:.1f} GiB "
+                         "of memory")
 
 
 def check_names(task: str, guard: str, attack: str | None = None) -> None:

@@ -47,8 +47,8 @@ import torch
 
 from p2p_guard.guard.linalg import pairwise_distances, scalar_median
 
-__all__ = ["DUPLICATE", "DUPLICATE_RATIO", "MIN_DIMENSION", "Duplicates", "duplicate_rows", "find_duplicates",
-           "typical_distance"]
+__all__ = ["DUPLICATE", "DUPLICATE_RATIO", "MIN_DIMENSION", "SAME_SHARD_HINT", "Duplicates", "duplicate_rows",
+           "find_duplicates", "typical_distance"]
 
 DUPLICATE = "duplicate"
 """Reason recorded in the verdict of a row rejected by this stage."""
@@ -56,6 +56,12 @@ DUPLICATE = "duplicate"
 DUPLICATE_RATIO = 0.25
 """ρ: rows closer than ρ × the median pairwise distance are one group (module docstring for the measurement)."""
 
+SAME_SHARD_HINT = ("bit-identical to our own update: that peer most likely runs with our --peer-index (the same "
+                   "data shard and batches); give every peer its own --peer-index")
+"""Added to the detail of a row equal to the receiver's own: two honest peers on one ``--peer-index`` draw the
+same inner batches (``training.local.round_generator`` is seeded from the peer index, not the PeerID), so they
+send the same Δ while their models agree, reject each other, and leave the round to whoever else sent a row
+(helper-63: in a swarm of two such peers and one attacker, round 0 applied the attacker's update)."""
 
 MIN_DIMENSION = 16
 """Below this many coordinates only bit-identical rows are copies: the stage rests on honest distances
@@ -126,6 +132,8 @@ def find_duplicates(
                     f"within {ratio:g} x the typical distance {median:.4g} of {others}: one vector from "
                     "several senders (honest rows never come that close)"
                 )
+                if own_index is not None and own_index in group and float(dist[i, own_index]) == 0.0:
+                    rejected[i] += f"; {SAME_SHARD_HINT}"
     return Duplicates(rejected=rejected, groups=tuple(tuple(group) for group in groups))
 
 

@@ -387,6 +387,16 @@ class ShakespeareTask:
 
     # ----------------------------------------------------------------- model
 
+    def parameter_count(self) -> int:
+        """The model's size without building it: ``2·V·d + T·d + L·(12·d² + 13·d) + 2·d`` (module docstring).
+
+        ``cli.preflight.check_task_data`` reads it before :meth:`build_model`, so that a model larger than the
+        machine's memory is refused at once instead of being allocated (helper-63: ``n_layers=100,d_model=4096``,
+        20 billion parameters, ran for minutes on a 24 GiB machine).
+        """
+        v, t, d, n = self.num_classes, self.context, self.d_model, self.n_layers
+        return 2 * v * d + t * d + n * (12 * d * d + 13 * d) + 2 * d
+
     def build_model(self, seed: int) -> nn.Module:
         """A :class:`CharGPT` with GPT-2 initialisation drawn from ``seed`` only.
 

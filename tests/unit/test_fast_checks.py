@@ -236,6 +236,30 @@ class TestLightAgreesWithHeavy:
         with lock_identity(tmp_path / "missing.key"):  # a key not created yet: nothing to lock
             assert not (tmp_path / "missing.key").exists()
 
+    def test_a_second_peer_on_the_same_checkpoint_folder_is_refused_at_start(
+            self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A second peer (its own identity) on a running peer's --checkpoint-dir started, resumed from the first's
+        checkpoint, and both overwrote each other's checkpoint and commit mark every round (helper-63)."""
+        from p2p_guard.cli.main import main
+        from p2p_guard.cli.preflight import lock_checkpoint_dir
+
+        maddr = "/ip4/127.0.0.1/tcp/1/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN"
+        ckpt = tmp_path / "new" / "ckpt"
+        with lock_checkpoint_dir(ckpt):  # a missing folder is created to hold the lock
+            assert sorted(p.name for p in ckpt.iterdir()) == [".lock"]
+            with pytest.raises(ValueError, match=r"another peer on this machine is using this checkpoint folder"):
+                lock_checkpoint_dir(ckpt)
+            assert main(["peer", "--initial-peers", maddr, "--identity", str(tmp_path / "p.key"),
+                         "--checkpoint-dir", str(ckpt)]) == 2
+        assert capsys.readouterr().err.splitlines() == [
+            f"p2p-guard peer: error: --checkpoint-dir {ckpt}: another peer on this machine is using this checkpoint "
+            "folder; stop it first, or give this one its own --checkpoint-dir"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["new"]  # no identity created
+        with lock_checkpoint_dir(ckpt):  # released on exit
+            pass
+        with lock_checkpoint_dir(None):  # no checkpoint: nothing to lock
+            pass
+
     def test_the_bootstrap_node_holds_its_identity_and_is_refused_a_held_one(
             self, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
         """A second bootstrap node on a key in use started and shared its PeerID; a peer given the running bootstrap

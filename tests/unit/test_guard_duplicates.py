@@ -41,6 +41,20 @@ class TestDuplicateRows:
         assert sorted(duplicate_rows(rows, SENDERS, 0)) == [3]
         assert sorted(duplicate_rows(rows, SENDERS, None)) == [0, 3]
 
+    def test_a_row_equal_to_our_own_says_the_peer_index_is_probably_shared(self) -> None:
+        """Two honest peers on one --peer-index send the same Δ (same batches, same θ); the only log line said
+        'one vector from several senders', nothing about the setting to fix (helper-63)."""
+        rows = honest(8)
+        rows[3] = rows[0]  # bit-identical to our own row
+        rows[5] = rows[0] + 0.01  # a near copy of it: no hint
+        found = duplicate_rows(rows, SENDERS, 0)
+        assert sorted(found) == [3, 5]
+        assert found[3].endswith("; bit-identical to our own update: that peer most likely runs with our "
+                                 "--peer-index (the same data shard and batches); give every peer its own "
+                                 "--peer-index")
+        assert "--peer-index" not in found[5]
+        assert all("--peer-index" not in detail for detail in duplicate_rows(rows, SENDERS, None).values())
+
     def test_far_rows_do_not_make_honest_rows_look_alike(self) -> None:
         # 3 of 8 rows at 10x the honest scale, each different: the median over all pairs would be a far pair
         rows = honest(8)

@@ -170,6 +170,7 @@ def test_shakespeare_25m_builds_with_the_formula_count() -> None:
     assert expected == 25_437_184
     model = task.build_model(0)
     assert sum(p.numel() for p in model.parameters()) == expected
+    assert task.parameter_count() == expected  # type: ignore[attr-defined]
     assert "phoenix_and_the_turtle" not in task.works  # type: ignore[attr-defined]  # too short for T = 256
     shard = task.shard(4, 0, "iid", seed=0)
     x, y = task.sample_batch(shard, 1, torch.Generator().manual_seed(0))
@@ -179,7 +180,34 @@ def test_shakespeare_25m_builds_with_the_formula_count() -> None:
 def test_shakespeare_defaults_unchanged() -> None:
     task = load_task("shakespeare")
     assert sum(p.numel() for p in task.build_model(0).parameters()) == 246_144
+    assert task.parameter_count() == 246_144  # type: ignore[attr-defined]
     assert len(task.works) == 42  # type: ignore[attr-defined]
+
+
+def test_a_shakespeare_model_larger_than_the_memory_is_refused_before_it_is_built(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """n_layers=100,d_model=4096 (20 billion parameters) was allocated by the up-front check and ran for minutes
+    on a 24 GiB machine (helper-63); the count now comes from the formula and the model is never built."""
+    import psutil
+
+    from p2p_guard.cli.preflight import check_task_data
+    from p2p_guard.tasks.shakespeare import ShakespeareTask
+
+    spec = "shakespeare:n_layers=100,d_model=4096,n_heads=8"
+
+    class Memory:
+        total = 24 * 2**30
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: Memory())
+
+    def never(self: ShakespeareTask, seed: int) -> None:
+        raise AssertionError("built")
+
+    monkeypatch.setattr(ShakespeareTask, "build_model", never)
+    with pytest.raises(ValueError) as raised:
+        check_task_data(spec)
+    assert str(raised.value) == (f"task {spec!r}: its model cannot be built here: 20,138,942,464 parameters need "
+                                 "75.0 GiB in float32, more than this machine's 24.0 GiB of memory")
 
 
 def _literal(text: str) -> str:
