@@ -9,7 +9,9 @@ accepted row of another sender longer than twice it (``guard.reputation.edge_row
 and ``exclude_candidate`` events (receiver, sender, round, strikes, rejections); the longest accepted row of
 another sender in multiples of the receiver's median, split into fresh rows (staleness 0) and carried ones
 (staleness > 0); the edge rows; and the most edge rows one receiver found from one sender in a row over the
-rounds in which it judged that sender (4 exclude it by default, ``Reputation(edge_strikes=...)``). The peers
+rounds in which it judged that sender (4 exclude it by default, ``Reputation(edge_strikes=...)``), and ``window_low``: over every receiver, sender
+and 4 of its accepted rows running there, the largest value of the shortest of the 4 (edge rows alone exclude
+only above 2). The peers
 are named ``peerN`` by their events file; ``--honest-only`` is implied when no peer's ``ready`` event says
 ``byzantine``.
 """
@@ -46,7 +48,7 @@ def summarise(workdir: Path) -> dict[str, Any]:
     names, events, byzantine = load(workdir)
     out: dict[str, Any] = {"exclusions": [], "longest_fresh": 0.0, "longest_stale": 0.0, "edge_rows": 0,
                            "edge_stale": 0, "most_in_a_row": 0, "judged_rows": 0, "stale_rows": 0,
-                           "stale_ratios": []}
+                           "stale_ratios": [], "window_low": 0.0}
     for receiver, rows in sorted(events.items()):
         if receiver in byzantine:
             continue
@@ -59,6 +61,7 @@ def summarise(workdir: Path) -> dict[str, Any]:
                 out["exclusions"].append((receiver, names.get(e["sender"], e["sender"][-8:]), e["round"], e["event"],
                                           e.get("own_strikes"), e.get("own_rejections")))
         run: Counter[str] = Counter()
+        last4: dict[str, list[float]] = defaultdict(list)
         for r in sorted(by_round):
             latest: dict[str, dict[str, Any]] = {}
             for e in by_round[r]:
@@ -86,6 +89,9 @@ def summarise(workdir: Path) -> dict[str, Any]:
                 out["edge_stale"] += edge and stale
                 run[sender] = run[sender] + 1 if edge else 0
                 out["most_in_a_row"] = max(out["most_in_a_row"], run[sender])
+                last4[sender].append(ratio)
+                if len(last4[sender]) >= 4:
+                    out["window_low"] = max(out["window_low"], min(last4[sender][-4:]))
     return out
 
 

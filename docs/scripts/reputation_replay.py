@@ -22,7 +22,9 @@ as no evidence (the rule before copyable reasons), ``after`` treats ``protocol.r
 each of a sender's last 4 judged rounds exclude it, ``edge_strikes``). ``after, edge_strikes=None`` is ``after``
 with the rule before that (an outright rejection needed). The summary line also gives the longest honest row
 an honest receiver accepted, in multiples of the round's median norm there, how many were edge rows (> 2×), and
-the most edge rows one honest receiver found from one honest sender in a row (4 exclude it by default).
+the most edge rows one honest receiver found from one honest sender in a row (4 exclude it by default), and the
+*highest 4-row low*: over every honest receiver, honest sender and 4 of its accepted rows running there, the
+largest value of the shortest of the 4 (in multiples of the median; edge rows alone exclude only above 2).
 ``--task`` is the cell's task spec (``digits``, ``fashion-mnist[:data_dir=DIR]``); ``--f 0`` runs it with no attacker:
 
     python docs/scripts/reputation_replay.py --f 0 --partition dirichlet:0.05 --task fashion-mnist --rounds 40
@@ -126,6 +128,8 @@ def main() -> None:
     longest, honest_edge = 0.0, 0
     run: Counter[tuple[int, str]] = Counter()  # (receiver, sender): edge rows in a row, over the judged rounds
     longest_run = 0
+    last4: dict[tuple[int, str], list[float]] = {}  # (receiver, sender): norm / median of each accepted row
+    window_low = 0.0  # the highest, over receivers, senders and 4 accepted rows running, of the 4 rows' shortest
     for r in sorted(record):
         for o in honest:
             verdicts, norms = record[r][o]
@@ -140,6 +144,9 @@ def main() -> None:
                 if names.index(s) not in byzantine:
                     run[o, s] = run[o, s] + 1 if s in edge else 0
                     longest_run = max(longest_run, run[o, s])
+                    last4.setdefault((o, s), []).append(norms[s] / median)
+                    if len(last4[o, s]) >= 4:
+                        window_low = max(window_low, min(last4[o, s][-4:]))
     attacker_rows: Counter[str] = Counter()
     for r in record:
         for o in honest:
@@ -151,7 +158,8 @@ def main() -> None:
           f"{args.rounds} rounds: final accuracy {result['final']['accuracy']:.4f}; honest rows rejected by "
           f"honest receivers {sum(reasons.values())} {dict(sorted(reasons.items()))}; attackers' rows at honest "
           f"receivers {dict(sorted(attacker_rows.items()))}; longest honest row accepted {longest:.2f}x the "
-          f"median norm, {honest_edge} honest edge rows, at most {longest_run} in a row for one sender and receiver")
+          f"median norm, {honest_edge} honest edge rows, at most {longest_run} in a row for one sender and receiver, "
+          f"highest 4-row low {window_low:.2f}x")
     for label, no_evidence, edge_strikes in (("before", CIRCUMSTANTIAL_REASONS, "window"),
                                              ("after", NOT_EVIDENCE_REASONS, "window"),
                                              ("after, edge_strikes=None", NOT_EVIDENCE_REASONS, None)):
