@@ -11,8 +11,8 @@ another sender in multiples of the receiver's median, split into fresh rows (sta
 (staleness > 0); the edge rows; and the most edge rows one receiver found from one sender in a row over the
 rounds in which it judged that sender (4 exclude it by default, ``Reputation(edge_strikes=...)``), and
 ``window_low``: over every receiver, sender and 4 of its accepted rows running there, the largest value of the
-shortest of the 4 (edge rows alone exclude only above 2). The peers are named ``peerN`` by their events file; a peer whose ``ready``
-event says ``byzantine`` is left out, as receiver and as sender.
+shortest of the 4 (edge rows alone exclude only above 2). The peers are named ``peerN`` by their events file;
+a peer whose ``ready`` event says ``byzantine`` is left out, as receiver and as sender.
 """
 
 from __future__ import annotations

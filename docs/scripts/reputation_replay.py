@@ -42,8 +42,8 @@ import torch
 import p2p_guard.bench.cell as cell
 from p2p_guard.bench.cell import CellSpec, run_cell
 from p2p_guard.guard.reputation import Reputation, edge_rows
-from p2p_guard.tasks.registry import parse_task_spec
 from p2p_guard.protocol.reasons import CIRCUMSTANTIAL_REASONS, NOT_EVIDENCE_REASONS
+from p2p_guard.tasks.registry import parse_task_spec
 
 
 def replay(record: dict[int, dict[int, Any]], names: list[str], honest: list[int], smear: set[int],
@@ -113,8 +113,9 @@ def main() -> None:
 
     cell._judge = judge  # type: ignore[assignment]
     cell._same_result = lambda a, b: False  # type: ignore[assignment]  # every receiver judged every round
-    result = run_cell(CellSpec(task=task.name, task_options=tuple(sorted(task.options)), guard="semantic", attack=args.attack if args.f else None, n=n,
-                               f=args.f, partition=args.partition, seed=args.seed, rounds=args.rounds))
+    result = run_cell(CellSpec(task=task.name, task_options=tuple(sorted(task.options)), guard="semantic",
+                               attack=args.attack if args.f else None, n=n, f=args.f, partition=args.partition,
+                               seed=args.seed, rounds=args.rounds))
     byzantine = set(range(n - args.f, n))
     smear = set(range(n - args.f - args.smear, n - args.f))
     honest = [i for i in range(n) if i not in byzantine and i not in smear]
