@@ -130,7 +130,8 @@ def main() -> None:
     run: Counter[tuple[int, str]] = Counter()  # (receiver, sender): edge rows in a row, over the judged rounds
     longest_run = 0
     last4: dict[tuple[int, str], list[float]] = {}  # (receiver, sender): norm / median of each accepted row
-    window_low = 0.0  # the highest, over receivers, senders and 4 accepted rows running, of the 4 rows' shortest
+    # the highest, over receivers, senders and 4 accepted rows running, of the 4 rows' shortest (and where)
+    window_low, window_at = 0.0, "none"
     for r in sorted(record):
         for o in honest:
             verdicts, norms = record[r][o]
@@ -146,8 +147,8 @@ def main() -> None:
                     run[o, s] = run[o, s] + 1 if s in edge else 0
                     longest_run = max(longest_run, run[o, s])
                     last4.setdefault((o, s), []).append(norms[s] / median)
-                    if len(last4[o, s]) >= 4:
-                        window_low = max(window_low, min(last4[o, s][-4:]))
+                    if len(last4[o, s]) >= 4 and min(last4[o, s][-4:]) > window_low:
+                        window_low, window_at = min(last4[o, s][-4:]), f"{s} at {names[o]}, round {r}"
     attacker_rows: Counter[str] = Counter()
     for r in record:
         for o in honest:
@@ -160,7 +161,7 @@ def main() -> None:
           f"honest receivers {sum(reasons.values())} {dict(sorted(reasons.items()))}; attackers' rows at honest "
           f"receivers {dict(sorted(attacker_rows.items()))}; longest honest row accepted {longest:.2f}x the "
           f"median norm, {honest_edge} honest edge rows, at most {longest_run} in a row for one sender and receiver, "
-          f"highest 4-row low {window_low:.2f}x")
+          f"highest 4-row low {window_low:.2f}x ({window_at})")
     for label, no_evidence, edge_strikes in (("before", CIRCUMSTANTIAL_REASONS, "window"),
                                              ("after", NOT_EVIDENCE_REASONS, "window"),
                                              ("after, edge_strikes=None", NOT_EVIDENCE_REASONS, None)):
