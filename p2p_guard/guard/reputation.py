@@ -27,7 +27,8 @@ where
     - an *edge row* (``suspect``) is one we accepted although it lay at the edge of what the guard lets
       through: longer than ``c_edge`` (2) times the round's median norm (:func:`edge_rows`), the radius at
       which the guard's magnitude stage would clip it. Honest rows of non-IID peers stay near the median
-      norm (≤ 1.5× in the runs of docs/threat-model.md §3.7a); a white-box attacker that passes the verdict
+      norm (mostly ≤ 1.5×; in the runs of docs/threat-model.md §3.7a, Dirichlet 0.05 included, at most
+      2.10×, never at the edge in more than 2 judged rounds running); a white-box attacker that passes the verdict
       (``adaptive``) sits just under the rejection radius (2.5–2.8×) every round. An edge row is a *strike*
       but not a *rejection*: edge rows without a rejection exclude only when they fill the window,
       n_s ≥ m_e (default m_e = k: struck in every one of the sender's last k judged rounds);
@@ -64,7 +65,7 @@ because our model or data differ from the others', is kept).
 Why honest senders are not excluded for differing a little (defaults k = 4, m = 3, m_h = 1, m_e = 4): our guard
 must strike the sender in 3 of its last 4 judged rounds and reject it outright at least once, or find it at the
 edge in all 4, and the score must stay below θ for 4 rounds, which the clean acceptances of the voters we trust
-prevent. Honest false positives are sporadic (≤ 2 % of rows) and honest rows stay under 2× the median norm;
+prevent. Honest false positives are sporadic (≤ 2 % of rows) and honest rows rarely pass 2× the median norm;
 a persistent attacker is struck every round and excluded after its 4th judged round (folded with the round lag
 of ``swarm.standing``: dropped from its 5th round on).
 
