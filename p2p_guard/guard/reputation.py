@@ -28,10 +28,10 @@ where
       through: longer than ``c_edge`` (2) times the round's median norm (:func:`edge_rows`), the radius at
       which the guard's magnitude stage would clip it. Honest rows of non-IID peers stay near the median
       norm (mostly ≤ 1.5×; in the runs of docs/threat-model.md §3.7a, Dirichlet 0.05 included, at most
-      2.10×, never at the edge in more than 2 judged rounds running); a white-box attacker that passes the verdict
-      (``adaptive``) sits just under the rejection radius (2.5–2.8×) every round. An edge row is a *strike*
-      but not a *rejection*: edge rows without a rejection exclude only when they fill the window,
-      n_s ≥ m_e (default m_e = k: struck in every one of the sender's last k judged rounds);
+      2.10×, never struck in more than 2 of a sender's last 4 judged rounds); a white-box attacker that
+      passes the verdict (``adaptive``) sits just under the rejection radius (2.5–2.8×) every round. An edge
+      row is a *strike* but not a *rejection*: edge rows without a rejection exclude only when they fill the
+      window, n_s ≥ m_e (default m_e = k: struck in every one of the sender's last k judged rounds);
     - a_s ∈ [0, 1] is s's *own standing*: an exponential average of our own verdicts only;
     - V_r(s) is the set of voters with a verified vote on s in round r, v ∉ {o, s} (no self-votes), and
       u_r(v, s) ∈ {0, 1} is v's ballot (0 for a rejection or an edge row, ``protocol.votes.evidence_map``);
