@@ -29,9 +29,9 @@ where
       which the guard's magnitude stage would clip it, and turned from the guard's centre (cosine below
       ``cos_edge`` = 0, where the guard's direction weights reach 1; since 2026-12-07, after an honest
       fashion-mnist peer on a Dirichlet 0.05 shard, long in 12 rounds running but along the centre, was
-      excluded in a replay). Honest rows of non-IID peers stay near the median
-      norm (mostly ≤ 1.5×; in the runs of docs/threat-model.md §3.7a, Dirichlet 0.05 included, at most
-      2.10×, never struck in more than 2 of a sender's last 4 judged rounds); a white-box attacker that
+      excluded in a replay). Honest rows of non-IID peers stay near the median norm (mostly ≤ 1.5×; in the
+      runs of docs/threat-model.md §3.7a, Dirichlet 0.05 included, at most 2.30×, and with the cosine test
+      never struck in more than 2 of a sender's last 4 judged rounds); a white-box attacker that
       passes the verdict (``adaptive``) sits just under the rejection radius (2.5–2.8×) every round. An edge
       row is a *strike* but not a *rejection*: edge rows without a rejection exclude only when they fill the
       window, n_s ≥ m_e (default m_e = k: struck in every one of the sender's last k judged rounds);
@@ -68,7 +68,7 @@ because our model or data differ from the others', is kept).
 Why honest senders are not excluded for differing a little (defaults k = 4, m = 3, m_h = 1, m_e = 4): our guard
 must strike the sender in 3 of its last 4 judged rounds and reject it outright at least once, or find it at the
 edge in all 4, and the score must stay below θ for 4 rounds, which the clean acceptances of the voters we trust
-prevent. Honest false positives are sporadic (≤ 2 % of rows) and honest rows rarely pass 2× the median norm;
+prevent. Honest false positives are sporadic (≤ 2 % of rows) and honest rows rarely pass 2× the median norm turned from the centre;
 a persistent attacker is struck every round and excluded after its 4th judged round (folded with the round lag
 of ``swarm.standing``: dropped from its 5th round on).
 
