@@ -68,9 +68,9 @@ because our model or data differ from the others', is kept).
 Why honest senders are not excluded for differing a little (defaults k = 4, m = 3, m_h = 1, m_e = 4): our guard
 must strike the sender in 3 of its last 4 judged rounds and reject it outright at least once, or find it at the
 edge in all 4, and the score must stay below θ for 4 rounds, which the clean acceptances of the voters we trust
-prevent. Honest false positives are sporadic (≤ 2 % of rows) and honest rows rarely pass 2× the median norm turned from the centre;
-a persistent attacker is struck every round and excluded after its 4th judged round (folded with the round lag
-of ``swarm.standing``: dropped from its 5th round on).
+prevent. Honest false positives are sporadic (≤ 2 % of rows) and honest rows rarely pass 2× the median norm
+turned from the centre; a persistent attacker is struck every round and excluded after its 4th judged round
+(folded with the round lag of ``swarm.standing``: dropped from its 5th round on).
 
 Why edge rows alone may exclude (m_e, since 2026-12-07): the white-box ``adaptive`` attack aims its norm under
 the guard's rejection radius, and in the live swarm it met it: in the 40-round rule-5 run (digits, 10 peers,
