@@ -11,7 +11,9 @@ another sender in multiples of the receiver's median, split into fresh rows (sta
 (staleness > 0); the edge rows; and the most edge rows one receiver found from one sender in a row over the
 rounds in which it judged that sender (4 exclude it by default, ``Reputation(edge_strikes=...)``), and
 ``window_low``: over every receiver, sender and 4 of its accepted rows running there, the largest value of the
-shortest of the 4 (edge rows alone exclude only above 2). The peers are named ``peerN`` by their events file;
+shortest of the 4 (edge rows alone exclude only above 2). Last, for the honest and for the Byzantine senders'
+accepted rows over 2x the median (as the receivers' guards saw them): how many, how long, and their cosines to
+the guard's centre (the verdicts' ``cosine``). The peers are named ``peerN`` by their events file;
 a peer whose ``ready`` event says ``byzantine`` is left out, as receiver and as sender.
 """
 
@@ -47,7 +49,8 @@ def summarise(workdir: Path) -> dict[str, Any]:
     names, events, byzantine = load(workdir)
     out: dict[str, Any] = {"exclusions": [], "longest_fresh": 0.0, "longest_stale": 0.0, "edge_rows": 0,
                            "edge_stale": 0, "most_in_a_row": 0, "judged_rows": 0, "stale_rows": 0,
-                           "stale_ratios": [], "window_low": 0.0}
+                           "stale_ratios": [], "window_low": 0.0,
+                           "honest_long": [], "byzantine_long": []}
     for receiver, rows in sorted(events.items()):
         if receiver in byzantine:
             continue
@@ -71,8 +74,14 @@ def summarise(workdir: Path) -> dict[str, Any]:
                 continue
             median = statistics.median(norms)
             for sender, e in latest.items():
-                if sender == me or names.get(sender) in byzantine or e.get("norm") is None:
+                if sender == me or e.get("norm") is None:
                     continue
+                if names.get(sender) in byzantine:
+                    if e["accepted"] and median > 0 and e["norm"] > 2.0 * median and e.get("cosine") is not None:
+                        out["byzantine_long"].append((round(e["norm"] / median, 2), round(e["cosine"], 3)))
+                    continue
+                if e["accepted"] and median > 0 and e["norm"] > 2.0 * median and e.get("cosine") is not None:
+                    out["honest_long"].append((round(e["norm"] / median, 2), round(e["cosine"], 3)))
                 out["judged_rows"] += 1
                 stale = (e.get("staleness") or 0) > 0
                 out["stale_rows"] += stale
@@ -101,7 +110,14 @@ def main() -> None:
     args = parser.parse_args()
     out = summarise(args.workdir)
     stale = sorted(out.pop("stale_ratios"))
+    long_rows = {k: out.pop(k) for k in ("honest_long", "byzantine_long")}
     print(json.dumps(out))  # noqa: T201
+    for k, rows in long_rows.items():
+        if rows:
+            cos = sorted(c for _, c in rows)
+            print(f"{k} accepted rows over 2x the median: {len(rows)}, {min(r for r, _ in rows):.2f}-"  # noqa: T201
+                  f"{max(r for r, _ in rows):.2f}x, cosine to the guard's centre {cos[0]:.2f} to {cos[-1]:.2f} "
+                  f"(median {statistics.median(cos):.2f})")
     print(f"carried rows' norm / median, sorted: {stale}")  # noqa: T201
 
 

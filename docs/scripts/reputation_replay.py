@@ -20,9 +20,7 @@ It replays three times from the same verdicts: ``before`` treats only ``protocol
 as no evidence (the rule before copyable reasons), ``after`` treats ``protocol.reasons.NOT_EVIDENCE_REASONS``
 (circumstantial and copyable: ``duplicate``, ``colluding``) so; both with the default ``Reputation`` (edge rows in
 each of a sender's last 4 judged rounds exclude it, ``edge_strikes``). ``after, edge_strikes=None`` is ``after``
-with the rule before that (an outright rejection needed), and ``after, no cosine test`` is ``after`` with every
-row over 2× the median an edge row, whatever its cosine to the guard's centre (the edge rule as first added;
-``guard.reputation.edge_rows``, ``cosines=None``). The summary line also gives the longest honest row
+with the rule before that (an outright rejection needed). The summary line also gives the longest honest row
 an honest receiver accepted, in multiples of the round's median norm there, how many were edge rows (> 2×), and
 the most edge rows one honest receiver found from one honest sender in a row (4 exclude it by default), and the
 *highest 4-row low*: over every honest receiver, honest sender and 4 of its accepted rows running there, the
@@ -35,7 +33,6 @@ largest value of the shortest of the 4 (in multiples of the median; edge rows al
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 from collections import Counter
 from typing import Any
@@ -48,13 +45,10 @@ from p2p_guard.guard.reputation import Reputation, edge_rows
 from p2p_guard.protocol.reasons import CIRCUMSTANTIAL_REASONS, NOT_EVIDENCE_REASONS
 from p2p_guard.tasks.registry import parse_task_spec
 
-#: ``{(round, receiver index): {sender: cosine to the guard's centre}}``, filled by ``main``'s recorder.
-COSINES: dict[tuple[int, int], dict[str, float]] = {}
-
 
 def replay(record: dict[int, dict[int, Any]], names: list[str], honest: list[int], smear: set[int],
            byzantine: set[int], no_evidence: frozenset[str], edge_strikes: int | None | str = "window",
-           use_cosines: bool = True) -> dict[str, Any]:
+           ) -> dict[str, Any]:
     """Fold the recorded verdicts into one Reputation per honest receiver; return exclusions and closeness."""
     rounds = sorted(record)
     out: dict[str, Any] = {"exclusions": [], "honest_min_score": 1.0, "honest_max_strikes": 0,
@@ -67,7 +61,7 @@ def replay(record: dict[int, dict[int, Any]], names: list[str], honest: list[int
             edge: frozenset[str] = frozenset()
             for v, (verdicts, norms) in record[r].items():
                 accepted = {s for s, (a, _) in verdicts.items() if a and s != names[v]}
-                v_edge = edge_rows(norms, accepted, cosines=COSINES.get((r, v)) if use_cosines else None)
+                v_edge = edge_rows(norms, accepted)
                 judged = {s: a and s not in v_edge for s, (a, reason) in verdicts.items()
                           if s != names[v] and (a or reason not in no_evidence)}
                 if v == o:
@@ -108,14 +102,12 @@ def main() -> None:
     n = 10
     names = [f"peer{i:02d}" for i in range(n)]
     record: dict[int, dict[int, Any]] = {}
-    cosines = COSINES
     original = cell._judge
 
     def judge(guard: Any, rows: Any, round_: int, spec: Any, run_id: Any, names_: Any, peers: Any, timer: Any,
               j: int) -> Any:
         result = original(guard, rows, round_, spec, run_id, names_, peers, timer, j)
         norms = {s: float(x.norm()) for s, x in rows.items()}
-        cosines[round_, j] = {v.sender: v.cosine for v in result.verdicts if math.isfinite(v.cosine)}
         record.setdefault(round_, {})[j] = ({v.sender: (v.accepted, v.reason) for v in result.verdicts}, norms)
         return result
 
@@ -136,7 +128,7 @@ def main() -> None:
                     reasons[str(reason)] += 1
     longest, honest_edge = 0.0, 0
     run: Counter[tuple[int, str]] = Counter()  # (receiver, sender): edge rows in a row, over the judged rounds
-    longest_run, honest_edge_cos = 0, 0
+    longest_run = 0
     last4: dict[tuple[int, str], list[float]] = {}  # (receiver, sender): norm / median of each accepted row
     # the highest, over receivers, senders and 4 accepted rows running, of the 4 rows' shortest (and where)
     window_low, window_at = 0.0, "none"
@@ -148,9 +140,7 @@ def main() -> None:
             for s in accepted:
                 if names.index(s) not in byzantine:
                     longest = max(longest, norms[s] / median)
-            edge = edge_rows(norms, accepted)  # long rows, whatever their cosine
-            honest_edge_cos += sum(1 for s in edge_rows(norms, accepted, cosines=COSINES.get((r, o)))
-                                   if names.index(s) not in byzantine)
+            edge = edge_rows(norms, accepted)
             honest_edge += sum(1 for s in edge if names.index(s) not in byzantine)
             for s in accepted:
                 if names.index(s) not in byzantine:
@@ -170,15 +160,12 @@ def main() -> None:
           f"{args.rounds} rounds: final accuracy {result['final']['accuracy']:.4f}; honest rows rejected by "
           f"honest receivers {sum(reasons.values())} {dict(sorted(reasons.items()))}; attackers' rows at honest "
           f"receivers {dict(sorted(attacker_rows.items()))}; longest honest row accepted {longest:.2f}x the "
-          f"median norm, {honest_edge} honest rows over 2x ({honest_edge_cos} with a cosine < 0: edge rows), at most "
-          f"{longest_run} over 2x in a row for one sender and receiver, "
+          f"median norm, {honest_edge} honest edge rows, at most {longest_run} in a row for one sender and receiver, "
           f"highest 4-row low {window_low:.2f}x ({window_at})")
-    for label, no_evidence, edge_strikes, use_cosines in (
-            ("before", CIRCUMSTANTIAL_REASONS, "window", True),
-            ("after", NOT_EVIDENCE_REASONS, "window", True),
-            ("after, no cosine test", NOT_EVIDENCE_REASONS, "window", False),
-            ("after, edge_strikes=None", NOT_EVIDENCE_REASONS, None, True)):
-        out = replay(record, names, honest, smear, byzantine, no_evidence, edge_strikes, use_cosines)
+    for label, no_evidence, edge_strikes in (("before", CIRCUMSTANTIAL_REASONS, "window"),
+                                             ("after", NOT_EVIDENCE_REASONS, "window"),
+                                             ("after, edge_strikes=None", NOT_EVIDENCE_REASONS, None)):
+        out = replay(record, names, honest, smear, byzantine, no_evidence, edge_strikes)
         honest_ex = [e for e in out["exclusions"] if e[3] == "honest"]
         byz_first = {s: sorted(d.values()) for s, d in sorted(out["attacker_first_exclusion"].items())}
         folds: dict[str, list[int]] = {}

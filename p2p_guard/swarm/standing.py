@@ -15,8 +15,7 @@ apart do not fork anything.
 Votes never exclude anyone on their own (``guard.reputation``: exclusion needs our own rejections), so a
 Byzantine majority of voters cannot make an honest peer drop an honest sender.
 
-An accepted row longer than twice the round's median norm whose cosine to the guard's centre is below 0
-(``guard.reputation.edge_rows``) is published as
+An accepted row longer than twice the round's median norm (``guard.reputation.edge_rows``) is published as
 accepted with reason ``edge`` (``protocol.votes.EDGE_REASON``) and counts, in our reputation and in every
 reader's, as a strike: aggregated, but at the edge of what the guard lets through.
 """
@@ -76,8 +75,7 @@ class VoteBook:
     async def publish(self, round_: int, verdicts: Iterable[SenderVerdict]) -> list[VoteVerdict]:
         """Remember our verdicts of ``round_`` and publish them, signed (rewritten first by ``smear``).
 
-        Accepted rows longer than twice the round's median norm, with a cosine to the guard's centre below 0, are
-        published with reason ``edge``.
+        Accepted rows longer than twice the round's median norm are published with reason ``edge``.
 
         Args:
             round_: The round the verdicts were given in.
@@ -88,8 +86,7 @@ class VoteBook:
         """
         verdicts = list(verdicts)
         edge = edge_rows({v.sender: v.norm for v in verdicts if v.norm is not None},
-                         {v.sender for v in verdicts if v.accepted and v.sender != self.me},
-                         cosines={v.sender: v.cosine for v in verdicts if v.cosine is not None})
+                         {v.sender for v in verdicts if v.accepted and v.sender != self.me})
         votes = [dataclasses.replace(v, reason=EDGE_REASON) if v.accepted and v.sender_b58 in edge else v
                  for v in vote_verdicts(verdicts, me=self.me)]
         # Only the last round is ever folded; a circumstantial or copyable rejection (late, duplicate) is no evidence.

@@ -523,20 +523,6 @@ class TestEdgeRows:
         assert edge_rows(norms, {"a", "b", "c", "d", "me"}) == frozenset({"d"})
         assert edge_rows(norms, {"a", "d", "e"}, c_edge=2.05) == frozenset({"d", "e"})
 
-    def test_cosine_test(self) -> None:
-        norms = {"a": 1.0, "b": 1.2, "c": 0.9, "d": 2.5, "e": 2.41, "me": 1.1}
-        # limit 2.3: d and e are long; only a long row with a cosine below cos_edge is an edge row
-        cosines = {"a": -0.5, "d": 0.0, "e": -0.01, "me": 0.9}
-        assert edge_rows(norms, {"a", "d", "e"}, cosines=cosines) == frozenset({"e"})
-        assert edge_rows(norms, {"a", "d", "e"}, cosines=cosines, cos_edge=0.01) == frozenset({"d", "e"})
-        assert edge_rows(norms, {"a", "d", "e"}, cosines=cosines, cos_edge=-0.01) == frozenset()
-        assert edge_rows(norms, {"a", "d", "e"}, cosines={"a": 0.3}) == frozenset({"d", "e"})  # no cosine: long
-
-    @pytest.mark.parametrize("cos_edge", [-1.01, 1.5, float("nan"), True])
-    def test_rejects_bad_cos_edge(self, cos_edge: float) -> None:
-        with pytest.raises(ValueError, match="cos_edge"):
-            edge_rows({"a": 1.0}, {"a"}, cos_edge=cos_edge)
-
     def test_empty_and_unknown(self) -> None:
         assert edge_rows({}, {"a"}) == frozenset()
         assert edge_rows({"a": 1.0}, {"zz"}) == frozenset()
