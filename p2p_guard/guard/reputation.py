@@ -25,11 +25,12 @@ where
       ``protocol.reasons.COPYABLE_REASONS``; under ``mimic`` the copied honest peer is rejected with its
       copies): the caller leaves such senders out (``protocol.votes.evidence_map``);
     - an *edge row* (``suspect``) is one we accepted although it lay at the edge of what the guard lets
-      through: longer than ``c_edge`` (2) times the round's median norm (:func:`edge_rows`), the radius at
-      which the guard's magnitude stage would clip it. Honest rows of non-IID peers stay near the median
-      norm (mostly ≤ 1.5×), but not always: in one of 17 replays without attackers in docs/threat-model.md
-      §3.7a (fashion-mnist, Dirichlet 0.05, seed 6) an honest peer's rows were 2.0-2.3× for 12 rounds running
-      and this rule excluded it (an open limit, below); a white-box attacker that
+      through: longer than ``c_edge`` (2.3) times the round's median norm (:func:`edge_rows`), past the
+      radius (2×) at which the guard's magnitude stage clips it and short of the rejection radius (3×). Honest
+      rows of non-IID peers stay near the median norm (mostly ≤ 1.5×), but not always: in one of 17 replays
+      without attackers in docs/threat-model.md §3.7a (fashion-mnist, Dirichlet 0.05, seed 6) an honest peer's
+      rows were 2.0-2.3× for 12 rounds running, and the edge rule with ``c_edge`` = 2 excluded it; a white-box
+      attacker that
       passes the verdict (``adaptive``) sits just under the rejection radius (2.5–2.8×) every round. An edge
       row is a *strike* but not a *rejection*: edge rows without a rejection exclude only when they fill the
       window, n_s ≥ m_e (default m_e = k: struck in every one of the sender's last k judged rounds);
@@ -111,7 +112,7 @@ ACCEPT, EDGE, REJECT = "accept", "edge", "reject"
 _KINDS = (ACCEPT, EDGE, REJECT)
 
 
-def edge_rows(norms: Mapping[str, float], accepted: Collection[str], *, c_edge: float = 2.0) -> frozenset[str]:
+def edge_rows(norms: Mapping[str, float], accepted: Collection[str], *, c_edge: float = 2.3) -> frozenset[str]:
     """The accepted rows longer than ``c_edge`` times the round's median norm (the reputation's edge rows).
 
     edge = {s ∈ accepted : ‖x_s‖₂ > c_edge · median_j ‖x_j‖₂}
@@ -122,8 +123,9 @@ def edge_rows(norms: Mapping[str, float], accepted: Collection[str], *, c_edge: 
     Args:
         norms: ``{sender: L2 norm}`` of the rows the guard judged this round (finite norms only).
         accepted: The senders whose rows the guard accepted.
-        c_edge: Multiple of the median norm above which an accepted row is an edge row, ``> 0`` (default 2, the
-            guard's clipping radius ``c_clip``).
+        c_edge: Multiple of the median norm above which an accepted row is an edge row, ``> 0`` (default 2.3,
+            between the guard's clipping radius ``c_clip`` = 2 and its rejection radius 3; it was ``c_clip``
+            until an honest peer's rows at 2.0-2.3× got it excluded in a replay, docs/threat-model.md §3.7a).
 
     Returns:
         The edge rows' senders (empty when ``norms`` is empty).
