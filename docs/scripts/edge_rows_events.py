@@ -13,7 +13,8 @@ rounds in which it judged that sender (4 exclude it by default, ``Reputation(edg
 ``window_low``: over every receiver, sender and 4 of its accepted rows running there, the largest value of the
 shortest of the 4 (edge rows alone exclude only above 2). Last, for the honest and for the Byzantine senders'
 accepted rows over 2x the median (as the receivers' guards saw them): how many, how long, and their cosines to
-the guard's centre (the verdicts' ``cosine``). The peers are named ``peerN`` by their events file;
+the guard's centre (the verdicts' ``cosine``), and for each Byzantine sender and receiver the shortest of its
+first 4 judged rows there (accepted or not). The peers are named ``peerN`` by their events file;
 a peer whose ``ready`` event says ``byzantine`` is left out, as receiver and as sender.
 """
 
@@ -50,7 +51,7 @@ def summarise(workdir: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"exclusions": [], "longest_fresh": 0.0, "longest_stale": 0.0, "edge_rows": 0,
                            "edge_stale": 0, "most_in_a_row": 0, "judged_rows": 0, "stale_rows": 0,
                            "stale_ratios": [], "window_low": 0.0,
-                           "honest_long": [], "byzantine_long": []}
+                           "honest_long": [], "byzantine_long": [], "byzantine_first_lows": []}
     for receiver, rows in sorted(events.items()):
         if receiver in byzantine:
             continue
@@ -64,6 +65,7 @@ def summarise(workdir: Path) -> dict[str, Any]:
                                           e.get("own_strikes"), e.get("own_rejections")))
         run: Counter[str] = Counter()
         last4: dict[str, list[float]] = defaultdict(list)
+        first4: dict[str, list[float]] = defaultdict(list)  # a Byzantine sender's judged rows here, in order
         for r in sorted(by_round):
             latest: dict[str, dict[str, Any]] = {}
             for e in by_round[r]:
@@ -77,6 +79,9 @@ def summarise(workdir: Path) -> dict[str, Any]:
                 if sender == me or e.get("norm") is None:
                     continue
                 if names.get(sender) in byzantine:
+                    first4[sender].append(e["norm"] / median if median > 0 else 0.0)
+                    if len(first4[sender]) == 4:
+                        out["byzantine_first_lows"].append(round(min(first4[sender]), 2))
                     if e["accepted"] and median > 0 and e["norm"] > 2.0 * median and e.get("cosine") is not None:
                         out["byzantine_long"].append((round(e["norm"] / median, 2), round(e["cosine"], 3)))
                     continue
@@ -111,7 +116,11 @@ def main() -> None:
     out = summarise(args.workdir)
     stale = sorted(out.pop("stale_ratios"))
     long_rows = {k: out.pop(k) for k in ("honest_long", "byzantine_long")}
+    first_lows = sorted(out.pop("byzantine_first_lows"))
     print(json.dumps(out))  # noqa: T201
+    if first_lows:
+        print(f"Byzantine senders' first 4 judged rows at each receiver, the shortest of the 4 (x the median), "  # noqa: T201
+              f"sorted: {first_lows}")
     for k, rows in long_rows.items():
         if rows:
             cos = sorted(c for _, c in rows)
