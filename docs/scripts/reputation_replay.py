@@ -21,7 +21,13 @@ as no evidence (the rule before copyable reasons), ``after`` treats ``protocol.r
 (circumstantial and copyable: ``duplicate``, ``colluding``) so; both with the default ``Reputation`` (edge rows in
 each of a sender's last 4 judged rounds exclude it, ``edge_strikes``). ``after, edge_strikes=None`` is ``after``
 with the rule before that (an outright rejection needed). The summary line also gives the longest honest row
-an honest receiver accepted, in multiples of the round's median norm there, and how many were edge rows (> 2×).
+an honest receiver accepted, in multiples of the round's median norm there, how many were edge rows (> 2×), and
+the most edge rows one honest receiver found from one honest sender in a row (4 exclude it by default), and the
+*highest 4-row low*: over every honest receiver, honest sender and 4 of its accepted rows running there, the
+largest value of the shortest of the 4 (in multiples of the median; edge rows alone exclude only above 2).
+``--task`` is the cell's task spec (``digits``, ``fashion-mnist[:data_dir=DIR]``); ``--f 0`` runs it with no attacker:
+
+    python docs/scripts/reputation_replay.py --f 0 --partition dirichlet:0.05 --task fashion-mnist --rounds 40
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import p2p_guard.bench.cell as cell
 from p2p_guard.bench.cell import CellSpec, run_cell
 from p2p_guard.guard.reputation import Reputation, edge_rows
 from p2p_guard.protocol.reasons import CIRCUMSTANTIAL_REASONS, NOT_EVIDENCE_REASONS
+from p2p_guard.tasks.registry import parse_task_spec
 
 
 def replay(record: dict[int, dict[int, Any]], names: list[str], honest: list[int], smear: set[int],
@@ -86,10 +93,12 @@ def main() -> None:
     parser.add_argument("--f", type=int, default=3, help="update attackers of 10 (the last f peers)")
     parser.add_argument("--smear", type=int, default=0, help="vote_smear voters (the last honest-index peers)")
     parser.add_argument("--partition", default="dirichlet:0.5")
+    parser.add_argument("--task", default="digits", help="task spec of the cell (digits, fashion-mnist:data_dir=DIR)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=40)
     args = parser.parse_args()
     torch.set_num_threads(1)
+    task = parse_task_spec(args.task)
     n = 10
     names = [f"peer{i:02d}" for i in range(n)]
     record: dict[int, dict[int, Any]] = {}
@@ -104,8 +113,9 @@ def main() -> None:
 
     cell._judge = judge  # type: ignore[assignment]
     cell._same_result = lambda a, b: False  # type: ignore[assignment]  # every receiver judged every round
-    result = run_cell(CellSpec(task="digits", guard="semantic", attack=args.attack if args.f else None, n=n,
-                               f=args.f, partition=args.partition, seed=args.seed, rounds=args.rounds))
+    result = run_cell(CellSpec(task=task.name, task_options=tuple(sorted(task.options)), guard="semantic",
+                               attack=args.attack if args.f else None, n=n, f=args.f, partition=args.partition,
+                               seed=args.seed, rounds=args.rounds))
     byzantine = set(range(n - args.f, n))
     smear = set(range(n - args.f - args.smear, n - args.f))
     honest = [i for i in range(n) if i not in byzantine and i not in smear]
@@ -117,7 +127,12 @@ def main() -> None:
                 if not a and names.index(s) in set(honest) | smear and s != names[o]:
                     reasons[str(reason)] += 1
     longest, honest_edge = 0.0, 0
-    for r in record:
+    run: Counter[tuple[int, str]] = Counter()  # (receiver, sender): edge rows in a row, over the judged rounds
+    longest_run = 0
+    last4: dict[tuple[int, str], list[float]] = {}  # (receiver, sender): norm / median of each accepted row
+    # the highest, over receivers, senders and 4 accepted rows running, of the 4 rows' shortest (and where)
+    window_low, window_at = 0.0, "none"
+    for r in sorted(record):
         for o in honest:
             verdicts, norms = record[r][o]
             accepted = {s for s, (a, _) in verdicts.items() if a and s != names[o]}
@@ -125,7 +140,15 @@ def main() -> None:
             for s in accepted:
                 if names.index(s) not in byzantine:
                     longest = max(longest, norms[s] / median)
-            honest_edge += sum(1 for s in edge_rows(norms, accepted) if names.index(s) not in byzantine)
+            edge = edge_rows(norms, accepted)
+            honest_edge += sum(1 for s in edge if names.index(s) not in byzantine)
+            for s in accepted:
+                if names.index(s) not in byzantine:
+                    run[o, s] = run[o, s] + 1 if s in edge else 0
+                    longest_run = max(longest_run, run[o, s])
+                    last4.setdefault((o, s), []).append(norms[s] / median)
+                    if len(last4[o, s]) >= 4 and min(last4[o, s][-4:]) > window_low:
+                        window_low, window_at = min(last4[o, s][-4:]), f"{s} at {names[o]}, round {r}"
     attacker_rows: Counter[str] = Counter()
     for r in record:
         for o in honest:
@@ -133,11 +156,12 @@ def main() -> None:
             for s, (a, reason) in verdicts.items():
                 if names.index(s) in byzantine:
                     attacker_rows["accepted" if a else str(reason)] += 1
-    print(f"attack {args.attack} f={args.f} smear={args.smear} {args.partition} seed {args.seed} "  # noqa: T201
+    print(f"{args.task} attack {args.attack} f={args.f} smear={args.smear} {args.partition} seed {args.seed} "  # noqa: T201
           f"{args.rounds} rounds: final accuracy {result['final']['accuracy']:.4f}; honest rows rejected by "
           f"honest receivers {sum(reasons.values())} {dict(sorted(reasons.items()))}; attackers' rows at honest "
           f"receivers {dict(sorted(attacker_rows.items()))}; longest honest row accepted {longest:.2f}x the "
-          f"median norm, {honest_edge} honest edge rows")
+          f"median norm, {honest_edge} honest edge rows, at most {longest_run} in a row for one sender and receiver, "
+          f"highest 4-row low {window_low:.2f}x ({window_at})")
     for label, no_evidence, edge_strikes in (("before", CIRCUMSTANTIAL_REASONS, "window"),
                                              ("after", NOT_EVIDENCE_REASONS, "window"),
                                              ("after, edge_strikes=None", NOT_EVIDENCE_REASONS, None)):

@@ -15,7 +15,7 @@ apart do not fork anything.
 Votes never exclude anyone on their own (``guard.reputation``: exclusion needs our own rejections), so a
 Byzantine majority of voters cannot make an honest peer drop an honest sender.
 
-An accepted row longer than twice the round's median norm (``guard.reputation.edge_rows``) is published as
+An accepted row longer than 2.3 times the round's median norm (``guard.reputation.edge_rows``) is published as
 accepted with reason ``edge`` (``protocol.votes.EDGE_REASON``) and counts, in our reputation and in every
 reader's, as a strike: aggregated, but at the edge of what the guard lets through.
 """
@@ -79,8 +79,8 @@ class VoteBook:
     def remember(self, round_: int, verdicts: Iterable[SenderVerdict]) -> list[VoteVerdict]:
         """Keep our verdicts of ``round_`` for the next :meth:`fold` (and for :meth:`state_dict`); our votes.
 
-        Accepted rows longer than twice the round's median norm get reason ``edge``. The round loop calls it when
-        the round's step is done, before the checkpoint captures :meth:`state_dict`.
+        Accepted rows longer than 2.3 times the round's median norm get reason ``edge``. The round loop calls it
+        when the round's step is done, before the checkpoint captures :meth:`state_dict`.
 
         Args:
             round_: The round the verdicts were given in.

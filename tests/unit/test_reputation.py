@@ -518,10 +518,12 @@ class TestRule5Exclusion:
 
 class TestEdgeRows:
     def test_known_answer(self) -> None:
-        norms = {"a": 1.0, "b": 1.2, "c": 0.9, "d": 2.5, "e": 2.41, "me": 1.1}
-        # median 1.15, limit 2.3: d and e are long; e was rejected, so only d is an edge row
-        assert edge_rows(norms, {"a", "b", "c", "d", "me"}) == frozenset({"d"})
-        assert edge_rows(norms, {"a", "d", "e"}, c_edge=2.05) == frozenset({"d", "e"})
+        norms = {"a": 1.0, "b": 1.2, "c": 0.9, "d": 2.7, "e": 2.41, "me": 1.1}
+        # median 1.15, limit 2.3 × 1.15 = 2.645: only d is long (e was rejected anyway)
+        assert edge_rows(norms, {"a", "b", "c", "d", "e", "me"}) == frozenset({"d"})
+        # c_edge 2 (the clipping radius, the default before 2026-12-07): limit 2.3, e is an edge row too
+        assert edge_rows(norms, {"a", "d", "e"}, c_edge=2.0) == frozenset({"d", "e"})
+        assert edge_rows(norms, {"a", "d", "e"}, c_edge=2.35) == frozenset()  # limit 2.7025 > 2.7
 
     def test_empty_and_unknown(self) -> None:
         assert edge_rows({}, {"a"}) == frozenset()

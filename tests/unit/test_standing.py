@@ -155,7 +155,7 @@ def _judged(sender: str, accepted: bool, norm: float) -> SenderVerdict:
 
 
 def test_an_edge_row_is_published_as_edge_and_struck_in_our_reputation() -> None:
-    """Norms 1.0 (us), 1.1, 0.9, 2.5 (accepted), 4.0 (rejected): median 1.1, limit 2.2 → the 2.5 row is an edge row.
+    """Norms 1.0 (us), 1.1, 0.9, 2.6 (accepted), 4.0 (rejected): median 1.1, limit 2.53 → the 2.6 row is an edge row.
 
     It is published as accepted with reason ``edge`` (a reader counts it as a strike), and our own reputation
     strikes it too (own standing 0) without counting a rejection.
@@ -164,7 +164,7 @@ def test_an_edge_row_is_published_as_edge_and_struck_in_our_reputation() -> None
     dht = MemoryDHT()
     book = VoteBook(dht, RUN, me)  # type: ignore[arg-type]
     verdicts = [_judged(me.peer_id_b58, True, 1.0), _judged(a.peer_id_b58, True, 1.1), _judged(b.peer_id_b58, True, 0.9),
-                _judged(long_row.peer_id_b58, True, 2.5), _judged(rejected.peer_id_b58, False, 4.0)]
+                _judged(long_row.peer_id_b58, True, 2.6), _judged(rejected.peer_id_b58, False, 4.0)]
     published = asyncio.run(book.publish(0, verdicts))
     assert {v.sender_b58: (v.accepted, v.reason) for v in published} == {
         a.peer_id_b58: (True, ""), b.peer_id_b58: (True, ""), long_row.peer_id_b58: (True, EDGE_REASON),
@@ -214,3 +214,17 @@ def test_rejected_by_counts_copyable_reasons_and_leaves_out_ourselves_and_the_ig
     assert rejected_by(votes, me.peer_id_b58) == 2  # type: ignore[arg-type]
     assert rejected_by(votes, me.peer_id_b58, ignore={a.peer_id_b58}) == 1  # type: ignore[arg-type]
     assert rejected_by(votes, a.peer_id_b58) == 0  # type: ignore[arg-type]  # nobody judged a
+
+
+def test_a_row_at_twice_the_median_is_not_an_edge_row() -> None:
+    """Norms 1.0 (us), 1.1, 0.9, 2.5 (accepted), 4.0 (rejected): limit 2.3 × 1.1 = 2.53, so the 2.5 row is clean."""
+    me, a, b, long_row, rejected = _ids(5)
+    book = VoteBook(MemoryDHT(), RUN, me)  # type: ignore[arg-type]
+    verdicts = [_judged(me.peer_id_b58, True, 1.0), _judged(a.peer_id_b58, True, 1.1), _judged(b.peer_id_b58, True, 0.9),
+                _judged(long_row.peer_id_b58, True, 2.5), _judged(rejected.peer_id_b58, False, 4.0)]
+    published = asyncio.run(book.publish(0, verdicts))
+    assert {v.sender_b58: (v.accepted, v.reason) for v in published}[long_row.peer_id_b58] == (True, "")
+    update = asyncio.run(book.fold(0))
+    assert update is not None
+    st = update.standings[long_row.peer_id_b58]
+    assert (st.own_standing, st.own_strikes, st.own_rejections, st.score) == (1.0, 0, 0, 0.75)
