@@ -22,11 +22,11 @@ from p2p_guard.guard.base import AggregationContext, GuardResult
 from p2p_guard.guard.guard import Guard
 from p2p_guard.guard.registry import build_guard
 from p2p_guard.guard.state import GuardStateError
-from p2p_guard.identity import Identity
 from p2p_guard.swarm.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from p2p_guard.swarm.guard_state import capture, restore
 from p2p_guard.swarm.standing import VoteBook
 from p2p_guard.swarm.verdicts import SenderVerdict
+from tests.unit.test_standing import MemoryDHT, _ids
 
 N, D = 10, 300
 SENDERS = tuple(f"peer{i:02d}" for i in range(N))
@@ -232,22 +232,6 @@ def test_restore_logs_a_refused_state_and_the_guard_starts_empty(caplog: pytest.
     assert _same(target(_rows(1), _ctx(1)), fresh(_rows(1), _ctx(1)))
 
 
-class MemoryDHT:
-    """The two SwarmDHT calls VoteBook uses, in memory."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, dict[str, bytes]] = {}
-
-    async def store(self, key: str, subkey: str, value: bytes, ttl_s: float) -> bool:
-        self.values.setdefault(key, {})[subkey] = value
-        return True
-
-    async def read(self, key: str) -> dict[str, bytes]:
-        return dict(self.values.get(key, {}))
-
-
-def _ids(count: int) -> list[Identity]:
-    return [Identity.from_seed(bytes([i + 1]) * 32) for i in range(count)]
 
 
 def test_a_restored_vote_book_folds_the_pending_round_as_one_that_never_stopped(tmp_path: Path) -> None:

@@ -194,7 +194,6 @@ def test_the_timeout_bounds_a_read_that_never_ends(monkeypatch: pytest.MonkeyPat
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     """Joined, then the DHT never answers the reads: one line naming what did not answer, exit 1, and the client
     still leaves the DHT (its p2pd stopped). With ``--watch`` a timeout is tried again (the test below)."""
-    watch = None
     import p2p_guard.swarm.dht as dht_module
     import p2p_guard.swarm.status as status_module
     from p2p_guard.cli import status_cmd
@@ -214,7 +213,7 @@ def test_the_timeout_bounds_a_read_that_never_ends(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(dht_module, "start_dht", start_dht)
     monkeypatch.setattr(status_module, "collect_status", frozen)
     peers = ("/ip4/127.0.0.1/tcp/31337/p2p/" + ALICE.peer_id_b58,)
-    config = status_cmd.StatusConfig(initial_peers=peers, run_id="r1", timeout_s=0.05, watch=watch)
+    config = status_cmd.StatusConfig(initial_peers=peers, run_id="r1", timeout_s=0.05, watch=None)
     assert asyncio.run(status_cmd._main(config)) == 1
     assert calls == ["shutdown"]
     assert capsys.readouterr().err == (f"p2p-guard status: error: the DHT (initial peer(s) {peers[0]}) did not "
