@@ -47,7 +47,7 @@ import torch
 
 from p2p_guard.guard.linalg import pairwise_distances, scalar_median
 
-__all__ = ["DUPLICATE", "DUPLICATE_RATIO", "MIN_DIMENSION", "SAME_SHARD_HINT", "Duplicates", "duplicate_rows",
+__all__ = ["DUPLICATE", "DUPLICATE_RATIO", "MIN_DIMENSION", "SAME_SHARD_HINT", "Duplicates",
            "find_duplicates", "typical_distance"]
 
 DUPLICATE = "duplicate"
@@ -135,13 +135,6 @@ def find_duplicates(
                 if own_index is not None and own_index in group and float(dist[i, own_index]) == 0.0:
                     rejected[i] += f"; {SAME_SHARD_HINT}"
     return Duplicates(rejected=rejected, groups=tuple(tuple(group) for group in groups))
-
-
-def duplicate_rows(
-    updates: torch.Tensor, senders: Sequence[str], own_index: int | None, *, ratio: float = DUPLICATE_RATIO
-) -> dict[int, str]:
-    """The rejected rows of :func:`find_duplicates` (same arguments, same errors)."""
-    return find_duplicates(updates, senders, own_index, ratio=ratio).rejected
 
 
 def typical_distance(dist: torch.Tensor) -> float:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 import torch
 
@@ -9,11 +11,17 @@ from p2p_guard.attacks.base import AttackContext
 from p2p_guard.attacks.whitebox import COPY_JITTER, jitter_copy
 from p2p_guard.guard.base import AggregationContext
 from p2p_guard.guard.centre import robust_centre
-from p2p_guard.guard.duplicates import DUPLICATE, duplicate_rows, find_duplicates, typical_distance
+from p2p_guard.guard.duplicates import DUPLICATE, DUPLICATE_RATIO, find_duplicates, typical_distance
 from p2p_guard.guard.linalg import cosines_to, pairwise_distances, row_norms
 from p2p_guard.guard.semantic import SemanticGuard
 
 SENDERS = tuple(f"p{i}" for i in range(8))
+
+
+def duplicate_rows(updates: torch.Tensor, senders: Sequence[str], own_index: int | None, *,
+                   ratio: float = DUPLICATE_RATIO) -> dict[int, str]:
+    """The rows :func:`find_duplicates` rejects, with their details."""
+    return find_duplicates(updates, senders, own_index, ratio=ratio).rejected
 
 
 def honest(n: int, d: int = 500, seed: int = 0) -> torch.Tensor:
