@@ -5,7 +5,9 @@ Spec grammar::
     spec   := NAME [":" params] | MODULE ":" CLASS [":" params]
     params := key "=" value ("," key "=" value)*
 
-A value is read as a bool (``true`` / ``false``, any case), an int, a float, or else kept as a string.
+A value is read as a bool (``true`` / ``false``, any case), an int, a float, or else kept as a string; when the
+plugin's class is known, :func:`read_params` keeps the text of every parameter its constructor annotates as
+text (``str``, ``str | None``, a ``Literal`` of strings), so ``mode=nan`` reaches a ``mode: str`` as ``"nan"``.
 ``parse_spec("trimmed_mean:f=2", what="guard", builtin_names=...)`` gives ``("trimmed_mean", {"f": 2})``;
 ``MODULE:CLASS`` is returned as the name ``"MODULE:CLASS"`` and imported with :func:`import_class`.
 """
@@ -17,12 +19,13 @@ import inspect
 import os
 import re
 import sys
+import types
+import typing
 from collections.abc import Callable, Collection, Mapping
-from types import ModuleType
 from typing import Any
 
 __all__ = ["ParamValue", "construct_plugin", "import_class", "import_user_module", "keyword_parameters", "parse_spec",
-           "parse_value", "split_params"]
+           "parse_spec_text", "parse_value", "read_params", "split_params"]
 
 ParamValue = bool | int | float | str
 
@@ -42,7 +45,17 @@ def parse_spec(spec: str, *, what: str, builtin_names: Collection[str]) -> tuple
 
     Returns:
         ``(name, params)``: the built-in name or ``"module:Class"``, and each key's value read as bool, int,
-        float or str.
+        float or str (:func:`parse_value`; :func:`read_params` reads them by the class's annotations instead).
+
+    Raises:
+        ValueError: on bad syntax; the message quotes the spec.
+    """
+    name, raw = parse_spec_text(spec, what=what, builtin_names=builtin_names)
+    return name, {key: parse_value(text) for key, text in raw.items()}
+
+
+def parse_spec_text(spec: str, *, what: str, builtin_names: Collection[str]) -> tuple[str, dict[str, str]]:
+    """:func:`parse_spec`, with each parameter's value text as written (stripped), not yet read.
 
     Raises:
         ValueError: on bad syntax; the message quotes the spec.
@@ -64,8 +77,7 @@ def parse_spec(spec: str, *, what: str, builtin_names: Collection[str]) -> tuple
         name, params_text = f"{module}:{cls}", (parts[2] if len(parts) == 3 else None)
     else:
         raise ValueError(f"bad {what} spec {spec!r}: too many ':'")
-    raw = split_params(params_text, spec=spec, what=what) if params_text is not None else {}
-    return name, {key: parse_value(text) for key, text in raw.items()}
+    return name, (split_params(params_text, spec=spec, what=what) if params_text is not None else {})
 
 
 def split_params(params_text: str, *, spec: str, what: str) -> dict[str, str]:
@@ -106,6 +118,48 @@ def parse_value(text: str) -> ParamValue:
         return text
 
 
+def read_params(cls: Callable[..., Any], raw: Mapping[str, str]) -> dict[str, ParamValue]:
+    """Read a plugin's parameter texts as its constructor takes them.
+
+    A parameter that ``cls``'s constructor annotates as text (``str``, ``str | None``, ``Optional[str]``, a
+    ``Literal`` of strings) keeps its text as written: ``mode=nan``, ``name=1`` or ``flag=true`` reach it as
+    ``"nan"``, ``"1"``, ``"true"``. Every other value is read by :func:`parse_value` (bool, int, float, else
+    text), including those of a constructor whose annotations cannot be resolved; the constructor judges them.
+
+    Args:
+        cls: the plugin class (or callable).
+        raw: each key's value text (:func:`parse_spec_text`).
+
+    Returns:
+        Each key's value, in the order of ``raw``.
+    """
+    text_keys = _text_parameters(cls)
+    return {key: text if key in text_keys else parse_value(text) for key, text in raw.items()}
+
+
+def _text_parameters(cls: Callable[..., Any]) -> frozenset[str]:
+    """The names of ``cls``'s constructor parameters annotated as text; empty when they cannot be resolved."""
+    try:
+        parameters = inspect.signature(cls, eval_str=True).parameters.values()
+    except Exception:  # noqa: BLE001 - a user's unresolvable annotation (NameError, ...): read values as before
+        return frozenset()
+    return frozenset(p.name for p in parameters if _is_text(p.annotation))
+
+
+def _is_text(annotation: Any) -> bool:
+    """Whether an annotation admits text and nothing else but None: ``str``, ``str | None``, ``Literal["a"]``."""
+    if annotation is str:
+        return True
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Literal:
+        return bool(args) and all(isinstance(arg, str) for arg in args)
+    if origin in (typing.Union, types.UnionType):
+        members = [arg for arg in args if arg is not type(None)]
+        return bool(members) and all(_is_text(arg) for arg in members)
+    return False
+
+
 def keyword_parameters(cls: Callable[..., Any]) -> list[inspect.Parameter] | None:
     """The parameters of ``cls``'s constructor that a ``key=value`` option can name, in order.
 
@@ -123,7 +177,7 @@ def keyword_parameters(cls: Callable[..., Any]) -> list[inspect.Parameter] | Non
     return [p for p in parameters if p.kind in named]
 
 
-def import_user_module(module_name: str) -> ModuleType:
+def import_user_module(module_name: str) -> types.ModuleType:
     """Import a user's plugin module, from ``sys.path`` or else from the current directory.
 
     ``python -m p2p_guard ...`` puts the current directory on ``sys.path``; the ``p2p-guard`` console script puts
@@ -142,7 +196,7 @@ def import_user_module(module_name: str) -> ModuleType:
         raise ImportError(f"it calls {call} on import") from None
 
 
-def _import_module(module_name: str) -> ModuleType:
+def _import_module(module_name: str) -> types.ModuleType:
     """:func:`import_user_module` but for its ``sys.exit()`` check: ``sys.path`` first, then the current folder."""
     try:
         return importlib.import_module(module_name)

@@ -5,7 +5,8 @@ Spec grammar::
     spec   := NAME [":" params] | MODULE ":" CLASS [":" params]
     params := key "=" value ("," key "=" value)*
 
-A value is read as a bool (``true`` / ``false``, any case), an int, a float, or else kept as a string. A
+A value is read as a bool (``true`` / ``false``, any case), an int, a float, or else kept as a string; a
+parameter the attack's constructor annotates as text keeps its text (:func:`p2p_guard.plugin_spec.read_params`). A
 built-in NAME is looked up in the registry (update and data attacks here; wire attacks in
 ``p2p_guard.attacks.wire``, imported only when one is asked for). ``MODULE:CLASS`` is imported with
 importlib; the class must carry ``kind`` (``"update"``, ``"data"`` or ``"wire"``) and define the method that
@@ -35,7 +36,7 @@ from p2p_guard.attacks.update import (
 )
 from p2p_guard.attacks.whitebox import Adaptive
 from p2p_guard.plugin_names import ATTACK_NAMES, WIRE_ATTACK_NAMES, unknown_attack_error
-from p2p_guard.plugin_spec import ParamValue, construct_plugin, import_class, parse_spec
+from p2p_guard.plugin_spec import ParamValue, construct_plugin, import_class, parse_spec, parse_spec_text, read_params
 
 __all__ = ["ATTACK_NAMES", "WIRE_ATTACK_NAMES", "load_attack", "parse_attack_spec"]
 
@@ -101,7 +102,7 @@ def load_attack(spec: str) -> Any:
         RuntimeError: the constructor calls ``sys.exit()`` (:func:`~p2p_guard.plugin_spec.construct_plugin`);
             anything else it raises propagates (``cli.preflight.check_attack`` makes it one line).
     """
-    name, params = parse_attack_spec(spec)
+    name, raw = parse_spec_text(spec, what="attack", builtin_names=ATTACK_NAMES)
     cls = _import_class(spec, name) if ":" in name else _builtin_class(spec, name)
     kind = getattr(cls, "kind", None)
     if kind not in ATTACK_KINDS:
@@ -111,6 +112,7 @@ def load_attack(spec: str) -> Any:
     method = _METHOD_OF_KIND[kind]
     if not any(method in vars(klass) for klass in cls.__mro__) or not callable(getattr(cls, method)):
         raise ValueError(f"attack spec {spec!r}: {name} has kind {kind!r} but no method {method}()")
+    params = read_params(cls, raw)
     try:
         return construct_plugin(cls, params)
     except TypeError as exc:

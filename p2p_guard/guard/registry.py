@@ -32,7 +32,14 @@ from p2p_guard.guard.baselines import (
 from p2p_guard.guard.guard import Guard
 from p2p_guard.guard.semantic import SemanticGuard
 from p2p_guard.plugin_names import GUARD_NAMES, unknown_guard_error
-from p2p_guard.plugin_spec import construct_plugin, import_class, keyword_parameters, parse_spec
+from p2p_guard.plugin_spec import (
+    construct_plugin,
+    import_class,
+    keyword_parameters,
+    parse_spec,
+    parse_spec_text,
+    read_params,
+)
 
 __all__ = ["DEFAULT_GUARD", "GUARD_NAMES", "build_guard", "check_guard_spec", "parse_guard_spec"]
 
@@ -105,12 +112,12 @@ def build_guard(spec: str = DEFAULT_GUARD, **params: Any) -> Guard:
             the constructor rejects, or a user rule's constructor that raises anything else or calls
             ``sys.exit()``.
     """
-    name, spec_params = parse_guard_spec(spec)
-    both = sorted(set(spec_params) & set(params))
+    name, raw = parse_spec_text(spec, what="guard", builtin_names=GUARD_NAMES)
+    both = sorted(set(raw) & set(params))
     if both:
         raise ValueError(f"guard spec {spec!r}: parameter(s) {both} given both in the spec and as arguments")
     rule = _rule_class(spec, name)
-    merged = {**spec_params, **params}
+    merged = {**read_params(rule, raw), **params}
     named = keyword_parameters(rule)
     unknown = [] if named is None else sorted(set(merged) - {p.name for p in named})
     if named is not None and unknown:

@@ -15,7 +15,9 @@ Examples: ``"digits"``, ``"fashion-mnist:data_dir=/data/fmnist"``, ``"shakespear
 
 Values: a built-in task's option is read as its constructor expects (an ``int``, a ``float``, a path or text as
 written, ``holdout_works`` as ``macbeth+tempest``); a ``MODULE:CLASS`` option is read as a bool
-(``true``/``false``), an int, a float, or else kept as text.
+(``true``/``false``), an int, a float, or else kept as text, except that an option the constructor annotates as
+text (``str``, ``str | None``, a ``Literal`` of strings) keeps its text as written
+(:func:`p2p_guard.plugin_spec.read_params`).
 
 Two levels of checks. :func:`check_task_spec` needs no torch and imports no task module: the syntax, a built-in
 name, a built-in task's option names (from :data:`BUILTIN_OPTIONS`, which a unit test keeps equal to the
@@ -43,6 +45,7 @@ from p2p_guard.plugin_spec import (
     import_user_module,
     keyword_parameters,
     parse_value,
+    read_params,
     split_params,
 )
 
@@ -142,7 +145,8 @@ class TaskSpec:
         """The options read as the task's constructor takes them.
 
         Built-in tasks: by :data:`BUILTIN_OPTIONS` (int, float, path or text as written, ``a+b`` a tuple of
-        words). ``MODULE:CLASS``: bool, int, float, else text (:func:`p2p_guard.plugin_spec.parse_value`).
+        words). ``MODULE:CLASS``: bool, int, float, else text (:func:`p2p_guard.plugin_spec.parse_value`); the
+        task loader reads them by the class's annotations instead (:func:`p2p_guard.plugin_spec.read_params`).
 
         Raises:
             ValueError: on an unknown built-in option or a value of the wrong type (naming the allowed
@@ -257,12 +261,13 @@ def load_task(spec: str, **options: Any) -> Task:
     twice = sorted(set(values) & set(options))
     if twice:
         raise ValueError(f"task {spec!r}: option(s) {', '.join(twice)} given in the spec and as keywords")
-    values.update(options)
     if parsed.builtin:
         module_name, class_name = _BUILTIN[parsed.name]
         cls = getattr(importlib.import_module(module_name), class_name)
     else:
         cls = _import_task_class(spec, parsed.name)
+        values = read_params(cls, dict(parsed.options))  # text stays text where the constructor wants a str
+    values.update(options)
     _check_options(spec, cls, values)
     try:
         task = construct_plugin(cls, values)
