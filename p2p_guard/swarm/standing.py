@@ -28,6 +28,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from p2p_guard.guard.reputation import Reputation, ReputationUpdate, edge_rows
+from p2p_guard.guard.state import round_of
 from p2p_guard.identity import Identity
 from p2p_guard.protocol.votes import EDGE_REASON, MAX_VOTES_SENDERS, Votes, VoteVerdict, judged_map
 from p2p_guard.swarm.allowlist import filter_allowed
@@ -153,9 +154,8 @@ class VoteBook:
         if pending is not None:
             if not isinstance(pending, Mapping):
                 raise ValueError("votes: pending must be a mapping or None")
-            round_, judged, edge = pending.get("round"), pending.get("judged"), pending.get("edge")
-            if isinstance(round_, bool) or not isinstance(round_, int) or round_ < 0:
-                raise ValueError(f"votes: pending round must be an int >= 0, got {round_!r:.80}")
+            round_ = round_of("votes: pending", pending.get("round"))
+            judged, edge = pending.get("judged"), pending.get("edge")
             if (not isinstance(judged, Mapping) or len(judged) > MAX_VOTES_SENDERS
                     or not all(isinstance(k, str) and type(v) is bool for k, v in judged.items())):
                 raise ValueError(f"votes: pending verdicts must map at most {MAX_VOTES_SENDERS} str senders to bools")

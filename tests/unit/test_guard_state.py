@@ -232,8 +232,6 @@ def test_restore_logs_a_refused_state_and_the_guard_starts_empty(caplog: pytest.
     assert _same(target(_rows(1), _ctx(1)), fresh(_rows(1), _ctx(1)))
 
 
-
-
 def test_a_restored_vote_book_folds_the_pending_round_as_one_that_never_stopped(tmp_path: Path) -> None:
     me, voter, attacker = _ids(3)
     dht = MemoryDHT()
@@ -265,6 +263,8 @@ def test_a_restored_vote_book_folds_the_pending_round_as_one_that_never_stopped(
     (lambda s: s["pending"]["judged"].update({f"x{i}": True for i in range(256)}), "at most 256"),
     (lambda s: s["pending"].update(edge=["nobody"]), "edge rows must be a list of senders we accepted"),
     (lambda s: s.update(version=3), "not a state of version 1"),
+    (lambda s: s["pending"].update(round=-1), "votes: pending: a round must be an int >= 0, got -1"),
+    (lambda s: s["pending"].update(round=True), "votes: pending: a round must be an int >= 0, got True"),
 ])
 def test_a_hostile_vote_book_state_is_refused_and_changes_nothing(edit: Callable[[dict[str, Any]], None],
                                                                   message: str) -> None:
