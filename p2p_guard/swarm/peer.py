@@ -88,7 +88,7 @@ from p2p_guard.swarm.transport import (
 )
 from p2p_guard.swarm.validator import RecordValidator
 from p2p_guard.swarm.verdicts import SenderVerdict, finite_or_none
-from p2p_guard.tasks import load_task
+from p2p_guard.tasks import Task, load_task
 from p2p_guard.tasks.guarded import TaskFailed, guard_user_task
 from p2p_guard.training.error_feedback import ErrorFeedback
 from p2p_guard.training.inner import InnerPhaseStopped, autocast_dtype
@@ -1425,16 +1425,26 @@ def check_model_fits(
                          "limit would reject our commits")
 
 
+def build_local_model(config: PeerConfig, identity: Identity, task: Task) -> LocalModel:
+    """This peer's :class:`LocalModel`: θ_0 from the run seed, the data shard of ``config.peer_index``.
+
+    Raises:
+        ValueError: the task's data cannot be cut into ``config.num_peers`` shards, or ``--device cuda`` without
+            a GPU.
+    """
+    return LocalModel(task, seed=config.seed, num_shards=config.num_peers, shard_index=config.peer_index,
+                      partition=config.partition, outer_lr=config.resolved_outer_lr,
+                      outer_momentum=config.resolved_outer_momentum, dense_outer_lr=dense_outer_lr(config.codec),
+                      device=pick_device(config.device), mixed_precision=config.bf16_autocast)
+
+
 async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
     # A new key file is written only once the DHT is up: a failed start leaves no peer_identity.key behind.
     start_identity = StartIdentity(config.identity)
     try:
         identity = start_identity.identity
         task = guard_user_task(load_task(config.task), config.task)  # a user's method failing: one TaskFailed
-        local = LocalModel(task, seed=config.seed, num_shards=config.num_peers, shard_index=config.peer_index,
-                           partition=config.partition, outer_lr=config.resolved_outer_lr,
-                           outer_momentum=config.resolved_outer_momentum, dense_outer_lr=dense_outer_lr(config.codec),
-                           device=pick_device(config.device), mixed_precision=config.bf16_autocast)
+        local = build_local_model(config, identity, task)
         check_model_fits(config, local.numel, local.shapes, local.shard.num_samples, identity)
         events = EventLog(config.events)
         initial_peers = (*config.initial_peers, *_known_peers(config.checkpoint_dir, config.initial_peers))
