@@ -93,6 +93,7 @@ from p2p_guard.tasks.guarded import TaskFailed, guard_user_task
 from p2p_guard.training.error_feedback import ErrorFeedback
 from p2p_guard.training.inner import InnerPhaseStopped, autocast_dtype
 from p2p_guard.training.local import LocalModel, pick_device, round_generator
+from p2p_guard.training.streams import peer_stream
 from p2p_guard.training.outer import dense_outer_lr
 
 __all__ = ["EarlierSessionCommit", "Peer", "ahead_and_alone", "check_model_fits", "choose_commit_round",
@@ -332,6 +333,7 @@ class Peer:
         self.config = config
         self.identity = identity
         self.me = identity.peer_id_b58
+        self.stream = peer_stream(config.peer_index, self.me, config.num_peers)  # our shard and generators' key
         self.local = local
         self.dht = dht
         self.p2p = p2p
@@ -374,7 +376,7 @@ class Peer:
         return getattr(self.attack, "kind", None) if self.attack is not None else None
 
     def _generator(self, round_: int, salt: int) -> torch.Generator:
-        return round_generator(self.config.run_id, self.config.seed, self.config.peer_index, round_, salt)
+        return round_generator(self.config.run_id, self.config.seed, self.stream.key, round_, salt)
 
     def _set_round(self, round_: int) -> None:
         self.round = round_
@@ -1426,13 +1428,16 @@ def check_model_fits(
 
 
 def build_local_model(config: PeerConfig, identity: Identity, task: Task) -> LocalModel:
-    """This peer's :class:`LocalModel`: θ_0 from the run seed, the data shard of ``config.peer_index``.
+    """This peer's :class:`LocalModel`: θ_0 from the run seed and our data shard (``training.streams``).
+
+    The shard is ``config.peer_index`` or, when that is None, the one derived from our PeerID.
 
     Raises:
         ValueError: the task's data cannot be cut into ``config.num_peers`` shards, or ``--device cuda`` without
             a GPU.
     """
-    return LocalModel(task, seed=config.seed, num_shards=config.num_peers, shard_index=config.peer_index,
+    shard_index = peer_stream(config.peer_index, identity.peer_id_b58, config.num_peers).shard_index
+    return LocalModel(task, seed=config.seed, num_shards=config.num_peers, shard_index=shard_index,
                       partition=config.partition, outer_lr=config.resolved_outer_lr,
                       outer_momentum=config.resolved_outer_momentum, dense_outer_lr=dense_outer_lr(config.codec),
                       device=pick_device(config.device), mixed_precision=config.bf16_autocast)
@@ -1480,6 +1485,8 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
         autocast = autocast_dtype(local.device, config.bf16_autocast)
         logger.info("peer %s up on %s (task %s, device %s%s, %d parameters)", identity.peer_id_b58,
                     ", ".join(maddrs), config.task, local.device, ", bf16 autocast" if autocast else "", local.numel)
+        logger.info("data shard %d of %d (%s)", peer.stream.shard_index, config.num_peers,
+                    "derived from our PeerID; batches our own" if peer.stream.derived else "--peer-index")
         events.emit("ready", peer_id=identity.peer_id_b58, byzantine=config.attack is not None,
                     attack=config.attack, maddrs=maddrs, numel=local.numel)
         relay = asyncio.create_task(_relay_stop(stop, peer.halt))

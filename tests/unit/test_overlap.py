@@ -23,6 +23,7 @@ from p2p_guard.swarm.transport import WireCounter
 from p2p_guard.tasks import load_task
 from p2p_guard.training.inner import InnerPhaseStopped
 from p2p_guard.training.local import LocalModel, round_generator
+from p2p_guard.training.streams import PeerStream
 
 
 @dataclass
@@ -39,6 +40,7 @@ def _peer(steps: int = 6) -> Peer:
     peer.local = LocalModel(load_task("digits"), seed=0, num_shards=2, shard_index=0, partition="iid")
     peer.inner_steps = steps
     peer.config = _Config()  # type: ignore[assignment]
+    peer.stream = PeerStream(0, 0, derived=False)
     peer.attack = None
     peer._continue = None
     peer.halt = threading.Event()
@@ -199,6 +201,7 @@ def test_a_peer_refuses_to_sign_a_second_commit_left_by_an_earlier_session() -> 
     peer = object.__new__(Peer)
     peer.me = "12D3KooWme"
     peer.config = _Config()  # type: ignore[assignment]
+    peer.stream = PeerStream(0, 0, derived=False)
     peer.dht = _DHT({"12D3KooWother": b"theirs"})  # type: ignore[assignment]
     asyncio.run(peer._refuse_equivocation(0, b"ours"))  # nobody else's commit matters
     assert peer.dht.keys == [commit_key("t", 0)]  # type: ignore[attr-defined]
