@@ -436,12 +436,9 @@ def _type_names(allowed: tuple[type, ...]) -> str:
 
 def _check_codec(codec: str) -> None:
     # torch: imported only once every cheap check has passed
-    from p2p_guard.protocol.codecs import parse_codec
-    from p2p_guard.protocol.reasons import Rejected
+    from p2p_guard.protocol.codecs import check_local_codec
 
-    parsed = parse_codec(codec)
-    if isinstance(parsed, Rejected):
-        raise ValueError(parsed.detail)  # names what is wrong: an unknown name (and the known ones) or a bad ρ
+    check_local_codec(codec)  # names what is wrong: an unknown name (and the known ones) or a bad ρ
 
 
 def _check_round_timing(config: PeerConfig) -> None:
