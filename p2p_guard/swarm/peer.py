@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import ipaddress
 import json
 import logging
@@ -136,11 +137,32 @@ EXCLUDED_DETAIL = "excluded by our reputation"
 LEFT_DETAIL = "left the swarm"
 
 
+#: The round the log lines of the current asyncio task are about, where that is not the loop's round (None: it
+#: is). An overlapped round r communicates and finishes while the loop is already at r + 1 (its head runs), so
+#: its lines read ``[… r37] round 36``; :func:`_lines_about` sets it for them. A ContextVar: each task sees its own.
+_LINE_ROUND: contextvars.ContextVar[int | None] = contextvars.ContextVar("p2p_guard_line_round", default=None)
+
+
+@contextlib.contextmanager
+def _lines_about(round_: int) -> Iterator[None]:
+    """Tag the lines logged in this block (and in tasks it starts) with ``round_`` instead of ``Peer.round``."""
+    token = _LINE_ROUND.set(round_)
+    try:
+        yield
+    finally:
+        _LINE_ROUND.reset(token)
+
+
 class _PeerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
-    """Prefixes every line with the short PeerID and the current round."""
+    """Prefixes every line with the short PeerID and the round it is about.
+
+    That is the current round, or the one :func:`_lines_about` set for the task that logs it (an overlapped
+    round's communication and report).
+    """
 
     def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
-        return f"[{self.extra['peer']} r{self.extra['round']}] {msg}", kwargs
+        about = _LINE_ROUND.get()
+        return f"[{self.extra['peer']} r{self.extra['round'] if about is None else about}] {msg}", kwargs
 
 
 @dataclass
@@ -1845,8 +1867,26 @@ async def _relay_stop(stop: asyncio.Event, halt: threading.Event) -> None:
 async def _communication(peer: Peer, round_: int, sent: torch.Tensor, sealed: bytes, serve: bytes,
                          stop: asyncio.Event, *, mix: bool, own_reference: torch.Tensor,
                          skipped: int | None) -> RoundOutcome:
-    """``Peer.communicate`` for ``round_``, and beside it ``Peer.receive`` for the round we skipped, if any."""
-    backlog = asyncio.create_task(peer.receive(skipped, sent, stop, own_reference)) if skipped is not None else None
+    """``Peer.communicate`` for ``round_``, and beside it ``Peer.receive`` for the round we skipped, if any.
+
+    Run as its own task: its lines are tagged ``round_`` (the skipped round's, ``skipped``), not the loop's round.
+    """
+    with _lines_about(round_):
+        return await _communicate_and_receive(peer, round_, sent, sealed, serve, stop, mix=mix,
+                                              own_reference=own_reference, skipped=skipped)
+
+
+async def _receive_skipped(peer: Peer, skipped: int, sent: torch.Tensor, stop: asyncio.Event,
+                           own_reference: torch.Tensor) -> RoundOutcome:
+    with _lines_about(skipped):
+        return await peer.receive(skipped, sent, stop, own_reference)
+
+
+async def _communicate_and_receive(peer: Peer, round_: int, sent: torch.Tensor, sealed: bytes, serve: bytes,
+                                   stop: asyncio.Event, *, mix: bool, own_reference: torch.Tensor,
+                                   skipped: int | None) -> RoundOutcome:
+    backlog = asyncio.create_task(_receive_skipped(peer, skipped, sent, stop, own_reference)) \
+        if skipped is not None else None
     try:
         outcome = await peer.communicate(round_, sent, sealed, serve, stop, mix=mix, own_reference=own_reference)
     except BaseException:
@@ -2057,32 +2097,33 @@ async def _finish(peer: Peer, pending: asyncio.Task[RoundOutcome], inner: InnerR
         outcome = await pending
     if stop.is_set():
         return 0
-    _check_model_match(peer, outcome)
-    outcome.overlapped = overlapped
-    deferring = overlapped and outcome.mix
-    with clock.timed("mix"):
-        await deferred.apply(peer, outcome)
-        if apply_step:
-            _apply_skipped(peer, outcome.skipped)
-            peer.step(outcome)
-        if deferring:
-            deferred.start(peer, outcome.round, stop)
-        elif outcome.mix:
-            await peer.mix(outcome, stop)
-    if stop.is_set():
-        return 0
-    if inner is not None:
-        outcome.train_loss, outcome.compute_s = inner.loss, inner.compute_s
-    if peer.votes is not None:  # before the capture: the checkpoint keeps these verdicts until they are folded
-        peer.votes.remember(outcome.round, outcome.verdicts)
-    record = _RoundRecord.capture(peer, snapshot=not deferring)
-    with clock.timed("save"):
-        await reports.wait()  # the previous round's report first: events stay in round order
-    if overlapped:
-        reports.start(_report(peer, outcome, record, bar, clock, lap=clock.lap()))
-    else:
-        await _report(peer, outcome, record, bar, clock)
-    return 1
+    with _lines_about(outcome.round):  # overlapped: the loop is at the next round already
+        _check_model_match(peer, outcome)
+        outcome.overlapped = overlapped
+        deferring = overlapped and outcome.mix
+        with clock.timed("mix"):
+            await deferred.apply(peer, outcome)
+            if apply_step:
+                _apply_skipped(peer, outcome.skipped)
+                peer.step(outcome)
+            if deferring:
+                deferred.start(peer, outcome.round, stop)
+            elif outcome.mix:
+                await peer.mix(outcome, stop)
+        if stop.is_set():
+            return 0
+        if inner is not None:
+            outcome.train_loss, outcome.compute_s = inner.loss, inner.compute_s
+        if peer.votes is not None:  # before the capture: the checkpoint keeps these verdicts until they are folded
+            peer.votes.remember(outcome.round, outcome.verdicts)
+        record = _RoundRecord.capture(peer, snapshot=not deferring)
+        with clock.timed("save"):
+            await reports.wait()  # the previous round's report first: events stay in round order
+        if overlapped:
+            reports.start(_report(peer, outcome, record, bar, clock, lap=clock.lap()))
+        else:
+            await _report(peer, outcome, record, bar, clock)
+        return 1
 
 
 def _check_model_match(peer: Peer, outcome: RoundOutcome) -> None:
@@ -2330,11 +2371,12 @@ def _emit_round(peer: Peer, events: EventLog, outcome: RoundOutcome, metrics: An
             wire_bytes_received=wire_bytes_received, seconds=seconds,
             compute_s=outcome.compute_s, mix_distance=outcome.mix_distance, mixed_from=outcome.mixed_from,
             loss=finite_or_none(metrics.loss), accuracy=metrics.accuracy, late_applied=outcome.late_applied)
-    peer.log.info("round %d: %s | fetched %d | accepted %d%s | rejected %d%s | compute %.1f of %.1f s%s",
-                  outcome.round, _metric_text(metrics), outcome.fetched, accepted,
-                  f" ({outcome.late_applied} late)" if outcome.late_applied else "", len(others) - accepted,
-                  f" ({', '.join(reasons)})" if reasons else "", outcome.compute_s, seconds,
-                  " | overlapped" if outcome.overlapped else "")
+    with _lines_about(outcome.round):  # an overlapped round reports while the loop is at the next one
+        peer.log.info("round %d: %s | fetched %d | accepted %d%s | rejected %d%s | compute %.1f of %.1f s%s",
+                      outcome.round, _metric_text(metrics), outcome.fetched, accepted,
+                      f" ({outcome.late_applied} late)" if outcome.late_applied else "", len(others) - accepted,
+                      f" ({', '.join(reasons)})" if reasons else "", outcome.compute_s, seconds,
+                      " | overlapped" if outcome.overlapped else "")
 
 
 def _save_state(peer: Peer, config: PeerConfig, events: EventLog, completed: int) -> None:
