@@ -178,8 +178,10 @@ def check_names(config: PeerConfig) -> None:
     preflight.check_names(config.task, config.guard, config.attack)
     check_initial_peers(config.initial_peers)
     check_initial_peers(config.relays, what="--relays")
+    # with no --peer-index the shard comes from the PeerID, unknown before the key is read: any index tells whether
+    # the data can be cut into num_peers shards
     shapes = preflight.check_plugins(config.task, config.guard, config.attack,
-                                     shard=(config.num_peers, config.peer_index, config.partition, config.seed))
+                                     shard=(config.num_peers, config.peer_index or 0, config.partition, config.seed))
     from p2p_guard.identity import Identity  # torch: already imported by check_plugins
     from p2p_guard.swarm.checkpoint import COMMIT_MARK, FILE_NAME, PREVIOUS_NAME, load_resumable
     from p2p_guard.swarm.peer import KNOWN_PEERS_FILE, check_model_fits

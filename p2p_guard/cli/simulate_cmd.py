@@ -242,10 +242,10 @@ def _check_names(config: SimulationConfig) -> int:
                            shard=(config.num_peers, 0, config.partition, config.seed))
     for attack in attacks[1:]:
         check_attack(attack)
-    from p2p_guard.protocol.codecs import codec_spec  # torch: already imported by check_plugins
+    from p2p_guard.protocol.codecs import check_local_codec  # torch: already imported by check_plugins
 
     try:
-        codec_spec(config.codec)
+        check_local_codec(config.codec)
     except ValueError as e:
         raise ValueError(f"--codec: {e}") from None
     return sum(math.prod(shape) for shape in shapes)

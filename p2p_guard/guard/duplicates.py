@@ -56,12 +56,13 @@ DUPLICATE = "duplicate"
 DUPLICATE_RATIO = 0.25
 """ρ: rows closer than ρ × the median pairwise distance are one group (module docstring for the measurement)."""
 
-SAME_SHARD_HINT = ("bit-identical to our own update: that peer most likely runs with our --peer-index (the same "
-                   "data shard and batches); give every peer its own --peer-index")
-"""Added to the detail of a row equal to the receiver's own: two honest peers on one ``--peer-index`` draw the
-same inner batches (``training.local.round_generator`` is seeded from the peer index, not the PeerID), so they
-send the same Δ while their models agree, reject each other, and leave the round to whoever else sent a row
-(helper-63: in a swarm of two such peers and one attacker, round 0 applied the attacker's update)."""
+SAME_SHARD_HINT = ("bit-identical to our own update: that peer most likely set our --peer-index (the same "
+                   "data shard and batches); give every peer its own --peer-index, or leave it unset")
+"""Added to the detail of a row equal to the receiver's own: two honest peers that set one ``--peer-index`` draw
+the same inner batches (``training.local.round_generator`` is keyed by a set index; only a peer that sets none
+keys it by its PeerID, ``training.streams``), so they send the same Δ while their models agree, reject each
+other, and leave the round to whoever else sent a row (helper-63: in a swarm of two such peers and one
+attacker, round 0 applied the attacker's update)."""
 
 MIN_DIMENSION = 16
 """Below this many coordinates only bit-identical rows are copies: the stage rests on honest distances

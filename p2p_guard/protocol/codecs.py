@@ -46,6 +46,7 @@ from p2p_guard.protocol.quantized import (
 )
 from p2p_guard.protocol.reasons import Rejected, RejectReason
 from p2p_guard.protocol.sparse import (
+    TOPK_CHUNK,
     TOPK_DEFAULT_DENSITY,
     decode_topk,
     decode_topk_dense,
@@ -60,7 +61,9 @@ __all__ = [
     "CODECS",
     "LOSSLESS_CODECS",
     "MAX_PARAMETERS",
+    "MIN_LOCAL_TOPK_DENSITY",
     "CodecSpec",
+    "check_local_codec",
     "codec_spec",
     "decode_update",
     "encode_update",
@@ -75,6 +78,8 @@ logger = logging.getLogger(__name__)
 CODECS: tuple[str, ...] = ("fp32", "fp16", "int8", "int4", "topk")
 #: Codecs whose decoded update is bit-identical to the encoded one (no error feedback needed).
 LOSSLESS_CODECS: tuple[str, ...] = ("fp32",)
+#: The smallest ``topk`` density a peer may send with (:func:`check_local_codec`): one value per 4096-value chunk.
+MIN_LOCAL_TOPK_DENSITY = 1 / TOPK_CHUNK
 #: Default parameter cap P of the per-codec payload caps (:func:`payload_cap_bytes`): 2**28 ≈ 268M parameters
 #: (fp32 1 GiB, fp16 512 MiB, int8 ≈ 257 MiB, int4 ≈ 144 MiB, topk at 2% ≈ 12 MiB).
 MAX_PARAMETERS = 1 << 28
@@ -169,6 +174,26 @@ def codec_spec(codec: str) -> CodecSpec:
     spec = parse_codec(codec)
     if isinstance(spec, Rejected):
         raise ValueError(spec.detail)
+    return spec
+
+
+def check_local_codec(codec: str) -> CodecSpec:
+    """:func:`codec_spec` for the codec this peer sends with; also refuses a ``topk`` density under 1/4096.
+
+    Every ``topk`` chunk keeps k = max(1, ⌈ρ·4096⌉) values, so any ρ < 1/4096 (:data:`MIN_LOCAL_TOPK_DENSITY`)
+    would silently send 1/4096 of the values, not ρ. The wire grammar (:func:`parse_codec`, for received
+    envelopes) is unchanged: ρ in (0, 1].
+
+    Raises:
+        ValueError: an unknown or malformed codec string, or ``topk`` with ρ < 1/4096 (the message gives the
+            valid range [1/4096, 1]).
+    """
+    spec = codec_spec(codec)
+    if spec.density is not None and spec.density < MIN_LOCAL_TOPK_DENSITY:
+        raise ValueError(f"codec {codec!r}: density {spec.density!r} keeps less than one value of a "
+                         f"{TOPK_CHUNK}-value chunk, and every chunk sends at least one (the wire would use "
+                         f"1/{TOPK_CHUNK} = {MIN_LOCAL_TOPK_DENSITY!r}); use topk:density=ρ with ρ in "
+                         f"[{MIN_LOCAL_TOPK_DENSITY!r}, 1] (docs/protocol.md, Codecs)")
     return spec
 
 

@@ -43,7 +43,10 @@ class PeerConfig:
             of a run must give the same spec: a different model shape is rejected (``SHAPE_MISMATCH``), but the
             same shapes on other data would mix, so put the task in ``run_id`` when in doubt.
         seed: run seed; the initial model θ_0 is built from it, so every peer starts identical.
-        peer_index: this peer's data shard index in ``[0, num_peers)``.
+        peer_index: this peer's data shard in ``[0, num_peers)``, which also keys its private per-round
+            generators (inner batches, the guard's held-out batch). Unset (the default): both derived from the
+            PeerID (``training.streams``), so volunteers on defaults never draw the same batches and a restart
+            with the same identity key keeps its shard.
         num_peers: number of data shards (the intended swarm size).
         partition: ``iid`` or ``dirichlet:ALPHA`` (``by_work`` is implied for text).
         rounds: the run's round at which to leave: the peer takes part in rounds up to ``rounds`` − 1 of the run,
@@ -194,7 +197,7 @@ class PeerConfig:
     run_id: str = "p2p-guard"
     task: str = "digits"
     seed: int = 0
-    peer_index: int = 0
+    peer_index: int | None = None
     num_peers: int = 1
     partition: str = "iid"
     rounds: int = 10
@@ -271,7 +274,7 @@ class PeerConfig:
                 raise ValueError(f"{name} must be >= 0; got {name}={value}")
         _check_positive("num_peers", self.num_peers)
         _check_positive("min_peers", self.min_peers)
-        if not 0 <= self.peer_index < self.num_peers:
+        if self.peer_index is not None and not 0 <= self.peer_index < self.num_peers:
             raise ValueError(f"peer_index must be in [0, num_peers); got peer_index={self.peer_index}, "
                              f"num_peers={self.num_peers}")
         if self.rounds < 0:
@@ -433,12 +436,9 @@ def _type_names(allowed: tuple[type, ...]) -> str:
 
 def _check_codec(codec: str) -> None:
     # torch: imported only once every cheap check has passed
-    from p2p_guard.protocol.codecs import parse_codec
-    from p2p_guard.protocol.reasons import Rejected
+    from p2p_guard.protocol.codecs import check_local_codec
 
-    parsed = parse_codec(codec)
-    if isinstance(parsed, Rejected):
-        raise ValueError(parsed.detail)  # names what is wrong: an unknown name (and the known ones) or a bad ρ
+    check_local_codec(codec)  # names what is wrong: an unknown name (and the known ones) or a bad ρ
 
 
 def _check_round_timing(config: PeerConfig) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import ipaddress
 import json
 import logging
@@ -88,11 +89,12 @@ from p2p_guard.swarm.transport import (
 )
 from p2p_guard.swarm.validator import RecordValidator
 from p2p_guard.swarm.verdicts import SenderVerdict, finite_or_none
-from p2p_guard.tasks import load_task
+from p2p_guard.tasks import Task, load_task
 from p2p_guard.tasks.guarded import TaskFailed, guard_user_task
 from p2p_guard.training.error_feedback import ErrorFeedback
 from p2p_guard.training.inner import InnerPhaseStopped, autocast_dtype
 from p2p_guard.training.local import LocalModel, pick_device, round_generator
+from p2p_guard.training.streams import peer_stream
 from p2p_guard.training.outer import dense_outer_lr
 
 __all__ = ["EarlierSessionCommit", "Peer", "ahead_and_alone", "check_model_fits", "choose_commit_round",
@@ -135,11 +137,32 @@ EXCLUDED_DETAIL = "excluded by our reputation"
 LEFT_DETAIL = "left the swarm"
 
 
+#: The round the log lines of the current asyncio task are about, where that is not the loop's round (None: it
+#: is). An overlapped round r communicates and finishes while the loop is already at r + 1 (its head runs), so
+#: its lines read ``[… r37] round 36``; :func:`_lines_about` sets it for them. A ContextVar: each task sees its own.
+_LINE_ROUND: contextvars.ContextVar[int | None] = contextvars.ContextVar("p2p_guard_line_round", default=None)
+
+
+@contextlib.contextmanager
+def _lines_about(round_: int) -> Iterator[None]:
+    """Tag the lines logged in this block (and in tasks it starts) with ``round_`` instead of ``Peer.round``."""
+    token = _LINE_ROUND.set(round_)
+    try:
+        yield
+    finally:
+        _LINE_ROUND.reset(token)
+
+
 class _PeerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
-    """Prefixes every line with the short PeerID and the current round."""
+    """Prefixes every line with the short PeerID and the round it is about.
+
+    That is the current round, or the one :func:`_lines_about` set for the task that logs it (an overlapped
+    round's communication and report).
+    """
 
     def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
-        return f"[{self.extra['peer']} r{self.extra['round']}] {msg}", kwargs
+        about = _LINE_ROUND.get()
+        return f"[{self.extra['peer']} r{self.extra['round'] if about is None else about}] {msg}", kwargs
 
 
 @dataclass
@@ -332,6 +355,7 @@ class Peer:
         self.config = config
         self.identity = identity
         self.me = identity.peer_id_b58
+        self.stream = peer_stream(config.peer_index, self.me, config.num_peers)  # our shard and generators' key
         self.local = local
         self.dht = dht
         self.p2p = p2p
@@ -374,7 +398,7 @@ class Peer:
         return getattr(self.attack, "kind", None) if self.attack is not None else None
 
     def _generator(self, round_: int, salt: int) -> torch.Generator:
-        return round_generator(self.config.run_id, self.config.seed, self.config.peer_index, round_, salt)
+        return round_generator(self.config.run_id, self.config.seed, self.stream.key, round_, salt)
 
     def _set_round(self, round_: int) -> None:
         self.round = round_
@@ -1425,16 +1449,29 @@ def check_model_fits(
                          "limit would reject our commits")
 
 
+def build_local_model(config: PeerConfig, identity: Identity, task: Task) -> LocalModel:
+    """This peer's :class:`LocalModel`: θ_0 from the run seed and our data shard (``training.streams``).
+
+    The shard is ``config.peer_index`` or, when that is None, the one derived from our PeerID.
+
+    Raises:
+        ValueError: the task's data cannot be cut into ``config.num_peers`` shards, or ``--device cuda`` without
+            a GPU.
+    """
+    shard_index = peer_stream(config.peer_index, identity.peer_id_b58, config.num_peers).shard_index
+    return LocalModel(task, seed=config.seed, num_shards=config.num_peers, shard_index=shard_index,
+                      partition=config.partition, outer_lr=config.resolved_outer_lr,
+                      outer_momentum=config.resolved_outer_momentum, dense_outer_lr=dense_outer_lr(config.codec),
+                      device=pick_device(config.device), mixed_precision=config.bf16_autocast)
+
+
 async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
     # A new key file is written only once the DHT is up: a failed start leaves no peer_identity.key behind.
     start_identity = StartIdentity(config.identity)
     try:
         identity = start_identity.identity
         task = guard_user_task(load_task(config.task), config.task)  # a user's method failing: one TaskFailed
-        local = LocalModel(task, seed=config.seed, num_shards=config.num_peers, shard_index=config.peer_index,
-                           partition=config.partition, outer_lr=config.resolved_outer_lr,
-                           outer_momentum=config.resolved_outer_momentum, dense_outer_lr=dense_outer_lr(config.codec),
-                           device=pick_device(config.device), mixed_precision=config.bf16_autocast)
+        local = build_local_model(config, identity, task)
         check_model_fits(config, local.numel, local.shapes, local.shard.num_samples, identity)
         events = EventLog(config.events)
         initial_peers = (*config.initial_peers, *_known_peers(config.checkpoint_dir, config.initial_peers))
@@ -1470,6 +1507,8 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
         autocast = autocast_dtype(local.device, config.bf16_autocast)
         logger.info("peer %s up on %s (task %s, device %s%s, %d parameters)", identity.peer_id_b58,
                     ", ".join(maddrs), config.task, local.device, ", bf16 autocast" if autocast else "", local.numel)
+        logger.info("data shard %d of %d (%s)", peer.stream.shard_index, config.num_peers,
+                    "derived from our PeerID; batches our own" if peer.stream.derived else "--peer-index")
         events.emit("ready", peer_id=identity.peer_id_b58, byzantine=config.attack is not None,
                     attack=config.attack, maddrs=maddrs, numel=local.numel)
         relay = asyncio.create_task(_relay_stop(stop, peer.halt))
@@ -1828,8 +1867,26 @@ async def _relay_stop(stop: asyncio.Event, halt: threading.Event) -> None:
 async def _communication(peer: Peer, round_: int, sent: torch.Tensor, sealed: bytes, serve: bytes,
                          stop: asyncio.Event, *, mix: bool, own_reference: torch.Tensor,
                          skipped: int | None) -> RoundOutcome:
-    """``Peer.communicate`` for ``round_``, and beside it ``Peer.receive`` for the round we skipped, if any."""
-    backlog = asyncio.create_task(peer.receive(skipped, sent, stop, own_reference)) if skipped is not None else None
+    """``Peer.communicate`` for ``round_``, and beside it ``Peer.receive`` for the round we skipped, if any.
+
+    Run as its own task: its lines are tagged ``round_`` (the skipped round's, ``skipped``), not the loop's round.
+    """
+    with _lines_about(round_):
+        return await _communicate_and_receive(peer, round_, sent, sealed, serve, stop, mix=mix,
+                                              own_reference=own_reference, skipped=skipped)
+
+
+async def _receive_skipped(peer: Peer, skipped: int, sent: torch.Tensor, stop: asyncio.Event,
+                           own_reference: torch.Tensor) -> RoundOutcome:
+    with _lines_about(skipped):
+        return await peer.receive(skipped, sent, stop, own_reference)
+
+
+async def _communicate_and_receive(peer: Peer, round_: int, sent: torch.Tensor, sealed: bytes, serve: bytes,
+                                   stop: asyncio.Event, *, mix: bool, own_reference: torch.Tensor,
+                                   skipped: int | None) -> RoundOutcome:
+    backlog = asyncio.create_task(_receive_skipped(peer, skipped, sent, stop, own_reference)) \
+        if skipped is not None else None
     try:
         outcome = await peer.communicate(round_, sent, sealed, serve, stop, mix=mix, own_reference=own_reference)
     except BaseException:
@@ -2040,32 +2097,33 @@ async def _finish(peer: Peer, pending: asyncio.Task[RoundOutcome], inner: InnerR
         outcome = await pending
     if stop.is_set():
         return 0
-    _check_model_match(peer, outcome)
-    outcome.overlapped = overlapped
-    deferring = overlapped and outcome.mix
-    with clock.timed("mix"):
-        await deferred.apply(peer, outcome)
-        if apply_step:
-            _apply_skipped(peer, outcome.skipped)
-            peer.step(outcome)
-        if deferring:
-            deferred.start(peer, outcome.round, stop)
-        elif outcome.mix:
-            await peer.mix(outcome, stop)
-    if stop.is_set():
-        return 0
-    if inner is not None:
-        outcome.train_loss, outcome.compute_s = inner.loss, inner.compute_s
-    if peer.votes is not None:  # before the capture: the checkpoint keeps these verdicts until they are folded
-        peer.votes.remember(outcome.round, outcome.verdicts)
-    record = _RoundRecord.capture(peer, snapshot=not deferring)
-    with clock.timed("save"):
-        await reports.wait()  # the previous round's report first: events stay in round order
-    if overlapped:
-        reports.start(_report(peer, outcome, record, bar, clock, lap=clock.lap()))
-    else:
-        await _report(peer, outcome, record, bar, clock)
-    return 1
+    with _lines_about(outcome.round):  # overlapped: the loop is at the next round already
+        _check_model_match(peer, outcome)
+        outcome.overlapped = overlapped
+        deferring = overlapped and outcome.mix
+        with clock.timed("mix"):
+            await deferred.apply(peer, outcome)
+            if apply_step:
+                _apply_skipped(peer, outcome.skipped)
+                peer.step(outcome)
+            if deferring:
+                deferred.start(peer, outcome.round, stop)
+            elif outcome.mix:
+                await peer.mix(outcome, stop)
+        if stop.is_set():
+            return 0
+        if inner is not None:
+            outcome.train_loss, outcome.compute_s = inner.loss, inner.compute_s
+        if peer.votes is not None:  # before the capture: the checkpoint keeps these verdicts until they are folded
+            peer.votes.remember(outcome.round, outcome.verdicts)
+        record = _RoundRecord.capture(peer, snapshot=not deferring)
+        with clock.timed("save"):
+            await reports.wait()  # the previous round's report first: events stay in round order
+        if overlapped:
+            reports.start(_report(peer, outcome, record, bar, clock, lap=clock.lap()))
+        else:
+            await _report(peer, outcome, record, bar, clock)
+        return 1
 
 
 def _check_model_match(peer: Peer, outcome: RoundOutcome) -> None:
@@ -2313,11 +2371,12 @@ def _emit_round(peer: Peer, events: EventLog, outcome: RoundOutcome, metrics: An
             wire_bytes_received=wire_bytes_received, seconds=seconds,
             compute_s=outcome.compute_s, mix_distance=outcome.mix_distance, mixed_from=outcome.mixed_from,
             loss=finite_or_none(metrics.loss), accuracy=metrics.accuracy, late_applied=outcome.late_applied)
-    peer.log.info("round %d: %s | fetched %d | accepted %d%s | rejected %d%s | compute %.1f of %.1f s%s",
-                  outcome.round, _metric_text(metrics), outcome.fetched, accepted,
-                  f" ({outcome.late_applied} late)" if outcome.late_applied else "", len(others) - accepted,
-                  f" ({', '.join(reasons)})" if reasons else "", outcome.compute_s, seconds,
-                  " | overlapped" if outcome.overlapped else "")
+    with _lines_about(outcome.round):  # an overlapped round reports while the loop is at the next one
+        peer.log.info("round %d: %s | fetched %d | accepted %d%s | rejected %d%s | compute %.1f of %.1f s%s",
+                      outcome.round, _metric_text(metrics), outcome.fetched, accepted,
+                      f" ({outcome.late_applied} late)" if outcome.late_applied else "", len(others) - accepted,
+                      f" ({', '.join(reasons)})" if reasons else "", outcome.compute_s, seconds,
+                      " | overlapped" if outcome.overlapped else "")
 
 
 def _save_state(peer: Peer, config: PeerConfig, events: EventLog, completed: int) -> None:

@@ -27,9 +27,13 @@ __all__ = ["LocalModel", "pick_device", "round_generator"]
 logger = logging.getLogger(__name__)
 
 
-def round_generator(run_id: str, seed: int, peer_index: int, round_: int, salt: int) -> torch.Generator:
-    """A CPU generator seeded from (run, seed, peer, round, purpose): the only randomness a round uses."""
-    digest = hashlib.sha256(f"{run_id}|{seed}|{peer_index}|{round_}|{salt}".encode()).digest()
+def round_generator(run_id: str, seed: int, peer: int | str, round_: int, salt: int) -> torch.Generator:
+    """A CPU generator seeded from (run, seed, peer, round, purpose): the only randomness a round uses.
+
+    ``peer``: the peer's index, or its base58 PeerID when it set none (``training.streams.peer_stream``); the
+    seed is the first 8 bytes (little-endian, top bit cleared) of SHA-256 of ``"run|seed|peer|round|salt"``.
+    """
+    digest = hashlib.sha256(f"{run_id}|{seed}|{peer}|{round_}|{salt}".encode()).digest()
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF)
 
 

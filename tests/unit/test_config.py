@@ -1024,3 +1024,32 @@ def test_an_empty_path_is_refused_by_peer(flag: str, tmp_path: Path, monkeypatch
         argv += ["--identity", str(tmp_path / "id.key")]
     with pytest.raises(ValueError, match=rf"{flag}: empty path$"):
         peer_cmd.resolve_config(peer_args(*argv))
+
+
+TINY_DENSITY = ("codec {codec!r}: density {rho} keeps less than one value of a 4096-value chunk, and every chunk "
+                "sends at least one (the wire would use 1/4096 = 0.000244140625); use topk:density=ρ with ρ in "
+                "[0.000244140625, 1] (docs/protocol.md, Codecs)")
+
+
+@pytest.mark.parametrize(("codec", "rho"), [
+    ("topk:density=1e-8", "1e-08"), ("topk:density=0.0002", "0.0002"), ("topk:density=1e-8,dense=head", "1e-08"),
+])
+def test_a_topk_density_below_one_value_per_chunk_is_refused_at_start_up(codec: str, rho: str) -> None:
+    """``topk:density=1e-8`` was accepted silently and sent 1/4096 of the values (one per chunk) all the same."""
+    with pytest.raises(ValueError) as raised:
+        PeerConfig(codec=codec)
+    assert str(raised.value) == TINY_DENSITY.format(codec=codec, rho=rho)
+
+
+def test_the_smallest_topk_density_one_value_per_chunk_is_accepted_and_envelopes_keep_the_wire_grammar() -> None:
+    from p2p_guard.protocol.codecs import CodecSpec, parse_codec
+
+    assert PeerConfig(codec="topk:density=0.000244140625").codec == "topk:density=0.000244140625"
+    assert parse_codec("topk:density=1e-8") == CodecSpec("topk", 1e-8)  # a received envelope: protocol unchanged
+
+
+def test_simulate_refuses_a_tiny_topk_density_before_launching_peers() -> None:
+    args = build_parser().parse_args(["simulate", "--codec", "topk:density=1e-8", "--rounds", "1"])
+    with pytest.raises(ValueError) as raised:
+        simulate_cmd._check_names(simulate_cmd._config(args))
+    assert str(raised.value) == "--codec: " + TINY_DENSITY.format(codec="topk:density=1e-8", rho="1e-08")

@@ -57,9 +57,9 @@ class TestDuplicateRows:
         rows[5] = rows[0] + 0.01  # a near copy of it: no hint
         found = duplicate_rows(rows, SENDERS, 0)
         assert sorted(found) == [3, 5]
-        assert found[3].endswith("; bit-identical to our own update: that peer most likely runs with our "
+        assert found[3].endswith("; bit-identical to our own update: that peer most likely set our "
                                  "--peer-index (the same data shard and batches); give every peer its own "
-                                 "--peer-index")
+                                 "--peer-index, or leave it unset")
         assert "--peer-index" not in found[5]
         assert all("--peer-index" not in detail for detail in duplicate_rows(rows, SENDERS, None).values())
 

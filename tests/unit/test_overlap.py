@@ -13,16 +13,28 @@ import logging
 import threading
 import warnings
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from p2p_guard.simulation.orchestrator import peer_threads, run_env
-from p2p_guard.swarm.peer import Peer, RoundOutcome, _apply_skipped, _Reports, head_steps
+from p2p_guard.swarm.peer import (
+    Peer,
+    RoundOutcome,
+    _apply_skipped,
+    _communication,
+    _emit_round,
+    _PeerLog,
+    _Reports,
+    head_steps,
+)
 from p2p_guard.swarm.transport import WireCounter
 from p2p_guard.tasks import load_task
+from p2p_guard.tasks.base import Metrics
 from p2p_guard.training.inner import InnerPhaseStopped
 from p2p_guard.training.local import LocalModel, round_generator
+from p2p_guard.training.streams import PeerStream
 
 
 @dataclass
@@ -39,6 +51,7 @@ def _peer(steps: int = 6) -> Peer:
     peer.local = LocalModel(load_task("digits"), seed=0, num_shards=2, shard_index=0, partition="iid")
     peer.inner_steps = steps
     peer.config = _Config()  # type: ignore[assignment]
+    peer.stream = PeerStream(0, 0, derived=False)
     peer.attack = None
     peer._continue = None
     peer.halt = threading.Event()
@@ -199,6 +212,7 @@ def test_a_peer_refuses_to_sign_a_second_commit_left_by_an_earlier_session() -> 
     peer = object.__new__(Peer)
     peer.me = "12D3KooWme"
     peer.config = _Config()  # type: ignore[assignment]
+    peer.stream = PeerStream(0, 0, derived=False)
     peer.dht = _DHT({"12D3KooWother": b"theirs"})  # type: ignore[assignment]
     asyncio.run(peer._refuse_equivocation(0, b"ours"))  # nobody else's commit matters
     assert peer.dht.keys == [commit_key("t", 0)]  # type: ignore[attr-defined]
@@ -272,3 +286,47 @@ def test_a_communication_cancelled_before_it_ran_is_timed_and_never_unawaited() 
     assert comm_s is not None
     assert comm_s >= 0.0
     assert not [w for w in caught if "never awaited" in str(w.message)], [str(w.message) for w in caught]
+
+
+def _tagged_peer(round_: int) -> SimpleNamespace:
+    """What the round's log lines read from a peer: its short PeerID, its current round's log tag, no metrics."""
+    return SimpleNamespace(me="12D3KooWpeerabcd", metrics=None, round=round_,
+                           log=_PeerLog(logging.getLogger("p2p_guard.swarm.peer"), {"peer": "peerabcd",
+                                                                                    "round": round_}))
+
+
+def test_an_overlapped_rounds_summary_line_is_tagged_with_its_own_round(caplog: pytest.LogCaptureFixture) -> None:
+    """In an overlapped round the loop is at r + 1 when round r's report logs: the line read `[… r37] round 36`."""
+    peer = _tagged_peer(37)
+    events = SimpleNamespace(emit=lambda *a, **kw: None)
+    with caplog.at_level(logging.INFO, logger="p2p_guard.swarm.peer"):
+        _emit_round(peer, events, RoundOutcome(round=36, overlapped=True),  # type: ignore[arg-type]
+                    Metrics(loss=0.5, accuracy=0.75, perplexity=None), 2.0, 0, 0, None, {}, "00")
+        peer.log.info("inner phase")
+    assert [r.getMessage() for r in caplog.records] == [
+        "[peerabcd r36] round 36: loss 0.500 acc 0.750 | fetched 0 | accepted 0 | rejected 0 | compute 0.0 of "
+        "2.0 s | overlapped",
+        "[peerabcd r37] inner phase",  # the loop's own lines keep the round it is at
+    ]
+
+
+def test_a_rounds_communication_logs_under_its_own_round(caplog: pytest.LogCaptureFixture) -> None:
+    """Round r's communication runs in the background while the loop is at r + 1 (its rejections were tagged r+1)."""
+    peer = _tagged_peer(37)
+
+    async def communicate(round_: int, *args: object, **kw: object) -> RoundOutcome:
+        await asyncio.sleep(0)
+        peer.log.warning("rejected abcd: duplicate")
+        return RoundOutcome(round=round_)
+
+    async def both() -> RoundOutcome:
+        task = asyncio.create_task(_communication(peer, 36, torch.zeros(1), b"", b"", asyncio.Event(),  # type: ignore[arg-type]
+                                                  mix=False, own_reference=torch.zeros(1), skipped=None))
+        peer.log.info("head of round 37")
+        return await task
+
+    peer.communicate = communicate
+    with caplog.at_level(logging.INFO, logger="p2p_guard.swarm.peer"):
+        assert asyncio.run(both()).round == 36
+    assert [r.getMessage() for r in caplog.records] == ["[peerabcd r37] head of round 37",
+                                                        "[peerabcd r36] rejected abcd: duplicate"]
