@@ -368,6 +368,35 @@ def _interrupted(e: Any, report_path: Path | None, workdir: Path, *, terminated:
     return code
 
 
+def _failed(e: Any, report_path: Path | None) -> int:
+    """A run that failed part-way: print the partial report's table, write it to ``--report`` too, say where; 1.
+
+    Its rounds are as much measured as a finished run's: before, a ``--timeout-s`` that ran out (default 1200 s)
+    or a peer that stopped (a full disk) lost every figure, where a Ctrl+C at the same moment kept them.
+    """
+    from p2p_guard.simulation.orchestrator import signals_deferred, write_report
+    from p2p_guard.simulation.table import format_table
+
+    if e.report is None:
+        print_error(COMMAND, str(e))
+        return EXIT_FAILED
+    where = e.path
+    with signals_deferred():
+        try:
+            print(format_table(e.report), flush=True)
+        except BrokenPipeError:  # `simulate ... | head`: --report is written all the same
+            silence_stdout()
+        if report_path is not None:
+            try:
+                write_report(e.report, report_path)
+                where = report_path
+            except OSError as err:
+                print_error(COMMAND, f"cannot write the report to {report_path}: {err}")
+    done = e.report["failed"]["rounds_completed"]
+    print_error(COMMAND, f"{e}; partial report of {done} completed round(s): {where}")
+    return EXIT_FAILED
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``p2p-guard simulate`` with parsed arguments and return the exit code."""
     try:
@@ -426,8 +455,7 @@ def run(args: argparse.Namespace) -> int:
         print_error(COMMAND, f"interrupted; every process was stopped; logs in {workdir}")
         return EXIT_INTERRUPTED
     except SimulationError as e:
-        print_error(COMMAND, str(e))
-        return EXIT_FAILED
+        return _failed(e, args.report)
     try:
         print(format_table(report), flush=True)
     except BrokenPipeError:  # `simulate ... | head -2`: the reader has gone; --report is written all the same
