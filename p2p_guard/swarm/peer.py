@@ -56,6 +56,7 @@ from p2p_guard.swarm.allowlist import filter_allowed, load_allowlist
 from p2p_guard.swarm.config import MAX_MIX_STEPS, PeerConfig
 from p2p_guard.swarm.dht import NetworkOptions, SwarmDHT, is_relayed, relay_of, start_dht
 from p2p_guard.swarm.events import EventLog
+from p2p_guard.swarm.file_errors import naming
 from p2p_guard.swarm.metrics import PeerMetrics, start_metrics
 from p2p_guard.swarm.reaper import start_reaper, stop_reaper_if_clean
 from p2p_guard.swarm.checkpoint import Checkpoint, last_committed, load_resumable, mark_committed, save_checkpoint
@@ -2205,7 +2206,8 @@ async def _remember_peers(peer: Peer, folder: str) -> None:
     path = Path(folder)
     path.mkdir(parents=True, exist_ok=True)
     tmp = path / f".{KNOWN_PEERS_FILE}.tmp"
-    tmp.write_text("".join(f"{line}\n" for line in lines))
+    with naming(path / KNOWN_PEERS_FILE):
+        tmp.write_text("".join(f"{line}\n" for line in lines))
     os.replace(tmp, path / KNOWN_PEERS_FILE)
 
 
@@ -2251,7 +2253,7 @@ def _write_snapshot(folder: str | None, round_: int, theta: torch.Tensor) -> str
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f".{final.name}.tmp")
-    with open(tmp, "wb") as fh:
+    with naming(final), open(tmp, "wb") as fh:
         np.save(fh, theta.numpy())
     os.replace(tmp, final)
     return str(final)
