@@ -88,9 +88,9 @@ class SimulationError(RuntimeError):
     """The simulation could not run to its end (a process failed, a wait ran out, bad outputs).
 
     Attributes:
-        report: raised by :func:`run_simulation` once the peers had started, the report of the rounds completed so
-            far (same code as a finished run, plus ``failed``: ``rounds_completed``, ``rounds_planned`` and
-            ``error``, this message), or None if none could be built.
+        report: raised by :func:`run_simulation` once an honest peer had reported a round, the report of the
+            rounds completed so far (same code as a finished run, plus ``failed``: ``rounds_completed``,
+            ``rounds_planned`` and ``error``, this message), else None.
         path: where that report was written (``workdir/report.json``), or None.
     """
 
@@ -1014,8 +1014,8 @@ def run_simulation(
     Every process is stopped before this returns or raises, whatever happens (KeyboardInterrupt included).
     Interrupted (KeyboardInterrupt), it still writes the report of the rounds completed so far to
     ``workdir/report.json`` (built by the same code, with ``interrupted`` added) and raises
-    :class:`SimulationInterrupted` carrying it. A run that fails once its peers were started (a peer exited
-    non-zero, the run's timeout ran out) writes it too, with ``failed`` added, and raises the
+    :class:`SimulationInterrupted` carrying it. A run that fails once an honest peer has reported a round (a peer
+    exited non-zero, the run's timeout ran out) writes it too, with ``failed`` added, and raises the
     :class:`SimulationError` with the report in its ``report`` and ``path``.
 
     Args:
@@ -1033,7 +1033,7 @@ def run_simulation(
         ProcessFailed: a peer (or the bootstrap node at start) exited non-zero; the message names its log.
         SimulationTimeout: the run, or the bootstrap node's start, took too long.
         SimulationError: the peers' outputs cannot be read. Each of these three carries the partial report
-            (``report``, ``path``) when the peers had been started.
+            (``report``, ``path``) once an honest peer had reported a round.
         SimulationInterrupted: KeyboardInterrupt (Ctrl+C) arrived; the partial report is written.
     """
     deadline = time.monotonic() + config.timeout_s
@@ -1064,7 +1064,7 @@ def run_simulation(
             report, path = _partial_report(swarm, watchers, faults, fault_records, config, "interrupted", {})
         raise SimulationInterrupted(report, path) from interrupted
     if failed is not None:
-        if swarm.peers:  # none: the bootstrap node never came up, and there is nothing to report
+        if _any_round_done(swarm):  # else (a start that failed) a report of nothing would only be noise
             with signals_deferred():
                 failed.report, failed.path = _partial_report(swarm, watchers, faults, fault_records, config,
                                                              "failed", {"error": str(failed)})
@@ -1078,6 +1078,15 @@ def run_simulation(
     _add_asr(report, config, thetas)
     write_report(report, swarm.workdir / "report.json")
     return report
+
+
+def _any_round_done(swarm: LocalSwarm) -> bool:
+    """Whether some honest peer has reported a round (the events read to the end first; unreadable: False)."""
+    try:
+        swarm.poll_events()
+    except (SimulationError, OSError, ValueError):
+        return False
+    return any(swarm.rounds_done(i) for i in swarm.peers if not swarm.config.is_byzantine(i))
 
 
 def _add_asr(report: dict[str, Any], config: SimulationConfig, thetas: Sequence[torch.Tensor]) -> None:

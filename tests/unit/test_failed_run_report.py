@@ -127,3 +127,15 @@ def test_simulate_writes_the_partial_report_of_a_failed_run_to_report_and_says_w
     assert len(error_lines) == 1
     assert error_lines[0].startswith("p2p-guard simulate: error: peer0 exited with code 3 before the end of the run")
     assert error_lines[0].endswith(f"; partial report of 2 completed round(s): {out}")
+
+
+@pytest.mark.timeout(120)
+def test_a_run_that_fails_before_any_round_carries_no_report(tmp_path: Path) -> None:
+    """The only peer exits 3 before its first round: the error is raised as before, with no report of nothing."""
+    config = SimulationConfig(honest=1, byzantine=0, attack=None, rounds=5, stop_grace_s=2.0, memory_sample_s=0)
+    workdir = tmp_path / "run"
+    with pytest.raises(ProcessFailed, match=r"^peer0 exited with code 3 before the end of the run") as caught:
+        run_simulation(config, workdir, entry=_stand_in(tmp_path, fail_peer=0, fail_after=0), poll_interval_s=0.1)
+    assert caught.value.report is None
+    assert caught.value.path is None
+    assert not (workdir / "report.json").exists()
