@@ -2334,7 +2334,7 @@ def _save_state(peer: Peer, config: PeerConfig, events: EventLog, completed: int
 
 
 def run_peer(config: PeerConfig, *, progress: bool = True) -> int:
-    """Run a peer until its rounds are done or SIGINT/SIGTERM; return the process exit code.
+    """Run a peer until its rounds are done or SIGINT/SIGTERM/SIGHUP (not under ``nohup``); return the exit code.
 
     Args:
         config: resolved settings.
@@ -2351,10 +2351,21 @@ def run_peer(config: PeerConfig, *, progress: bool = True) -> int:
     return code
 
 
+def _stop_signals() -> tuple[signal.Signals, ...]:
+    """SIGINT, SIGTERM and SIGHUP (a closed terminal, a dropped ssh session), unless SIGHUP is ignored (``nohup``).
+
+    SIGHUP used to end the peer at once (exit 129, no leave record: the others waited for its presence to expire);
+    one started under ``nohup`` keeps ignoring it, as ``nohup`` promises.
+    """
+    hangup = () if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN else (signal.SIGHUP,)
+    return (signal.SIGINT, signal.SIGTERM, *hangup)
+
+
 async def _run_with_signals(config: PeerConfig, progress: bool) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    signals = _stop_signals()
+    for sig in signals:
         loop.add_signal_handler(sig, _request_stop, stop, sig)
     try:
         completed = await _main(config, progress, stop)
@@ -2370,14 +2381,14 @@ async def _run_with_signals(config: PeerConfig, progress: bool) -> int:
         logger.debug("traceback of the task's failure", exc_info=e)
         return 1
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in signals:
             loop.remove_signal_handler(sig)
     logger.info("peer finished after %d round(s)", completed)
     return 0
 
 
 def _request_stop(stop: asyncio.Event, sig: signal.Signals) -> None:
-    """The first SIGINT/SIGTERM stops the peer cleanly (``stop``); a second ends the process at once.
+    """The first SIGINT/SIGTERM/SIGHUP stops the peer cleanly (``stop``); a second ends the process at once.
 
     The clean stop interrupts the inner phase at its next step boundary (``Peer.halt``), leaves the swarm (signed
     leave record) and shuts the DHT down, within seconds. A second signal does not wait for any of it: the
