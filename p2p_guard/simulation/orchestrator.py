@@ -352,11 +352,11 @@ def write_report(report: dict[str, Any], path: Path) -> None:
 
 @contextlib.contextmanager
 def signals_deferred() -> Iterator[None]:
-    """Ignore SIGINT and SIGTERM meanwhile (main thread only), so cleanup is not cut short by a second one."""
+    """Ignore SIGINT, SIGTERM and SIGHUP meanwhile (main thread only), so cleanup is not cut short by a second one."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:

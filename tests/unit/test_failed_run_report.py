@@ -12,7 +12,10 @@ The runs use tiny ``python`` stand-ins for the peers (no torch, no network), as 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -139,3 +142,39 @@ def test_a_run_that_fails_before_any_round_carries_no_report(tmp_path: Path) -> 
     assert caught.value.report is None
     assert caught.value.path is None
     assert not (workdir / "report.json").exists()
+
+
+def _unhandled_hangup(_signum: int, _frame: object) -> None:
+    raise RuntimeError("SIGHUP reached the handler simulate found installed: simulate does not handle it")
+
+
+@pytest.mark.timeout(120)
+def test_simulate_hung_up_writes_the_partial_report_and_exits_129(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SIGHUP (the terminal closed) is a stop like SIGTERM: partial report written and named, exit 128 + 1.
+
+    Before, it ended ``simulate`` at once (exit 129) with no report, and its peers were left to the reapers.
+    """
+    entry = _stand_in(tmp_path, fail_peer=-1, fail_after=-1)
+    real = orchestrator.run_simulation
+    monkeypatch.setattr(orchestrator, "run_simulation",
+                        lambda config, workdir, **kw: real(config, workdir, **{**kw, "entry": entry}))  # fmt: skip
+    previous = signal.signal(signal.SIGHUP, _unhandled_hangup)  # not the default: that would end pytest itself
+    out, workdir = tmp_path / "partial.json", tmp_path / "run"
+    timer = threading.Timer(4.0, os.kill, (os.getpid(), signal.SIGHUP))
+    timer.start()
+    try:
+        code = cli_main(["simulate", "--honest", "2", "--byzantine", "0", "--rounds", "500", "--stop-grace-s", "2",
+                         "--memory-sample-s", "0", "--workdir", str(workdir), "--report", str(out),
+                         "--no-progress"])  # fmt: skip
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGHUP, previous)
+    assert code == 129
+    report = json.loads(out.read_text())
+    done = report["interrupted"]["rounds_completed"]
+    assert done >= 1
+    error_lines = [line for line in capsys.readouterr().err.splitlines() if "simulate: error:" in line]
+    assert error_lines == [f"p2p-guard simulate: error: hung up after {done} completed round(s); every process was "
+                           f"stopped; partial report: {out}; logs in {workdir}"]
