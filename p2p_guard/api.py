@@ -64,7 +64,9 @@ def run_local_swarm(config: SimulationConfig, workdir: str | Path | None = None,
     Raises:
         ProcessFailed: a peer (or the bootstrap node at start) exited non-zero; the message names its log.
         SimulationTimeout: the run took longer than ``config.timeout_s`` seconds (or a start stalled).
-        SimulationError: the peers' outputs cannot be read (the base class of the two above).
+        SimulationError: the peers' outputs cannot be read (the base class of the two above). Once an honest peer
+            had reported a round, each of the three carries the partial report of the rounds completed in ``report`` and
+            ``path``, already written (``report["failed"]``: ``rounds_completed``, ``rounds_planned``, ``error``).
         SimulationInterrupted: Ctrl+C (a ``KeyboardInterrupt``); its ``report`` and ``path`` hold the partial
             report of the rounds completed, already written.
         ValueError: a fault plan that does not fit ``config`` (a round past its last, a ``stop`` longer than its

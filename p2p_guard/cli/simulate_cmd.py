@@ -1,6 +1,7 @@
 """``p2p-guard simulate``: run a whole swarm locally (one OS process per peer), print a table, write a report.
 
-Exit codes: 0 done, 1 the run failed (a peer crashed, a timeout), 2 bad arguments, 130 Ctrl+C, 143 SIGTERM.
+Exit codes: 0 done, 1 the run failed (a peer crashed, a timeout), 2 bad arguments, 130 Ctrl+C, 143 SIGTERM, 129
+SIGHUP (a closed terminal; not under ``nohup``).
 Whatever happens, every process the run started is stopped before the command returns.
 """
 
@@ -30,11 +31,23 @@ __all__ = ["add_parser", "run"]
 
 COMMAND = "simulate"
 EXIT_INTERRUPTED = 130
-EXIT_TERMINATED = 128 + signal.SIGTERM
 
 
 class _Terminated(KeyboardInterrupt):
-    """SIGTERM arrived; raised as a KeyboardInterrupt so every ``finally`` block runs and the report is written."""
+    """SIGTERM or SIGHUP arrived (``signum``); raised as a KeyboardInterrupt so the report is still written.
+
+    Every ``finally`` block runs; the exit status is 128 + ``signum``.
+    """
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        """Note the signal that arrived."""
+        super().__init__()
+        self.signum = signum
+
+
+def _said(signum: int) -> str:
+    """How the error line names a stop by ``signum``: ``terminated`` (SIGTERM), ``hung up`` (SIGHUP)."""
+    return "hung up" if signum == signal.SIGHUP else "terminated"
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -309,19 +322,25 @@ def _progress_bar(total: int, enabled: bool) -> Iterator[Callable[[Progress], No
 
 @contextlib.contextmanager
 def _sigterm_raises() -> Iterator[None]:
-    """Turn SIGTERM into :class:`_Terminated` meanwhile (main thread only), then restore the old handler."""
+    """Turn SIGTERM and SIGHUP into :class:`_Terminated` meanwhile (main thread only), then restore the old handlers.
+
+    SIGHUP (the terminal or ssh session closed) ended ``simulate`` at once and lost the report of the rounds done;
+    it is left alone where it is inherited ignored (``nohup``), as ``nohup`` promises.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
-    def handler(_signum: int, _frame: FrameType | None) -> None:
-        raise _Terminated
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        raise _Terminated(signum)
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    hangup = () if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN else (signal.SIGHUP,)
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, *hangup)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 
@@ -343,13 +362,16 @@ def _check_workdir(workdir: Path | None) -> None:
     check_output_dir(workdir, flag="--workdir")
 
 
-def _interrupted(e: Any, report_path: Path | None, workdir: Path, *, terminated: bool) -> int:
-    """Ctrl+C or SIGTERM: print the partial report's table, write it to ``--report`` too, say where; 130/143."""
+def _interrupted(e: Any, report_path: Path | None, workdir: Path, *, signum: int | None) -> int:
+    """Ctrl+C, SIGTERM or SIGHUP: print the partial report's table, write it to ``--report`` too, say where.
+
+    ``signum`` is None for Ctrl+C (exit 130), else the signal (exit 128 + signum: 143 SIGTERM, 129 SIGHUP).
+    """
     from p2p_guard.simulation.orchestrator import signals_deferred, write_report
     from p2p_guard.simulation.table import format_table
 
-    what = "terminated" if terminated else "interrupted"
-    code = EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+    what = "interrupted" if signum is None else _said(signum)
+    code = EXIT_INTERRUPTED if signum is None else 128 + signum
     if e.report is None:
         print_error(COMMAND, f"{what}; every process was stopped; no partial report; logs in {workdir}")
         return code
@@ -366,6 +388,35 @@ def _interrupted(e: Any, report_path: Path | None, workdir: Path, *, terminated:
     print_error(COMMAND, f"{what} after {done} completed round(s); every process was stopped; partial report: "
                          f"{where}; logs in {workdir}")
     return code
+
+
+def _failed(e: Any, report_path: Path | None) -> int:
+    """A run that failed part-way: print the partial report's table, write it to ``--report`` too, say where; 1.
+
+    Its rounds are as much measured as a finished run's: before, a ``--timeout-s`` that ran out (default 1200 s)
+    or a peer that stopped (a full disk) lost every figure, where a Ctrl+C at the same moment kept them.
+    """
+    from p2p_guard.simulation.orchestrator import signals_deferred, write_report
+    from p2p_guard.simulation.table import format_table
+
+    if e.report is None:
+        print_error(COMMAND, str(e))
+        return EXIT_FAILED
+    where = e.path
+    with signals_deferred():
+        try:
+            print(format_table(e.report), flush=True)
+        except BrokenPipeError:  # `simulate ... | head`: --report is written all the same
+            silence_stdout()
+        if report_path is not None:
+            try:
+                write_report(e.report, report_path)
+                where = report_path
+            except OSError as err:
+                print_error(COMMAND, f"cannot write the report to {report_path}: {err}")
+    done = e.report["failed"]["rounds_completed"]
+    print_error(COMMAND, f"{e}; partial report of {done} completed round(s): {where}")
+    return EXIT_FAILED
 
 
 def run(args: argparse.Namespace) -> int:
@@ -418,16 +469,16 @@ def run(args: argparse.Namespace) -> int:
         with _sigterm_raises(), _progress_bar(config.rounds, enabled=bar) as on_progress:
             report = run_simulation(config, workdir, on_progress=on_progress, faults=plan)
     except SimulationInterrupted as e:
-        return _interrupted(e, args.report, workdir, terminated=isinstance(e.__cause__, _Terminated))
-    except _Terminated:
-        print_error(COMMAND, f"terminated; every process was stopped; logs in {workdir}")
-        return EXIT_TERMINATED
+        cause = e.__cause__
+        return _interrupted(e, args.report, workdir, signum=cause.signum if isinstance(cause, _Terminated) else None)
+    except _Terminated as t:
+        print_error(COMMAND, f"{_said(t.signum)}; every process was stopped; logs in {workdir}")
+        return 128 + t.signum
     except KeyboardInterrupt:
         print_error(COMMAND, f"interrupted; every process was stopped; logs in {workdir}")
         return EXIT_INTERRUPTED
     except SimulationError as e:
-        print_error(COMMAND, str(e))
-        return EXIT_FAILED
+        return _failed(e, args.report)
     try:
         print(format_table(report), flush=True)
     except BrokenPipeError:  # `simulate ... | head -2`: the reader has gone; --report is written all the same

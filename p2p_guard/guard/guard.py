@@ -78,7 +78,7 @@ class Guard:
 
         Raises:
             ValueError: when ``updates`` is not ``(len(ctx.senders), d)`` (a local bug), when the rule returns
-                anything but a ``(d,)`` tensor of the rows' dtype, or when a user's rule (``plugin``) raises
+                anything but a finite ``(d,)`` tensor of the rows' dtype, or when a user's rule (``plugin``) raises
                 anything but ``NotEnoughUpdates``.
             NotEnoughUpdates: when no finite row is left, so even the fallback has nothing to aggregate;
                 the round logic then falls back to the peer's own update.
@@ -173,7 +173,7 @@ class Guard:
         return True
 
     def _check_aggregate(self, aggregate: object, rows: torch.Tensor) -> None:
-        """Raise :class:`_BadAggregate` unless ``aggregate`` is a ``(d,)`` tensor of the rows' dtype.
+        """Raise :class:`_BadAggregate` unless ``aggregate`` is a finite ``(d,)`` tensor of the rows' dtype.
 
         A user's rule that returned another shape stopped the peer with a traceback from deep in the verdicts
         (``guard badguards:WrongShape``: "inconsistent tensor size").
@@ -184,6 +184,10 @@ class Guard:
         if tuple(aggregate.shape) != (d,) or aggregate.dtype != rows.dtype:
             raise _BadAggregate(f"guard {self.name!r} returned a tensor of shape {tuple(aggregate.shape)} and dtype "
                                 f"{aggregate.dtype}, not ({d},) {rows.dtype} like the rows")
+        bad = int((~torch.isfinite(aggregate)).sum())
+        if bad:  # the rows are the finite ones: the rule made these (the outer step refused them, naming no guard)
+            raise _BadAggregate(f"guard {self.name!r} returned an aggregate with {bad} of its {d} values NaN or "
+                                "infinite (the rows it was given are all finite)")
 
     @staticmethod
     def _all_accepted(

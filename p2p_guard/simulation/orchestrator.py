@@ -85,7 +85,17 @@ DEFAULT_ENTRY = (sys.executable, "-m", "p2p_guard.cli.main")
 
 
 class SimulationError(RuntimeError):
-    """The simulation could not run to its end (a process failed, a wait ran out, bad outputs)."""
+    """The simulation could not run to its end (a process failed, a wait ran out, bad outputs).
+
+    Attributes:
+        report: raised by :func:`run_simulation` once an honest peer had reported a round, the report of the
+            rounds completed so far (same code as a finished run, plus ``failed``: ``rounds_completed``,
+            ``rounds_planned`` and ``error``, this message), else None.
+        path: where that report was written (``workdir/report.json``), or None.
+    """
+
+    report: dict[str, Any] | None = None
+    path: Path | None = None
 
 
 class SimulationTimeout(SimulationError):
@@ -342,11 +352,11 @@ def write_report(report: dict[str, Any], path: Path) -> None:
 
 @contextlib.contextmanager
 def signals_deferred() -> Iterator[None]:
-    """Ignore SIGINT and SIGTERM meanwhile (main thread only), so cleanup is not cut short by a second one."""
+    """Ignore SIGINT, SIGTERM and SIGHUP meanwhile (main thread only), so cleanup is not cut short by a second one."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:
@@ -1004,7 +1014,9 @@ def run_simulation(
     Every process is stopped before this returns or raises, whatever happens (KeyboardInterrupt included).
     Interrupted (KeyboardInterrupt), it still writes the report of the rounds completed so far to
     ``workdir/report.json`` (built by the same code, with ``interrupted`` added) and raises
-    :class:`SimulationInterrupted` carrying it.
+    :class:`SimulationInterrupted` carrying it. A run that fails once an honest peer has reported a round (a peer
+    exited non-zero, the run's timeout ran out) writes it too, with ``failed`` added, and raises the
+    :class:`SimulationError` with the report in its ``report`` and ``path``.
 
     Args:
         config: the swarm's settings.
@@ -1020,11 +1032,13 @@ def run_simulation(
     Raises:
         ProcessFailed: a peer (or the bootstrap node at start) exited non-zero; the message names its log.
         SimulationTimeout: the run, or the bootstrap node's start, took too long.
-        SimulationError: the peers' outputs cannot be read.
+        SimulationError: the peers' outputs cannot be read. Each of these three carries the partial report
+            (``report``, ``path``) once an honest peer had reported a round.
         SimulationInterrupted: KeyboardInterrupt (Ctrl+C) arrived; the partial report is written.
     """
     deadline = time.monotonic() + config.timeout_s
     interrupted: KeyboardInterrupt | None = None
+    failed: SimulationError | None = None
     with LocalSwarm(config, workdir, entry=entry) as swarm:
         logger.info(
             "simulation in %s: %d honest + %d Byzantine peers", swarm.workdir, config.honest, config.byzantine
@@ -1038,6 +1052,8 @@ def run_simulation(
             _drive(swarm, deadline, on_progress, poll_interval_s, watchers)
         except KeyboardInterrupt as e:
             interrupted = e
+        except SimulationError as e:  # a failed peer, a timeout: the rounds done are reported all the same
+            failed = e
         finally:
             fault_records = injector.finish(swarm.positions()) if injector is not None else []
             for record in fault_records:
@@ -1045,8 +1061,14 @@ def run_simulation(
                             record["fired"], record["fired_round"])  # fmt: skip
     if interrupted is not None:
         with signals_deferred():  # a second Ctrl+C does not cut the report short
-            report, path = _partial_report(swarm, watchers, faults, fault_records, config)
+            report, path = _partial_report(swarm, watchers, faults, fault_records, config, "interrupted", {})
         raise SimulationInterrupted(report, path) from interrupted
+    if failed is not None:
+        if _any_round_done(swarm):  # else (a start that failed) a report of nothing would only be noise
+            with signals_deferred():
+                failed.report, failed.path = _partial_report(swarm, watchers, faults, fault_records, config,
+                                                             "failed", {"error": str(failed)})
+        raise failed
     swarm.poll_events()
     watchers.tracker.update(swarm.positions(), final=True)
     observations = _observations(swarm, watchers, faults, fault_records)
@@ -1056,6 +1078,15 @@ def run_simulation(
     _add_asr(report, config, thetas)
     write_report(report, swarm.workdir / "report.json")
     return report
+
+
+def _any_round_done(swarm: LocalSwarm) -> bool:
+    """Whether some honest peer has reported a round (the events read to the end first; unreadable: False)."""
+    try:
+        swarm.poll_events()
+    except (SimulationError, OSError, ValueError):
+        return False
+    return any(swarm.rounds_done(i) for i in swarm.peers if not swarm.config.is_byzantine(i))
 
 
 def _add_asr(report: dict[str, Any], config: SimulationConfig, thetas: Sequence[torch.Tensor]) -> None:
@@ -1093,9 +1124,13 @@ def _observations(swarm: LocalSwarm, watchers: _Watchers, faults: FaultPlan | No
 
 
 def _partial_report(swarm: LocalSwarm, watchers: _Watchers, faults: FaultPlan | None,
-                    fault_records: list[dict[str, Any]], config: SimulationConfig
+                    fault_records: list[dict[str, Any]], config: SimulationConfig, why: str, details: dict[str, Any]
                     ) -> tuple[dict[str, Any] | None, Path | None]:
-    """The report of an interrupted run (its processes already stopped), written to ``workdir/report.json``."""
+    """The report of a run cut short (its processes already stopped), written to ``workdir/report.json``.
+
+    ``report[why]`` (``"interrupted"`` or ``"failed"``) holds ``rounds_completed`` (by the slowest honest peer),
+    ``rounds_planned`` and ``details``.
+    """
     try:
         swarm.poll_events()
         watchers.tracker.update(swarm.positions(), final=True)
@@ -1105,7 +1140,7 @@ def _partial_report(swarm: LocalSwarm, watchers: _Watchers, faults: FaultPlan | 
         report = build_report(report_config, swarm.peer_logs(), thetas, observations)
         _add_asr(report, config, thetas)
         done = min((swarm.rounds_done(i) for i in range(config.honest)), default=0)
-        report["interrupted"] = {"rounds_completed": done, "rounds_planned": config.rounds}
+        report[why] = {"rounds_completed": done, "rounds_planned": config.rounds, **details}
         path = swarm.workdir / "report.json"
         write_report(report, path)
     except (SimulationError, OSError, ValueError, RuntimeError) as e:

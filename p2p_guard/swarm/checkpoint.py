@@ -40,6 +40,8 @@ from typing import Any
 
 import torch
 
+from p2p_guard.swarm.file_errors import naming
+
 __all__ = ["Checkpoint", "CheckpointError", "OtherModelCheckpoint", "Resumable", "last_committed", "load_checkpoint",
            "load_resumable", "mark_committed", "save_checkpoint"]
 
@@ -158,7 +160,8 @@ def save_checkpoint(folder: str | Path, ckpt: Checkpoint) -> Path:
         The checkpoint's path.
 
     Raises:
-        OSError: if the folder cannot be written.
+        OSError: if the folder cannot be written; one that names no file (a full disk) is raised naming
+            ``checkpoint.pt`` (``swarm.file_errors.naming``). The temporary file is removed.
         TypeError: ``ckpt.state`` holds a value a checkpoint does not take (a local bug).
     """
     path = Path(folder)
@@ -173,7 +176,7 @@ def save_checkpoint(folder: str | Path, ckpt: Checkpoint) -> Path:
         data["guard_digest"] = _state_digest(ckpt.run_id, ckpt.round, ckpt.state)
     fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", dir=path)
     try:
-        with os.fdopen(fd, "wb") as fh:
+        with naming(path / FILE_NAME), os.fdopen(fd, "wb") as fh:
             torch.save(data, fh)
             fh.flush()
             os.fsync(fh.fileno())
@@ -303,16 +306,22 @@ def mark_committed(folder: str | Path, round_: int) -> None:
     different envelope for r on restart: an equivocation, and a ban by every honest peer.
 
     Raises:
-        OSError: if the folder cannot be written.
+        OSError: if the folder cannot be written (naming ``last_commit`` when the error named no file); the
+            temporary file is removed.
     """
     path = Path(folder)
     path.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".commit-", dir=path)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(str(int(round_)))
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path / COMMIT_MARK)
+    try:
+        with naming(path / COMMIT_MARK), os.fdopen(fd, "w") as fh:
+            fh.write(str(int(round_)))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path / COMMIT_MARK)
+    except BaseException:  # a full disk left a temporary file behind every time
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def last_committed(folder: str | Path | None) -> int | None:

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from p2p_guard.swarm.file_errors import naming
+
 __all__ = ["EventLog"]
 
 
@@ -20,6 +22,7 @@ class EventLog:
     def __init__(self, path: str | Path | None) -> None:
         """Open ``path`` for appending (parent folders are created); None disables the log."""
         self._file: TextIO | None = None
+        self._path = path
         if path is not None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
@@ -28,8 +31,9 @@ class EventLog:
         """Write one event line ``{"event": event, "time": unix seconds, **fields}``."""
         if self._file is None:
             return
-        self._file.write(json.dumps({"event": event, "time": time.time(), **fields}) + "\n")
-        self._file.flush()
+        with naming(str(self._path)):  # a full disk names the event file (swarm.file_errors)
+            self._file.write(json.dumps({"event": event, "time": time.time(), **fields}) + "\n")
+            self._file.flush()
 
     def close(self) -> None:
         """Close the file (idempotent)."""

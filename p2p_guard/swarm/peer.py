@@ -57,6 +57,7 @@ from p2p_guard.swarm.allowlist import filter_allowed, load_allowlist
 from p2p_guard.swarm.config import MAX_MIX_STEPS, PeerConfig
 from p2p_guard.swarm.dht import NetworkOptions, SwarmDHT, is_relayed, relay_of, start_dht
 from p2p_guard.swarm.events import EventLog
+from p2p_guard.swarm.file_errors import naming
 from p2p_guard.swarm.metrics import PeerMetrics, start_metrics
 from p2p_guard.swarm.reaper import start_reaper, stop_reaper_if_clean
 from p2p_guard.swarm.checkpoint import Checkpoint, last_committed, load_resumable, mark_committed, save_checkpoint
@@ -2263,7 +2264,8 @@ async def _remember_peers(peer: Peer, folder: str) -> None:
     path = Path(folder)
     path.mkdir(parents=True, exist_ok=True)
     tmp = path / f".{KNOWN_PEERS_FILE}.tmp"
-    tmp.write_text("".join(f"{line}\n" for line in lines))
+    with naming(path / KNOWN_PEERS_FILE):
+        tmp.write_text("".join(f"{line}\n" for line in lines))
     os.replace(tmp, path / KNOWN_PEERS_FILE)
 
 
@@ -2309,7 +2311,7 @@ def _write_snapshot(folder: str | None, round_: int, theta: torch.Tensor) -> str
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f".{final.name}.tmp")
-    with open(tmp, "wb") as fh:
+    with naming(final), open(tmp, "wb") as fh:
         np.save(fh, theta.numpy())
     os.replace(tmp, final)
     return str(final)
@@ -2391,7 +2393,7 @@ def _save_state(peer: Peer, config: PeerConfig, events: EventLog, completed: int
 
 
 def run_peer(config: PeerConfig, *, progress: bool = True) -> int:
-    """Run a peer until its rounds are done or SIGINT/SIGTERM; return the process exit code.
+    """Run a peer until its rounds are done or SIGINT/SIGTERM/SIGHUP (not under ``nohup``); return the exit code.
 
     Args:
         config: resolved settings.
@@ -2408,10 +2410,21 @@ def run_peer(config: PeerConfig, *, progress: bool = True) -> int:
     return code
 
 
+def _stop_signals() -> tuple[signal.Signals, ...]:
+    """SIGINT, SIGTERM and SIGHUP (a closed terminal, a dropped ssh session), unless SIGHUP is ignored (``nohup``).
+
+    SIGHUP used to end the peer at once (exit 129, no leave record: the others waited for its presence to expire);
+    one started under ``nohup`` keeps ignoring it, as ``nohup`` promises.
+    """
+    hangup = () if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN else (signal.SIGHUP,)
+    return (signal.SIGINT, signal.SIGTERM, *hangup)
+
+
 async def _run_with_signals(config: PeerConfig, progress: bool) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    signals = _stop_signals()
+    for sig in signals:
         loop.add_signal_handler(sig, _request_stop, stop, sig)
     try:
         completed = await _main(config, progress, stop)
@@ -2427,14 +2440,14 @@ async def _run_with_signals(config: PeerConfig, progress: bool) -> int:
         logger.debug("traceback of the task's failure", exc_info=e)
         return 1
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in signals:
             loop.remove_signal_handler(sig)
     logger.info("peer finished after %d round(s)", completed)
     return 0
 
 
 def _request_stop(stop: asyncio.Event, sig: signal.Signals) -> None:
-    """The first SIGINT/SIGTERM stops the peer cleanly (``stop``); a second ends the process at once.
+    """The first SIGINT/SIGTERM/SIGHUP stops the peer cleanly (``stop``); a second ends the process at once.
 
     The clean stop interrupts the inner phase at its next step boundary (``Peer.halt``), leaves the swarm (signed
     leave record) and shuts the DHT down, within seconds. A second signal does not wait for any of it: the

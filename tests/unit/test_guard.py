@@ -242,6 +242,9 @@ class TestGuardWrapper:
             "JudgesNone": "guard 'failing_rules:JudgesNone' returned NoneType, not a (5,) tensor",
             "Raises": "guard 'failing_rules:Raises' raised RuntimeError in round 3: boom",
             "Exits": "guard 'failing_rules:Exits' raised SystemExit in round 3: 0",
+            # was 'peer stopped: aggregate has a non-finite value' from the outer step, naming no guard (helper-68)
+            "NonFinite": "guard 'failing_rules:NonFinite' returned an aggregate with 2 of its 5 values NaN or "
+                         "infinite (the rows it was given are all finite)",
         }
         for name, message in expected.items():
             guard = build_guard(f"failing_rules:{name}")
@@ -438,4 +441,12 @@ class Exits:
 class Few:
     def __call__(self, updates, ctx):
         raise NotEnoughUpdates(len(updates), 2, "n > 2f")
+
+
+class NonFinite:
+    def __call__(self, updates, ctx):
+        out = updates.mean(0)
+        out[1] = float("nan")
+        out[3] = float("inf")
+        return out
 """
