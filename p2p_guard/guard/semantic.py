@@ -107,7 +107,20 @@ a constructor flag so that its worth can be measured:
    median's 0.903, below it either way). A decayed record (``record_decay`` 0.8) did not close it (k = 3 on
    Dirichlet 0.1: 0.574) and brought the 40-round fall back (``adaptive`` at 3 of 10 seed 0: 0.879, median
    0.914), so the record is the plain mean. The ``adaptive`` attack does not build a record (it aims at cosine
-   ``cos_full``, where every row weighs 1);
+   ``cos_full``, where every row weighs 1).
+   The record's other end (``cos_record_floor``, **off by default**): a sender whose record is below the floor
+   weighs 0 whatever this round's cosine. Measured at −0.05 and −0.1 (2026-12-07, digits, 10 peers, 12 rounds,
+   f not told; ``python docs/scripts/adaptive_cells.py --attack A --fractions 2 3 4 --seeds 0 1 2 --guards
+   semantic semantic:cos_record_floor=-0.05``, and ``--partition dirichlet:0.1``, ``--fractions 0``; final
+   accuracy, means over the seed-cells): ``sign_flip:scale=1`` and ``null_space`` on Dirichlet 0.5 (18 cells)
+   0.857 → 0.860 (−0.05) and 0.852 (−0.1); by fraction 0.884 → 0.901 at 2 of 10, 0.875 → 0.873 at 3, 0.811 →
+   0.805 at 4 (seed 2 at 4 of 10: 0.830 → 0.716 in the final round, but 0.756 → 0.772 over the last 4 rounds, a
+   cell that swings ±10 points a round); ``sign_flip:scale=1`` at 3 of 10 on Dirichlet 0.1 (3 cells) 0.619 →
+   0.638; ``sleeper``, ``adaptive``, ``alie:z=search``, ``mimic``: unchanged (no sleeper's record falls below it
+   in 12 rounds). No honest row was floored in any of these cells nor in the clean ones (Dirichlet 0.5 seeds 0-2,
+   0.1 seeds 0-4: equal to the digit); over 40 clean rounds on Dirichlet 0.1 −0.05 floored 9 and 54 honest rows
+   on seeds 2 and 3 at no cost (0.811 → 0.814, 0.800 → 0.800), −0.1 none. Within the seeds' noise, so it stays
+   off; on the acceptance seed (0) alone it lifts ``null_space`` 0.867 → 0.913 at 2 of 10 and 0.792 → 0.833 at 4;
 5. aggregate: the (weighted) mean of the accepted rows when the verdict rejected f̂ rows or more; otherwise one step of
    centered clipping around the robust centre, radius c_radius = 1.5 × the accepted rows' median distance to it,
    which caps the pull of hidden inliers (ALIE); if every row was rejected, the own row (else the centre). With f
@@ -241,6 +254,7 @@ class SemanticGuard:
                             and  (x_i dense  or  ‖x_i‖₂ ≤ c_sparse · m)  and  ℓ_i ≤ ℓ_0 + c_loss · g)}
     w_i = clamp((cos(x_i, c) − cos_min) / (cos_full − cos_min), 0, 1),  w_o = 1,  W = Σ_{i∈A} w_i
     w_i = 1  when  m_{o,i} ≥ cos_record,  m_{o,i} the mean of cos(x_i, c) over the rounds o judged i (this one too)
+    w_i = 0  when  m_{o,i} < cos_record_floor
     a   = (1/W) Σ_{i∈A} w_i x̃_i                                   if n − |A| ≥ f̂
     a   = c + (1/W) Σ_{i∈A} w_i (x̃_i − c) · min(1, τ / ‖x̃_i − c‖₂)  otherwise,
           τ = c_radius · median_{i∈A} ‖x̃_i − c‖₂
@@ -319,6 +333,8 @@ class SemanticGuard:
             direction weights and ``ctx.own_index``); the record is state this guard object keeps across rounds,
             keyed by (receiver, sender) PeerID and bounded (:class:`~p2p_guard.guard.verdict.DirectionRecord`).
         cos_record: the record from which a sender's row weighs 1, in [-1, 1] (0.1; module docstring, stage 4c).
+        cos_record_floor: the record below which a sender's accepted row weighs 0, in [-1, cos_record] (-1, the
+            default: off; module docstring, stage 4c, for what -0.05 measured).
         record_decay: γ of the record, in (0, 1]: each earlier judged round weighs γ times the next (1, the default:
             the plain mean; module docstring, stage 4c, for what 0.8 measured).
         clip_remaining: clip around the centre when fewer than f̂ rows were rejected (off: always the plain
@@ -395,6 +411,7 @@ class SemanticGuard:
     cos_full: float = 0.0
     direction_record: bool = True
     cos_record: float = 0.1
+    cos_record_floor: float = -1.0
     record_decay: float = 1.0
     c_loss: float = 1.0
     c_mad: float = 3.0
@@ -434,6 +451,9 @@ class SemanticGuard:
             raise ValueError(f"cos_full must be in [-1, 1], got {self.cos_full!r}")
         if check_real("cos_record", self.cos_record, minimum=-1.0, inclusive=True) > 1.0:
             raise ValueError(f"cos_record must be in [-1, 1], got {self.cos_record!r}")
+        if check_real("cos_record_floor", self.cos_record_floor, minimum=-1.0, inclusive=True) > self.cos_record:
+            raise ValueError(f"cos_record_floor must be in [-1, cos_record = {self.cos_record!r}], "
+                             f"got {self.cos_record_floor!r}")
         if check_real("record_decay", self.record_decay, minimum=0.0) > 1.0:
             raise ValueError(f"record_decay must be in (0, 1], got {self.record_decay!r}")
         check_real("c_loss", self.c_loss, minimum=0.0)
@@ -625,8 +645,12 @@ class SemanticGuard:
                 means = {i: self._record.add(receiver, ctx.senders[i], ctx.round, c)
                          for i, c in enumerate(cosines.tolist()) if i != ctx.own_index}
                 for k, i in enumerate(accepted):
-                    if i != ctx.own_index and means[i] >= self.cos_record:  # NaN: no record, the ramp
+                    if i == ctx.own_index:
+                        continue
+                    if means[i] >= self.cos_record:  # NaN: no record, the ramp
                         weights[k] = 1.0
+                    elif means[i] < self.cos_record_floor:
+                        weights[k] = 0.0
         if self.clip_remaining and len(rejected) < f:
             return centered_clip(kept, centre, None, 1, weights, self.c_radius)
         if weights is None:

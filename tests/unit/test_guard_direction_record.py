@@ -1,7 +1,7 @@
 """The semantic guard's direction record (``guard.verdict.DirectionRecord``) and the rows it spares the ramp.
 
 A sender whose mean cosine with the centre, over the rounds this receiver judged it, is at least ``cos_record``
-weighs 1 in the aggregate whatever this round's cosine.
+weighs 1 in the aggregate whatever this round's cosine; one whose mean is below ``cos_record_floor`` weighs 0.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def _ctx(round_: int) -> AggregationContext:
 def test_a_sender_with_a_record_along_the_centre_weighs_one() -> None:
     first, second, _ = _rounds()
     guard = SemanticGuard(f=0, anchoring=False, collusion=False)  # f = 0: the plain (weighted) mean
-    assert guard.direction_record and guard.cos_record == 0.1  # the defaults
+    assert guard.direction_record and guard.cos_record == 0.1 and guard.cos_record_floor == -1.0  # the defaults
     r0 = guard.judge(first, _ctx(0))
     cos0 = [v.cosine for v in r0.verdicts]
     assert cos0[6] > 0.1 > cos0[7]
@@ -85,11 +85,17 @@ def test_a_sender_with_a_record_along_the_centre_weighs_one() -> None:
     cos = torch.tensor([v.cosine for v in r1.verdicts], dtype=torch.float64)
     assert all(v.accepted for v in r1.verdicts)
     assert guard.cos_min < float(cos[6]) < 0.0 and guard.cos_min < float(cos[7]) < 0.0
-    assert (cos0[6] + float(cos[6])) / 2 >= 0.1 > (cos0[7] + float(cos[7])) / 2
+    assert (cos0[6] + float(cos[6])) / 2 >= 0.1 > -0.05 > (cos0[7] + float(cos[7])) / 2
     w = direction_weights(cos, 0, cos_min=guard.cos_min, cos_full=guard.cos_full)
-    assert float(w[7]) < 1.0
-    w[6] = 1.0  # spared by its record; row 7's sender is not
+    assert 0.0 < float(w[7]) < 1.0
+    w[6] = 1.0  # spared by its record; row 7 keeps its ramp weight (the floor is off by default)
     assert torch.allclose(r1.aggregate, (w.float()[:, None] * second).sum(dim=0) / float(w.sum()), atol=1e-6)
+    # with a floor of -0.05, row 7's sender, whose record is below it, weighs nothing whatever the ramp gave
+    floor = SemanticGuard(f=0, anchoring=False, collusion=False, cos_record_floor=-0.05)
+    floor.judge(first, _ctx(0))
+    w[7] = 0.0
+    assert torch.allclose(floor.judge(second, _ctx(1)).aggregate,
+                          (w.float()[:, None] * second).sum(dim=0) / float(w.sum()), atol=1e-6)
     # without the record, this round's cosine alone decides (the ramp of stage 4c)
     plain = SemanticGuard(f=0, anchoring=False, collusion=False, direction_record=False)
     plain.judge(first, _ctx(0))
@@ -101,13 +107,18 @@ def test_a_sender_with_a_record_along_the_centre_weighs_one() -> None:
 
 def test_the_threshold_and_its_check() -> None:
     first, second, _ = _rounds()
-    strict = SemanticGuard(f=0, anchoring=False, collusion=False, cos_record=1.0)  # no record reaches 1: the ramp
+    # no record reaches 1 nor falls below -1: the ramp alone
+    strict = SemanticGuard(f=0, anchoring=False, collusion=False, cos_record=1.0, cos_record_floor=-1.0)
     plain = SemanticGuard(f=0, anchoring=False, collusion=False, direction_record=False)
     for guard in (strict, plain):
         guard.judge(first, _ctx(0))
     assert torch.equal(strict.judge(second, _ctx(1)).aggregate, plain.judge(second, _ctx(1)).aggregate)
     with pytest.raises(ValueError, match="cos_record"):
         SemanticGuard(cos_record=1.5)
+    with pytest.raises(ValueError, match=r"cos_record_floor must be in \[-1, cos_record = 0.1\], got 0.2"):
+        SemanticGuard(cos_record_floor=0.2)
+    with pytest.raises(ValueError, match="cos_record_floor must be a finite number >= -1.0"):
+        SemanticGuard(cos_record_floor=-1.5)
     with pytest.raises(ValueError, match="direction_record"):
         SemanticGuard(direction_record=1)  # type: ignore[arg-type]
 
