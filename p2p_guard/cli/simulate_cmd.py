@@ -362,28 +362,46 @@ def _check_workdir(workdir: Path | None) -> None:
     check_output_dir(workdir, flag="--workdir")
 
 
+def _show_partial(report: dict[str, Any], written: Path, report_path: Path | None) -> Path:
+    """Print a partial report's table and write it to ``--report`` too, signals deferred; return where it lies.
+
+    Args:
+        report: the partial report (of an interrupted or failed run).
+        written: where the run already wrote it (the work folder's ``report.json``).
+        report_path: ``--report``, or None.
+
+    Returns:
+        ``report_path`` once written there, else ``written`` (a failed write is reported, not raised).
+    """
+    from p2p_guard.simulation.orchestrator import signals_deferred, write_report
+    from p2p_guard.simulation.table import format_table
+
+    where = written
+    with signals_deferred():
+        try:
+            print(format_table(report), flush=True)
+        except BrokenPipeError:  # `simulate ... | head`: --report is written all the same
+            silence_stdout()
+        if report_path is not None:
+            try:
+                write_report(report, report_path)
+                where = report_path
+            except OSError as err:
+                print_error(COMMAND, f"cannot write the report to {report_path}: {err}")
+    return where
+
+
 def _interrupted(e: Any, report_path: Path | None, workdir: Path, *, signum: int | None) -> int:
     """Ctrl+C, SIGTERM or SIGHUP: print the partial report's table, write it to ``--report`` too, say where.
 
     ``signum`` is None for Ctrl+C (exit 130), else the signal (exit 128 + signum: 143 SIGTERM, 129 SIGHUP).
     """
-    from p2p_guard.simulation.orchestrator import signals_deferred, write_report
-    from p2p_guard.simulation.table import format_table
-
     what = "interrupted" if signum is None else _said(signum)
     code = EXIT_INTERRUPTED if signum is None else 128 + signum
     if e.report is None:
         print_error(COMMAND, f"{what}; every process was stopped; no partial report; logs in {workdir}")
         return code
-    with signals_deferred():
-        print(format_table(e.report))
-        where = e.path
-        if report_path is not None:
-            try:
-                write_report(e.report, report_path)
-                where = report_path
-            except OSError as err:
-                print_error(COMMAND, f"cannot write the report to {report_path}: {err}")
+    where = _show_partial(e.report, e.path, report_path)
     done = e.report.get("interrupted", {}).get("rounds_completed")
     print_error(COMMAND, f"{what} after {done} completed round(s); every process was stopped; partial report: "
                          f"{where}; logs in {workdir}")
@@ -396,24 +414,10 @@ def _failed(e: Any, report_path: Path | None) -> int:
     Its rounds are as much measured as a finished run's: before, a ``--timeout-s`` that ran out (default 1200 s)
     or a peer that stopped (a full disk) lost every figure, where a Ctrl+C at the same moment kept them.
     """
-    from p2p_guard.simulation.orchestrator import signals_deferred, write_report
-    from p2p_guard.simulation.table import format_table
-
     if e.report is None:
         print_error(COMMAND, str(e))
         return EXIT_FAILED
-    where = e.path
-    with signals_deferred():
-        try:
-            print(format_table(e.report), flush=True)
-        except BrokenPipeError:  # `simulate ... | head`: --report is written all the same
-            silence_stdout()
-        if report_path is not None:
-            try:
-                write_report(e.report, report_path)
-                where = report_path
-            except OSError as err:
-                print_error(COMMAND, f"cannot write the report to {report_path}: {err}")
+    where = _show_partial(e.report, e.path, report_path)
     done = e.report["failed"]["rounds_completed"]
     print_error(COMMAND, f"{e}; partial report of {done} completed round(s): {where}")
     return EXIT_FAILED
