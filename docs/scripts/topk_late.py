@@ -9,6 +9,7 @@
     python docs/scripts/topk_late.py mom:0.9:0.3 0 40          # Nesterov μ = 0.9, lr 0.3 on the top-k part
     python docs/scripts/topk_late.py bias:1 0 40               # top-k of |a|·(1 + 1·[sign agrees with the last
                                                                # round's net vote of >= 2 senders])
+    python docs/scripts/topk_late.py exact 0 40                # the codec's coordinates with exact float32 values
     python docs/scripts/topk_late.py agree:0.5 0 40            # a coordinate only one worker sent: weight 0.5 in
                                                                # the mean, its sender keeps the other half in e
     TOPK_LATE_CHUNK=65536 python docs/scripts/topk_late.py base 0 40   # the codec with chunk C = 65536, not 4096
@@ -50,7 +51,7 @@ def step(self, theta, aggregate):
             alpha = {"base": self.lr, "stepdecay": (self.lr if kind == "stepdecay" and r < (par or [0])[0] else (par[1] if kind == "stepdecay" else 0)),
                      "invsqrt": (par[1] / (1 + r / par[0]) ** 0.5 if kind == "invsqrt" else 0)}.get(kind, self.lr)
             diag(self, aggregate, alpha)
-    if kind in ("base", "agree", "bias") or self.dense is None:
+    if kind in ("base", "agree", "bias", "exact") or self.dense is None:
         return orig(self, theta, aggregate)
     mask, dlr = self.dense
     if kind == "stepdecay":  # alpha=lr for r<R then A2
@@ -147,6 +148,23 @@ if kind == "bias":  # the sender picks its top-k by |a|·(1 + G·[sign(a) = the 
         AGREED[:] = [torch.sign(vote) * (vote.abs() >= 2).float()]
         return _apply(self, peers, decoded, r)
     wire._Rounds.apply = apply_bias
+if kind == "exact":  # the codec's coordinates, but their exact float32 values instead of the two 2-bit levels
+    from p2p_guard.protocol import decode_update, encode_update
+    EXACT = {}       # payload -> the exact row it stands for (receivers in the run get that row)
+    def compress_exact(self, delta):
+        flat = delta.detach().float()
+        target = flat + self.residual * self.decay
+        payload = encode_update(target, self.codec, self.shapes)
+        sent = torch.where(decode_update(payload, self.codec, self.numel, self.shapes) != 0, target,
+                           torch.zeros_like(target))
+        self.residual = target - sent
+        RAW.append(flat.clone()); SENT.append(sent.clone())
+        EXACT[payload] = sent
+        return payload, sent
+    ef_mod.ErrorFeedback.compress = compress_exact
+    def decode_exact(payload, *args):
+        return EXACT.pop(payload).clone()
+    wire.decode_update = decode_exact
 _q = wire._quality_of
 def quality_of(metrics):
     out = _q(metrics)
