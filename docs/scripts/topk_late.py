@@ -25,7 +25,9 @@ then the perplexity after every 10 rounds (``EVAL``: the text says "round 0" wha
 ``round r`` line of round r = 9, 19, ...) and a ``RESULT`` line with the curve. Kept as it ran (written in a
 hurry: module-level patches, no main()).
 
-The measurements and their commands are in docs/protocol.md §2 ("Over 40 rounds the gap grows").
+The measurements and their commands are in docs/protocol.md §2 ("Over 40 rounds the gap grows", and the table of
+``mom``, ``TOPK_LATE_CHUNK``, ``agree``, ``bias`` and ``exact`` after it: the first four were stopped after round 20,
+behind the shipped codec there).
 """
 import os, sys, time, torch
 import p2p_guard.bench.wire as wire
