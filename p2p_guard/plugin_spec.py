@@ -24,8 +24,8 @@ import typing
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-__all__ = ["ParamValue", "construct_plugin", "import_class", "import_user_module", "keyword_parameters", "parse_spec",
-           "parse_spec_text", "parse_value", "read_params", "split_params"]
+__all__ = ["ParamValue", "check_known_params", "construct_plugin", "import_class", "import_user_module",
+           "keyword_parameters", "parse_spec", "parse_spec_text", "parse_value", "read_params", "split_params"]
 
 ParamValue = bool | int | float | str
 
@@ -175,6 +175,28 @@ def keyword_parameters(cls: Callable[..., Any]) -> list[inspect.Parameter] | Non
         return None
     named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     return [p for p in parameters if p.kind in named]
+
+
+def check_known_params(cls: Callable[..., Any], keys: Collection[str], *, label: str, name: str) -> None:
+    """Refuse parameters that ``cls``'s constructor does not name, listing those it takes.
+
+    Args:
+        cls: the plugin class.
+        keys: the parameter names given.
+        label: how the message starts, e.g. ``"guard 'trimmed_mean:g=2'"``.
+        name: the plugin's name for the message (``trimmed_mean``, ``my_mod:MyRule``).
+
+    Raises:
+        ValueError: ``"<label>: unknown parameter(s) g; trimmed_mean takes f"`` when a key is not a keyword
+            parameter of the constructor; nothing is checked when it takes ``**kwargs`` or has no signature.
+    """
+    named = keyword_parameters(cls)
+    if named is None:
+        return
+    unknown = sorted(set(keys) - {p.name for p in named})
+    if unknown:
+        raise ValueError(f"{label}: unknown parameter(s) {', '.join(unknown)}; {name} takes "
+                         f"{', '.join(p.name for p in named) or 'none'}")
 
 
 def import_user_module(module_name: str) -> types.ModuleType:

@@ -36,7 +36,15 @@ from p2p_guard.attacks.update import (
 )
 from p2p_guard.attacks.whitebox import Adaptive
 from p2p_guard.plugin_names import ATTACK_NAMES, WIRE_ATTACK_NAMES, unknown_attack_error
-from p2p_guard.plugin_spec import ParamValue, construct_plugin, import_class, parse_spec, parse_spec_text, read_params
+from p2p_guard.plugin_spec import (
+    ParamValue,
+    check_known_params,
+    construct_plugin,
+    import_class,
+    parse_spec,
+    parse_spec_text,
+    read_params,
+)
 
 __all__ = ["ATTACK_NAMES", "WIRE_ATTACK_NAMES", "load_attack", "parse_attack_spec"]
 
@@ -97,8 +105,8 @@ def load_attack(spec: str) -> Any:
 
     Raises:
         ValueError: on bad syntax, an unknown name, a module or class that cannot be found, a class without
-            ``kind`` or without the method its kind needs (the message names it), or constructor parameters
-            it rejects.
+            ``kind`` or without the method its kind needs (the message names it), a parameter its constructor
+            does not name (the message lists those it takes), or constructor parameters it rejects.
         RuntimeError: the constructor calls ``sys.exit()`` (:func:`~p2p_guard.plugin_spec.construct_plugin`);
             anything else it raises propagates (``cli.preflight.check_attack`` makes it one line).
     """
@@ -112,6 +120,7 @@ def load_attack(spec: str) -> Any:
     method = _METHOD_OF_KIND[kind]
     if not any(method in vars(klass) for klass in cls.__mro__) or not callable(getattr(cls, method)):
         raise ValueError(f"attack spec {spec!r}: {name} has kind {kind!r} but no method {method}()")
+    check_known_params(cls, raw, label=f"attack spec {spec!r}", name=name)
     params = read_params(cls, raw)
     try:
         return construct_plugin(cls, params)

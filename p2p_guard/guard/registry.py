@@ -33,9 +33,9 @@ from p2p_guard.guard.guard import Guard
 from p2p_guard.guard.semantic import SemanticGuard
 from p2p_guard.plugin_names import GUARD_NAMES, unknown_guard_error
 from p2p_guard.plugin_spec import (
+    check_known_params,
     construct_plugin,
     import_class,
-    keyword_parameters,
     parse_spec,
     parse_spec_text,
     read_params,
@@ -118,11 +118,7 @@ def build_guard(spec: str = DEFAULT_GUARD, **params: Any) -> Guard:
         raise ValueError(f"guard spec {spec!r}: parameter(s) {both} given both in the spec and as arguments")
     rule = _rule_class(spec, name)
     merged = {**read_params(rule, raw), **params}
-    named = keyword_parameters(rule)
-    unknown = [] if named is None else sorted(set(merged) - {p.name for p in named})
-    if named is not None and unknown:
-        raise ValueError(f"guard {spec!r}: unknown parameter(s) {', '.join(unknown)}; {name} takes "
-                         f"{', '.join(p.name for p in named) or 'none'}")
+    check_known_params(rule, merged, label=f"guard {spec!r}", name=name)
     try:
         aggregator = construct_plugin(rule, merged)
     except TypeError as exc:

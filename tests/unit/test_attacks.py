@@ -311,7 +311,7 @@ class TestLoadAttack:
         ("spec", "match"),
         [
             ("sign_flop", "unknown attack 'sign_flop'"),
-            ("sign_flip:scal=10", "bad parameters"),
+            ("sign_flip:scal=10", r"unknown parameter\(s\) scal; sign_flip takes scale$"),
             ("sign_flip:scale=-1", "scale must"),
             ("no_such_module_xyz:Cls", "cannot import module"),
         ],

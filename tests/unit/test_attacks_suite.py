@@ -683,7 +683,7 @@ class TestRegistry:
             ("min_max:perturbation=gauss", "perturbation must"),
             ("adaptive:margin=-1", "margin must"),
             ("backdoor:fraction=2", "fraction must"),
-            ("sleeper:rounds=3", "bad parameters"),
+            ("sleeper:rounds=3", r"unknown parameter\(s\) rounds; sleeper takes k, scale$"),
         ],
     )
     def test_bad_specs(self, spec: str, match: str) -> None:
