@@ -142,7 +142,8 @@ class TestLightAgreesWithHeavy:
         check_names("digits", "trimmed_mean:nosuch=1", "sign_flip:nosuch=1")  # the light check needs the class
         with pytest.raises(ValueError, match="unknown parameter"):
             check_plugins("digits", "trimmed_mean:nosuch=1")
-        with pytest.raises(ValueError, match=r"--attack 'sign_flip:nosuch=1' does not load: .*bad parameters"):
+        with pytest.raises(ValueError, match=r"--attack 'sign_flip:nosuch=1' does not load: .*unknown parameter\(s\) "
+                                             r"nosuch; sign_flip takes scale"):
             check_plugins("digits", "mean", "sign_flip:nosuch=1")
 
     def test_more_peers_than_training_items_is_caught_up_front(self) -> None:
