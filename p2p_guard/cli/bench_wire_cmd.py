@@ -110,13 +110,17 @@ def run_wire(args: argparse.Namespace) -> int:
         measure_codecs,
         write_quality_plot,
     )
-    from p2p_guard.protocol import Rejected, parse_codec
+    from p2p_guard.protocol.codecs import check_local_codec
 
     started = time.monotonic()
     codecs = list(args.codecs or WIRE_CODECS)
-    parsed = [parse_codec(c) for c in codecs]
-    bad = [p.detail for p in parsed if isinstance(p, Rejected)]
-    if bad:  # the codec's own reason: "topk:density=2" is a density out of range, not an unknown codec
+    bad = []
+    for codec in codecs:  # the codec's own reason: "topk:density=2" is a density out of range, not an unknown codec
+        try:
+            check_local_codec(codec)  # as a peer sending with it: a topk density under 1/4096 is refused too
+        except ValueError as e:
+            bad.append(str(e))
+    if bad:
         print_error("bench wire", f"--codecs: {'; '.join(bad)}")
         return EXIT_USAGE
     workers = (4 if args.quick else 8) if args.workers is None else args.workers  # 0 is refused, not a default

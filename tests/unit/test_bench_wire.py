@@ -118,6 +118,17 @@ def test_cli_names_the_codecs_own_reason(capsys: pytest.CaptureFixture[str]) -> 
                                        "topk:density=ρ with ρ in (0, 1], optionally followed by ,dense=head\n")
 
 
+def test_cli_refuses_a_topk_density_no_chunk_can_send(capsys: pytest.CaptureFixture[str]) -> None:
+    """Under 1/4096 every chunk still sends one value: the benchmark would have measured 1/4096, not ρ."""
+    args = argparse.Namespace(codecs=["topk:density=1e-8"], quick=True, workers=None, rounds=None, seed=0,
+                              threads=1, json=None, guard_attacks=None, byzantine=None, out=None)
+    assert bench_wire_cmd.run_wire(args) == bench_wire_cmd.EXIT_USAGE
+    assert capsys.readouterr().err == (
+        "p2p-guard bench wire: error: --codecs: codec 'topk:density=1e-8': density 1e-08 keeps less than one value "
+        "of a 4096-value chunk, and every chunk sends at least one (the wire would use 1/4096 = 0.000244140625); "
+        "use topk:density=ρ with ρ in [0.000244140625, 1] (docs/protocol.md, Codecs)\n")
+
+
 def test_cli_rejects_a_bad_partition_before_any_run(capsys: pytest.CaptureFixture[str]) -> None:
     args = argparse.Namespace(codecs=["fp32"], quick=True, workers=4, rounds=1, seed=0, threads=1, json=None,
                               guard_attacks=[], byzantine=None, out=None, partition="dirichlet:0")
