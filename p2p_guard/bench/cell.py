@@ -25,6 +25,14 @@ with its own shard, and a round is, for every peer index i (honest peers first, 
    salt 6), as ``Peer.mixing`` does after every step. ``CellSpec.mixing=False`` leaves it out (the cell before
    2026-12-07).
 
+Reputation (``CellSpec.reputation``, on by default since 2026-12-07, as in a swarm): every peer keeps the swarm's
+``guard.reputation.Reputation``, fed after step 4 with its own verdicts and every other peer's ballots of the round
+(``bench.standing``, as ``swarm.standing.VoteBook`` feeds it); a sender it excludes is dropped before its guard
+from the next round on (step 4 sees the other rows only) and counted as a rejection with reason ``excluded``. The
+result lists each exclusion (``exclusions``). Measured on digits (10 peers, 3 ``sign_flip:scale=1``, Dirichlet
+0.5, 12 rounds, seed 0): every honest peer excludes the 3 attackers at the fold of round 3, none excludes an honest
+peer, and the final accuracy goes from 0.878 (guard alone) to 0.934 (clean: 0.936 both).
+
 Wire attacks (forged envelopes, bad signatures, replays, oversized payloads) are out of scope here: they are
 stopped by the integrity stage, which only a networked swarm exercises (``p2p-guard simulate``).
 
@@ -63,9 +71,10 @@ from p2p_guard.attacks import load_attack
 from p2p_guard.attacks.apply import attacked_update
 from p2p_guard.attacks.base import AttackContext
 from p2p_guard.bench.mixing import SALT_MIX, mix_peers_once, mixing_sampler
+from p2p_guard.bench.standing import EXCLUDED, CellStanding, not_judged
 from p2p_guard.guard import build_guard
 from p2p_guard.guard.apply import judge_rows
-from p2p_guard.guard.base import GuardResult
+from p2p_guard.guard.base import GuardResult, Verdict
 from p2p_guard.guard.integrity import check_values
 from p2p_guard.swarm.mixing import consensus_distance
 from p2p_guard.tasks import Task, load_task
@@ -141,6 +150,10 @@ class CellSpec:
         every_receiver: run the guard for every receiver from round 0, as a swarm's peers do; False: for two
             receivers while their results agree (one shared θ), then for every receiver (module docstring; the
             cell before 2026-12-07, faster).
+        reputation: every peer keeps the swarm's reputation and drops the senders it excludes before its guard,
+            as a networked peer does by default (``bench.standing``; ``PeerConfig.reputation_exclusion``);
+            False: the guard alone, round by round (the cell until 2026-12-07's reputation change). Never under
+            the rules of :data:`LONE_RULES`, which judge no one.
     """
 
     task: str
@@ -160,6 +173,7 @@ class CellSpec:
     loss_batch: int = 64
     mixing: bool = True
     every_receiver: bool = True
+    reputation: bool = True
 
     def __post_init__(self) -> None:
         """Check the figures (ValueError naming the field)."""
@@ -307,6 +321,29 @@ def holdout_loss_at(local: LocalModel, batch_size: int, generator: torch.Generat
     return loss_at
 
 
+def _judge_visible(
+    guard: object,
+    rows: dict[str, torch.Tensor],
+    excluded: Mapping[int, frozenset[str]],
+    round_: int,
+    spec: CellSpec,
+    run_id: str,
+    names: Sequence[str],
+    peers: Sequence[LocalModel],
+    timer: _Timer,
+    j: int,
+) -> GuardResult | None:
+    """Receiver ``j``'s guard call on the rows its reputation has not excluded (:func:`_judge`).
+
+    None when its exclusions leave no other peer's row: a swarm peer then leaves its model unchanged
+    (``Peer._aggregate``). Without exclusions the call is :func:`_judge`'s, whatever the rows.
+    """
+    visible = {s: row for s, row in rows.items() if s not in excluded[j]}
+    if excluded[j] and not any(s != names[j] for s in visible):
+        return None
+    return _judge(guard, visible, round_, spec, run_id, names, peers, timer, j)
+
+
 def _judge(
     guard: object,
     rows: dict[str, torch.Tensor],
@@ -408,6 +445,8 @@ def run_cell(
     ]
     known_previous: dict[int, list[torch.Tensor]] = {i: [] for i in attacks}
     shared = not (spec.every_receiver and check_shared)
+    standing = CellStanding(names) if spec.reputation and spec.guard not in LONE_RULES else None
+    exclusions: list[dict[str, Any]] = []
     mixes = spec.mixing and spec.guard not in LONE_RULES
     probe = honest[-1] if len(honest) > 1 else None
     history: list[dict[str, Any]] = []
@@ -447,12 +486,20 @@ def run_cell(
             else:
                 dropped[names[i]] = problem.reason.value
 
-        judge = functools.partial(_judge, guard, rows, r, spec, run_id, names, peers, timer)
+        excluded = {j: standing.excluded(names[j]) if standing else frozenset() for j in range(n)}
+        if shared and any(excluded.values()):
+            logger.info("%s: a reputation excludes a sender from round %d; running the guard once per receiver "
+                        "from now on", spec.arm, r)
+            shared = False
+
+        judge = functools.partial(_judge_visible, guard, rows, excluded, r, spec, run_id, names, peers, timer)
+
         results: dict[int, GuardResult] = {}
         if rows:
-            if shared:
+            if shared:  # no exclusion yet (the first one ends sharing): every call returns a result
                 first = judge(honest[0])
-                if check_shared and probe is not None and not _same_result(first, judge(probe)):
+                second = judge(probe) if check_shared and probe is not None else first
+                if first is None or second is None or not _same_result(first, second):
                     logger.info(
                         "%s: the guard's result depends on the receiver at round %d; running it "
                         "once per receiver from now on",
@@ -460,8 +507,11 @@ def run_cell(
                         r,
                     )
                     shared = False
-            results = dict.fromkeys(range(n), first) if shared else {j: judge(j) for j in range(n)}
+            judged = dict.fromkeys(range(n), first) if shared else {j: judge(j) for j in range(n)}
+            results = {j: result for j, result in judged.items() if result is not None}
             for j, local in enumerate(peers):
+                if j not in results:
+                    continue
                 aggregate = results[j].aggregate
                 if bool(torch.isfinite(aggregate).all()):
                     local.apply(aggregate)
@@ -475,15 +525,23 @@ def run_cell(
 
         counts = _Counts()
         for j in honest:
-            verdicts = {v.sender: (v.accepted, v.reason) for v in results[j].verdicts} if results else {}
+            verdicts = {v.sender: (v.accepted, v.reason) for v in results[j].verdicts} if j in results else {}
             for i in range(n):
                 if i == j:
                     continue
                 if names[i] in dropped:
                     counts.add(byzantine[i], True, dropped[names[i]])
+                elif names[i] in excluded[j]:
+                    counts.add(byzantine[i], True, EXCLUDED)
                 else:
                     accepted, reason = verdicts.get(names[i], (False, "missing"))
                     counts.add(byzantine[i], not accepted, reason)
+        if standing is not None and results:
+            newly = standing.fold(r, _round_verdicts(results, names, dropped, excluded))
+            index = {name: i for i, name in enumerate(names)}
+            exclusions += [{"round": r, "receiver": receiver, "sender": sender, "byzantine": byzantine[index[sender]],
+                            "honest_receiver": not byzantine[index[receiver]]}
+                           for receiver, senders in newly.items() for sender in senders]
         for key in ("tp", "fp", "tn", "fn"):
             setattr(totals, key, getattr(totals, key) + getattr(counts, key))
         for reason, k in counts.reasons.items():
@@ -535,6 +593,7 @@ def run_cell(
             "reasons": dict(sorted(totals.reasons.items())),
         },
         "shared_theta": shared,
+        "exclusions": exclusions,
         "skipped_steps": skipped_steps,
         "state_hash": peers[honest[0]].state_hash().hex(),
         "seconds": time.monotonic() - started,
@@ -547,6 +606,22 @@ def run_cell(
             "loss_calls": timer.loss_calls,
         },
     }
+
+
+def _round_verdicts(results: Mapping[int, GuardResult], names: Sequence[str], dropped: Mapping[str, str],
+                    excluded: Mapping[int, frozenset[str]]) -> dict[str, list[Verdict]]:
+    """Each receiver's verdicts of the round for its reputation: its guard's, plus the rows it never judged.
+
+    A row dropped before the guard (``non_finite``, ``zero_update``) is a rejection at every receiver, as the
+    swarm's integrity stage records it; a sender the receiver excludes gets the verdict ``excluded``.
+    """
+    out: dict[str, list[Verdict]] = {}
+    for j, result in results.items():
+        me = names[j]
+        out[me] = [*result.verdicts,
+                   *(not_judged(s, reason) for s, reason in sorted(dropped.items()) if s != me),
+                   *(not_judged(s, EXCLUDED) for s in sorted(excluded[j]) if s not in dropped)]
+    return out
 
 
 def _all_equal(peers: Sequence[LocalModel]) -> bool:

@@ -227,9 +227,17 @@ def render(cfg: Any, summary: dict[str, Any], meta: dict[str, Any], plots_rel: s
         "- Attacks: " + ", ".join(f"`{a}`" for a in cfg.attacks) + ". Wire attacks (forged or malformed "
         "envelopes and payloads) are out of scope here: they meet the integrity stage, which only a "
         "networked swarm (`p2p-guard simulate`) exercises.",
-        "- The swarm's reputation (votes across rounds, exclusion of persistently rejected senders; "
-        "`swarm/standing.py`) is not run here: every figure is the guard's alone, round by round. A networked "
-        "swarm runs it by default (`--no-reputation` turns it off, as the bench-vs-swarm test does).",
+        (
+            "- Every peer ran the swarm's reputation, as a networked peer does by default: its own verdicts and "
+            "every other peer's ballots folded after each round, and the senders it excludes dropped before its "
+            "guard from the next round on (`bench/standing.py`, `guard/reputation.py`); an excluded row counts as "
+            "rejected (reason `excluded`). Reports before 2026-12-07's change ran the guard alone "
+            "(`CellSpec.reputation=False`)."
+            if summary.get("reputation")
+            else "- The swarm's reputation (votes across rounds, exclusion of persistently rejected senders; "
+            "`swarm/standing.py`) is not run here: every figure is the guard's alone, round by round. A networked "
+            "swarm runs it by default (`--no-reputation` turns it off, as the bench-vs-swarm test does)."
+        ),
     ]
     if cfg.skipped_attacks:
         out.append(

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from p2p_guard.bench.cell import CellSpec, Params, params_of, run_cell
+from p2p_guard.bench.cell import LONE_RULES, CellSpec, Params, params_of, run_cell
 
 __all__ = [
     "ACCEPTANCE_ROUNDS",
@@ -769,6 +769,8 @@ def summarise(cfg: BenchConfig, results: Iterable[dict[str, Any]]) -> dict[str, 
         "shared_theta": all(r["shared_theta"] for rs in grid.cells.values() for r in rs),
         "mixing": all(r["spec"].get("mixing", False) for rs in grid.cells.values() for r in rs),
         "every_receiver": all(r["spec"].get("every_receiver", False) for rs in grid.cells.values() for r in rs),
+        "reputation": all(r["spec"].get("reputation", False) for rs in grid.cells.values() for r in rs
+                          if r["spec"]["guard"] not in LONE_RULES),
         "cell_seconds": sum(r["seconds"] for rs in grid.cells.values() for r in rs),
         "cell_cpu_seconds": sum(r.get("cpu_seconds", 0.0) for rs in grid.cells.values() for r in rs),
         "skipped_steps": sum(int(r.get("skipped_steps", 0)) for rs in grid.cells.values() for r in rs),

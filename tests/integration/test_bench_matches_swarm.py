@@ -75,6 +75,7 @@ def test_in_process_cell_matches_the_swarm(tmp_path: Path, record_property: pyte
         rounds=ROUNDS,
         assumed_byzantine=None,
         run_id=config.resolved_run_id,
+        reputation=False,  # as the swarm above
     )
     threads = torch.get_num_threads()
     torch.set_num_threads(_peer_threads())
