@@ -724,6 +724,9 @@ def main() -> None:
     parser.add_argument("--shortcut", action="store_true",
                         help="judge two receivers while their results agree (CellSpec.every_receiver=False: the "
                              "cell before 2026-12-07; --no-mixing --shortcut reproduces its figures)")
+    parser.add_argument("--reputation", action="store_true",
+                        help="every peer also runs the swarm's reputation (CellSpec.reputation, the benchmark's "
+                             "default since 2026-12-07); without it the guard alone, as every figure here was measured")
     parser.add_argument("--no-mixing", action="store_true",
                         help="leave out the swarm's mixing step (CellSpec.mixing=False: the cell before 2026-12-07)")
     args = parser.parse_args()
@@ -734,7 +737,8 @@ def main() -> None:
                 started = time.monotonic()
                 result = run_cell(CellSpec(task="digits", guard=guard, attack=args.attack if f else None, n=10, f=f,
                                            partition=args.partition, seed=seed, rounds=args.rounds,
-                                           mixing=not args.no_mixing, every_receiver=not args.shortcut))
+                                           mixing=not args.no_mixing, every_receiver=not args.shortcut,
+                                           reputation=args.reputation))
                 verdicts = result["verdicts"]
                 line = {"attack": args.attack if f else None, "partition": args.partition, "guard": guard, "f": f,
                         "seed": seed,

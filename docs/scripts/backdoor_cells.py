@@ -748,7 +748,7 @@ def final(guard: str, params: Params, attack: str | None, seed: int, f: int = F,
     ``f`` attackers when ``attack`` is set; ``fp_rate`` = honest rows rejected / honest rows judged by honest peers.
     """
     spec = CellSpec(task="digits", guard=guard, attack=attack, n=N, f=f if attack else 0,
-                    partition=partition, seed=seed, rounds=12, guard_params=params)
+                    partition=partition, seed=seed, rounds=12, guard_params=params, reputation=False)
     result = run_bench_cell(spec)
     return {**result["final"], "fp_rate": result["verdicts"]["fp_rate"]}
 

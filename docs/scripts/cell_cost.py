@@ -36,7 +36,8 @@ def main() -> None:
     for guard, attack in (("median", "sign_flip:scale=1"), ("semantic", "sign_flip:scale=1"), ("semantic", None)):
         for every in (False, True):
             spec = CellSpec(task="digits", guard=guard, attack=attack, n=10, f=3 if attack else 0,
-                            partition="dirichlet:1", seed=0, rounds=10, inner_steps=20, every_receiver=every)
+                            partition="dirichlet:1", seed=0, rounds=10, inner_steps=20, every_receiver=every,
+                            reputation=False)
             result = run_cell(spec)
             timing = result["timing"]
             print(json.dumps({"guard": guard, "attack": attack, "every_receiver": every,  # noqa: T201

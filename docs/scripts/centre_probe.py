@@ -61,7 +61,8 @@ def main() -> None:
 
     semantic.SemanticGuard._aggregate = hooked  # type: ignore[method-assign]
     result = run_cell(CellSpec(task="digits", guard=args.guard, attack=args.attack if args.f else None, n=10,
-                               f=args.f, partition=args.partition, seed=args.seed, rounds=12), check_shared=False)
+                               f=args.f, partition=args.partition, seed=args.seed, rounds=12,
+                               reputation=False), check_shared=False)
     verdicts = result["verdicts"]
     print(f"accuracy {result['final']['accuracy']:.4f}, rejected {verdicts['reasons']}, "  # noqa: T201
           f"honest rows rejected {verdicts['fp']}")

@@ -22,7 +22,7 @@ CELLS = ((None, 0), ("adaptive", 3), ("adaptive", 4), ("alie:z=search", 4), ("ip
 def accuracy(attack: str | None, f: int, cos_min: float, seed: int) -> float:
     """Final accuracy of one cell with the semantic guard at ``cos_min``."""
     spec = CellSpec(task="digits", guard="semantic", attack=attack, n=9, f=f, partition="dirichlet:0.5", seed=seed,
-                    rounds=12, guard_params=(("cos_min", cos_min),))
+                    rounds=12, guard_params=(("cos_min", cos_min),), reputation=False)
     return float(run_bench_cell(spec)["final"]["accuracy"])
 
 

@@ -54,7 +54,7 @@ def main() -> None:
     task = parse_task_spec(args.task)
     run_cell(CellSpec(task=task.name, task_options=tuple(sorted(task.options)), guard="semantic",
                       attack=args.attack if args.f else None, n=n, f=args.f, partition=args.partition,
-                      seed=args.seed, rounds=40))
+                      seed=args.seed, rounds=40, reputation=False))
     names = [f"peer{i:02d}" for i in range(n)]
     byzantine = set(names[n - args.f:])
     long_honest: list[float] = []

@@ -155,7 +155,7 @@ class Cache:
         key = json.dumps([guard, params, attack, f, partition, seed])
         if key not in self.rows:
             spec = CellSpec(task="digits", guard=guard, attack=attack, n=N, f=f, partition=partition, seed=seed,
-                            rounds=12, guard_params=params)
+                            rounds=12, guard_params=params, reputation=False)
             result = run_bench_cell(spec)
             v = result["verdicts"]
             asr = result["final"].get("asr")

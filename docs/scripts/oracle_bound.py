@@ -135,7 +135,7 @@ def _final(attack: str | None, f: int, seed: int, check: Any) -> float:
     cell.build_guard = build  # type: ignore[assignment]
     try:
         result = run_cell(CellSpec(task="digits", guard="semantic", attack=attack, n=N, f=f,
-                                   partition="dirichlet:0.5", seed=seed, rounds=12))
+                                   partition="dirichlet:0.5", seed=seed, rounds=12, reputation=False))
     finally:
         cell.build_guard = shipped  # type: ignore[assignment]
     return float(result["final"]["accuracy"])

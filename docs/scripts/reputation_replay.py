@@ -115,7 +115,7 @@ def main() -> None:
     cell._same_result = lambda a, b: False  # type: ignore[assignment]  # every receiver judged every round
     result = run_cell(CellSpec(task=task.name, task_options=tuple(sorted(task.options)), guard="semantic",
                                attack=args.attack if args.f else None, n=n, f=args.f, partition=args.partition,
-                               seed=args.seed, rounds=args.rounds))
+                               seed=args.seed, rounds=args.rounds, reputation=False))
     byzantine = set(range(n - args.f, n))
     smear = set(range(n - args.f - args.smear, n - args.f))
     honest = [i for i in range(n) if i not in byzantine and i not in smear]

@@ -56,7 +56,7 @@ def main() -> None:
     SemanticGuard.judge = judge  # type: ignore[method-assign]
     result = run_cell(CellSpec(task="digits", guard=args.guard, attack=args.attack, n=10, f=args.f,
                                partition=args.partition, seed=args.seed, rounds=args.rounds,
-                               mixing=not args.no_mixing, every_receiver=not args.shortcut),
+                               mixing=not args.no_mixing, every_receiver=not args.shortcut, reputation=False),
                       check_shared=not args.shared)
     print(f"shared_theta {result['shared_theta']}, final {result['final']['accuracy']:.4f}")  # noqa: T201
     for r in result["rounds"]:
