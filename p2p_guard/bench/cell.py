@@ -521,7 +521,7 @@ def run_cell(
             logger.warning("%s round %d: no finite row; the model is unchanged", spec.arm, r)
         if mixes and not (shared or _all_equal(peers)):  # mixing equal states moves nothing: skip it
             samplers = [mixing_sampler(round_generator(run_id, spec.seed, i, r, SALT_MIX)) for i in range(n)]
-            mix_peers_once(peers, names, r, samplers)
+            mix_peers_once(peers, names, r, samplers, excluded=[excluded[i] for i in range(n)])
 
         counts = _Counts()
         for j in honest:

@@ -7,7 +7,8 @@ A networked peer (``swarm.peer.Peer.mixing``, version 2 of the round) mixes afte
 sources' momenta (capped at ``MOMENTUM_MIX_RADIUS``·‖b_i‖, skipped while b_i is zero). In the first
 ``early_mix_rounds`` rounds a mixing runs ``early_mix_steps`` gossip steps (more in larger swarms,
 ``swarm.mixing.gossip_steps``), each toward a fresh sample's θ after their previous step. :func:`mix_peers_once`
-runs exactly that for every model of a cell, with these functions, as if every neighbour answered at once:
+runs exactly that for every model of a cell, with these functions, as if every neighbour answered at once (a peer
+never samples those its reputation excludes, ``Peer._mixable``; the cell passes them as ``excluded``):
 
     for step s in 0 .. S − 1:     x_i^{s+1} = x_i^s + clipped_gossip(x_i^s, [x_j^s for j in sample_i^s]).correction
     θ_i ← θ_i + (x_i^S − x_i^0);  b_i ← b_i + clipped_gossip(b_i, [b_j for j in sample_i^0]).correction
@@ -23,7 +24,7 @@ pull to τ/(m + 1) a step).
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -65,7 +66,8 @@ def mixing_sampler(generator: torch.Generator) -> random.Random:
 
 
 def mix_peers_once(models: Sequence[LocalModel], names: Sequence[str], round_: int,
-                   samplers: Sequence[random.Random], settings: CellMixing | None = None) -> int:
+                   samplers: Sequence[random.Random], settings: CellMixing | None = None,
+                   excluded: Sequence[Collection[str]] | None = None) -> int:
     """Mix every model with a sample of the others, as each swarm peer does after the step of ``round_``.
 
     Args:
@@ -74,17 +76,21 @@ def mix_peers_once(models: Sequence[LocalModel], names: Sequence[str], round_: i
         round_: the round whose post-step states are mixed (early rounds run more steps).
         samplers: one ``random.Random`` per model, that model's draws of neighbours.
         settings: the mixing settings (None: ``CellMixing()``, the swarm's defaults).
+        excluded: per model, the names its reputation excludes, never sampled by it (``Peer._mixable``); None:
+            none.
 
     Returns:
         The number of gossip steps run (``gossip_steps`` for the swarm of ``len(models)`` peers).
 
     Raises:
-        ValueError: if ``names`` or ``samplers`` do not match ``models`` in length.
+        ValueError: if ``names``, ``samplers`` or ``excluded`` do not match ``models`` in length.
     """
     settings = settings or CellMixing()
     n = len(models)
     if len(names) != n or len(samplers) != n:
         raise ValueError(f"{n} models need {n} names and samplers; got {len(names)} and {len(samplers)}")
+    if excluded is not None and len(excluded) != n:
+        raise ValueError(f"{n} models need {n} exclusion sets; got {len(excluded)}")
     if n < 2:
         return 0
     index = {name: i for i, name in enumerate(names)}
@@ -96,8 +102,9 @@ def mix_peers_once(models: Sequence[LocalModel], names: Sequence[str], round_: i
     for step in range(steps):
         moved = []
         for i in range(n):
-            chosen = [index[s] for s in sample_senders([s for s in names if s != names[i]], settings.mix_peers,
-                                                       samplers[i])]
+            unwelcome = excluded[i] if excluded is not None else ()
+            candidates = [s for s in names if s != names[i] and s not in unwelcome]
+            chosen = [index[s] for s in sample_senders(candidates, settings.mix_peers, samplers[i])]
             if step == 0 and bool(models[i].momentum.any()):
                 momentum_moves[i] = clipped_gossip(models[i].momentum, [models[j].momentum for j in chosen],
                                                    max_radius=MOMENTUM_MIX_RADIUS).correction

@@ -671,13 +671,17 @@ class Peer:
         return precision
 
     def _mixable(self, others: Mapping[str, int]) -> dict[str, int]:
-        """``others`` (PeerID → presence round) less our current suspects (``swarm.suspects``), for a mixing sample.
+        """``others`` (PeerID → presence round) less our suspects and the peers our reputation excludes.
 
-        Read again before each gossip step, so that a peer cut as too slow or silent in one step is not sampled in
-        the next: one slowloris then costs a mixing at most one ``fetch_idle_timeout_s``, not one per step.
+        For a mixing sample: suspects are ``swarm.suspects``'s, exclusions :meth:`_exclusions`'s
+        (:meth:`others_present` already leaves banned peers out). Read again before each gossip step, so that a
+        peer cut as too slow or silent in one step is not sampled in the next: one slowloris then costs a mixing
+        at most one ``fetch_idle_timeout_s``, not one per step. A peer whose updates we no longer aggregate is not
+        mixed with either: clipping bounds its θ's pull to τ/(m + 1) a step, but that pull came every round, from
+        the same side (``bench.mixing``, which the in-process cell runs with the same rule).
         """
-        suspects = self.suspects.current(time.monotonic())
-        return {p: r for p, r in others.items() if p not in suspects}
+        unwelcome = self.suspects.current(time.monotonic()) | self._exclusions()
+        return {p: r for p, r in others.items() if p not in unwelcome}
 
     async def _momentum_correction(self, round_: int, sources: list[str], stop: asyncio.Event,
                                    result: MixCorrection, *, precision: str = "fp32") -> torch.Tensor | None:

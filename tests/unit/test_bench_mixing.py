@@ -91,6 +91,19 @@ def test_a_far_neighbour_moves_us_by_at_most_tau_over_m_plus_1() -> None:
     assert float((models[0].theta - torch.tensor([10.0, 0.0])).norm()) <= 0.2 + 1e-6
 
 
+def test_a_peer_never_samples_those_its_reputation_excludes() -> None:
+    # peer00 excludes peer02, which serves a wild θ: it mixes with peer01 only (m = 1: τ = 0.3, (0, 0.3)/2).
+    models = [_Model([10.0, 0.0]), _Model([10.0, 0.3]), _Model([1e6, -1e6])]
+    samplers = [random.Random(i) for i in range(3)]
+    mix_peers_once(models, NAMES, 0, samplers, LATE, excluded=[{"peer02"}, set(), set()])  # type: ignore[arg-type]
+    assert models[0].theta.tolist() == pytest.approx([10.0, 0.15], abs=1e-6)
+    alone = [_Model([10.0, 0.0]), _Model([10.0, 0.3])]  # everyone excluded: no neighbour, no move
+    mix_peers_once(alone, NAMES[:2], 0, samplers[:2], LATE, excluded=[{"peer01"}, set()])  # type: ignore[arg-type]
+    assert alone[0].theta.tolist() == [10.0, 0.0]
+    with pytest.raises(ValueError, match="3 models need 3 exclusion sets"):
+        mix_peers_once(models, NAMES, 0, samplers, LATE, excluded=[set()])  # type: ignore[arg-type]
+
+
 def test_names_and_samplers_must_match() -> None:
     with pytest.raises(ValueError, match="3 models need 3 names"):
         mix_peers_once([_Model([1.0])] * 3, NAMES[:2], 0, [random.Random(0)] * 3)  # type: ignore[list-item]

@@ -82,6 +82,10 @@ class _Peer:
     p2p: object = None
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("test"))
     wire_in: WireCounter = field(default_factory=WireCounter)
+    excluded: frozenset[str] = frozenset()  # what our reputation excludes (Peer._exclusions)
+
+    def _exclusions(self) -> frozenset[str]:
+        return self.excluded
 
     async def others_present(self) -> dict[str, int]:
         return dict.fromkeys([SLOW, *FAST], 1)
@@ -168,3 +172,13 @@ def test_the_outer_momentum_is_fetched_only_when_ours_is_not_zero(monkeypatch: p
     # each difference (0.51 per coordinate, norm 1.02) is clipped at MOMENTUM_MIX_RADIUS · ‖b‖ = 1.0: 0.5 per
     # coordinate, and the 3 neighbours' sum is divided by 3 + 1
     assert torch.allclose(result.momentum, torch.full((D,), 0.375))
+
+
+def test_a_peer_our_reputation_excludes_is_not_sampled_for_mixing(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple[str, object]] = []
+    monkeypatch.setattr(peer_module, "fetch", _fake_fetch(asked))
+    peer = _Peer(excluded=frozenset({FAST[0]}))
+    result = asyncio.run(Peer.mixing(peer, 6, asyncio.Event()))  # type: ignore[arg-type]
+    assert result is not None
+    assert FAST[0] not in {name for name, _ in asked}
+    assert {name for name, _ in asked} == {SLOW, *FAST[1:]}
