@@ -1205,8 +1205,10 @@ class Peer:
                                        self.fetch_thetas(far, stop, round_=target))
         states = {**fetched[0], **fetched[1]}
         exact = len(states) >= 2
-        if not exact:
+        if not exact and not stop.is_set():
             states = await self.fetch_thetas(chosen, stop)
+        if stop.is_set():  # Ctrl+C: the fetches gave up, no peer failed us
+            return None
         if len(states) < 2:
             self.log.warning("catch-up: only %d peer state(s) could be fetched; keeping our model", len(states))
             return None

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 import torch
 
 import p2p_guard.swarm.peer as peer_module
@@ -206,3 +207,20 @@ def test_with_two_trusted_sources_the_excluded_ones_are_left_out_of_the_median(m
     assert theta.tolist() == [1.0, 1.0]  # lower median of 0 (ours), 1, 3; with c and d it was 3
     assert sorted(peer.asked_whom) == ["a", "b"]
     assert peer.events.emitted[-1]["sources"] == 2
+
+
+def test_a_catch_up_stopped_by_ctrl_c_says_no_peer_failed_and_asks_no_more(monkeypatch: Any,
+                                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """Live: Ctrl+C during a restarted peer's catch-up logged 'only 0 peer state(s) could be fetched' as a warning."""
+    async def no_closes(*args: object) -> set[str]:
+        return set()
+
+    monkeypatch.setattr(peer_module, "read_closes", no_closes)
+    peer = _Peer({})
+    stop = asyncio.Event()
+    stop.set()
+    with caplog.at_level(logging.WARNING, logger="test"):
+        assert asyncio.run(Peer.catch_up(peer, dict(SOURCES), stop)) is None  # type: ignore[arg-type]
+    assert caplog.records == []
+    assert peer.asked == [("theta", 6), ("theta", 6)]  # the near and far fetches only, not the fallback's latest
+    assert peer.local.adopted == []
