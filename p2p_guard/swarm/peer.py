@@ -1183,7 +1183,7 @@ class Peer:
         excluded = self._exclusions()
         trusted = {p: r for p, r in others.items() if p not in excluded}
         if len(trusted) < 2 <= len(others):
-            self.log.warning("catch-up: %d of the %d peers present are excluded by our reputation, too few sources "
+            self.log.warning("catch-up: %d of the %d peers present are excluded by our reputation: too few sources "
                              "left; keeping our model", len(others) - len(trusted), len(others))
             return None
         others = trusted
