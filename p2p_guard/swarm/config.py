@@ -136,9 +136,10 @@ class PeerConfig:
             (``swarm.standing``); False: neither.
         reputation_exclusion: also drop, before aggregation, senders the reputation excludes (our own guard struck
             them in 3 of their last 4 rounds and rejected them at least once, and the votes we weigh agree:
-            ``guard.reputation``). On by default since protocol version 2: each peer owns its model, so an
-            exclusion by one honest peer never needs the others to agree, and neither small model differences
-            nor Byzantine votes can exclude an honest sender (docs/threat-model.md §3.7a).
+            ``guard.reputation``), and leave them out of the mixing and catch-up samples. On by default since
+            protocol version 2: each peer owns its model, so an exclusion by one honest peer never needs the
+            others to agree, and neither small model differences nor Byzantine votes can exclude an honest sender
+            (docs/threat-model.md §3.7a).
         start_peers: the first round waits until this many peers (self included) are present (None: ``min_peers``;
             at least ``min_peers``, else the first round would start where every later one pauses);
             later rounds pause only below ``min_peers``. ``simulate`` starts the swarm together with it.

@@ -1170,10 +1170,23 @@ class Peer:
         c + 1 rather than adopt those of c and skip c's step (in stop 16's chaos soak that left a restarted peer
         one outer step, 0.115, from the swarm).
 
+        The peers our reputation excludes (:meth:`_exclusions`) are no sources, as they are no mixing neighbours
+        (:meth:`_mixable`): a peer restarted from its checkpoint keeps its exclusions, and its catch-up used to
+        sample them (live: 3 honest peers and one ``sign_flip:scale=1``, an honest one SIGKILLed and restarted
+        with ``--checkpoint-dir``, caught up on the median of the 3 others' states, the attacker it still
+        excluded among them); with fewer than two other sources left we keep our model.
+
         Returns:
             The round to continue from, or None if fewer than two states of a round ≥ ``min_round`` could be
             fetched (we keep our model).
         """
+        excluded = self._exclusions()
+        trusted = {p: r for p, r in others.items() if p not in excluded}
+        if len(trusted) < 2 <= len(others):
+            self.log.warning("catch-up: %d of the %d peers present are excluded by our reputation: too few sources "
+                             "left; keeping our model", len(others) - len(trusted), len(others))
+            return None
+        others = trusted
         chosen = sample_senders(others, self.config.catch_up_peers, self.rng)
         median = lower_median([others[p] for p in chosen]) if chosen else 0
         target = await self._first_open_round(median)
@@ -1192,8 +1205,10 @@ class Peer:
                                        self.fetch_thetas(far, stop, round_=target))
         states = {**fetched[0], **fetched[1]}
         exact = len(states) >= 2
-        if not exact:
+        if not exact and not stop.is_set():
             states = await self.fetch_thetas(chosen, stop)
+        if stop.is_set():  # Ctrl+C: the fetches gave up, no peer failed us
+            return None
         if len(states) < 2:
             self.log.warning("catch-up: only %d peer state(s) could be fetched; keeping our model", len(states))
             return None

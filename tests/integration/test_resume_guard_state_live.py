@@ -5,7 +5,8 @@ round); peer 0 is SIGKILLed at round 6 and started again with the same identity 
 its restart took 10 s, and 45 s on a loaded machine, in which the others ran 14 rounds of about 2 s and left).
 Before the guard state was in the checkpoint, the restarted peer judged the attacker again from scratch (measured in
 docs/protocol.md §7.10: ``rejected 1 (outlier)`` in rounds 7-9); now whatever it excluded before the kill it still
-excludes in the first round after it.
+excludes in the first round after it, and its catch-up takes no state from a peer it excludes (before 0216bf2 it
+caught up on the median of the 3 others' states, the excluded attacker's among them).
 """
 
 from __future__ import annotations
@@ -41,3 +42,6 @@ def test_a_restarted_peer_still_excludes_what_it_excluded(swarm: Any) -> None:
     excluded_after = {e["sender"] for e in after if e["round"] == first and e["reason"] == "excluded"}
     assert excluded_before, f"peer 0 excluded nobody by round {last}: {before[-6:]}"
     assert excluded_before <= excluded_after, (last, first, excluded_before, after[:6])
+    catch_ups = [e for e in events[starts[1]:] if e["event"] == "catch_up"]
+    assert catch_ups, "the restarted peer never caught up"
+    assert [e["sources"] for e in catch_ups] == [2] * len(catch_ups)  # the two honest others, not the attacker

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 import torch
 
 import p2p_guard.swarm.peer as peer_module
@@ -59,6 +60,10 @@ class _Peer:
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("test"))
     asked: list[tuple[str, int]] = field(default_factory=list)
     asked_whom: list[str] = field(default_factory=list)  # the sources of every theta request, in order
+    excluded: frozenset[str] = frozenset()  # what our reputation excludes (Peer._exclusions)
+
+    def _exclusions(self) -> frozenset[str]:
+        return self.excluded
 
     async def fetch_thetas(self, peers: list[str], stop: asyncio.Event, *, round_: int = -1, wait_s: float = 0.0,
                            kind: str = "theta", step: int = 0) -> dict[str, torch.Tensor]:
@@ -173,3 +178,49 @@ def test_close_records_move_the_target_at_most_closed_rounds_read_on(monkeypatch
     monkeypatch.setattr(peer_module, "read_closes", closes)
     assert asyncio.run(Peer.catch_up(peer, dict(SOURCES), asyncio.Event())) is None  # type: ignore[arg-type]
     assert peer.asked[0] == ("theta", 6 + peer_module.CLOSED_ROUNDS_READ)
+
+
+def test_peers_our_reputation_excludes_are_no_catch_up_source(monkeypatch: Any) -> None:
+    """A peer restarted from its checkpoint keeps its exclusions; it used to adopt their states' median all the same.
+
+    Live (simulate-free swarm of 3 honest + 1 ``sign_flip:scale=1``, one honest peer SIGKILLed and restarted with
+    its ``--checkpoint-dir``): the restarted peer still excluded the attacker and caught up on "median of 3 peers'
+    states and ours", the attacker's among them. Here three excluded sources serve 100: the median of them, the one
+    trusted source and ours was 100 (adopted); now only the trusted source is left, too few, and the model is kept.
+    """
+    rounds = {"a": 6, "c": 6, "d": 6, "e": 6}
+    served = {("theta", 6): {"a": torch.tensor([1.0, 1.0]), **{p: torch.tensor([100.0, 100.0]) for p in "cde"}},
+              ("theta", -1): {"a": torch.tensor([1.0, 1.0]), **{p: torch.tensor([100.0, 100.0]) for p in "cde"}}}
+    peer = _Peer(served, excluded=frozenset("cde"))
+    assert _catch_up(peer, rounds, monkeypatch) is None
+    assert peer.local.adopted == []
+    assert peer.asked == []  # one trusted source cannot make a catch-up: nobody is asked for a state
+
+
+def test_with_two_trusted_sources_the_excluded_ones_are_left_out_of_the_median(monkeypatch: Any) -> None:
+    rounds = {"a": 6, "b": 6, "c": 6, "d": 6}
+    served = {("theta", 6): {"a": torch.tensor([1.0, 1.0]), "b": torch.tensor([3.0, 3.0]),
+                             "c": torch.tensor([100.0, 100.0]), "d": torch.tensor([100.0, 100.0])}}
+    peer = _Peer(served, local=_Local(outer=SimpleNamespace(lr=0.7, momentum=0.0)), excluded=frozenset("cd"))
+    assert _catch_up(peer, rounds, monkeypatch) == 6
+    (theta, _), = peer.local.adopted
+    assert theta.tolist() == [1.0, 1.0]  # lower median of 0 (ours), 1, 3; with c and d it was 3
+    assert sorted(peer.asked_whom) == ["a", "b"]
+    assert peer.events.emitted[-1]["sources"] == 2
+
+
+def test_a_catch_up_stopped_by_ctrl_c_says_no_peer_failed_and_asks_no_more(monkeypatch: Any,
+                                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """Live: Ctrl+C during a restarted peer's catch-up logged 'only 0 peer state(s) could be fetched' as a warning."""
+    async def no_closes(*args: object) -> set[str]:
+        return set()
+
+    monkeypatch.setattr(peer_module, "read_closes", no_closes)
+    peer = _Peer({})
+    stop = asyncio.Event()
+    stop.set()
+    with caplog.at_level(logging.WARNING, logger="test"):
+        assert asyncio.run(Peer.catch_up(peer, dict(SOURCES), stop)) is None  # type: ignore[arg-type]
+    assert caplog.records == []
+    assert peer.asked == [("theta", 6), ("theta", 6)]  # the near and far fetches only, not the fallback's latest
+    assert peer.local.adopted == []
