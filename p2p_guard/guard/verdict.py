@@ -53,6 +53,7 @@ from p2p_guard.guard.linalg import support_cosines
 from p2p_guard.guard.state import GuardStateError, entries_of, key_of, real_of, round_of
 
 __all__ = [
+    "NOT_SELECTED",
     "OUTLIER",
     "SPARSE_MAX",
     "DirectionRecord",
@@ -63,7 +64,13 @@ __all__ = [
 ]
 
 OUTLIER = "outlier"
-"""Reason given to a row rejected by a statistical test (verdict stage, Multi-Krum)."""
+"""Reason given to a row rejected by a statistical test (the semantic guard's verdict stage)."""
+
+NOT_SELECTED = "not_selected"
+"""Reason given to a row a rule left out to keep a fixed number of rows (Multi-Krum keeps the m best-scored).
+
+A quota, not a test: some row is left out every round whatever the rows are, so on honest rows alone honest senders
+are. The reputation counts it as no evidence (``protocol.reasons.QUOTA_REASONS``)."""
 
 
 def outlier_rows(

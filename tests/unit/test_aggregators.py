@@ -170,7 +170,7 @@ class TestMultiKrum:
         assert torch.equal(judged.aggregate, rule(self.X, make_ctx(5)))
         assert torch.equal(judged.aggregate, torch.tensor([1.0]))
         assert [v.accepted for v in judged.verdicts] == [True, True, True, False, False]
-        assert {v.reason for v in judged.verdicts if not v.accepted} == {"outlier"}
+        assert {v.reason for v in judged.verdicts if not v.accepted} == {"not_selected"}  # a quota, not evidence
         assert "Krum score" in judged.verdicts[4].detail
 
     def test_not_enough(self) -> None:
@@ -323,3 +323,4 @@ class TestProperties:
         for name in ("f", "m", "nu", "tau", "iters", "max_iter", "tol"):
             if hasattr(rule, name):
                 assert f"{name}=" in text
+

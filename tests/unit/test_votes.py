@@ -18,6 +18,7 @@ from p2p_guard.attacks.wire import CommitDraft, VoteSmear, WireAttack
 from p2p_guard.identity import Identity
 from p2p_guard.protocol import ENVELOPE_SIGNING_CONTEXT, PROTOCOL_VERSION, Envelope, Rejected, RejectReason
 from p2p_guard.protocol.records import RECORD_SIGNING_CONTEXT, open_signed_record, sign_record
+from p2p_guard.guard.verdict import NOT_SELECTED
 from p2p_guard.protocol.votes import (
     EDGE_REASON,
     MAX_VOTE_REASON_BYTES,
@@ -312,7 +313,13 @@ def test_copyable_reasons_are_the_guard_stages_reasons() -> None:
     from p2p_guard.protocol.reasons import CIRCUMSTANTIAL_REASONS, COPYABLE_REASONS, NOT_EVIDENCE_REASONS
 
     assert COPYABLE_REASONS == {DUPLICATE, COLLUDING}
-    assert NOT_EVIDENCE_REASONS == CIRCUMSTANTIAL_REASONS | {DUPLICATE, COLLUDING}
+    assert NOT_EVIDENCE_REASONS == CIRCUMSTANTIAL_REASONS | {DUPLICATE, COLLUDING, NOT_SELECTED}
+
+
+def test_a_quota_rejection_is_no_evidence_against_its_sender() -> None:
+    verdicts = [VoteVerdict(BOB.peer_id, False, NOT_SELECTED), VoteVerdict(MALLORY.peer_id, False, "outlier")]
+    assert judged_map(verdicts) == {MALLORY.peer_id_b58: False}
+    assert evidence_map(verdicts) == {MALLORY.peer_id_b58: False}
 
 
 def test_edge_rows_are_strikes_in_the_ballots_but_judged_as_accepted() -> None:

@@ -15,7 +15,7 @@ from p2p_guard.guard.base import (
     resolve_f,
 )
 from p2p_guard.guard.linalg import cosines_to, pairwise_distances, row_norms, stable_argsort
-from p2p_guard.guard.verdict import OUTLIER, make_verdicts
+from p2p_guard.guard.verdict import NOT_SELECTED, make_verdicts
 
 __all__ = ["MultiKrum", "krum_scores"]
 
@@ -114,7 +114,7 @@ class MultiKrum:
         return updates[selected].mean(dim=0)
 
     def judge(self, updates: torch.Tensor, ctx: AggregationContext) -> GuardResult:
-        """Aggregate as :meth:`__call__`, and reject (reason ``"outlier"``) every row not selected.
+        """Aggregate as :meth:`__call__`, and reject (reason ``"not_selected"``) every row not selected.
 
         Returns:
             The aggregate and one verdict per row (cosine taken with the aggregate).
@@ -126,7 +126,7 @@ class MultiKrum:
         aggregate = updates[selected].mean(dim=0)
         kept = set(selected.tolist())
         rejected = {
-            i: (OUTLIER, f"Krum score {float(scores[i]):.4g} not among the {m} lowest")
+            i: (NOT_SELECTED, f"Krum score {float(scores[i]):.4g} not among the {m} lowest")
             for i in range(len(updates))
             if i not in kept
         }
