@@ -446,6 +446,7 @@ def run_cell(
     known_previous: dict[int, list[torch.Tensor]] = {i: [] for i in attacks}
     shared = not (spec.every_receiver and check_shared)
     standing = CellStanding(names) if spec.reputation and spec.guard not in LONE_RULES else None
+    index = {name: i for i, name in enumerate(names)}
     exclusions: list[dict[str, Any]] = []
     mixes = spec.mixing and spec.guard not in LONE_RULES
     probe = honest[-1] if len(honest) > 1 else None
@@ -538,7 +539,6 @@ def run_cell(
                     counts.add(byzantine[i], not accepted, reason)
         if standing is not None and results:
             newly = standing.fold(r, _round_verdicts(results, names, dropped, excluded))
-            index = {name: i for i, name in enumerate(names)}
             exclusions += [{"round": r, "receiver": receiver, "sender": sender, "byzantine": byzantine[index[sender]],
                             "honest_receiver": not byzantine[index[receiver]]}
                            for receiver, senders in newly.items() for sender in senders]

@@ -91,9 +91,8 @@ class CellStanding:
         ballots = {name: ballot(vs, name) for name, vs in verdicts.items()}
         votes = {name: {s: a and s not in edge for s, a in judged.items()} for name, (judged, edge) in ballots.items()}
         newly: dict[str, tuple[str, ...]] = {}
-        for name, (judged, edge) in ballots.items():
-            others = {voter: b for voter, b in votes.items() if voter != name}
-            update = self.reputations[name].update(round_, judged, others, edge=edge)
+        for name, (judged, edge) in ballots.items():  # Reputation.update ignores the receiver's own ballot
+            update = self.reputations[name].update(round_, judged, votes, edge=edge)
             if update.newly_excluded:
                 newly[name] = update.newly_excluded
         return newly
