@@ -1,7 +1,9 @@
-"""More kinds of reputation strike against the sign flips the guard only damps (tried; not adopted).
+"""More kinds of reputation strike against the sign flips the guard only damps (one adopted: opposed rows).
 
     python docs/scripts/strike_probe.py attack against 0 -0.1     # the attack cells, a strike below cosine 0 / −0.1
     python docs/scripts/strike_probe.py clean40 record 0 -0.05    # 40 clean rounds on Dirichlet 0.1, seeds 2 and 3
+    python docs/scripts/strike_probe.py attack opposed -0.05      # the shipped opposed rows at another cos_opposed
+    python docs/scripts/strike_probe.py attack opposed            # no threshold: the shipped rule as it is
 
 Each cell is ``p2p_guard.bench.cell.run_cell`` with the benchmark's defaults (digits, 10 peers, ``semantic``, f not
 told, every peer running the swarm's reputation, ``CellSpec.reputation``). The probe patches
@@ -11,7 +13,10 @@ each of its last 4 judged rounds, ``guard.reputation``):
 
 - ``against T``: an accepted row whose cosine with the guard's reference (the robust centre) is below T;
 - ``record T``: an accepted row whose sender's mean cosine with the reference, over the rounds this receiver
-  judged it (at least 3), is below T (the guard's ``DirectionRecord`` statistic).
+  judged it (at least 3), is below T (the guard's ``DirectionRecord`` statistic);
+- ``opposed T``: the shipped opposed rows (``guard.reputation.opposed_rows``, since 2026-12-08) with ``cos_opposed``
+  = T: an accepted row below it is a strike that excludes only with a rejection in the window (the two rules
+  above are edge rows, which exclude alone when they fill it).
 
 Why: in the digits acceptance report of 3bfe864 (docs/acceptance) the worst cases left are sign flips at honest
 norm that the guard accepts at part weight (cosines −0.3 .. 0, the direction ramp) and so never strikes:
@@ -31,7 +36,8 @@ receivers' exclusions of attackers, and of honest senders, "h."):
 | clean, Dirichlet 0.1, 40 rounds, seed 2 | not run | | | 0.798, **35 honest** | 0.811, 0 |
 | clean, Dirichlet 0.1, 40 rounds, seed 3 | not run | | | 0.798, **45 honest** | 0.801, **18 honest** |
 
-Result: negative, nothing adopted. Each rule that catches the damped sign flips also excludes honest senders:
+The table was measured before opposed rows existed (so "shipped" there is the rule without them). Result:
+negative for these two. Each rule that catches the damped sign flips also excludes honest senders:
 ``against`` in the attack cells themselves (an honest sender whose rows point away from the centre for 4 rounds
 once the attackers are gone), ``record`` over 40 clean rounds on Dirichlet 0.1 (honest senders of classes of their
 own drift below the centre late in training, as the guard's docstring reports for the direction record). Issue 9's
@@ -43,6 +49,7 @@ flipped rounds), nor any of these on Fashion-MNIST.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
@@ -50,6 +57,7 @@ from typing import Any
 
 import p2p_guard.bench.standing as standing
 from p2p_guard.bench.cell import CellSpec, run_cell
+from p2p_guard.guard.reputation import opposed_rows
 
 ATTACK_CELLS = (("sign_flip:scale=1", 2), ("null_space", 2), ("sleeper", 3), ("sleeper", 4))
 CLEAN40_SEEDS = (2, 3)
@@ -57,12 +65,15 @@ CLEAN40_SEEDS = (2, 3)
 
 def _patch(rule: str, threshold: float) -> None:
     """Make ``bench.standing.ballot`` also mark the rows ``rule`` strikes as edge rows (this process only)."""
+    if rule == "opposed":
+        standing.opposed_rows = functools.partial(opposed_rows, cos_opposed=threshold)  # type: ignore[assignment]
+        return
     original = standing.ballot
     sums: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
 
-    def ballot(verdicts: Any, me: str) -> tuple[dict[str, bool], frozenset[str]]:
+    def ballot(verdicts: Any, me: str) -> tuple[dict[str, bool], frozenset[str], frozenset[str]]:
         verdicts = list(verdicts)
-        judged, edge = original(verdicts, me)
+        judged, edge, opposed = original(verdicts, me)
         struck = set()
         for v in verdicts:
             if v.sender == me or not math.isfinite(v.cosine):
@@ -76,7 +87,7 @@ def _patch(rule: str, threshold: float) -> None:
                 low = total[1] >= 3 and total[0] / total[1] < threshold
             if v.accepted and low:
                 struck.add(v.sender)
-        return judged, frozenset(edge | struck)
+        return judged, frozenset(edge | struck), opposed
 
     standing.ballot = ballot  # type: ignore[assignment]
 
@@ -100,14 +111,15 @@ def main() -> None:
     """Run the cells of one table part, two at a time, and print one line per cell."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("cells", choices=("attack", "clean40"))
-    parser.add_argument("rule", choices=("against", "record"))
+    parser.add_argument("rule", choices=("against", "record", "opposed"))
     parser.add_argument("thresholds", nargs="*", type=float, help="cosine thresholds (none: the shipped rule)")
+    parser.add_argument("--seeds", nargs="+", type=int, default=list(CLEAN40_SEEDS), help="seeds of clean40")
     args = parser.parse_args()
     thresholds: list[float | None] = list(args.thresholds) or [None]
     if args.cells == "attack":
         jobs = [(a, f, 0, "dirichlet:0.5", 12, args.rule, t) for a, f in ATTACK_CELLS for t in thresholds]
     else:
-        jobs = [(None, 0, s, "dirichlet:0.1", 40, args.rule, t) for s in CLEAN40_SEEDS for t in thresholds]
+        jobs = [(None, 0, s, "dirichlet:0.1", 40, args.rule, t) for s in args.seeds for t in thresholds]
     with ProcessPoolExecutor(2) as pool:
         for line in pool.map(_cell, jobs):
             print(line, flush=True)  # noqa: T201

@@ -2,19 +2,20 @@
 
 A networked peer (``swarm.peer.Peer``; ``PeerConfig.reputation_exclusion`` is on by default) keeps its verdicts of
 round r (``swarm.standing.VoteBook.remember``: an accepted row longer than 2.3 × the round's median norm is an
-*edge row*, ``guard.reputation.edge_rows``), publishes them as signed votes, and when round r + 1 aggregates it
+*edge row*, ``guard.reputation.edge_rows``; one whose cosine with the guard's reference is below −0.1 an *opposed
+row*, ``guard.reputation.opposed_rows``), publishes them as signed votes, and when round r + 1 aggregates it
 folds them with every other peer's votes of r into its ``guard.reputation.Reputation`` (``VoteBook.fold``). The
 senders its reputation then excludes are dropped before its guard from round r + 1 on; each gets the verdict
 ``excluded`` (``protocol.reasons.RejectReason.EXCLUDED``), which is no evidence in later rounds. A rejection for a
 reason in ``protocol.reasons.NOT_EVIDENCE_REASONS`` (circumstantial or copyable) is no evidence either: the sender
-counts as not judged (``protocol.votes.judged_map``); a voter's ballot counts an edge row as a rejection
-(``protocol.votes.evidence_map``).
+counts as not judged (``protocol.votes.judged_map``); a voter's ballot counts an edge or opposed row as a
+rejection (``protocol.votes.evidence_map``).
 
 :class:`CellStanding` runs exactly that for every peer of a cell, as if every vote arrived: :meth:`fold` after
 each round's guard calls, :meth:`excluded` before the next. Byzantine peers vote as ``p2p-guard simulate``'s
 attackers do: their ballots are their own guard's verdicts (no update or data attack rewrites votes;
 ``vote_smear`` is a wire attack, out of scope in-process). The functions are the swarm's (``Reputation``,
-``edge_rows``, the reason sets); what differs is the transport: no signatures, no DHT, no lost votes.
+``edge_rows``, ``opposed_rows``, the reason sets); what differs is the transport: no signatures, no DHT, no lost votes.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from p2p_guard.guard.base import Verdict
-from p2p_guard.guard.reputation import Reputation, edge_rows
+from p2p_guard.guard.reputation import Reputation, edge_rows, opposed_rows
 from p2p_guard.protocol.reasons import NOT_EVIDENCE_REASONS, RejectReason
 
 __all__ = ["EXCLUDED", "CellStanding", "ballot", "not_judged"]
@@ -37,26 +38,30 @@ def not_judged(sender: str, reason: str) -> Verdict:
     return Verdict(sender=sender, accepted=False, reason=reason, detail=reason, norm=math.nan, cosine=math.nan)
 
 
-def ballot(verdicts: Iterable[Verdict], me: str) -> tuple[dict[str, bool], frozenset[str]]:
-    """What one peer's verdicts of a round say about each sender: ``(judged, edge)``, as ``VoteBook.remember``.
+def ballot(verdicts: Iterable[Verdict], me: str) -> tuple[dict[str, bool], frozenset[str], frozenset[str]]:
+    """What one peer's verdicts of a round say about each sender: ``(judged, edge, opposed)``, as ``VoteBook.remember``.
 
-    judged = {s ≠ me : accepted_s, for every s accepted or rejected for a reason that is evidence}
-    edge   = the accepted rows (other than ours) longer than 2.3 × the median norm of the finite rows judged
+    judged  = {s ≠ me : accepted_s, for every s accepted or rejected for a reason that is evidence}
+    edge    = the accepted rows (other than ours) longer than 2.3 × the median norm of the finite rows judged
+    opposed = the other accepted rows (other than ours) whose cosine with the guard's reference is below −0.1
 
     Args:
         verdicts: the peer's verdicts of the round (``Verdict.norm`` ``nan`` for a row the guard never saw).
         me: the peer's own name (its own row is left out).
 
     Returns:
-        ``judged`` (``{sender: accepted}``, the peer's own evidence for ``Reputation.update``) and ``edge`` (its
-        edge rows). As a vote, an edge row counts as a rejection: ``{s: a and s not in edge}``.
+        ``judged`` (``{sender: accepted}``, the peer's own evidence for ``Reputation.update``), ``edge`` (its
+        edge rows) and ``opposed`` (its opposed rows). As a vote, an edge or opposed row counts as a rejection:
+        ``{s: a and s not in edge | opposed}``.
     """
     verdicts = list(verdicts)
     norms = {v.sender: v.norm for v in verdicts if math.isfinite(v.norm)}
-    edge = edge_rows(norms, {v.sender for v in verdicts if v.accepted and v.sender != me})
+    accepted = {v.sender for v in verdicts if v.accepted and v.sender != me}
+    edge = edge_rows(norms, accepted)
+    opposed = opposed_rows({v.sender: v.cosine for v in verdicts if math.isfinite(v.cosine)}, accepted) - edge
     judged = {v.sender: v.accepted for v in verdicts
               if v.sender != me and (v.accepted or (v.reason or "") not in NOT_EVIDENCE_REASONS)}
-    return judged, edge
+    return judged, edge, opposed
 
 
 class CellStanding:
@@ -89,10 +94,11 @@ class CellStanding:
             KeyError: a receiver not named at construction.
         """
         ballots = {name: ballot(vs, name) for name, vs in verdicts.items()}
-        votes = {name: {s: a and s not in edge for s, a in judged.items()} for name, (judged, edge) in ballots.items()}
+        votes = {name: {s: a and s not in edge and s not in opposed for s, a in judged.items()}
+                 for name, (judged, edge, opposed) in ballots.items()}
         newly: dict[str, tuple[str, ...]] = {}
-        for name, (judged, edge) in ballots.items():  # Reputation.update ignores the receiver's own ballot
-            update = self.reputations[name].update(round_, judged, votes, edge=edge)
+        for name, (judged, edge, opposed) in ballots.items():  # Reputation.update ignores the receiver's own ballot
+            update = self.reputations[name].update(round_, judged, votes, edge=edge, opposed=opposed)
             if update.newly_excluded:
                 newly[name] = update.newly_excluded
         return newly

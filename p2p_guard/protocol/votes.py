@@ -40,6 +40,8 @@ from p2p_guard.protocol.records import RECORD_SIGNING_CONTEXT, open_signed_recor
 
 __all__ = [
     "EDGE_REASON",
+    "OPPOSED_REASON",
+    "STRIKE_REASONS",
     "MAX_VOTE_REASON_BYTES",
     "MAX_VOTES_BYTES",
     "MAX_VOTES_SENDERS",
@@ -55,6 +57,11 @@ __all__ = [
 #: The reason of an accepted verdict on an edge row (``guard.reputation.edge_rows``): aggregated, but at the edge
 #: of what the guard lets through; it counts as a strike, not as an acceptance, in :func:`evidence_map`.
 EDGE_REASON = "edge"
+#: The reason of an accepted verdict on an opposed row (``guard.reputation.opposed_rows``): aggregated, but pointing
+#: away from the guard's reference; a strike, like an edge row, in :func:`evidence_map`.
+OPPOSED_REASON = "opposed"
+#: The reasons of accepted verdicts that count as strikes (not as acceptances) in :func:`evidence_map`.
+STRIKE_REASONS = frozenset({EDGE_REASON, OPPOSED_REASON})
 #: The ``kind`` field of a votes record.
 VOTES_KIND = "votes"
 #: Most verdicts one record may carry (one per sender of the round).
@@ -131,12 +138,13 @@ def judged_map(verdicts: Iterable[VoteVerdict]) -> dict[str, bool]:
 
 
 def evidence_map(verdicts: Iterable[VoteVerdict]) -> dict[str, bool]:
-    """:func:`judged_map` with edge rows (reason :data:`EDGE_REASON`) counted as not accepted: a voter's ballots.
+    """:func:`judged_map` with edge and opposed rows (:data:`STRIKE_REASONS`) counted as not accepted: the ballots.
 
     ``guard.reputation`` counts an edge row as a strike against its sender: aggregated, but at the edge of what
-    the guard lets through (longer than twice the round's median norm).
+    the guard lets through (longer than 2.3 times the round's median norm); and an opposed row, aggregated but
+    pointing away from the guard's reference (cosine below −0.1).
     """
-    return {v.sender_b58: v.accepted and v.reason != EDGE_REASON
+    return {v.sender_b58: v.accepted and v.reason not in STRIKE_REASONS
             for v in verdicts if v.accepted or v.reason not in NOT_EVIDENCE_REASONS}
 
 

@@ -17,7 +17,9 @@ Byzantine majority of voters cannot make an honest peer drop an honest sender.
 
 An accepted row longer than 2.3 times the round's median norm (``guard.reputation.edge_rows``) is published as
 accepted with reason ``edge`` (``protocol.votes.EDGE_REASON``) and counts, in our reputation and in every
-reader's, as a strike: aggregated, but at the edge of what the guard lets through.
+reader's, as a strike: aggregated, but at the edge of what the guard lets through. An accepted row whose cosine
+with the guard's reference is below −0.1 (``guard.reputation.opposed_rows``) is published with reason
+``opposed`` (``protocol.votes.OPPOSED_REASON``), a strike too, that excludes only with a rejection.
 """
 
 from __future__ import annotations
@@ -27,10 +29,10 @@ import logging
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from p2p_guard.guard.reputation import Reputation, ReputationUpdate, edge_rows
+from p2p_guard.guard.reputation import Reputation, ReputationUpdate, edge_rows, opposed_rows
 from p2p_guard.guard.state import round_of
 from p2p_guard.identity import Identity
-from p2p_guard.protocol.votes import EDGE_REASON, MAX_VOTES_SENDERS, Votes, VoteVerdict, judged_map
+from p2p_guard.protocol.votes import EDGE_REASON, MAX_VOTES_SENDERS, OPPOSED_REASON, Votes, VoteVerdict, judged_map
 from p2p_guard.swarm.allowlist import filter_allowed
 from p2p_guard.swarm.dht import SwarmDHT
 from p2p_guard.swarm.verdicts import SenderVerdict
@@ -65,7 +67,7 @@ class VoteBook:
         self.reputation = reputation if reputation is not None else Reputation(me=self.me)
         self.smear = smear
         self.allowed = allowed
-        self._own: dict[int, tuple[dict[str, bool], frozenset[str]]] = {}
+        self._own: dict[int, tuple[dict[str, bool], frozenset[str], frozenset[str]]] = {}
         self._votes: tuple[int, list[VoteVerdict]] | None = None  # the last round remembered and our votes of it
         #: Voters whose signed votes of the last folded round rejected our own update, for any reason (our row
         #: missing from their aggregates: ``swarm.mix_schedule`` mixes then; :func:`rejected_by`). Byzantine voters
@@ -80,7 +82,8 @@ class VoteBook:
     def remember(self, round_: int, verdicts: Iterable[SenderVerdict]) -> list[VoteVerdict]:
         """Keep our verdicts of ``round_`` for the next :meth:`fold` (and for :meth:`state_dict`); our votes.
 
-        Accepted rows longer than 2.3 times the round's median norm get reason ``edge``. The round loop calls it
+        Accepted rows longer than 2.3 times the round's median norm get reason ``edge``; the other accepted rows
+        whose cosine with the guard's reference is below −0.1 get reason ``opposed``. The round loop calls it
         when the round's step is done, before the checkpoint captures :meth:`state_dict`.
 
         Args:
@@ -91,12 +94,12 @@ class VoteBook:
             Our votes of the round, before ``smear``.
         """
         verdicts = list(verdicts)
-        edge = edge_rows({v.sender: v.norm for v in verdicts if v.norm is not None},
-                         {v.sender for v in verdicts if v.accepted and v.sender != self.me})
-        votes = [dataclasses.replace(v, reason=EDGE_REASON) if v.accepted and v.sender_b58 in edge else v
-                 for v in vote_verdicts(verdicts, me=self.me)]
+        accepted = {v.sender for v in verdicts if v.accepted and v.sender != self.me}
+        edge = edge_rows({v.sender: v.norm for v in verdicts if v.norm is not None}, accepted)
+        opposed = opposed_rows({v.sender: v.cosine for v in verdicts if v.cosine is not None}, accepted) - edge
+        votes = [_strike(v, edge, opposed) for v in vote_verdicts(verdicts, me=self.me)]
         # Only the last round is ever folded; a circumstantial or copyable rejection (late, duplicate) is no evidence.
-        self._own = {round_: (judged_map(votes), edge)}
+        self._own = {round_: (judged_map(votes), edge, opposed)}
         self._votes = (round_, votes)
         return votes
 
@@ -129,14 +132,16 @@ class VoteBook:
 
         Returns:
             ``{"version": 1, "reputation": Reputation.state_dict(), "pending": None or {"round": r, "judged":
-            {sender: accepted}, "edge": [sender, ...]}}``: ``pending`` holds our verdicts of the last round
-            :meth:`remember` took and no :meth:`fold` has used yet, so a peer resumed at round r + 1 folds round
-            r with them as the one that never stopped does. At most ``max_tracked`` (4096) senders in the
+            {sender: accepted}, "edge": [sender, ...], "opposed": [sender, ...]}}``: ``pending`` holds our verdicts
+            of the last round :meth:`remember` took and no :meth:`fold` has used yet, so a peer resumed at round
+            r + 1 folds round r with them as the one that never stopped does ("opposed" may be absent in a
+            checkpoint written before opposed rows). At most ``max_tracked`` (4096) senders in the
             reputation and :data:`MAX_VOTES_SENDERS` (256) in ``pending``.
         """
         pending = None
-        for round_, (judged, edge) in self._own.items():
-            pending = {"round": round_, "judged": dict(sorted(judged.items())), "edge": sorted(edge)}
+        for round_, (judged, edge, opposed) in self._own.items():
+            pending = {"round": round_, "judged": dict(sorted(judged.items())), "edge": sorted(edge),
+                       "opposed": sorted(opposed)}
         return {"version": _STATE_VERSION, "reputation": self.reputation.state_dict(), "pending": pending}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -144,24 +149,27 @@ class VoteBook:
 
         Raises:
             ValueError: another version, a malformed ``pending`` (a sender that is not a str, a verdict that is not
-                a bool, more than :data:`MAX_VOTES_SENDERS` senders, an edge row we did not accept), or anything
-                :meth:`Reputation.load_state_dict` refuses.
+                a bool, more than :data:`MAX_VOTES_SENDERS` senders, an edge or opposed row we did not accept), or
+                anything :meth:`Reputation.load_state_dict` refuses.
         """
         if not isinstance(state, Mapping) or state.get("version") != _STATE_VERSION:
             raise ValueError(f"votes: not a state of version {_STATE_VERSION}")
-        own: dict[int, tuple[dict[str, bool], frozenset[str]]] = {}
+        own: dict[int, tuple[dict[str, bool], frozenset[str], frozenset[str]]] = {}
         pending = state.get("pending")
         if pending is not None:
             if not isinstance(pending, Mapping):
                 raise ValueError("votes: pending must be a mapping or None")
             round_ = round_of("votes: pending", pending.get("round"))
             judged, edge = pending.get("judged"), pending.get("edge")
+            opposed = pending.get("opposed", [])  # absent in checkpoints written before opposed rows
             if (not isinstance(judged, Mapping) or len(judged) > MAX_VOTES_SENDERS
                     or not all(isinstance(k, str) and type(v) is bool for k, v in judged.items())):
                 raise ValueError(f"votes: pending verdicts must map at most {MAX_VOTES_SENDERS} str senders to bools")
             if not isinstance(edge, (list, tuple)) or not all(isinstance(e, str) and judged.get(e) for e in edge):
                 raise ValueError("votes: pending edge rows must be a list of senders we accepted")
-            own[round_] = (dict(judged), frozenset(edge))
+            if not isinstance(opposed, (list, tuple)) or not all(isinstance(e, str) and judged.get(e) for e in opposed):
+                raise ValueError("votes: pending opposed rows must be a list of senders we accepted")
+            own[round_] = (dict(judged), frozenset(edge), frozenset(opposed))
         self.reputation.load_state_dict(state.get("reputation"))  # type: ignore[arg-type]  # it checks the type
         self._own = own
 
@@ -179,11 +187,20 @@ class VoteBook:
         mine = self._own.pop(round_, None)
         if mine is None:
             return None
-        own, edge = mine
+        own, edge, opposed = mine
         votes = filter_allowed(await read_votes(self.dht, self.run_id, round_), self.allowed)
         self.rejected_us = rejected_by(votes.values(), self.me, ignore=ignore)
         ballots = {voter: v.as_map() for voter, v in votes.items()}
-        return self.reputation.update(round_, own, ballots, ignore=ignore, edge=edge)
+        return self.reputation.update(round_, own, ballots, ignore=ignore, edge=edge, opposed=opposed)
+
+
+def _strike(verdict: VoteVerdict, edge: frozenset[str], opposed: frozenset[str]) -> VoteVerdict:
+    """``verdict`` with reason ``edge`` or ``opposed`` when its sender's accepted row is one (else unchanged)."""
+    if not verdict.accepted:
+        return verdict
+    sender = verdict.sender_b58
+    reason = EDGE_REASON if sender in edge else OPPOSED_REASON if sender in opposed else None
+    return verdict if reason is None else dataclasses.replace(verdict, reason=reason)
 
 
 def rejected_by(votes: Iterable[Votes], me: str, *, ignore: Collection[str] = ()) -> int:

@@ -9,12 +9,12 @@ from p2p_guard.bench.standing import EXCLUDED, CellStanding, ballot, not_judged
 from p2p_guard.guard.base import Verdict
 
 
-def _v(sender: str, accepted: bool, norm: float, reason: str | None = None) -> Verdict:
+def _v(sender: str, accepted: bool, norm: float, reason: str | None = None, cosine: float = 0.5) -> Verdict:
     return Verdict(sender=sender, accepted=accepted, reason=None if accepted else reason, detail="", norm=norm,
-                   cosine=0.5)
+                   cosine=cosine)
 
 
-def test_ballot_is_the_swarms_evidence_own_row_out_edge_rows_marked_copyable_and_circumstantial_not_judged() -> None:
+def test_ballot_is_the_swarms_evidence_own_row_out_edge_and_opposed_rows_marked_copyable_and_circumstantial_not_judged() -> None:
     verdicts = [
         _v("me", True, 1.0),
         _v("a", True, 1.0),
@@ -22,13 +22,18 @@ def test_ballot_is_the_swarms_evidence_own_row_out_edge_rows_marked_copyable_and
         _v("c", False, 9.0, "outlier"),
         _v("d", False, 1.0, "duplicate"),  # copyable: no evidence
         _v("e", False, 1.0, "colluding"),
-        _v("f", True, 1.0),
+        _v("f", True, 1.0, cosine=-0.2),  # below −0.1: an opposed row
+        _v("i", True, 1.0, cosine=-0.1),  # not below
+        _v("j", True, 2.5, cosine=-0.9),  # an edge row first
+        _v("k", False, 1.0, "outlier", cosine=-0.9),  # rejected: neither
         not_judged("g", EXCLUDED),  # circumstantial: no evidence
         not_judged("h", "zero_update"),
     ]
-    judged, edge = ballot(verdicts, "me")
-    assert judged == {"a": True, "b": True, "c": False, "f": True, "h": False}
-    assert edge == frozenset({"b"})
+    verdicts[0] = _v("me", True, 1.0, cosine=-0.5)  # our own row is never struck
+    judged, edge, opposed = ballot(verdicts, "me")
+    assert judged == {"a": True, "b": True, "c": False, "f": True, "h": False, "i": True, "j": True, "k": False}
+    assert edge == frozenset({"b", "j"})
+    assert opposed == frozenset({"f"})
 
 
 def test_not_judged_has_no_norm() -> None:

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from p2p_guard.guard.reputation import Reputation, ReputationUpdate, Standing, edge_rows
+from p2p_guard.guard.reputation import Reputation, ReputationUpdate, Standing, edge_rows, opposed_rows
 
 S = "sender"
 VOTERS = [f"voter{i}" for i in range(5)]
@@ -374,8 +374,8 @@ def scripted(rep: Reputation, pattern: str, *, voters: dict[str, str] | None = N
              first_round: int = 0) -> list[ReputationUpdate]:
     """Feed ``rep`` one round per character of ``pattern``, our own verdict on S in that round.
 
-    ``.`` accepted cleanly, ``E`` accepted as an edge row, ``X`` rejected, ``-`` not judged (late, timed out, or
-    not sampled). Every round we also accept each voter's own update cleanly; ``voters`` maps a voter to its
+    ``.`` accepted cleanly, ``E`` accepted as an edge row, ``O`` accepted as an opposed row, ``X`` rejected, ``-``
+    not judged (late, timed out, or not sampled). Every round we also accept each voter's own update cleanly; ``voters`` maps a voter to its
     ballots on S, one character per round (``.`` accept, ``X`` reject or edge, ``-`` no ballot).
     """
     voters = voters or {}
@@ -384,7 +384,7 @@ def scripted(rep: Reputation, pattern: str, *, voters: dict[str, str] | None = N
         r = first_round + offset
         own = dict.fromkeys(voters, True) | ({} if mark == "-" else {S: mark != "X"})
         votes = {v: {S: ballots[offset] == "."} for v, ballots in voters.items() if ballots[offset] != "-"}
-        updates.append(rep.update(r, own, votes, edge={S} if mark == "E" else ()))
+        updates.append(rep.update(r, own, votes, edge={S} if mark == "E" else (), opposed={S} if mark == "O" else ()))
     return updates
 
 
@@ -514,6 +514,63 @@ class TestRule5Exclusion:
         updates = scripted(Reputation(), "X-X-X-X")
         assert exclusions(updates) == [(6, "out")]
         assert updates[-1].standings[S].own_strikes == 4
+
+
+class TestOpposedRows:
+    """An accepted row pointing away from the guard's reference: a strike that excludes only with a rejection."""
+
+    def test_the_damped_sign_flip_pattern_is_excluded_with_one_rejection_in_the_window(self) -> None:
+        """``sign_flip:scale=1`` at 2 of 10 (digits, Dirichlet 0.5): rejected at some receivers, accepted at part
+        weight at cosines −0.3 .. −0.1 elsewhere. Struck every round with 1 rejection among 4: out at round 3."""
+        voters = {v: "XXXX" for v in VOTERS}  # the honest voters strike it too
+        updates = scripted(Reputation(), "OXOO", voters=voters)
+        assert exclusions(updates) == [(3, "out")]
+        assert updates[-1].standings[S] == Standing(0.03125, 0.0, 4, 1, True, excluded_at=3, own_strikes=4)
+
+    @pytest.mark.parametrize("pattern", ["O" * 20, "OOOE" * 5, "OEOE" * 5, "EEEO" * 5])
+    def test_opposed_rows_without_a_rejection_never_exclude(self, pattern: str) -> None:
+        """An honest non-IID peer's rows can point away from the centre for rounds at a time: struck in all 4
+        rounds of the window, every voter striking it too, score 0, yet kept (only edge rows fill m_e)."""
+        voters = {v: "X" * len(pattern) for v in VOTERS}
+        updates = scripted(Reputation(), pattern, voters=voters)
+        assert exclusions(updates) == []
+        last = updates[-1].standings[S]
+        assert (last.own_strikes, last.own_rejections, last.excluded) == (4, 0, False)
+
+    def test_an_opposed_row_counts_as_a_strike_in_the_score_and_own_standing(self) -> None:
+        update = scripted(Reputation(), "O")[0]
+        assert (update.standings[S].own_standing, update.standings[S].own_strikes, update.standings[S].score) == (
+            0.0, 1, 0.25)
+
+    def test_an_edge_row_that_is_also_opposed_is_an_edge_row(self) -> None:
+        update = Reputation().update(0, {S: True}, {}, edge={S}, opposed={S})
+        assert Reputation().update(0, {S: True}, {}, edge={S}).standings == update.standings
+        rep = Reputation()
+        for r in range(4):
+            rep.update(r, {S: True}, {}, edge={S}, opposed={S})
+        assert rep.is_excluded(S)  # edge rows alone fill the window
+
+    def test_opposed_kinds_survive_a_state_round_trip(self) -> None:
+        rep = Reputation()
+        scripted(rep, "OOX")
+        state = json.loads(json.dumps(rep.state_dict()))
+        assert state["senders"][S]["recent"] == ["opposed", "opposed", "reject"]
+        clone = Reputation()
+        clone.load_state_dict(state)
+        assert clone.update(3, {S: True}, {}, opposed={S}).newly_excluded == \
+            rep.update(3, {S: True}, {}, opposed={S}).newly_excluded == (S,)
+
+    def test_known_answer(self) -> None:
+        cosines = {"a": 0.4, "b": -0.1, "c": -0.11, "d": -0.5, "e": -0.9}
+        # strictly below −0.1: c and d (e was rejected, so it is not in accepted)
+        assert opposed_rows(cosines, {"a", "b", "c", "d", "zz"}) == frozenset({"c", "d"})
+        assert opposed_rows(cosines, {"a", "b", "c", "d"}, cos_opposed=0.0) == frozenset({"b", "c", "d"})
+        assert opposed_rows({}, {"a"}) == frozenset()
+
+    @pytest.mark.parametrize("cos_opposed", [-1.5, 1.01, float("nan"), float("inf"), True])
+    def test_rejects_bad_cos_opposed(self, cos_opposed: float) -> None:
+        with pytest.raises(ValueError, match="cos_opposed"):
+            opposed_rows({"a": 0.0}, {"a"}, cos_opposed=cos_opposed)
 
 
 class TestEdgeRows:

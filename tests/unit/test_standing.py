@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from p2p_guard.attacks.wire import VoteSmear
 from p2p_guard.guard.reputation import Reputation
 from p2p_guard.identity import Identity
-from p2p_guard.protocol.votes import EDGE_REASON, Votes, open_votes, sign_votes
+from p2p_guard.protocol.votes import EDGE_REASON, OPPOSED_REASON, Votes, open_votes, sign_votes
 from p2p_guard.swarm.records import votes_key
 from p2p_guard.swarm.standing import VoteBook, rejected_by
 from p2p_guard.swarm.verdicts import SenderVerdict
@@ -150,8 +152,47 @@ def test_rejections_others_can_cause_by_copying_are_no_evidence_against_the_copi
     assert (standing.score, standing.own_strikes, standing.own_rejections, standing.below_streak) == (0.25, 1, 1, 1)
 
 
-def _judged(sender: str, accepted: bool, norm: float) -> SenderVerdict:
-    return SenderVerdict.judged(sender, 0, accepted, None if accepted else "outlier", "", norm, 0.5, 1.0, 0)
+def _judged(sender: str, accepted: bool, norm: float, cosine: float = 0.5) -> SenderVerdict:
+    return SenderVerdict.judged(sender, 0, accepted, None if accepted else "outlier", "", norm, cosine, 1.0, 0)
+
+
+def test_an_opposed_row_is_published_as_opposed_struck_and_kept_across_a_checkpoint() -> None:
+    """Cosines 0.5, −0.2 (accepted: opposed), −0.9 (rejected), and −0.6 on an accepted edge row (edge, not opposed).
+
+    The opposed row is published as accepted with reason ``opposed`` (a reader counts it as a strike); our own
+    reputation strikes it without a rejection; a checkpoint taken between ``remember`` and ``fold`` carries it.
+    """
+    me, a, away, rejected, long_row = _ids(5)
+    dht = MemoryDHT()
+    book = VoteBook(dht, RUN, me)  # type: ignore[arg-type]
+    verdicts = [_judged(me.peer_id_b58, True, 1.0, -0.5), _judged(a.peer_id_b58, True, 1.1),
+                _judged(away.peer_id_b58, True, 0.9, -0.2), _judged(rejected.peer_id_b58, False, 1.0, -0.9),
+                _judged(long_row.peer_id_b58, True, 2.6, -0.6)]
+    published = asyncio.run(book.publish(0, verdicts))
+    assert {v.sender_b58: (v.accepted, v.reason) for v in published} == {
+        a.peer_id_b58: (True, ""), away.peer_id_b58: (True, OPPOSED_REASON),
+        rejected.peer_id_b58: (False, "outlier"), long_row.peer_id_b58: (True, EDGE_REASON)}
+    state = book.state_dict()
+    assert state["pending"]["opposed"] == [away.peer_id_b58]
+    resumed = VoteBook(dht, RUN, me)  # type: ignore[arg-type]
+    resumed.load_state_dict(state)
+    update = asyncio.run(resumed.fold(0))
+    assert update is not None
+    struck = update.standings[away.peer_id_b58]
+    assert (struck.own_standing, struck.own_strikes, struck.own_rejections, struck.score) == (0.0, 1, 0, 0.25)
+    assert update.standings[a.peer_id_b58].own_strikes == 0
+
+
+def test_a_checkpoint_from_before_opposed_rows_loads_and_a_bad_opposed_list_is_refused() -> None:
+    me, a = _ids(2)
+    book = VoteBook(MemoryDHT(), RUN, me)  # type: ignore[arg-type]
+    pending = {"round": 4, "judged": {a.peer_id_b58: True}, "edge": []}
+    book.load_state_dict({"version": 1, "reputation": Reputation().state_dict(), "pending": pending})
+    assert book.state_dict()["pending"] == {**pending, "opposed": []}
+    for bad in ({**pending, "opposed": "x"}, {**pending, "opposed": ["someone we did not accept"]}):
+        with pytest.raises(ValueError, match="opposed"):
+            book.load_state_dict({"version": 1, "reputation": Reputation().state_dict(), "pending": bad})
+    assert book.state_dict()["pending"] == {**pending, "opposed": []}
 
 
 def test_an_edge_row_is_published_as_edge_and_struck_in_our_reputation() -> None:

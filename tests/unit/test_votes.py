@@ -24,6 +24,7 @@ from p2p_guard.protocol.votes import (
     MAX_VOTE_REASON_BYTES,
     MAX_VOTES_BYTES,
     MAX_VOTES_SENDERS,
+    OPPOSED_REASON,
     Votes,
     VoteVerdict,
     evidence_map,
@@ -322,11 +323,14 @@ def test_a_quota_rejection_is_no_evidence_against_its_sender() -> None:
     assert evidence_map(verdicts) == {MALLORY.peer_id_b58: False}
 
 
-def test_edge_rows_are_strikes_in_the_ballots_but_judged_as_accepted() -> None:
+def test_edge_and_opposed_rows_are_strikes_in_the_ballots_but_judged_as_accepted() -> None:
     verdicts = [VoteVerdict(BOB.peer_id, True, EDGE_REASON), VoteVerdict(CAROL.peer_id, False, "timeout"),
-                VoteVerdict(DAVE.peer_id, True, "accepted"), VoteVerdict(MALLORY.peer_id, False, EDGE_REASON)]
-    assert evidence_map(verdicts) == {BOB.peer_id_b58: False, DAVE.peer_id_b58: True, MALLORY.peer_id_b58: False}
-    assert judged_map(verdicts) == {BOB.peer_id_b58: True, DAVE.peer_id_b58: True, MALLORY.peer_id_b58: False}
+                VoteVerdict(DAVE.peer_id, True, "accepted"), VoteVerdict(MALLORY.peer_id, False, EDGE_REASON),
+                VoteVerdict(ALICE.peer_id, True, OPPOSED_REASON)]
+    assert evidence_map(verdicts) == {BOB.peer_id_b58: False, DAVE.peer_id_b58: True, MALLORY.peer_id_b58: False,
+                                      ALICE.peer_id_b58: False}
+    assert judged_map(verdicts) == {BOB.peer_id_b58: True, DAVE.peer_id_b58: True, MALLORY.peer_id_b58: False,
+                                    ALICE.peer_id_b58: True}
     votes = open_votes(sign_votes(RUN, 3, verdicts, ALICE), run_id=RUN, round_=3)
     assert isinstance(votes, Votes)
     assert votes.as_map() == evidence_map(verdicts)
