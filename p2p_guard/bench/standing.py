@@ -43,7 +43,8 @@ def ballot(verdicts: Iterable[Verdict], me: str) -> tuple[dict[str, bool], froze
 
     judged  = {s ≠ me : accepted_s, for every s accepted or rejected for a reason that is evidence}
     edge    = the accepted rows (other than ours) longer than 2.3 × the median norm of the finite rows judged
-    opposed = the other accepted rows (other than ours) whose cosine with the guard's reference is below −0.1
+    opposed = the other accepted rows (other than ours) whose cosine with the guard's reference is below −0.1 and
+              whose sender's direction record is below 0
 
     Args:
         verdicts: the peer's verdicts of the round (``Verdict.norm`` ``nan`` for a row the guard never saw).
@@ -58,7 +59,8 @@ def ballot(verdicts: Iterable[Verdict], me: str) -> tuple[dict[str, bool], froze
     norms = {v.sender: v.norm for v in verdicts if math.isfinite(v.norm)}
     accepted = {v.sender for v in verdicts if v.accepted and v.sender != me}
     edge = edge_rows(norms, accepted)
-    opposed = opposed_rows({v.sender: v.cosine for v in verdicts if math.isfinite(v.cosine)}, accepted) - edge
+    opposed = opposed_rows({v.sender: v.cosine for v in verdicts if math.isfinite(v.cosine)},
+                           {v.sender: v.record for v in verdicts if v.record is not None}, accepted) - edge
     judged = {v.sender: v.accepted for v in verdicts
               if v.sender != me and (v.accepted or (v.reason or "") not in NOT_EVIDENCE_REASONS)}
     return judged, edge, opposed

@@ -124,6 +124,10 @@ class Verdict:
             a zero row).
         loss_score: the semantic stage's score of the row, (ℓ_0 − ℓ_j) / our own gain (1: lowers our private
             loss as much as our own update; below 0: raises it); ``None`` when the stage did not run.
+        record: the sender's direction record at this receiver, its mean cosine with the reference over the
+            rounds this receiver judged it, this one included (``guard.verdict.DirectionRecord``); ``None`` when
+            the rule keeps none (every rule but ``semantic``, or no ``own_index``), for the receiver's own row, and
+            for a non-finite row.
     """
 
     sender: str
@@ -133,6 +137,7 @@ class Verdict:
     norm: float
     cosine: float
     loss_score: float | None = None
+    record: float | None = None
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: it holds a tensor, whose == is elementwise

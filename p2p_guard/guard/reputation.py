@@ -159,31 +159,39 @@ def edge_rows(norms: Mapping[str, float], accepted: Collection[str], *, c_edge: 
     return frozenset(s for s in accepted if s in norms and norms[s] > limit)
 
 
-def opposed_rows(cosines: Mapping[str, float], accepted: Collection[str], *,
-                 cos_opposed: float = -0.1) -> frozenset[str]:
-    """The accepted rows that point away from the guard's reference (the reputation's opposed rows).
+def opposed_rows(cosines: Mapping[str, float], records: Mapping[str, float], accepted: Collection[str], *,
+                 cos_opposed: float = -0.1, record_max: float = 0.0) -> frozenset[str]:
+    """The accepted rows that point away from the guard's reference, from senders that always did (opposed rows).
 
-    opposed = {s ∈ accepted : cos(x_s, reference) < cos_opposed}
+    opposed = {s ∈ accepted : cos(x_s, reference) < cos_opposed  and  m_s < record_max}
+
+    where m_s is the sender's direction record at this receiver: its mean cosine with the reference over the rounds
+    the receiver judged it, this one included (``guard.base.Verdict.record``, kept by the ``semantic`` guard).
 
     The guard accepts such rows at part weight (``guard.semantic``'s direction ramp, between its rejection floor
-    ``cos_min`` = −0.3 and ``cos_full``) or, for a sender with a good direction record, whole. A sign flip of an
-    honest-norm update lands there, round after round, with a rejection in some rounds, never in 3 of 4.
+    ``cos_min`` = −0.3 and ``cos_full``). A sign flip of an honest-norm update lands there round after round, with
+    a rejection in some rounds, never in 3 of 4, and its record is negative from its first round. An honest peer
+    with data of its own can drift there late in training too (cosines −0.1 .. −0.37 from round 5 on, with 6
+    honest peers left of 10), but its record stays positive from the rounds it spent along the others.
 
     Args:
         cosines: ``{sender: cosine of its row with the guard's reference}`` (finite values only; the verdicts'
             ``cosine``).
+        records: ``{sender: direction record}`` (finite values only); a sender without one is never opposed.
         accepted: The senders whose rows the guard accepted.
-        cos_opposed: Cosine below which an accepted row is opposed, in ``[-1, 1]`` (default −0.1; −0.05 struck
-            honest senders of a clean Dirichlet 0.1 run into exclusion, module docstring).
+        cos_opposed: Cosine below which an accepted row may be opposed, in ``[-1, 1]`` (default −0.1).
+        record_max: Record below which it is, in ``[-1, 1]`` (default 0).
 
     Returns:
         The opposed rows' senders.
 
     Raises:
-        ValueError: ``cos_opposed`` is not a finite number in ``[-1, 1]``.
+        ValueError: ``cos_opposed`` or ``record_max`` is not a finite number in ``[-1, 1]``.
     """
     _check_real("cos_opposed", cos_opposed, low=-1.0, high=1.0)
-    return frozenset(s for s in accepted if s in cosines and cosines[s] < cos_opposed)
+    _check_real("record_max", record_max, low=-1.0, high=1.0)
+    return frozenset(s for s in accepted if s in cosines and cosines[s] < cos_opposed
+                     and s in records and records[s] < record_max)
 
 
 @dataclass(frozen=True)

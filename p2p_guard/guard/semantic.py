@@ -604,7 +604,8 @@ class SemanticGuard:
                 if i != own:
                     rejected.setdefault(i, (self._collusion.reason, detail))
 
-        aggregate = self._aggregate(clipped, centre, cosines, rejected, f, ctx)
+        records = self._records(cosines, ctx)
+        aggregate = self._aggregate(clipped, centre, cosines, rejected, f, ctx, records)
         if self.noise > 0:
             aggregate = add_noise(aggregate, median_norm, self.noise, ctx.generator)
         if self.anchoring:
@@ -617,9 +618,21 @@ class SemanticGuard:
         else:
             detail = "verdict stage off"
         verdicts = make_verdicts(
-            ctx.senders, norms, cosines, rejected, detail, None if scores is None else scores.scores
+            ctx.senders, norms, cosines, rejected, detail, None if scores is None else scores.scores, records
         )
         return GuardResult(aggregate=aggregate, verdicts=verdicts)
+
+    def _records(self, cosines: torch.Tensor, ctx: AggregationContext) -> dict[int, float]:
+        """Add this round's cosines to the direction record; each other row's record (empty when none is kept).
+
+        The record is kept only where the direction weights use it (stage 4c, with ``ctx.own_index``).
+        """
+        if (self._record is None or ctx.own_index is None
+                or not (self.verdict and self.direction_weights and self.cos_full > self.cos_min)):
+            return {}
+        receiver = ctx.senders[ctx.own_index]
+        return {i: self._record.add(receiver, ctx.senders[i], ctx.round, c)
+                for i, c in enumerate(cosines.tolist()) if i != ctx.own_index}
 
     def _aggregate(
         self,
@@ -629,6 +642,7 @@ class SemanticGuard:
         rejected: dict[int, tuple[str, str]],
         f: int,
         ctx: AggregationContext,
+        records: dict[int, float],
     ) -> torch.Tensor:
         accepted = [i for i in range(len(clipped)) if i not in rejected]
         if not accepted:  # only possible without an own row (the own row is never rejected)
@@ -640,17 +654,13 @@ class SemanticGuard:
         if self.verdict and self.direction_weights and self.cos_full > self.cos_min:
             own = accepted.index(ctx.own_index) if ctx.own_index in accepted else None
             weights = direction_weights(cosines[accepted], own, cos_min=self.cos_min, cos_full=self.cos_full)
-            if self._record is not None and ctx.own_index is not None:
-                receiver = ctx.senders[ctx.own_index]
-                means = {i: self._record.add(receiver, ctx.senders[i], ctx.round, c)
-                         for i, c in enumerate(cosines.tolist()) if i != ctx.own_index}
-                for k, i in enumerate(accepted):
-                    if i == ctx.own_index:
-                        continue
-                    if means[i] >= self.cos_record:  # NaN: no record, the ramp
-                        weights[k] = 1.0
-                    elif means[i] < self.cos_record_floor:
-                        weights[k] = 0.0
+            for k, i in enumerate(accepted):
+                if i not in records:  # our own row, or no record kept
+                    continue
+                if records[i] >= self.cos_record:  # NaN: no record, the ramp
+                    weights[k] = 1.0
+                elif records[i] < self.cos_record_floor:
+                    weights[k] = 0.0
         if self.clip_remaining and len(rejected) < f:
             return centered_clip(kept, centre, None, 1, weights, self.c_radius)
         if weights is None:

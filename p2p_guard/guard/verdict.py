@@ -298,6 +298,7 @@ def make_verdicts(
     rejected: Mapping[int, tuple[str, str]],
     accepted_detail: str,
     loss_scores: torch.Tensor | None = None,
+    records: Mapping[int, float] | None = None,
 ) -> tuple[Verdict, ...]:
     """Build one :class:`Verdict` per row.
 
@@ -308,6 +309,8 @@ def make_verdicts(
         rejected: row index → ``(reason, detail)`` for each rejected row.
         accepted_detail: detail recorded for every accepted row.
         loss_scores: ``(n,)`` semantic-stage scores in row order, or None (each verdict's ``loss_score``).
+        records: row index → the sender's direction record (each verdict's ``record``; a missing or NaN entry:
+            None).
 
     Returns:
         Verdicts in row order.
@@ -324,6 +327,11 @@ def make_verdicts(
                 norm=float(norms[i]),
                 cosine=float(cosines[i]),
                 loss_score=None if loss_scores is None else float(loss_scores[i]),
+                record=_finite((records or {}).get(i)),
             )
         )
     return tuple(out)
+
+
+def _finite(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else float(value)

@@ -1034,7 +1034,7 @@ class Peer:
         for verdict in result.verdicts:
             outcome.verdicts.append(SenderVerdict.judged(
                 verdict.sender, outcome.round, verdict.accepted, verdict.reason, verdict.detail, verdict.norm,
-                verdict.cosine, weights.get(verdict.sender, 1.0), staleness.get(verdict.sender, 0)))
+                verdict.cosine, weights.get(verdict.sender, 1.0), staleness.get(verdict.sender, 0), verdict.record))
             if not verdict.accepted and verdict.sender != self.me:
                 self.log.warning("rejected %s: %s (%s)", verdict.sender[-8:], verdict.reason, verdict.detail)
         outcome.rows = rows

@@ -96,7 +96,8 @@ class VoteBook:
         verdicts = list(verdicts)
         accepted = {v.sender for v in verdicts if v.accepted and v.sender != self.me}
         edge = edge_rows({v.sender: v.norm for v in verdicts if v.norm is not None}, accepted)
-        opposed = opposed_rows({v.sender: v.cosine for v in verdicts if v.cosine is not None}, accepted) - edge
+        opposed = opposed_rows({v.sender: v.cosine for v in verdicts if v.cosine is not None},
+                               {v.sender: v.record for v in verdicts if v.record is not None}, accepted) - edge
         votes = [_strike(v, edge, opposed) for v in vote_verdicts(verdicts, me=self.me)]
         # Only the last round is ever folded; a circumstantial or copyable rejection (late, duplicate) is no evidence.
         self._own = {round_: (judged_map(votes), edge, opposed)}

@@ -32,6 +32,7 @@ class SenderVerdict:
         cosine: its cosine to the guard's reference direction (None: not judged, or not finite).
         weight: the staleness weight its row carried (1.0 for a fresh update).
         staleness: rounds between its base round and ``commit_round`` (0: fresh).
+        record: the sender's direction record at our guard (``guard.base.Verdict.record``; None: none kept).
     """
 
     sender: str
@@ -43,6 +44,7 @@ class SenderVerdict:
     cosine: float | None = None
     weight: float = 1.0
     staleness: int = 0
+    record: float | None = None
 
     @classmethod
     def rejected(cls, sender: str, commit_round: int, reason: RejectReason, detail: str) -> SenderVerdict:
@@ -51,10 +53,12 @@ class SenderVerdict:
 
     @classmethod
     def judged(cls, sender: str, commit_round: int, accepted: bool, reason: str | None, detail: str,
-               norm: float, cosine: float, weight: float, staleness: int) -> SenderVerdict:
-        """The guard's verdict on a row; a non-finite ``norm`` or ``cosine`` is recorded as None."""
+               norm: float, cosine: float, weight: float, staleness: int,
+               record: float | None = None) -> SenderVerdict:
+        """The guard's verdict on a row; a non-finite ``norm``, ``cosine`` or ``record`` is recorded as None."""
         return cls(sender=sender, commit_round=commit_round, accepted=accepted, reason=reason, detail=detail,
-                   norm=finite_or_none(norm), cosine=finite_or_none(cosine), weight=weight, staleness=staleness)
+                   norm=finite_or_none(norm), cosine=finite_or_none(cosine), weight=weight, staleness=staleness,
+                   record=finite_or_none(record))
 
     def as_event(self) -> dict[str, Any]:
         """The fields of the ``verdict`` event (JSON-serialisable)."""

@@ -9,9 +9,10 @@ from p2p_guard.bench.standing import EXCLUDED, CellStanding, ballot, not_judged
 from p2p_guard.guard.base import Verdict
 
 
-def _v(sender: str, accepted: bool, norm: float, reason: str | None = None, cosine: float = 0.5) -> Verdict:
+def _v(sender: str, accepted: bool, norm: float, reason: str | None = None, cosine: float = 0.5,
+       record: float | None = None) -> Verdict:
     return Verdict(sender=sender, accepted=accepted, reason=None if accepted else reason, detail="", norm=norm,
-                   cosine=cosine)
+                   cosine=cosine, record=cosine if record is None else record)
 
 
 def test_ballot_is_the_swarms_evidence_own_row_out_edge_and_opposed_rows_marked_copyable_and_circumstantial_not_judged() -> None:
@@ -22,8 +23,9 @@ def test_ballot_is_the_swarms_evidence_own_row_out_edge_and_opposed_rows_marked_
         _v("c", False, 9.0, "outlier"),
         _v("d", False, 1.0, "duplicate"),  # copyable: no evidence
         _v("e", False, 1.0, "colluding"),
-        _v("f", True, 1.0, cosine=-0.2),  # below −0.1: an opposed row
+        _v("f", True, 1.0, cosine=-0.2),  # below −0.1, record below 0: an opposed row
         _v("i", True, 1.0, cosine=-0.1),  # not below
+        _v("l", True, 1.0, cosine=-0.2, record=0.05),  # a record along the centre: not opposed
         _v("j", True, 2.5, cosine=-0.9),  # an edge row first
         _v("k", False, 1.0, "outlier", cosine=-0.9),  # rejected: neither
         not_judged("g", EXCLUDED),  # circumstantial: no evidence
@@ -31,7 +33,8 @@ def test_ballot_is_the_swarms_evidence_own_row_out_edge_and_opposed_rows_marked_
     ]
     verdicts[0] = _v("me", True, 1.0, cosine=-0.5)  # our own row is never struck
     judged, edge, opposed = ballot(verdicts, "me")
-    assert judged == {"a": True, "b": True, "c": False, "f": True, "h": False, "i": True, "j": True, "k": False}
+    assert judged == {"a": True, "b": True, "c": False, "f": True, "h": False, "i": True, "j": True, "k": False,
+                      "l": True}
     assert edge == frozenset({"b", "j"})
     assert opposed == frozenset({"f"})
 

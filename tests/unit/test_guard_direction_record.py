@@ -149,3 +149,23 @@ def test_a_decayed_record() -> None:
         SemanticGuard(record_decay=1.5)
     assert SemanticGuard(record_decay=0.8)._record is not None
     assert SemanticGuard(record_decay=0.8)._record.decay == 0.8  # type: ignore[union-attr]
+
+
+def test_each_verdict_carries_its_senders_record_and_none_for_our_own_row_or_without_one() -> None:
+    """``Verdict.record`` is the mean of the sender's cosines over the rounds this receiver judged it (the
+    reputation's opposed rows read it); our own row, a guard without the record and a call without
+    ``own_index`` give None."""
+    first, second, _ = _rounds()
+    guard = SemanticGuard(f=0, anchoring=False, collusion=False)
+    r0 = guard.judge(first, _ctx(0))
+    r1 = guard.judge(second, _ctx(1))
+    assert r0.verdicts[0].record is None and r1.verdicts[0].record is None
+    for i in range(1, 8):
+        assert r0.verdicts[i].record == pytest.approx(r0.verdicts[i].cosine)
+        assert r1.verdicts[i].record == pytest.approx((r0.verdicts[i].cosine + r1.verdicts[i].cosine) / 2)
+    assert r1.verdicts[7].record < 0.0 < r1.verdicts[6].record
+    plain = SemanticGuard(f=0, anchoring=False, collusion=False, direction_record=False)
+    assert all(v.record is None for v in plain.judge(first, _ctx(0)).verdicts)
+    anonymous = AggregationContext(senders=tuple(f"p{i}" for i in range(8)), round=0,
+                                   generator=torch.Generator().manual_seed(0))
+    assert all(v.record is None for v in SemanticGuard(f=0).judge(first, anonymous).verdicts)

@@ -561,16 +561,21 @@ class TestOpposedRows:
             rep.update(3, {S: True}, {}, opposed={S}).newly_excluded == (S,)
 
     def test_known_answer(self) -> None:
-        cosines = {"a": 0.4, "b": -0.1, "c": -0.11, "d": -0.5, "e": -0.9}
-        # strictly below −0.1: c and d (e was rejected, so it is not in accepted)
-        assert opposed_rows(cosines, {"a", "b", "c", "d", "zz"}) == frozenset({"c", "d"})
-        assert opposed_rows(cosines, {"a", "b", "c", "d"}, cos_opposed=0.0) == frozenset({"b", "c", "d"})
-        assert opposed_rows({}, {"a"}) == frozenset()
+        cosines = {"a": 0.4, "b": -0.1, "c": -0.11, "d": -0.5, "e": -0.9, "f": -0.3, "g": -0.3}
+        records = {"a": -0.2, "b": -0.2, "c": -0.01, "d": -0.4, "e": -0.9, "f": 0.0}  # g: no record
+        # cosine strictly below −0.1 and record strictly below 0: c and d (e was rejected; f's record is 0; g has
+        # none)
+        assert opposed_rows(cosines, records, {"a", "b", "c", "d", "f", "g", "zz"}) == frozenset({"c", "d"})
+        assert opposed_rows(cosines, records, {"a", "b", "c", "d"}, cos_opposed=0.0) == frozenset({"b", "c", "d"})
+        assert opposed_rows(cosines, records, {"c", "d", "f"}, record_max=0.01) == frozenset({"c", "d", "f"})
+        assert opposed_rows(cosines, records, {"c", "d"}, record_max=-0.3) == frozenset({"d"})
+        assert opposed_rows({}, {}, {"a"}) == frozenset()
 
-    @pytest.mark.parametrize("cos_opposed", [-1.5, 1.01, float("nan"), float("inf"), True])
-    def test_rejects_bad_cos_opposed(self, cos_opposed: float) -> None:
-        with pytest.raises(ValueError, match="cos_opposed"):
-            opposed_rows({"a": 0.0}, {"a"}, cos_opposed=cos_opposed)
+    @pytest.mark.parametrize("name", ["cos_opposed", "record_max"])
+    @pytest.mark.parametrize("value", [-1.5, 1.01, float("nan"), float("inf"), True])
+    def test_rejects_bad_parameters(self, name: str, value: float) -> None:
+        with pytest.raises(ValueError, match=name):
+            opposed_rows({"a": 0.0}, {"a": -1.0}, {"a"}, **{name: value})
 
 
 class TestEdgeRows:

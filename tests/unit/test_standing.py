@@ -152,26 +152,29 @@ def test_rejections_others_can_cause_by_copying_are_no_evidence_against_the_copi
     assert (standing.score, standing.own_strikes, standing.own_rejections, standing.below_streak) == (0.25, 1, 1, 1)
 
 
-def _judged(sender: str, accepted: bool, norm: float, cosine: float = 0.5) -> SenderVerdict:
-    return SenderVerdict.judged(sender, 0, accepted, None if accepted else "outlier", "", norm, cosine, 1.0, 0)
+def _judged(sender: str, accepted: bool, norm: float, cosine: float = 0.5, record: float | None = None) -> SenderVerdict:
+    return SenderVerdict.judged(sender, 0, accepted, None if accepted else "outlier", "", norm, cosine, 1.0, 0,
+                                cosine if record is None else record)
 
 
 def test_an_opposed_row_is_published_as_opposed_struck_and_kept_across_a_checkpoint() -> None:
-    """Cosines 0.5, −0.2 (accepted: opposed), −0.9 (rejected), and −0.6 on an accepted edge row (edge, not opposed).
+    """Cosines 0.5, −0.2 (accepted, record −0.2: opposed), −0.3 with record 0.2 (accepted: not opposed), −0.9
+    (rejected), and −0.6 on an accepted edge row (edge, not opposed).
 
     The opposed row is published as accepted with reason ``opposed`` (a reader counts it as a strike); our own
     reputation strikes it without a rejection; a checkpoint taken between ``remember`` and ``fold`` carries it.
     """
-    me, a, away, rejected, long_row = _ids(5)
+    me, a, away, rejected, long_row, drifted = _ids(6)
     dht = MemoryDHT()
     book = VoteBook(dht, RUN, me)  # type: ignore[arg-type]
     verdicts = [_judged(me.peer_id_b58, True, 1.0, -0.5), _judged(a.peer_id_b58, True, 1.1),
                 _judged(away.peer_id_b58, True, 0.9, -0.2), _judged(rejected.peer_id_b58, False, 1.0, -0.9),
-                _judged(long_row.peer_id_b58, True, 2.6, -0.6)]
+                _judged(long_row.peer_id_b58, True, 2.6, -0.6), _judged(drifted.peer_id_b58, True, 1.0, -0.3, 0.2)]
     published = asyncio.run(book.publish(0, verdicts))
     assert {v.sender_b58: (v.accepted, v.reason) for v in published} == {
         a.peer_id_b58: (True, ""), away.peer_id_b58: (True, OPPOSED_REASON),
-        rejected.peer_id_b58: (False, "outlier"), long_row.peer_id_b58: (True, EDGE_REASON)}
+        rejected.peer_id_b58: (False, "outlier"), long_row.peer_id_b58: (True, EDGE_REASON),
+        drifted.peer_id_b58: (True, "")}
     state = book.state_dict()
     assert state["pending"]["opposed"] == [away.peer_id_b58]
     resumed = VoteBook(dht, RUN, me)  # type: ignore[arg-type]
