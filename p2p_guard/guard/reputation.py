@@ -35,8 +35,9 @@ where
       passes the verdict (``adaptive``) sits just under the rejection radius (2.5–2.8×) every round. An edge
       row is a *strike* but not a *rejection*: edge rows without a rejection exclude only when they fill the
       window, n_s ≥ m_e (default m_e = k: struck in every one of the sender's last k judged rounds);
-    - an *opposed row* (``opposed``) is one we accepted although it points away from the guard's reference:
-      cosine below ``cos_opposed`` (−0.1, :func:`opposed_rows`), where the guard weighs it down but does not
+    - an *opposed row* (``opposed``) is one we accepted although it points away from the guard's reference,
+      from a sender that always did: cosine below ``cos_opposed`` (−0.1) and a direction record (its mean cosine
+      over the rounds we judged it) below 0 (:func:`opposed_rows`), where the guard weighs it down but does not
       reject it. A strike, but one that excludes only with a rejection in the window (h_s ≥ m_h); opposed rows
       alone never exclude, as honest rows of non-IID peers point away from the centre for rounds at a time
       (below);
@@ -92,16 +93,22 @@ rule, and one was in a replay (fashion-mnist, Dirichlet 0.05 shards, seed 6: a n
 the median, excluded by every other peer at fold 20); ``edge_strikes=None`` turns it off. A cosine test (an edge
 row must also point away from the guard's centre) removed that exclusion but failed the live rule-5 run: the
 live ``adaptive`` rows had cosines −0.26 to 0.36, as the honest peer's (−0.08 to 0.32).
-Why opposed rows (since 2026-12-08): a sign flip of an honest-norm update (``sign_flip:scale=1``,
+Why opposed rows (since 2026-12-07): a sign flip of an honest-norm update (``sign_flip:scale=1``,
 ``null_space``) at 2 of 10 on digits, Dirichlet 0.5, sits at cosines −0.3 .. −0.1 with the centre, where the guard
 rejects it in some rounds and accepts it at part weight in the others; with 1 strike in 4 rounds it was never
 excluded and cost the honest peers 6.9 points (86.7 % against 92.2 % without the attackers' rows; the digits
 acceptance report at f4866e2). Counted as strikes, both attacks are excluded by every honest peer at the fold of
-round 3 and the cells end at 91.4 % and 91.7 %; no honest peer was excluded in them nor in 40 clean rounds on
-Dirichlet 0.1 (seeds 2 and 3: 0 exclusions, with 45 and 279 honest rejections), where ``cos_opposed`` = −0.05
-excluded 9 honest senders on seed 3, and an opposed row that could exclude without a rejection (the m_e path:
-``docs/scripts/strike_probe.py``, ``against``) excluded honest senders in the attack cells themselves
-(``python docs/scripts/strike_probe.py attack opposed -0.1``).
+round 3 and the cells end at 91.4 % and 91.7 % (``python docs/scripts/strike_probe.py attack opposed``). Why the
+record: without it (every accepted row below −0.1 a strike) honest senders were excluded in 5 cells of the digits
+acceptance at 4 of 10 (25 exclusions): once the attackers were out, one honest peer of the 6 (peer04 under
+``free_rider``, peer00 under ``sign_flip:scale=10``) drifted from cosines +0.5 .. +0.7 in rounds 0-3 to −0.1 ..
+−0.37 from round 5 on, with one outright rejection; its record stayed above 0.12. With the record no honest peer
+was excluded in any digits acceptance cell, nor in 40 clean rounds on Dirichlet 0.1 (seeds 0-4: 0 exclusions,
+with 0 to 279 honest rejections a cell; ``python docs/scripts/strike_probe.py clean40 opposed --seeds 0 1 2 3
+4``), where ``cos_opposed`` = −0.05 without the record excluded 9 honest senders on seed 3. An opposed row that
+could exclude without a rejection (the m_e path: ``strike_probe.py``'s ``against``) excluded honest senders in the
+attack cells themselves. The record misses a sender that first builds one: ``sleeper`` (honest for 3 rounds) is
+not excluded.
 
 Provable faults (equivocation) are not handled here: a proof bans at once (``swarm.peer``).
 
