@@ -94,11 +94,14 @@ class VoteBook:
             Our votes of the round, before ``smear``.
         """
         verdicts = list(verdicts)
-        accepted = {v.sender for v in verdicts if v.accepted and v.sender != self.me}
+        votes = vote_verdicts(verdicts, me=self.me)
+        # A sender with a rejection besides an accepted row this round (a carried late payload with bad bytes) is
+        # voted a rejection: it is no edge or opposed row (the pending state lists only senders we accepted).
+        accepted = {v.sender_b58 for v in votes if v.accepted}
         edge = edge_rows({v.sender: v.norm for v in verdicts if v.norm is not None}, accepted)
         opposed = opposed_rows({v.sender: v.cosine for v in verdicts if v.cosine is not None},
                                {v.sender: v.record for v in verdicts if v.record is not None}, accepted) - edge
-        votes = [_strike(v, edge, opposed) for v in vote_verdicts(verdicts, me=self.me)]
+        votes = [_strike(v, edge, opposed) for v in votes]
         # Only the last round is ever folded; a circumstantial or copyable rejection (late, duplicate) is no evidence.
         self._own = {round_: (judged_map(votes), edge, opposed)}
         self._votes = (round_, votes)

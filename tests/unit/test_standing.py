@@ -9,6 +9,7 @@ import pytest
 from p2p_guard.attacks.wire import VoteSmear
 from p2p_guard.guard.reputation import Reputation
 from p2p_guard.identity import Identity
+from p2p_guard.protocol.reasons import RejectReason
 from p2p_guard.protocol.votes import EDGE_REASON, OPPOSED_REASON, Votes, open_votes, sign_votes
 from p2p_guard.swarm.records import votes_key
 from p2p_guard.swarm.standing import VoteBook, rejected_by
@@ -272,3 +273,26 @@ def test_a_row_at_twice_the_median_is_not_an_edge_row() -> None:
     assert update is not None
     st = update.standings[long_row.peer_id_b58]
     assert (st.own_standing, st.own_strikes, st.own_rejections, st.score) == (1.0, 0, 0, 0.75)
+
+
+def test_a_sender_also_rejected_in_the_round_is_no_opposed_or_edge_row_and_the_checkpoint_loads() -> None:
+    """A sender with two verdicts in one round (a carried late payload with bad bytes, rejected, and its fresh row,
+    accepted at an opposed cosine or as an edge row) is published as rejected (``vote_verdicts``) and judged as
+    rejected; the pending state must not list it as an opposed or edge row, or the checkpoint would not load
+    (``load_state_dict`` refuses such rows we did not accept, and the peer's reputation would start empty).
+    """
+    me, a, b, away, long_row = _ids(5)
+    book = VoteBook(MemoryDHT(), RUN, me)  # type: ignore[arg-type]
+    verdicts = [_judged(me.peer_id_b58, True, 1.0), _judged(a.peer_id_b58, True, 1.1), _judged(b.peer_id_b58, True, 0.9),
+                SenderVerdict.rejected(away.peer_id_b58, 0, RejectReason.DIGEST_MISMATCH, "late payload"),
+                _judged(away.peer_id_b58, True, 1.0, -0.4),
+                SenderVerdict.rejected(long_row.peer_id_b58, 0, RejectReason.DIGEST_MISMATCH, "late payload"),
+                _judged(long_row.peer_id_b58, True, 2.6)]
+    published = book.remember(0, verdicts)
+    assert {v.sender_b58: v.accepted for v in published}[away.peer_id_b58] is False
+    state = book.state_dict()
+    assert state["pending"]["judged"][away.peer_id_b58] is False
+    assert (state["pending"]["opposed"], state["pending"]["edge"]) == ([], [])
+    resumed = VoteBook(MemoryDHT(), RUN, me)  # type: ignore[arg-type]
+    resumed.load_state_dict(state)
+    assert resumed.state_dict() == state
