@@ -43,7 +43,8 @@ where
       (below);
     - a_s ∈ [0, 1] is s's *own standing*: an exponential average of our own verdicts only;
     - V_r(s) is the set of voters with a verified vote on s in round r, v ∉ {o, s} (no self-votes), and
-      u_r(v, s) ∈ {0, 1} is v's ballot (0 for a rejection or an edge row, ``protocol.votes.evidence_map``);
+      u_r(v, s) ∈ {0, 1} is v's ballot (0 for a rejection, an edge or an opposed row,
+      ``protocol.votes.evidence_map``);
     - agree_r(v) ∈ [0, 1] is the fraction of the senders we accepted cleanly in round r (other than v) and v
       voted on, that v accepted too; g_v ∈ [0, 1] is v's *credibility*. A voter that accuses senders we accept
       cleanly (``vote_smear``) loses its weight within a round or two even though its own updates are honest,
@@ -212,7 +213,7 @@ class Standing:
         own_rejections: h_s, content rejections among our last ``window`` own verdicts on s.
         excluded: Whether s is excluded before aggregation from the next round on.
         excluded_at: The round of the update that excluded s, or None.
-        own_strikes: n_s, rejections and edge rows among our last ``window`` own verdicts on s.
+        own_strikes: n_s, rejections, edge and opposed rows among our last ``window`` own verdicts on s.
         credibility: g_v, how often s's ballots as a voter agreed with our own verdicts (1.0 before any).
     """
 
@@ -376,7 +377,8 @@ class Reputation:
             own: ``{sender: accepted}``, our own verdicts of that round (our own row may be included; it is
                 skipped). Senders we did not judge (already excluded, late, timed out) are simply absent.
             votes: ``{voter: {sender: accepted}}``, the verified votes of that round
-                (``swarm.votes.read_votes`` → ``Votes.as_map()``, where an edge row counts as not accepted).
+                (``swarm.votes.read_votes`` → ``Votes.as_map()``, where an edge or opposed row counts as not
+                accepted).
                 Votes by ``me``, self-votes and votes about senders we never judged are ignored.
             ignore: Voters whose votes are ignored (banned equivocators, peers outside an allow-list).
             edge: Senders we accepted as edge rows (:func:`edge_rows`): each counts as a strike, o_r(s) = 0.
@@ -495,8 +497,8 @@ class Reputation:
         Returns:
             ``{"version": 2, "last_round": int | None, "senders": {sender: {"score", "standing", "streak",
             "recent", "excluded_at", "last_round", "credibility"}}}`` with senders sorted; ``recent`` holds
-            ``"accept"``, ``"edge"`` or ``"reject"`` per own verdict, oldest first; ``credibility`` is None
-            before the sender's first ballot we could compare.
+            ``"accept"``, ``"edge"``, ``"opposed"`` or ``"reject"`` per own verdict, oldest first; ``credibility``
+            is None before the sender's first ballot we could compare.
         """
         return {
             "version": _STATE_VERSION,
