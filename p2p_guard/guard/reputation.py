@@ -20,7 +20,9 @@ the same round. For every sender s ≠ o that we have judged at least once:
                             (then b_s = 0 and the own window is cleared: a fresh trial of k rounds)
 
 where
-    - r is the round; J_r(s) ∈ {0, 1} says whether we judged s in round r. A rejection for a circumstantial
+    - r is the round; J_r(s) ∈ {0, 1} says whether we judged s in round r, and is 1 with o_r(s) = 0 for an
+      excluded sender we no longer judge in a round with votes on it (our exclusion stands as our rejection:
+      below, "Why one voter cannot readmit"). A rejection for a circumstantial
       reason (late, timed out, stale: ``protocol.reasons.CIRCUMSTANTIAL_REASONS``) is not a judgement, nor is
       one that other senders can cause by copying s (``duplicate``, ``colluding``:
       ``protocol.reasons.COPYABLE_REASONS``; under ``mimic`` the copied honest peer is rejected with its
@@ -71,6 +73,18 @@ it neither rejected in them nor struck in m_e of them, is never excluded. Votes 
 (push R_s below θ sooner when our own evidence is mixed) or *lower confidence* in it (keep R_s above θ, or
 readmit an excluded sender, when the voters we trust accept it: an honest sender that only our guard rejects,
 because our model or data differ from the others', is kept).
+
+Why one voter cannot readmit (since 2026-12-07): once every honest peer has excluded a sender, none of them judges
+it any more, so the only ballots on it come from peers that still do: a peer that restarted or joined late and
+has not yet built its own evidence. Before, such a peer's clean acceptances were the whole evidence on the
+sender, and two of them readmitted it everywhere: in a live run (``p2p-guard simulate --task digits --honest 8
+--byzantine 2 --attack sign_flip:scale=1 --partition dirichlet:0.5 --rounds 12 --seed 0`` with a
+``kill_restart`` of peer 3 at round 3) the restarted peer accepted the two attackers in rounds 6-7 (cosines
+−0.07 .. +0.12), which took every other honest peer's scores from 0.008 to 0.50 to 0.76 and readmitted both
+attackers at round 8, four rounds after their exclusion. Counting our exclusion as a rejection, readmission by
+votes needs the trusted voters' weights to reach 3ω in all (Σ w / (ω + Σ w) ≥ θ_in = 0.75): at least three voters
+we fully trust, round after round. One voter's ballots reach at most e = 1/2, and the exclusion lapses after T
+rounds as before.
 
 Why honest senders are not excluded for differing a little (defaults k = 4, m = 3, m_h = 1, m_e = 4): our guard
 must strike the sender in 3 of its last 4 judged rounds and reject it outright at least once, or find it at the
@@ -446,6 +460,8 @@ class Reputation:
                 denominator += weight
             if denominator <= 0.0:
                 continue
+            if sender not in judged and state.excluded:  # our exclusion stands as our rejection (module docstring)
+                denominator += self.own_weight
             evidence = min(1.0, max(0.0, numerator / denominator))
             state.score = (1.0 - lam) * state.score + lam * evidence
             state.streak = state.streak + 1 if state.score < self.threshold else 0

@@ -118,17 +118,35 @@ class TestKnownAnswers:
         assert rep.standing(S) == Standing(0.25, 0.0, 1, 1, False, own_strikes=1)
 
     def test_readmission_by_trusted_votes(self) -> None:
-        """Excluded at R = 0.03125; trusted voters accept it, we no longer judge it: 0.52 → 0.76 ≥ θ_in."""
+        """Excluded at R = 0.03125; five trusted voters accept it, we no longer judge it, our exclusion counts as
+        our rejection (weight 1): e = 5/6 each round, R = 0.432, 0.633, 0.733, 0.783 ≥ θ_in at the 4th round."""
         rep = Reputation()
         for r in range(4):
             trusted_voters_round(rep, r, {S: False}, {S: False})
         assert rep.is_excluded(S)
-        update = trusted_voters_round(rep, 4, {}, {S: True})
-        assert update.standings[S].score == 0.515625
-        assert rep.is_excluded(S)
-        update = trusted_voters_round(rep, 5, {}, {S: True})
+        scores = []
+        for r in range(4, 8):
+            update = trusted_voters_round(rep, r, {}, {S: True})
+            scores.append(update.standings[S].score)
+        assert scores == pytest.approx([0.03125 / 2 + 5 / 12, 0.6328125, 0.7330729, 0.7832031], abs=1e-6)
         assert update.readmitted == (S,)
-        assert update.standings[S] == Standing(0.7578125, 0.0, 0, 0, False)
+        assert not rep.is_excluded(S)
+
+    def test_one_voter_cannot_readmit_an_excluded_sender(self) -> None:
+        """The live case: every other honest peer excluded S and no longer votes on it; one peer that restarted
+        accepts it cleanly every round. e = 1/2 (its weight 1 against our standing rejection): R climbs towards
+        0.5, never to θ_in = 0.75; the exclusion lapses after T = 10 rounds as before (round 13)."""
+        rep = Reputation()
+        voter = VOTERS[0]
+        for r in range(4):
+            rep.update(r, {S: False, voter: True}, {voter: {S: False}})
+        assert rep.is_excluded(S)
+        readmitted = []
+        for r in range(4, 14):
+            update = rep.update(r, {voter: True}, {voter: {S: True}})
+            readmitted += [r] * (S in update.readmitted)
+            assert rep.score(S) < 0.5 or r == 13  # at 13 the lapse readmits it first, then its ballot counts alone
+        assert readmitted == [13]
 
     def test_excluded_stays_excluded_while_voted_down(self) -> None:
         rep = Reputation(max_exclusion_rounds=None)
