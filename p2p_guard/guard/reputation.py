@@ -374,6 +374,14 @@ class Reputation:
             return 0.0
         return state.standing * (1.0 if state.credibility is None else state.credibility)
 
+    def recent(self, sender: str) -> tuple[str, ...]:
+        """Our own verdicts on ``sender`` in its last ``window`` judged rounds, oldest first (empty if untracked).
+
+        Each is :data:`ACCEPT`, :data:`EDGE`, :data:`REJECT` or :data:`OPPOSED`: what an exclusion was decided on.
+        """
+        state = self._senders.get(sender)
+        return () if state is None else tuple(state.recent)
+
     def standing(self, sender: str) -> Standing | None:
         """The sender's :class:`Standing`, or None if it is not tracked."""
         state = self._senders.get(sender)

@@ -1258,13 +1258,16 @@ class Peer:
         if update is not None:
             for sender in update.newly_excluded:
                 st = update.standings[sender]
+                recent = self.votes.reputation.recent(sender)
                 self.log.log(logging.WARNING if enforced else logging.INFO,
-                             "%s %s: reputation %.2f, %d of our last %d verdicts struck it (%d rejections)",
+                             "%s %s: reputation %.2f, %d of our last %d verdicts struck it (%d rejections; oldest "
+                             "first: %s)",
                              "excluding from now on" if enforced else "reputation would exclude (exclusion off)",
                              sender[-8:], st.score, st.own_strikes, self.votes.reputation.window,
-                             st.own_rejections)
+                             st.own_rejections, ", ".join(recent))
                 self.events.emit("exclude" if enforced else "exclude_candidate", sender=sender, round=round_,
-                                 score=st.score, own_rejections=st.own_rejections, own_strikes=st.own_strikes)
+                                 score=st.score, own_rejections=st.own_rejections, own_strikes=st.own_strikes,
+                                 verdicts=list(recent))
             for sender in update.readmitted:
                 self.log.info("readmitting %s for a fresh trial", sender[-8:])
                 self.events.emit("readmit", sender=sender, round=round_)

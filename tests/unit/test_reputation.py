@@ -568,6 +568,12 @@ class TestOpposedRows:
             rep.update(r, {S: True}, {}, edge={S}, opposed={S})
         assert rep.is_excluded(S)  # edge rows alone fill the window
 
+    def test_recent_lists_the_window_oldest_first(self) -> None:
+        rep = Reputation()
+        assert rep.recent(S) == ()
+        scripted(rep, ".EOX.O")
+        assert rep.recent(S) == ("opposed", "reject", "accept", "opposed")
+
     def test_opposed_kinds_survive_a_state_round_trip(self) -> None:
         rep = Reputation()
         scripted(rep, "OOX")
