@@ -1,15 +1,15 @@
 """The swarm's reputation in the in-process cell: every peer's ``Reputation``, fed as a networked peer feeds it.
 
 A networked peer (``swarm.peer.Peer``; ``PeerConfig.reputation_exclusion`` is on by default) keeps its verdicts of
-round r (``swarm.standing.VoteBook.remember``: an accepted row longer than 2.3 × the round's median norm is an
-*edge row*, ``guard.reputation.edge_rows``; one whose cosine with the guard's reference is below −0.1 an *opposed
-row*, ``guard.reputation.opposed_rows``), publishes them as signed votes, and when round r + 1 aggregates it
-folds them with every other peer's votes of r into its ``guard.reputation.Reputation`` (``VoteBook.fold``). The
-senders its reputation then excludes are dropped before its guard from round r + 1 on; each gets the verdict
-``excluded`` (``protocol.reasons.RejectReason.EXCLUDED``), which is no evidence in later rounds. A rejection for a
-reason in ``protocol.reasons.NOT_EVIDENCE_REASONS`` (circumstantial or copyable) is no evidence either: the sender
-counts as not judged (``protocol.votes.judged_map``); a voter's ballot counts an edge or opposed row as a
-rejection (``protocol.votes.evidence_map``).
+round r (``swarm.standing.VoteBook.remember``: an accepted row longer than 2.3 × the round's median norm is an *edge
+row*, ``guard.reputation.edge_rows``; one whose cosine with the guard's reference is below −0.1, from a sender whose
+direction record is below 0, an *opposed row*, ``guard.reputation.opposed_rows``), publishes them as signed votes,
+and when round r + 1 aggregates it folds them with every other peer's votes of r into its
+``guard.reputation.Reputation`` (``VoteBook.fold``). The senders its reputation then excludes are dropped before its
+guard from round r + 1 on; each gets the verdict ``excluded`` (``protocol.reasons.RejectReason.EXCLUDED``), which is
+no evidence in later rounds. A rejection for a reason in ``protocol.reasons.NOT_EVIDENCE_REASONS`` (circumstantial
+or copyable) is no evidence either: the sender counts as not judged (``protocol.votes.judged_map``); a voter's
+ballot counts an edge or opposed row as a rejection (``protocol.votes.evidence_map``).
 
 :class:`CellStanding` runs exactly that for every peer of a cell, as if every vote arrived: :meth:`fold` after
 each round's guard calls, :meth:`excluded` before the next. Byzantine peers vote as ``p2p-guard simulate``'s

@@ -18,8 +18,9 @@ Byzantine majority of voters cannot make an honest peer drop an honest sender.
 An accepted row longer than 2.3 times the round's median norm (``guard.reputation.edge_rows``) is published as
 accepted with reason ``edge`` (``protocol.votes.EDGE_REASON``) and counts, in our reputation and in every
 reader's, as a strike: aggregated, but at the edge of what the guard lets through. An accepted row whose cosine
-with the guard's reference is below −0.1 (``guard.reputation.opposed_rows``) is published with reason
-``opposed`` (``protocol.votes.OPPOSED_REASON``), a strike too, that excludes only with a rejection.
+with the guard's reference is below −0.1, from a sender whose direction record at our guard is below 0
+(``guard.reputation.opposed_rows``), is published with reason ``opposed`` (``protocol.votes.OPPOSED_REASON``), a
+strike too, that excludes only with a rejection.
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ class VoteBook:
         """Keep our verdicts of ``round_`` for the next :meth:`fold` (and for :meth:`state_dict`); our votes.
 
         Accepted rows longer than 2.3 times the round's median norm get reason ``edge``; the other accepted rows
-        whose cosine with the guard's reference is below −0.1 get reason ``opposed``. The round loop calls it
+        whose cosine with the guard's reference is below −0.1, from senders whose direction record is below 0, get
+        reason ``opposed``. The round loop calls it
         when the round's step is done, before the checkpoint captures :meth:`state_dict`.
 
         Args:
