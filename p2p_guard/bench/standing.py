@@ -24,7 +24,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from p2p_guard.guard.base import Verdict
-from p2p_guard.guard.reputation import Reputation, edge_rows, opposed_rows
+from p2p_guard.guard.reputation import Reputation, strike_rows
 from p2p_guard.protocol.reasons import NOT_EVIDENCE_REASONS, RejectReason
 
 __all__ = ["EXCLUDED", "CellStanding", "ballot", "not_judged"]
@@ -56,11 +56,10 @@ def ballot(verdicts: Iterable[Verdict], me: str) -> tuple[dict[str, bool], froze
         ``{s: a and s not in edge | opposed}``.
     """
     verdicts = list(verdicts)
-    norms = {v.sender: v.norm for v in verdicts if math.isfinite(v.norm)}
-    accepted = {v.sender for v in verdicts if v.accepted and v.sender != me}
-    edge = edge_rows(norms, accepted)
-    opposed = opposed_rows({v.sender: v.cosine for v in verdicts if math.isfinite(v.cosine)},
-                           {v.sender: v.record for v in verdicts if v.record is not None}, accepted) - edge
+    edge, opposed = strike_rows({v.sender: v.norm for v in verdicts if math.isfinite(v.norm)},
+                                {v.sender: v.cosine for v in verdicts if math.isfinite(v.cosine)},
+                                {v.sender: v.record for v in verdicts if v.record is not None},
+                                {v.sender for v in verdicts if v.accepted and v.sender != me})
     judged = {v.sender: v.accepted for v in verdicts
               if v.sender != me and (v.accepted or (v.reason or "") not in NOT_EVIDENCE_REASONS)}
     return judged, edge, opposed

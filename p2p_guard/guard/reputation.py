@@ -144,7 +144,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 __all__ = ["ACCEPT", "EDGE", "OPPOSED", "REJECT", "Reputation", "ReputationUpdate", "Standing", "edge_rows",
-           "opposed_rows"]
+           "opposed_rows", "strike_rows"]
 
 _STATE_VERSION = 2
 #: Own verdict kinds kept in the window: accepted cleanly, accepted as an edge row (a strike), rejected, accepted as
@@ -214,6 +214,25 @@ def opposed_rows(cosines: Mapping[str, float], records: Mapping[str, float], acc
     _check_real("record_max", record_max, low=-1.0, high=1.0)
     return frozenset(s for s in accepted if s in cosines and cosines[s] < cos_opposed
                      and s in records and records[s] < record_max)
+
+
+def strike_rows(norms: Mapping[str, float], cosines: Mapping[str, float], records: Mapping[str, float],
+                accepted: Collection[str]) -> tuple[frozenset[str], frozenset[str]]:
+    """A round's accepted rows that are strikes: ``(edge, opposed)``, each sender in at most one of them.
+
+    edge = :func:`edge_rows` (norms, accepted);  opposed = :func:`opposed_rows` (cosines, records, accepted) − edge
+
+    Args:
+        norms: ``{sender: L2 norm}`` of the rows judged (finite values only).
+        cosines: ``{sender: cosine with the guard's reference}`` (finite values only).
+        records: ``{sender: direction record}`` (finite values only).
+        accepted: The senders whose rows count as accepted (our own left out).
+
+    Returns:
+        The edge rows' and the opposed rows' senders, with the defaults of both functions.
+    """
+    edge = edge_rows(norms, accepted)
+    return edge, opposed_rows(cosines, records, accepted) - edge
 
 
 @dataclass(frozen=True)

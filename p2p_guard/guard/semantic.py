@@ -622,13 +622,17 @@ class SemanticGuard:
         )
         return GuardResult(aggregate=aggregate, verdicts=verdicts)
 
+    @property
+    def _weighs_directions(self) -> bool:
+        """Whether stage 4c weighs the accepted rows by their cosines (and so keeps the direction record)."""
+        return self.verdict and self.direction_weights and self.cos_full > self.cos_min
+
     def _records(self, cosines: torch.Tensor, ctx: AggregationContext) -> dict[int, float]:
         """Add this round's cosines to the direction record; each other row's record (empty when none is kept).
 
         The record is kept only where the direction weights use it (stage 4c, with ``ctx.own_index``).
         """
-        if (self._record is None or ctx.own_index is None
-                or not (self.verdict and self.direction_weights and self.cos_full > self.cos_min)):
+        if self._record is None or ctx.own_index is None or not self._weighs_directions:
             return {}
         receiver = ctx.senders[ctx.own_index]
         return {i: self._record.add(receiver, ctx.senders[i], ctx.round, c)
@@ -651,7 +655,7 @@ class SemanticGuard:
             return centre
         kept = clipped if len(accepted) == len(clipped) else clipped[accepted]  # no copy when all are kept
         weights = None
-        if self.verdict and self.direction_weights and self.cos_full > self.cos_min:
+        if self._weighs_directions:
             own = accepted.index(ctx.own_index) if ctx.own_index in accepted else None
             weights = direction_weights(cosines[accepted], own, cos_min=self.cos_min, cos_full=self.cos_full)
             for k, i in enumerate(accepted):

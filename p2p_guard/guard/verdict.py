@@ -58,6 +58,7 @@ __all__ = [
     "SPARSE_MAX",
     "DirectionRecord",
     "direction_weights",
+    "finite_or_none",
     "make_verdicts",
     "outlier_rows",
     "support_outliers",
@@ -327,11 +328,12 @@ def make_verdicts(
                 norm=float(norms[i]),
                 cosine=float(cosines[i]),
                 loss_score=None if loss_scores is None else float(loss_scores[i]),
-                record=_finite((records or {}).get(i)),
+                record=finite_or_none((records or {}).get(i)),
             )
         )
     return tuple(out)
 
 
-def _finite(value: float | None) -> float | None:
-    return None if value is None or not math.isfinite(value) else float(value)
+def finite_or_none(value: float | None) -> float | None:
+    """``value`` as a float if it is finite, else None (verdicts, events and metrics carry no NaN or infinity)."""
+    return float(value) if value is not None and math.isfinite(value) else None

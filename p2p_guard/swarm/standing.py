@@ -30,7 +30,7 @@ import logging
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from p2p_guard.guard.reputation import Reputation, ReputationUpdate, edge_rows, opposed_rows
+from p2p_guard.guard.reputation import Reputation, ReputationUpdate, strike_rows
 from p2p_guard.guard.state import round_of
 from p2p_guard.identity import Identity
 from p2p_guard.protocol.votes import EDGE_REASON, MAX_VOTES_SENDERS, OPPOSED_REASON, Votes, VoteVerdict, judged_map
@@ -99,10 +99,10 @@ class VoteBook:
         votes = vote_verdicts(verdicts, me=self.me)
         # A sender with a rejection besides an accepted row this round (a carried late payload with bad bytes) is
         # voted a rejection: it is no edge or opposed row (the pending state lists only senders we accepted).
-        accepted = {v.sender_b58 for v in votes if v.accepted}
-        edge = edge_rows({v.sender: v.norm for v in verdicts if v.norm is not None}, accepted)
-        opposed = opposed_rows({v.sender: v.cosine for v in verdicts if v.cosine is not None},
-                               {v.sender: v.record for v in verdicts if v.record is not None}, accepted) - edge
+        edge, opposed = strike_rows({v.sender: v.norm for v in verdicts if v.norm is not None},
+                                    {v.sender: v.cosine for v in verdicts if v.cosine is not None},
+                                    {v.sender: v.record for v in verdicts if v.record is not None},
+                                    {v.sender_b58 for v in votes if v.accepted})
         votes = [_strike(v, edge, opposed) for v in votes]
         # Only the last round is ever folded; a circumstantial or copyable rejection (late, duplicate) is no evidence.
         self._own = {round_: (judged_map(votes), edge, opposed)}

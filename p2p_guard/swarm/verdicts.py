@@ -8,10 +8,10 @@ Prometheus counters (``swarm.metrics``), so they all read the same fields.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from p2p_guard.guard.verdict import finite_or_none
 from p2p_guard.protocol.reasons import RejectReason
 
 __all__ = ["SenderVerdict", "finite_or_none"]
@@ -64,7 +64,3 @@ class SenderVerdict:
         """The fields of the ``verdict`` event (JSON-serialisable)."""
         return asdict(self)
 
-
-def finite_or_none(value: float | None) -> float | None:
-    """``value`` as a float if it is finite, else None (events and metrics carry no NaN or infinity)."""
-    return float(value) if value is not None and math.isfinite(value) else None
