@@ -62,11 +62,16 @@ cell). With it the stage rejects nothing under ``mimic`` (the copies stay reject
 Limits: a white-box attack that knows this stage could split into pairs (two pairs pushing two directions at 4
 of 10) or decorrelate its rows across rounds, at the cost of a weaker push; the ``adaptive`` and
 ``alie:z=search`` attacks simulate the guard one round at a time (a fresh guard, so no history) and do not
-try. Memory: two ``(d,)`` float64 vectors per (receiver, sender) pair, at most ``max_entries`` pairs and
-``max_bytes`` bytes (1 GiB: the 1024 pairs of ``max_entries`` alone would be 4 GB at the shakespeare task's
-d = 246,144, 3.9 MB a pair, and a Sybil flood of fresh PeerIDs fills every slot; the least recently updated pair
-goes first). A benchmark cell of 10 in-process receivers shares one guard, 100 pairs: 394 MB there, under the
-bound, so no cell forgets a pair; a networked peer holds one pair per sender it has judged.
+try. Memory: two float64 vectors per (receiver, sender) pair, each of ``min(d, m)`` entries: past m =
+:data:`~p2p_guard.guard.sketch.SKETCH_WIDTH` (2^18) coordinates the histories are count sketches of the residuals
+(:mod:`~p2p_guard.guard.sketch`: linear, so the sum over rounds is the sketch of the sum, and cosines kept to
+about 1/√m), so a pair costs at most 4 MiB at any d. Before, at d = 25M a pair was 405 MB whole, and the 1 GiB
+bound below forgot every pair of a peer judging 7 senders before its third round: the stage never fired. At
+most ``max_entries`` pairs and ``max_bytes`` bytes are kept (1 GiB: the 1024 pairs of ``max_entries`` alone
+would be 4 GB at the shakespeare task's d = 246,144, 3.9 MB a pair, and a Sybil flood of fresh PeerIDs fills
+every slot; the least recently updated pair goes first). A benchmark cell of 10 in-process receivers shares one
+guard, 100 pairs: 394 MB there, under the bound, so no cell forgets a pair; a networked peer holds one pair per
+sender it has judged.
 
 References:
     Clement Fung, Chris J. M. Yoon, Ivan Beschastnikh. The Limitations of Federated Learning in Sybil Settings.
@@ -85,6 +90,7 @@ from typing import Any
 import torch
 
 from p2p_guard.guard.base import AggregationContext, check_int, check_real
+from p2p_guard.guard.sketch import SKETCH_WIDTH, CountSketch, new_seed
 from p2p_guard.guard.state import GuardStateError, entries_of, key_of, round_of
 
 logger = logging.getLogger(__name__)
@@ -94,7 +100,8 @@ __all__ = ["COLLUDING", "MAX_BYTES", "CollusionCheck", "ResidualHistory", "group
 COLLUDING = "colluding"
 """Reason recorded in the verdict of a row rejected by this stage."""
 
-_STATE_VERSION = 2
+_STATE_VERSION = 3
+_VERSIONS = (2, 3)  # 2: no sketch, entries [receiver, sender, round, H, terms] with H of d <= m entries
 
 MAX_BYTES = 2**30
 """Default bound on the bytes of residual history one :class:`ResidualHistory` keeps (1 GiB)."""
@@ -107,6 +114,7 @@ class _Entry:
     previous_terms: int
     current: torch.Tensor
     terms: int
+    numel: int  # d of the rows summed into it (``current`` has min(d, m) entries: sketched past m)
 
 
 def _entry_bytes(entry: _Entry) -> int:
@@ -120,28 +128,35 @@ class ResidualHistory:
     """Accumulated unit residuals per (receiver, sender), bounded in memory.
 
     H ← γ·H + u once per round; a second call for the same pair in the same round replaces that round's term
-    (so a receiver judged twice in one round counts it once).
+    (so a receiver judged twice in one round counts it once). For rows of d > ``width`` coordinates, u and H are
+    count sketches (:attr:`sketch`, with this history's secret seed; :mod:`~p2p_guard.guard.sketch`).
 
-    Memory: at most ``max_entries`` pairs of ``(d,)`` float64 vectors (two per pair: the history before and
-    after the latest round) and at most ``max_bytes`` bytes of them; past either, the least recently updated
-    pair is forgotten (the pair just added is always kept, even alone above ``max_bytes``).
+    Memory: at most ``max_entries`` pairs of float64 vectors of ``min(d, width)`` entries (two per pair: the
+    history before and after the latest round) and at most ``max_bytes`` bytes of them; past either, the least
+    recently updated pair is forgotten (the pair just added is always kept, even alone above ``max_bytes``).
 
     Args:
         decay: γ in (0, 1].
         max_entries: most (receiver, sender) pairs kept, ``>= 1``.
         max_bytes: most bytes of history tensors kept, ``>= 1`` (1 GiB).
+        width: m, the sketch width, a power of two (:data:`~p2p_guard.guard.sketch.SKETCH_WIDTH`): rows of at most
+            m coordinates are kept whole.
+        seed: the sketch's secret seed in [0, 2⁶³); None: a fresh one from the OS (the default; a peer's seed is
+            saved in its checkpoint with the history).
 
     Raises:
         ValueError: on a parameter out of range (the message names it).
     """
 
-    def __init__(self, *, decay: float = 1.0, max_entries: int = 1024, max_bytes: int = MAX_BYTES) -> None:
+    def __init__(self, *, decay: float = 1.0, max_entries: int = 1024, max_bytes: int = MAX_BYTES,
+                 width: int = SKETCH_WIDTH, seed: int | None = None) -> None:
         """Check the parameters and start empty."""
         if check_real("decay", decay, minimum=0.0) > 1.0:
             raise ValueError(f"decay must be in (0, 1], got {decay!r}")
         self.decay = float(decay)
         self.max_entries = check_int("max_entries", max_entries, minimum=1)
         self.max_bytes = check_int("max_bytes", max_bytes, minimum=1)
+        self.sketch = CountSketch(width, new_seed() if seed is None else seed)
         self._entries: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
 
     @property
@@ -160,28 +175,56 @@ class ResidualHistory:
         """Number of (receiver, sender) pairs held."""
         return len(self._entries)
 
-    def add(self, receiver: str, sender: str, round_: int, unit: torch.Tensor) -> tuple[torch.Tensor, int]:
+    def units(self, rows: torch.Tensor, centre: torch.Tensor) -> list[torch.Tensor]:
+        """This round's unit residual u_j = (x_j − c)/‖x_j − c‖₂ of each row, as :meth:`add` takes it.
+
+        Whole for d <= ``width`` (zero for a row equal to the centre or with a non-finite residual norm), else its
+        count sketch (:meth:`~p2p_guard.guard.sketch.CountSketch.unit_residuals`, no ``(d,)`` float64 temporary).
+
+        Args:
+            rows: ``(n, d)`` float rows; not mutated.
+            centre: ``(d,)`` float centre.
+
+        Returns:
+            n float64 vectors of ``min(d, width)`` entries.
+        """
+        if rows.shape[1] > self.sketch.width:
+            sketches, _ = self.sketch.unit_residuals(rows, centre)
+            return list(sketches)
+        c64 = centre.to(torch.float64)
+        units = []
+        for row in rows:
+            residual = row.to(torch.float64) - c64
+            norm = float(torch.linalg.vector_norm(residual))
+            units.append(residual / norm if norm > 0 and math.isfinite(norm) else torch.zeros_like(residual))
+        return units
+
+    def add(self, receiver: str, sender: str, round_: int, unit: torch.Tensor, *,
+            numel: int | None = None) -> tuple[torch.Tensor, int]:
         """Add this round's unit residual of ``sender`` as seen by ``receiver``.
 
         Args:
             receiver: the receiver's PeerID (``""`` when the caller has no own row).
             sender: the sender's PeerID.
             round_: the outer round, ``>= 0``.
-            unit: ``(d,)`` float64 unit residual (zero for a row equal to the centre).
+            unit: float64 unit residual (zero for a row equal to the centre), ``(d,)`` or, past ``width``, its
+                ``(width,)`` sketch (:meth:`units`).
+            numel: d of the row (None: ``unit.numel()``, a row kept whole). A pair of another d starts over.
 
         Returns:
-            ``(H, terms)``: the ``(d,)`` float64 history after this round and its number of rounds. An entry
-            whose last round is later than ``round_`` (a stale call) is returned unchanged.
+            ``(H, terms)``: the float64 history after this round (shaped as ``unit``) and its number of rounds. An
+            entry whose last round is later than ``round_`` (a stale call) is returned unchanged.
         """
         key = (receiver, sender)
+        size = unit.numel() if numel is None else numel
         entry = self._entries.get(key)
-        if entry is not None and entry.current.shape != unit.shape:
+        if entry is not None and (entry.numel != size or entry.current.shape != unit.shape):
             entry = None  # the model changed shape: start over
         if entry is None:
-            entry = _Entry(round=round_, previous=None, previous_terms=0, current=unit.clone(), terms=1)
+            entry = _Entry(round=round_, previous=None, previous_terms=0, current=unit.clone(), terms=1, numel=size)
         elif round_ > entry.round:
             entry = _Entry(round=round_, previous=entry.current, previous_terms=entry.terms,
-                           current=self.decay * entry.current + unit, terms=entry.terms + 1)
+                           current=self.decay * entry.current + unit, terms=entry.terms + 1, numel=size)
         elif round_ == entry.round:
             base = entry.previous
             if base is None and entry.previous_terms > 0:  # restored without its earlier history: keep it
@@ -189,7 +232,7 @@ class ResidualHistory:
                 return entry.current, entry.terms
             current = unit.clone() if base is None else self.decay * base + unit
             entry = _Entry(round=round_, previous=base, previous_terms=entry.previous_terms, current=current,
-                           terms=entry.previous_terms + 1)
+                           terms=entry.previous_terms + 1, numel=size)
         self._entries[key] = entry
         self._entries.move_to_end(key)
         self._evict()
@@ -199,17 +242,32 @@ class ResidualHistory:
         """Everything that carries over between rounds, as plain values and tensors (the peer's checkpoint keeps it).
 
         Returns:
-            ``{"version": 2, "entries": [[receiver, sender, round, H, terms], ...]}``, least recently updated pair
-            first: ``H`` the ``(d,)`` float64 history after ``round`` (the tensor held, not a copy: histories are
-            replaced, never changed in place) and ``terms`` its number of rounds. The history before ``round`` is
-            not kept (a restored pair runs later rounds only; :meth:`load_state_dict`). At most ``max_entries``
-            pairs and ``max_bytes`` bytes of ``H`` (one vector a pair: 8·d bytes).
+            ``{"version": 3, "width": m, "seed": s, "entries": [[receiver, sender, round, H, terms, d], ...]}``,
+            least recently updated pair first: ``H`` the float64 history after ``round`` (the tensor held, not a
+            copy: histories are replaced, never changed in place), ``(d,)`` for d <= m and the ``(m,)`` sketch
+            past it, ``terms`` its number of rounds and ``d`` the rows' size. The history before ``round`` is not
+            kept (a restored pair runs later rounds only; :meth:`load_state_dict`). At most ``max_entries`` pairs
+            and ``max_bytes`` bytes of ``H``. ``seed`` is the sketch's secret: the checkpoint is the peer's own.
         """
-        return {"version": _STATE_VERSION,
-                "entries": [[r, s, e.round, e.current, e.terms] for (r, s), e in self._entries.items()]}
+        return {"version": _STATE_VERSION, "width": self.sketch.width, "seed": self.sketch.seed,
+                "entries": [[r, s, e.round, e.current, e.terms, e.numel] for (r, s), e in self._entries.items()]}
+
+    def _sketch_of(self, state: Mapping[str, Any], kind: str) -> CountSketch:
+        """The sketch a saved state was built with (version 2: ours, as its histories are all whole)."""
+        if state.get("version") == 2:
+            return self.sketch
+        width, seed = state.get("width"), state.get("seed")
+        if width != self.sketch.width:
+            raise GuardStateError(f"{kind}: sketch width {width!r:.40} is not this guard's {self.sketch.width}")
+        try:
+            return CountSketch(self.sketch.width, seed)  # type: ignore[arg-type]
+        except ValueError as exc:
+            raise GuardStateError(f"{kind}: {exc}") from None
 
     def load_state_dict(self, state: Mapping[str, Any], *, numel: int | None = None) -> None:
-        """Replace the history with one from :meth:`state_dict`, checked first (nothing changes on error).
+        """Replace the history and the sketch's seed with a saved one, checked first (nothing changes on error).
+
+        Version 2 (before sketches) loads as long as its histories are whole (d <= m).
 
         A restored pair goes on exactly in any later round. Called again in its own last round (which a peer
         resumed from its checkpoint never does: it resumes at the next round) it is returned unchanged, since the
@@ -217,19 +275,26 @@ class ResidualHistory:
 
         Args:
             state: as :meth:`state_dict` returns.
-            numel: d of the model, when known: every ``H`` must then be ``(numel,)``.
+            numel: d of the model, when known: every pair's d must then equal it.
 
         Raises:
-            GuardStateError: (a ``ValueError``) another version, more than ``max_entries`` pairs, a pair twice, a
-                name that is not a str, ``H`` not a 1-D float64 tensor (or not ``(numel,)``, or of another d than
-                the other pairs), a non-finite ``H``, ``‖H‖₂ > terms`` (a sum of unit vectors) or ``terms < 1``.
+            GuardStateError: (a ``ValueError``) another version, another sketch width or a bad seed, more than
+                ``max_entries`` pairs, a pair twice, a name that is not a str, a d that is not an int >= 1 (or not
+                ``numel``, or not the other pairs'), ``H`` not a 1-D float64 tensor of ``min(d, m)`` entries, a
+                non-finite ``H``, ``‖H‖₂ > terms`` for a whole history (a sum of unit vectors) or ``> terms·√d``
+                for a sketch, or ``terms < 1``.
         """
         kind = "collusion history"
+        version = state.get("version") if isinstance(state, Mapping) else None
+        items = entries_of(state, kind=kind, version=version if version in _VERSIONS else _STATE_VERSION,
+                           limit=self.max_entries)
+        sketch = self._sketch_of(state, kind)
         entries: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
         width = numel
-        for item in entries_of(state, kind=kind, version=_STATE_VERSION, limit=self.max_entries):
-            if not isinstance(item, (list, tuple)) or len(item) != 5:
-                raise GuardStateError(f"{kind}: an entry must be [receiver, sender, round, H, terms]")
+        for item in items:
+            if not isinstance(item, (list, tuple)) or len(item) != (5 if version == 2 else 6):
+                raise GuardStateError(f"{kind}: an entry must be [receiver, sender, round, H, terms"
+                                      f"{'' if version == 2 else ', d'}]")
             key = (key_of(kind, item[0], empty=True), key_of(kind, item[1]))
             round_, current, terms = round_of(kind, item[2]), item[3], item[4]
             if isinstance(terms, bool) or not isinstance(terms, int) or terms < 1:
@@ -238,16 +303,24 @@ class ResidualHistory:
                 raise GuardStateError(f"{kind}: H of {key[1]!r} must be a 1-D float64 tensor, got "
                                       f"{getattr(current, 'dtype', type(current).__name__)} "
                                       f"{tuple(getattr(current, 'shape', ()))}")
-            if width is not None and current.numel() != width:
-                raise GuardStateError(f"{kind}: H of {key[1]!r} has {current.numel()} entries, expected {width}")
-            width = current.numel()
+            size = current.numel() if version == 2 else item[5]
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise GuardStateError(f"{kind}: d of {key[1]!r} must be an int >= 1, got {size!r:.80}")
+            if width is not None and size != width:
+                raise GuardStateError(f"{kind}: H of {key[1]!r} is of d = {size}, expected {width}")
+            width = size
+            if current.numel() != min(size, sketch.width):
+                raise GuardStateError(f"{kind}: H of {key[1]!r} has {current.numel()} entries, expected "
+                                      f"{min(size, sketch.width)} for d = {size}")
             norm = float(torch.linalg.vector_norm(current))
-            if not math.isfinite(norm) or norm > terms * (1 + 1e-9):
-                raise GuardStateError(f"{kind}: H of {key[1]!r} has norm {norm:g}, not a finite one <= terms {terms}")
+            bound = terms * (1 + 1e-9) * (1.0 if size <= sketch.width else math.sqrt(size))
+            if not math.isfinite(norm) or norm > bound:
+                raise GuardStateError(f"{kind}: H of {key[1]!r} has norm {norm:g}, not a finite one <= {bound:g}")
             if key in entries:
                 raise GuardStateError(f"{kind}: the pair ({key[0]!r}, {key[1]!r}) appears twice")
             entries[key] = _Entry(round=round_, previous=None, previous_terms=terms - 1,
-                                  current=current.detach().clone(), terms=terms)
+                                  current=current.detach().clone(), terms=terms, numel=size)
+        self.sketch = sketch
         self._entries = entries
         self._evict()
 
@@ -314,13 +387,10 @@ class CollusionCheck:
         """
         own = ctx.own_index
         receiver = ctx.senders[own] if own is not None else ""
-        c64 = centre.to(torch.float64)
         histories: list[torch.Tensor | None] = []
-        for sender, row in zip(ctx.senders, updates, strict=True):
-            residual = row.to(torch.float64) - c64
-            norm = float(torch.linalg.vector_norm(residual))
-            unit = residual / norm if norm > 0 and math.isfinite(norm) else torch.zeros_like(residual)
-            history, terms = self.history.add(receiver, sender, ctx.round, unit)
+        units = self.history.units(updates, centre)
+        for sender, unit in zip(ctx.senders, units, strict=True):
+            history, terms = self.history.add(receiver, sender, ctx.round, unit, numel=updates.shape[1])
             hnorm = float(torch.linalg.vector_norm(history))
             histories.append(history / hnorm if terms >= self.min_rounds and hnorm > 0 else None)
         same = {k: label for label, group in enumerate(copies) for k in group}

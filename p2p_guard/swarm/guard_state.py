@@ -10,9 +10,9 @@ got a clean slate whenever a volunteer restarted. The checkpoint's ``guard_state
 
 captured by :func:`capture` when a round's step is done (with θ), and given back by :func:`restore` on resume.
 Bounds: the direction record keeps at most 4096 (receiver, sender) pairs, the collusion history 1024 pairs and
-1 GiB (one ``(d,)`` float64 vector a pair), the reputation 4096 senders, the pending verdicts 256; a saved state
-over a bound is refused, not cut. What is written each round holds at most :data:`MAX_SAVED_HISTORY_BYTES` of collusion
-history (the most recent pairs).
+1 GiB (one float64 vector of min(d, 2^18) entries a pair: a count sketch past 2^18, ``guard.sketch``), the
+reputation 4096 senders, the pending verdicts 256; a saved state over a bound is refused, not cut. What is
+written each round holds at most :data:`MAX_SAVED_HISTORY_BYTES` of collusion history (the most recent pairs).
 
 A saved state is checked before anything is replaced (``guard.state``): a malformed or hostile one (a wrong
 shape, NaN, too many senders, a wrong type) is refused with one warning naming the part and why, and that part
@@ -32,10 +32,11 @@ __all__ = ["MAX_SAVED_HISTORY_BYTES", "capture", "restore"]
 
 MAX_SAVED_HISTORY_BYTES = 64 * 2**20
 """Most bytes of collusion history written to the checkpoint each round (64 MiB): the most recently updated
-pairs that fit. One pair is a ``(d,)`` float64 vector, 8·d bytes: on digits (d = 4,810) every pair fits; at
-d = 1M the 8 most recent; at d = 25M (200 MB a pair) none, so a large model's checkpoint is not rewritten with
-up to 1 GiB of history every round. Pairs left out start empty after a restart (stage 4b then needs its
-``collusion_rounds`` again); the direction record and the reputation, a few numbers per sender, are always kept."""
+pairs that fit. One pair is a float64 vector of min(d, 2^18) entries (a count sketch past 2^18 coordinates,
+``guard.sketch``), at most 2 MiB: on digits (d = 4,810) every pair fits, at any d the 32 most recent. (Before
+the sketch a pair was 8·d bytes, 200 MB at d = 25M, and none was saved.) Pairs left out start empty after a
+restart (stage 4b then needs its ``collusion_rounds`` again); the direction record and the reputation, a few
+numbers per sender, are always kept."""
 
 
 def capture(guard: Guard, votes: VoteBook | None, *,

@@ -1,0 +1,180 @@
+"""The count sketch of the collusion stage's histories past 2^18 coordinates: exact hashes, preserved cosines,
+memory independent of d, a secret seed saved with the history, and the stage's verdicts on sketched rows."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from p2p_guard.guard import AggregationContext
+from p2p_guard.guard.collusion import CollusionCheck, ResidualHistory
+from p2p_guard.guard.sketch import BLOCK, SKETCH_WIDTH, CountSketch, new_seed
+
+MASK = (1 << 64) - 1
+
+
+def reference_hash(seed: int, width: int, i: int) -> tuple[int, float]:
+    """Multiply-shift in Python integers: the top log2(width) bits of a1*i+b1, the sign from the top bit of a2*i+b2."""
+    from p2p_guard.guard.sketch import _words
+
+    a1, b1, a2, b2 = (w & MASK for w in _words(seed))
+    bucket = ((a1 * i + b1) & MASK) >> (64 - int(math.log2(width)))
+    sign = -1.0 if ((a2 * i + b2) & MASK) >> 63 else 1.0
+    return bucket, sign
+
+
+class TestCountSketch:
+    def test_hashes_equal_the_python_reference_also_past_2_to_the_31(self) -> None:
+        sketch = CountSketch(2**10, 987654321)
+        for start in (0, 3 * BLOCK - 5, 2**31 - 3):
+            buckets, signs = sketch.hashes(start, start + 8)
+            for k in range(8):
+                assert (int(buckets[k]), float(signs[k])) == reference_hash(987654321, 2**10, start + k)
+
+    def test_hashes_spread_over_every_bucket_with_balanced_signs(self) -> None:
+        buckets, signs = CountSketch(2**8, 5).hashes(0, 2**16)
+        counts = torch.bincount(buckets, minlength=2**8)
+        assert int(counts.min()) > 0 and int(counts.max()) < 2 * 2**8  # 256 expected per bucket
+        assert abs(float(signs.sum())) < 4 * math.sqrt(2**16)
+
+    def test_another_seed_is_another_hash(self) -> None:
+        a, _ = CountSketch(2**10, 1).hashes(0, 64)
+        b, _ = CountSketch(2**10, 2).hashes(0, 64)
+        assert not torch.equal(a, b)
+
+    def test_unit_residuals_is_the_dense_sketch_of_the_unit_residual(self) -> None:
+        g = torch.Generator().manual_seed(0)
+        rows, centre = torch.randn(3, 2 * BLOCK + 7, generator=g), torch.randn(2 * BLOCK + 7, generator=g)
+        sketch = CountSketch(2**6, 11)
+        out, norms = sketch.unit_residuals(rows, centre)
+        buckets, signs = sketch.hashes(0, rows.shape[1])
+        for j in range(3):
+            residual = rows[j].double() - centre.double()
+            assert float(norms[j]) == pytest.approx(float(residual.norm()), rel=1e-12)
+            dense = torch.zeros(2**6, dtype=torch.float64).index_add_(0, buckets, signs * residual / residual.norm())
+            assert torch.allclose(out[j], dense, rtol=1e-10, atol=1e-12)
+        assert torch.equal(rows, rows.clone())  # not mutated (the residual is a fresh block)
+
+    def test_cosines_are_kept_within_a_few_over_root_m(self) -> None:
+        g = torch.Generator().manual_seed(1)
+        d, m = 200_000, 2**14
+        x = torch.randn(4, d, generator=g)
+        x[1] = 0.6 * x[0] + 0.8 * x[1]  # cosine 0.6 with row 0
+        x[2] = -x[0] + 0.01 * x[2]  # about -1
+        out, _ = CountSketch(m, 3).unit_residuals(x, torch.zeros(d))
+        cos = out @ out.T / (out.norm(dim=1)[:, None] * out.norm(dim=1)[None, :])
+        for j in (1, 2, 3):
+            true = float(torch.nn.functional.cosine_similarity(x[0].double(), x[j].double(), dim=0))
+            assert abs(float(cos[0, j]) - true) < 4 / math.sqrt(m)
+
+    def test_a_row_equal_to_the_centre_or_not_finite_sketches_to_zero(self) -> None:
+        rows = torch.stack([torch.ones(300), torch.full((300,), float("nan")), torch.arange(300.0)])
+        out, _ = CountSketch(2**4, 0).unit_residuals(rows, torch.ones(300))
+        assert torch.equal(out[0], torch.zeros(16, dtype=torch.float64))
+        assert torch.equal(out[1], torch.zeros(16, dtype=torch.float64))
+        assert float(out[2].abs().sum()) > 0
+
+    @pytest.mark.parametrize(("width", "seed"), [(0, 1), (3, 1), (2**10, -1), (2**10, 2**63), (True, 1)])
+    def test_rejects_bad_parameters(self, width: int, seed: int) -> None:
+        with pytest.raises(ValueError, match="width|seed"):
+            CountSketch(width, seed)
+
+    def test_new_seeds_are_in_range_and_differ(self) -> None:
+        seeds = {new_seed() for _ in range(8)}
+        assert len(seeds) == 8 and all(0 <= s < 2**63 for s in seeds)
+
+
+def ctx(round_: int, n: int, own: int | None = 0) -> AggregationContext:
+    return AggregationContext(senders=tuple(f"p{i}" for i in range(n)), round=round_,
+                              generator=torch.Generator().manual_seed(0), own_index=own)
+
+
+def trio_rows(d: int, round_: int) -> torch.Tensor:
+    """6 rows around a zero centre: row 0 ours, rows 1-3 share a direction (the trio), rows 4-5 independent."""
+    g = torch.Generator().manual_seed(100 + round_)
+    rows = torch.randn(6, d, generator=g)
+    common = torch.randn(d, generator=torch.Generator().manual_seed(7))
+    rows[1:4] = rows[1:4] + 1.5 * common
+    return rows
+
+
+class TestSketchedHistory:
+    def test_memory_is_width_not_d(self) -> None:
+        h = ResidualHistory(width=2**8, seed=1)
+        units = h.units(torch.randn(2, 5000), torch.zeros(5000))
+        assert [u.shape for u in units] == [(2**8,), (2**8,)]
+        h.add("me", "a", 0, units[0], numel=5000)
+        h.add("me", "a", 1, units[1], numel=5000)
+        assert h.nbytes == 2 * 2**8 * 8  # previous + current, each 2 KiB, where whole they would be 2 x 40 kB
+
+    def test_whole_up_to_the_width(self) -> None:
+        h = ResidualHistory(width=2**8, seed=1)
+        rows = torch.tensor([[3.0, 4.0], [0.0, 0.0]])
+        units = h.units(rows, torch.zeros(2))
+        assert torch.equal(units[0], torch.tensor([0.6, 0.8], dtype=torch.float64))
+        assert torch.equal(units[1], torch.zeros(2, dtype=torch.float64))
+        assert ResidualHistory().sketch.width == SKETCH_WIDTH == 2**18
+
+    def test_another_d_starts_over(self) -> None:
+        h = ResidualHistory(width=2**4, seed=1)
+        u = h.units(torch.randn(1, 100), torch.zeros(100))[0]
+        h.add("me", "a", 0, u, numel=100)
+        assert h.add("me", "a", 1, u, numel=101)[1] == 1
+
+    def test_state_round_trip_keeps_the_seed_and_goes_on_exactly(self) -> None:
+        h = ResidualHistory(width=2**6, seed=42)
+        rows = torch.randn(2, 1000, generator=torch.Generator().manual_seed(0))
+        h.add("me", "a", 0, h.units(rows[:1], torch.zeros(1000))[0], numel=1000)
+        state = h.state_dict()
+        assert (state["version"], state["width"], state["seed"]) == (3, 2**6, 42)
+        g = ResidualHistory(width=2**6)  # another secret seed until loaded
+        g.load_state_dict(state, numel=1000)
+        assert g.sketch.seed == 42
+        later_h = h.add("me", "a", 1, h.units(rows[1:], torch.zeros(1000))[0], numel=1000)[0]
+        later_g = g.add("me", "a", 1, g.units(rows[1:], torch.zeros(1000))[0], numel=1000)[0]
+        assert torch.equal(later_h, later_g)
+
+    @pytest.mark.parametrize("change", ["width", "seed", "d", "length", "norm", "numel"])
+    def test_load_refuses_a_bad_sketched_state(self, change: str) -> None:
+        h = ResidualHistory(width=2**6, seed=42)
+        h.add("me", "a", 0, h.units(torch.randn(1, 1000), torch.zeros(1000))[0], numel=1000)
+        state = h.state_dict()
+        entry = state["entries"][0]
+        if change == "width":
+            state["width"] = 2**7
+        elif change == "seed":
+            state["seed"] = -3
+        elif change == "d":
+            entry[5] = 0
+        elif change == "length":
+            entry[3] = torch.zeros(1000, dtype=torch.float64)  # whole, where d = 1000 > 64 is sketched
+        elif change == "norm":
+            entry[3] = torch.full((2**6,), 1e6, dtype=torch.float64)
+        g = ResidualHistory(width=2**6, seed=1)
+        with pytest.raises(ValueError, match="collusion history"):
+            g.load_state_dict(state, numel=999 if change == "numel" else 1000)
+        assert (len(g), g.sketch.seed) == (0, 1)  # nothing changed
+
+    def test_version_2_loads_when_whole_and_is_refused_past_the_width(self) -> None:
+        e = torch.eye(4, dtype=torch.float64)
+        g = ResidualHistory(width=2**4, seed=1)
+        g.load_state_dict({"version": 2, "entries": [["me", "a", 0, e[0], 1]]}, numel=4)
+        assert torch.equal(g.add("me", "a", 1, e[1])[0], e[0] + e[1])
+        old = {"version": 2, "entries": [["me", "a", 0, torch.zeros(100, dtype=torch.float64), 1]]}
+        with pytest.raises(ValueError, match="expected 16"):
+            ResidualHistory(width=2**4, seed=1).load_state_dict(old, numel=100)
+
+
+class TestSketchedStage:
+    def test_a_sketched_trio_is_rejected_as_the_whole_one_is(self) -> None:
+        d = 20_000
+        whole, sketched = CollusionCheck(tau=0.5, min_rounds=2), CollusionCheck(tau=0.5, min_rounds=2)
+        sketched.history = ResidualHistory(width=2**11, seed=9)
+        outs = []
+        for check in (whole, sketched):
+            check(trio_rows(d, 0), torch.zeros(d), ctx(0, 6))
+            outs.append(check(trio_rows(d, 1), torch.zeros(d), ctx(1, 6)))
+        assert sorted(outs[0]) == sorted(outs[1]) == [1, 2, 3]
+        assert len(sketched.history) == 6 and sketched.history.nbytes == 6 * 2 * 2**11 * 8
