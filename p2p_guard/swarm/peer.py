@@ -64,7 +64,7 @@ from p2p_guard.swarm.checkpoint import Checkpoint, last_committed, load_resumabl
 from p2p_guard.swarm.guard_state import capture as capture_guard_state
 from p2p_guard.swarm.guard_state import restore as restore_guard_state
 from p2p_guard.swarm.late import LatePayloads
-from p2p_guard.swarm.pacing import RateBook
+from p2p_guard.swarm.pacing import RateBook, fetch_deadline_s
 from p2p_guard.swarm.mix_schedule import MixSchedule
 from p2p_guard.swarm.mixing import MOMENTUM_MIX_RADIUS, clipped_gossip, gossip_steps, robust_centre
 from p2p_guard.swarm.model_match import ModelMismatch, ShapeWatch
@@ -1087,7 +1087,11 @@ class Peer:
         """One peer's state answer and the precision it was asked in (the last ask), or None (no answer).
 
         At most ``state_bytes(precision, d) + 1`` bytes are read (``fetch``), so an oversized answer is cut and
-        then rejected by its length.
+        then rejected by its length. Each ask's deadline comes from the state's exact size and the peer's
+        measured rate, as a payload's does (``swarm.pacing.fetch_deadline_s``; the rate book is shared with the
+        payloads, since both cross the same uplink), and a state that arrives whole updates that rate. With one
+        ``fetch_timeout_s`` for every state, a 25M-parameter model's float16 θ (50.7 MB) from a 20 Mbit/s uplink
+        serving 7 neighbours (about 0.36 MB/s each) was always cut at 30 s, so mixing never completed.
         """
         size = state_bytes(precision, self.local.numel)
         request: list[object] = [kind, key] if precision == "fp32" else [kind, key, precision]
@@ -1095,8 +1099,12 @@ class Peer:
         gone = self.departures.event(peer)  # cut at once when it leaves, or when we stop
         failures = 0
         while not stop.is_set() and not gone.is_set():
+            timeout_s = fetch_deadline_s(size, self.rates.rate(peer), fetch_timeout_s=self.config.fetch_timeout_s,
+                                         idle_timeout_s=self.config.fetch_idle_timeout_s,
+                                         min_bytes_per_s=self.config.min_fetch_bytes_per_s)
+            asked_at = time.monotonic()
             result = await first_of(fetch(self.p2p, PeerID.from_base58(peer), self.config.run_id, request,
-                                          max_bytes=size, timeout_s=self.config.fetch_timeout_s,
+                                          max_bytes=size, timeout_s=timeout_s,
                                           idle_timeout_s=self.config.fetch_idle_timeout_s,
                                           min_bytes_per_s=self.config.min_fetch_bytes_per_s, wire=self.wire_in),
                                     stop, gone)
@@ -1119,6 +1127,8 @@ class Peer:
                 failures = 0
             if result.status == OK:
                 self.suspects.delivered(peer)
+                if result.data is not None and len(result.data) == size:
+                    self.rates.record(peer, size, time.monotonic() - asked_at)
                 return (result.data, precision) if result.data is not None else None
             if result.status == BAD_REQUEST and len(request) == 3:  # a peer of an earlier release: float32, now
                 precision = "fp32"

@@ -185,9 +185,10 @@ def upload_cap_warning(
     Two loads are checked, the larger bound wins: the payload of ``config.codec`` (``expected_payload_bytes``)
     to ``fanout`` receivers within the payload's largest deadline, ``max(fetch_timeout_s, fetch_idle_timeout_s +
     b / min_fetch_bytes_per_s)`` (``swarm.pacing``), and, with mixing on, θ in ``mix_precision`` to ``mix_peers``
-    receivers within ``fetch_timeout_s`` (θ and momentum are fetched one after the other; 2·d bytes each with
-    ``mix_precision`` fp16, the default, 4·⌈d/1024⌉ + d with int8); the receivers' limits
-    taken to be ours. Counts per :func:`upload_receivers`.
+    receivers within the same deadline of its size (θ and momentum are fetched one after the other; 2·d bytes
+    each with ``mix_precision`` fp16, the default, 4·⌈d/1024⌉ + d with int8; paced like a payload since
+    ``Peer._fetch_vector`` took its deadline from ``swarm.pacing``); the receivers' limits taken to be ours. Counts
+    per :func:`upload_receivers`.
 
     Args:
         config: The peer's settings.
@@ -202,17 +203,19 @@ def upload_cap_warning(
         return None
     from p2p_guard.protocol.codecs import expected_payload_bytes
 
+    def deadline(size: int) -> float:
+        # a payload's or a state's deadline grows with its size and its sender's measured rate up to
+        # idle + b / ρ_min (swarm.pacing.fetch_deadline_s)
+        return max(config.fetch_timeout_s, config.fetch_idle_timeout_s + size / config.min_fetch_bytes_per_s)
+
     payload = expected_payload_bytes(config.codec, numel, shapes)
-    # A payload's deadline grows with its size and its sender's measured rate up to idle + b / ρ_min
-    # (swarm.pacing.fetch_deadline_s); a state is fetched whole within fetch_timeout_s.
-    payload_deadline = max(config.fetch_timeout_s,
-                           config.fetch_idle_timeout_s + payload / config.min_fetch_bytes_per_s)
-    loads = [(f"{config.codec} payloads", payload, upload_receivers(config, config.fanout), payload_deadline)]
+    loads = [(f"{config.codec} payloads", payload, upload_receivers(config, config.fanout), deadline(payload))]
     if config.mix_every > 0:
         from p2p_guard.protocol.states import state_bytes
 
-        loads.append((f"{config.mix_precision} states (mixing)", state_bytes(config.mix_precision, numel),
-                      upload_receivers(config, config.mix_peers), config.fetch_timeout_s))
+        state = state_bytes(config.mix_precision, numel)
+        loads.append((f"{config.mix_precision} states (mixing)", state, upload_receivers(config, config.mix_peers),
+                      deadline(state)))
     need, what, size, k = max((min_upload_bytes_per_s(b, k, fetch_timeout_s=t,
                                                       fetch_idle_timeout_s=config.fetch_idle_timeout_s,
                                                       min_fetch_bytes_per_s=config.min_fetch_bytes_per_s),

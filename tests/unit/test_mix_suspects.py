@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import p2p_guard.swarm.peer as peer_module
+from p2p_guard.swarm.pacing import RateBook, fetch_deadline_s
 from p2p_guard.swarm.peer import Peer
 from p2p_guard.swarm.rounds import Departures
 from p2p_guard.swarm.suspects import Suspects
@@ -82,6 +83,7 @@ class _Peer:
     p2p: object = None
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("test"))
     wire_in: WireCounter = field(default_factory=WireCounter)
+    rates: RateBook = field(default_factory=RateBook)
     excluded: frozenset[str] = frozenset()  # what our reputation excludes (Peer._exclusions)
 
     def _exclusions(self) -> frozenset[str]:
@@ -182,3 +184,28 @@ def test_a_peer_our_reputation_excludes_is_not_sampled_for_mixing(monkeypatch: p
     assert result is not None
     assert FAST[0] not in {name for name, _ in asked}
     assert {name for name, _ in asked} == {SLOW, *FAST[1:]}
+
+
+def test_a_state_deadline_grows_with_its_size_and_the_measured_rate_of_its_sender(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large state gets time in proportion to its size from an unmeasured sender (one ``fetch_timeout_s`` cut a
+    25M model's θ from any home uplink), and its delivery measures the sender's rate for the next deadline."""
+    timeouts: list[float] = []
+    numel = 1_000_000
+
+    async def fetch(p2p: object, peer: Any, run_id: str, request: list[Any], **kwargs: Any) -> FetchResult:
+        timeouts.append(kwargs["timeout_s"])
+        await asyncio.sleep(0.05)
+        return FetchResult(OK, data=bytes(4 * numel))
+
+    monkeypatch.setattr(peer_module, "fetch", fetch)
+    peer = _Peer(config=_Config(fetch_timeout_s=1.0), local=_Local(numel=numel))
+    for _ in range(2):
+        answer = asyncio.run(Peer._fetch_vector(peer, "theta", FAST[0], 1, 0.0, asyncio.Event()))  # type: ignore[arg-type]
+        assert answer is not None and len(answer[0]) == 4 * numel
+    unmeasured = fetch_deadline_s(4 * numel, None, fetch_timeout_s=1.0, idle_timeout_s=5.0, min_bytes_per_s=65536.0)
+    assert unmeasured == 2 * 4 * numel / 2**20  # 7.63 s at the assumed 1 MiB/s, where the floor is 1 s
+    assert timeouts[0] == unmeasured
+    rate = peer.rates.rate(FAST[0])
+    assert rate is not None and 4 * numel / 1.0 < rate < 4 * numel / 0.05  # 4 MB in a bit over 0.05 s
+    assert timeouts[1] == 1.0  # measured fast: the floor

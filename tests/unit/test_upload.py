@@ -190,21 +190,21 @@ def test_start_up_warning() -> None:
     base = PeerConfig(num_peers=9, fanout=8, mix_peers=4, mix_precision="fp32")
     assert upload_cap_warning(base, d) is None  # no cap
     # fp32: 4,000,000-byte payloads to 8 within their deadline max(30, 5 + 4e6 / 65536) = 66.0 s: the rate rule
-    # binds, 8 · 4e6 / (5 + (4e6 − 16384) / 65536) B/s = 3.89 Mbit/s; the states (4e6 bytes to 4 within 30 s,
-    # 4.27 Mbit/s) need more.
-    line = upload_cap_warning(base.replace(max_upload_mbit=4.0), d)
+    # binds, 8 · 4e6 / (5 + (4e6 − 16384) / 65536) B/s = 3.89 Mbit/s; the states (4e6 bytes to 4, paced the same
+    # way since their deadline grows with their size: 4 · 4e6 / 65.8 B/s = 1.95 Mbit/s) need less. With one 30 s
+    # deadline for every state they needed 4.27 Mbit/s.
+    assert upload_cap_warning(base.replace(max_upload_mbit=4.0), d) is None
+    line = upload_cap_warning(base.replace(max_upload_mbit=3.0), d)
     assert line is not None and "\n" not in line
-    assert "below 4.27 Mbit/s" in line and "fp32 states (mixing) to 4 at once" in line
-    assert upload_cap_warning(base.replace(max_upload_mbit=4.3), d) is None
-    line = upload_cap_warning(base.replace(max_upload_mbit=3.0, mix_every=0), d)
-    assert line is not None and "below 3.89 Mbit/s" in line and "4,000,000-byte fp32 payloads to 8 at once" in line
-    assert upload_cap_warning(base.replace(max_upload_mbit=3.9, mix_every=0), d) is None
-    # int8: 1,003,908-byte payloads, the rate rule binds: 8 · b / (5 + (b − 16384) / 65536) B/s = 3.2 Mbit/s;
-    # but θ (4e6 bytes to 4 receivers: 4.27 Mbit/s) needs more.
+    assert "below 3.89 Mbit/s" in line and "4,000,000-byte fp32 payloads to 8 at once" in line
+    assert upload_cap_warning(base.replace(max_upload_mbit=3.9), d) is None
+    # int8: 1,003,908-byte payloads, the rate rule binds: 8 · b / (5 + (b − 16384) / 65536) B/s = 3.2 Mbit/s
     line = upload_cap_warning(base.replace(codec="int8", max_upload_mbit=1.0), d)
-    assert line is not None and "below 4.27 Mbit/s" in line and "fp32 states (mixing) to 4" in line
-    line = upload_cap_warning(base.replace(codec="int8", max_upload_mbit=1.0, mix_every=0), d)
     assert line is not None and "below 3.2 Mbit/s" in line and "1,003,908-byte int8 payloads" in line
+    # topk: the payloads are small, so θ sets the bound: 4e6 bytes to 4 receivers, 1.95 Mbit/s
+    line = upload_cap_warning(base.replace(codec="topk:density=0.02", max_upload_mbit=1.0), d)
+    assert line is not None and "below 1.95 Mbit/s" in line and "fp32 states (mixing) to 4" in line
+    assert upload_cap_warning(base.replace(codec="topk:density=0.02", max_upload_mbit=1.0, mix_every=0), d) is None
 
 
 @pytest.mark.parametrize("value", [0.0, -1.0, math.inf, math.nan])
@@ -276,8 +276,8 @@ def test_start_up_warning_with_float16_mixing_states() -> None:
     """The default mix_precision fp16: the states are 2·d bytes, so at d = 1e6 the fp32 or int8 payloads set the bound."""
     d = 1_000_000
     base = PeerConfig(num_peers=9, fanout=8, mix_peers=4)
-    # states: 2,000,000 bytes to 4 within 30 s: the deadline binds, 4 · 2e6 / 30 B/s = 2.13 Mbit/s (the rate rule
-    # gives 4 · 2e6 / (5 + (2e6 − 16384) / 65536) B/s = 1.81 Mbit/s), below the fp32 payloads' 3.89 Mbit/s
+    # states: 2,000,000 bytes to 4 within their paced deadline max(30, 5 + 2e6 / 65536) = 35.5 s: the rate rule
+    # binds, 4 · 2e6 / (5 + (2e6 − 16384) / 65536) B/s = 1.81 Mbit/s, below the fp32 payloads' 3.89 Mbit/s
     assert upload_cap_warning(base.replace(max_upload_mbit=3.9), d) is None
     line = upload_cap_warning(base.replace(max_upload_mbit=3.0), d)
     assert line is not None
@@ -287,4 +287,4 @@ def test_start_up_warning_with_float16_mixing_states() -> None:
     assert "below 3.2 Mbit/s" in line and "1,003,908-byte int8 payloads" in line
     line = upload_cap_warning(base.replace(codec="topk:density=0.02", max_upload_mbit=1.0), d)
     assert line is not None
-    assert "below 2.13 Mbit/s" in line and "2,000,000-byte fp16 states (mixing) to 4 at once" in line
+    assert "below 1.81 Mbit/s" in line and "2,000,000-byte fp16 states (mixing) to 4 at once" in line
