@@ -31,8 +31,12 @@ def clip_rows(updates: torch.Tensor, norms: torch.Tensor, threshold: float) -> t
         threshold: largest norm kept, ``>= 0`` (``c × median norm`` in the ``semantic`` guard).
 
     Returns:
-        ``(n, d)`` tensor, dtype of ``updates``: a new tensor, rows no longer than ``threshold``
-        (up to float32 rounding).
+        ``(n, d)`` tensor, dtype of ``updates``, rows no longer than ``threshold`` (up to float32 rounding): a new
+        tensor, or ``updates`` itself when no row is longer (the same values, without a copy of n·d entries: at
+        n = 8 and d = 25M, 811 MB in every round where no row is clipped).
     """
-    scale = torch.where(norms > threshold, threshold / torch.clamp(norms, min=1e-300), 1.0)
+    longer = norms > threshold
+    if not bool(longer.any()):
+        return updates
+    scale = torch.where(longer, threshold / torch.clamp(norms, min=1e-300), 1.0)
     return updates * scale.to(updates.dtype)[:, None]

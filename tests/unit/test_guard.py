@@ -62,6 +62,14 @@ class TestMagnitudeStage:
         assert torch.allclose(out, torch.tensor([[1.2, 1.6], [0.0, 1.0], [0.0, 0.0]]))
         assert torch.equal(x, torch.tensor([[3.0, 4.0], [0.0, 1.0], [0.0, 0.0]]))
 
+    def test_no_row_longer_returns_the_rows_themselves_with_the_same_bits(self) -> None:
+        x = torch.randn(4, 1000, generator=torch.Generator().manual_seed(0))
+        norms = row_norms(x)
+        threshold = float(norms.max())
+        assert clip_rows(x, norms, threshold) is x  # no copy
+        assert torch.equal(x * torch.ones(4, 1)[:, :1], x)  # what the scale-1 product gave before
+        assert clip_rows(x, norms, threshold * (1 - 1e-6)) is not x
+
     def test_zero_threshold_zeroes_every_nonzero_row(self) -> None:
         x = torch.tensor([[3.0, 4.0], [0.0, 0.0]])
         assert torch.equal(clip_rows(x, row_norms(x), 0.0), torch.zeros(2, 2))
