@@ -106,10 +106,17 @@ class Checkpoint:
 
 
 def _digest(run_id: str, round_: int, tensors: dict[str, torch.Tensor]) -> str:
+    """SHA-256 hex of the header fields and each tensor's name and float32 bytes (names sorted).
+
+    The bytes are hashed in place (a uint8 view of the float32 tensor, no ``tobytes`` copy of θ, the momentum
+    or a residual: 4 B per parameter each); a tensor of another dtype is converted to float32 first (a copy).
+    """
     h = hashlib.sha256(f"{FORMAT}|{run_id}|{round_}".encode())
     for name in sorted(tensors):
         h.update(name.encode() + b"\0")
-        h.update(tensors[name].detach().to(torch.float32).contiguous().numpy().tobytes())
+        flat = tensors[name].detach().to(torch.float32).contiguous().reshape(-1)
+        if flat.numel():
+            h.update(flat.view(torch.uint8).numpy().data)
     return h.hexdigest()
 
 
