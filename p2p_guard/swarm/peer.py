@@ -96,6 +96,7 @@ from p2p_guard.training.error_feedback import ErrorFeedback
 from p2p_guard.training.inner import InnerPhaseStopped, autocast_dtype
 from p2p_guard.training.local import LocalModel, pick_device, round_generator
 from p2p_guard.training.streams import peer_stream
+from p2p_guard.training.params import raw_bytes
 from p2p_guard.training.outer import dense_outer_lr
 
 __all__ = ["EarlierSessionCommit", "Peer", "ahead_and_alone", "check_model_fits", "choose_commit_round",
@@ -620,7 +621,7 @@ class Peer:
         noise: dict[str, float] = {}  # E‖rounding noise‖² of each received state (int8 only; fetch_thetas)
         for step in range(steps):
             if step > 0:
-                self.server.publish_mixed(round_ + 1, step, own.numpy().tobytes())
+                self.server.publish_mixed(round_ + 1, step, raw_bytes(own))  # own is replaced, never changed
                 # A neighbour without its state in an earlier step of this mixing (cut as too slow or silent, or
                 # still "not found" after wait_s: it lags) is not asked again in it: it costs one wait per mixing,
                 # not one per gossip step.
@@ -650,7 +651,7 @@ class Peer:
             self.events.emit("mix", round=round_, step=step + 1, sources=len(states), tau=gossip.tau,
                              tau_rel=gossip.tau / norm, clipped=gossip.clipped, distance=distance,
                              moved=float(gossip.correction.norm()) / norm)
-        self.server.publish_mixed(round_ + 1, steps, own.numpy().tobytes(), last=True)
+        self.server.publish_mixed(round_ + 1, steps, raw_bytes(own), last=True)
         result.theta = own - start
         return result
 
@@ -1065,12 +1066,15 @@ class Peer:
             results = await asyncio.gather(*(self._fetch_vector(kind, p, key, wait_s, stop, precision=precision)
                                              for p in peers))
         states: dict[str, torch.Tensor] = {}
-        for p, answer in zip(peers, results, strict=False):
+        for i, p in enumerate(peers[:len(results)]):
+            answer, results[i] = results[i], None  # each answer's bytes are freed once decoded, not held to the end
             if stop.is_set() or answer is None:
                 self.log.debug("state of %s at round %d not used", p[-8:], round_)
                 continue
             data, asked = answer
+            answer = None
             theta = decode_state(data, asked, self.local.numel)
+            size, data = len(data), b""
             if isinstance(theta, Rejected):
                 self.log.warning("%s state of %s at round %d rejected: %s (%s)", asked, p[-8:], round_,
                                  theta.reason.value, theta.detail)
@@ -1079,7 +1083,7 @@ class Peer:
             if noise is not None:
                 noise[p] = rounding_noise(theta, asked)
             if received is not None:
-                received(len(data))
+                received(size)
         return states
 
     async def _fetch_vector(self, kind: str, peer: str, key: int | list[int], wait_s: float, stop: asyncio.Event,

@@ -66,3 +66,18 @@ def test_a_checkpoint_written_with_the_old_digest_still_loads(tmp_path: Path) ->
     assert data["digest"] == _old_digest("run", 3, tensors)
     loaded = load_checkpoint(tmp_path, run_id="run", numel=64)
     assert loaded is not None and torch.equal(loaded.theta, theta)
+
+
+def test_whole_tensors_are_saved_without_a_copy_and_views_compactly(tmp_path: Path) -> None:
+    theta = torch.randn(64)
+    assert checkpoint._compact(theta) is not None and checkpoint._compact(theta).data_ptr() == theta.data_ptr()
+    base = torch.randn(1000)
+    view = base[100:164]
+    compact = checkpoint._compact(view)
+    assert compact.data_ptr() != view.data_ptr() and torch.equal(compact, view)
+    assert compact.untyped_storage().nbytes() == 64 * 4
+    save_checkpoint(tmp_path, Checkpoint("run", 1, theta, view, {"residual": base[::2][:64]}))
+    loaded = load_checkpoint(tmp_path, run_id="run", numel=64)
+    assert loaded is not None and torch.equal(loaded.theta, theta) and torch.equal(loaded.momentum, view)
+    assert loaded.momentum.untyped_storage().nbytes() == 64 * 4  # the view's elements only, not its base
+    assert torch.equal(loaded.extra["residual"], base[::2][:64])
