@@ -543,10 +543,15 @@ class Peer:
     # -- step ----------------------------------------------------------------------------------------------------
 
     def step(self, outcome: RoundOutcome) -> None:
-        """Outer Nesterov step on the round's aggregate; serve the new θ as ``["theta", r + 1]`` (before mixing)."""
+        """Outer Nesterov step on the round's aggregate; serve the new θ as ``["theta", r + 1]`` (before mixing).
+
+        A peer with an ``update`` attack also keeps the round's other rows for its next commit (``known_previous``);
+        any other peer keeps none of them past the round.
+        """
         if outcome.aggregate is not None:
             self.local.apply(outcome.aggregate)
-            self.known_previous = [row for s, row in sorted(outcome.rows.items()) if s != self.me]
+            if self.attack_kind == "update":  # only an update attack reads them (attacks.apply): (n − 1)·4·d bytes
+                self.known_previous = [row for s, row in sorted(outcome.rows.items()) if s != self.me]
         self.serve_state(outcome.round + 1, mixing=outcome.mix)
 
     def serve_state(self, round_: int, *, mixing: bool = True) -> None:

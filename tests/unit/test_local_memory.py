@@ -67,3 +67,20 @@ def test_theta_bytes_serve_theta_without_a_copy(digits: Task) -> None:
     model.apply(torch.full_like(model.theta, 0.25))  # θ replaced: the served bytes keep the old θ
     assert served == before.numpy().tobytes() and model.theta_bytes() == model.theta.numpy().tobytes()
     assert model.momentum_bytes() == model.momentum.numpy().tobytes()
+
+
+@pytest.mark.parametrize(("kind", "kept"), [(None, False), ("data", False), ("update", True)])
+def test_only_an_update_attack_keeps_the_rows_of_the_last_round(kind: str | None, kept: bool) -> None:
+    from types import SimpleNamespace
+
+    from p2p_guard.swarm.peer import Peer
+
+    applied: list[torch.Tensor] = []
+    served: list[int] = []
+    peer = SimpleNamespace(local=SimpleNamespace(apply=applied.append), me="me", attack_kind=kind,
+                           known_previous=[], serve_state=lambda r, mixing: served.append(r))
+    rows = {"b": torch.ones(3), "me": torch.zeros(3), "a": torch.full((3,), 2.0)}
+    outcome = SimpleNamespace(aggregate=torch.ones(3), rows=rows, round=4, mix=True)
+    Peer.step(peer, outcome)  # type: ignore[arg-type]
+    assert len(applied) == 1 and served == [5]
+    assert peer.known_previous == ([rows["a"], rows["b"]] if kept else [])
