@@ -620,7 +620,8 @@ class Peer:
         steps = gossip_steps(len(others) + 1, self.config.mix_peers, early=round_ < self.config.early_mix_rounds,
                              early_steps=self.config.early_mix_steps, max_steps=MAX_MIX_STEPS)
         start = own = self.local.theta  # θ is replaced, never modified in place: no copy needed
-        result = MixCorrection(round=round_, theta=torch.zeros_like(start))
+        # θ's correction is set at the end (own − start); a zero (d,) placeholder would cost 4·d bytes meanwhile.
+        result = MixCorrection(round=round_, theta=start.new_empty(0))
         precision = self._mix_precision()
         missed: set[str] = set()
         noise: dict[str, float] = {}  # E‖rounding noise‖² of each received state (int8 only; fetch_thetas)
@@ -634,7 +635,7 @@ class Peer:
             chosen = sample_senders(others, self.config.mix_peers, self.rng) if others else []
             states = await self.fetch_thetas(chosen, stop, round_=round_ + 1, wait_s=self.config.grace_s * 2,
                                              kind="theta" if step == 0 else "mixed", step=step,
-                                             precision=precision,
+                                             precision=precision, keep_half=True,
                                              received=result.count_received, noise=noise)
             if stop.is_set():
                 return None
@@ -703,7 +704,7 @@ class Peer:
             return None
         noise: dict[str, float] = {}
         momenta = await self.fetch_thetas(sources, stop, round_=round_ + 1, kind="momentum", precision=precision,
-                                          received=result.count_received, noise=noise)
+                                          received=result.count_received, noise=noise, keep_half=True)
         if not momenta:
             return None
         return clipped_gossip(momentum, list(momenta.values()), max_radius=MOMENTUM_MIX_RADIUS,
@@ -1049,7 +1050,8 @@ class Peer:
     async def fetch_thetas(self, peers: list[str], stop: asyncio.Event, *, round_: int = -1, wait_s: float = 0.0,
                            kind: str = "theta", step: int = 0, precision: str = "fp32",
                            received: Callable[[int], None] | None = None,
-                           noise: dict[str, float] | None = None) -> dict[str, torch.Tensor]:
+                           noise: dict[str, float] | None = None, keep_half: bool = False
+                           ) -> dict[str, torch.Tensor]:
         """Fetch each of ``peers``' θ (``kind="momentum"``: outer momentum) at the start of ``round_``, bounded reads.
 
         ``kind="mixed"``: their θ after ``step`` gossip steps of the mixing that ends at the start of ``round_``.
@@ -1059,7 +1061,9 @@ class Peer:
         (``BAD_REQUEST``) is asked again in float32. Every answer is hostile: it is decoded in the precision it
         was asked in (``protocol.states.decode_state``: its length checked against the exact size first, then
         its scales and values), and one that is rejected is logged with the reason and left out, as if that peer
-        had not answered. Returns ``(d,)`` float32 CPU tensors, all finite. ``received`` is called with the size
+        had not answered. Returns ``(d,)`` float32 CPU tensors, all finite (with ``keep_half``, an answer in
+        ``fp16`` stays float16, 2·d bytes instead of 4·d: ``decode_state``'s ``keep_half``, for the mixing, whose
+        ``clipped_gossip`` widens each block itself). ``received`` is called with the size
         in bytes of each state returned, as it came. ``noise``, if given, gets each returned state's expected
         squared rounding error in the precision its answer was actually decoded in
         (``protocol.states.rounding_noise``: from the decoded values alone, nonzero for int8 only; a peer that
@@ -1078,7 +1082,7 @@ class Peer:
                 continue
             data, asked = answer
             answer = None
-            theta = decode_state(data, asked, self.local.numel)
+            theta = decode_state(data, asked, self.local.numel, keep_half=keep_half)
             size, data = len(data), b""
             if isinstance(theta, Rejected):
                 self.log.warning("%s state of %s at round %d rejected: %s (%s)", asked, p[-8:], round_,
@@ -2191,8 +2195,9 @@ def _apply_skipped(peer: Peer, skipped: RoundOutcome | None) -> None:
 class _RoundRecord:
     """What a finished round leaves on disk and in its event, captured when its step is done.
 
-    ``theta``, ``momentum`` and ``ef_residual`` are ``(d,)`` float32 copies (θ and b are replaced, never changed in
-    place, but the error-feedback residual is updated in place by the next commit). ``guard_state`` is what the
+    ``theta``, ``momentum`` and ``ef_residual`` are the peer's own ``(d,)`` float32 tensors, not copies: θ, b and
+    the error-feedback residual are replaced, never changed in place (``ErrorFeedback.compress`` sets a new
+    residual), so they keep the values of this round while the next one runs. ``guard_state`` is what the
     guard and reputation know now (``swarm.guard_state.capture``; None without a checkpoint folder), taken before
     the next round's guard runs (in a thread) or its votes are folded.
     """
@@ -2207,7 +2212,7 @@ class _RoundRecord:
     @classmethod
     def capture(cls, peer: Peer, *, snapshot: bool) -> _RoundRecord:
         state = capture_guard_state(peer.guard, peer.votes) if peer.config.checkpoint_dir else None
-        return cls(peer.local.theta, peer.local.momentum, peer.error_feedback.residual.clone(),
+        return cls(peer.local.theta, peer.local.momentum, peer.error_feedback.residual,
                    peer.local.state_hash().hex(), snapshot, state)
 
 

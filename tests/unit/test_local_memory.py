@@ -84,3 +84,36 @@ def test_only_an_update_attack_keeps_the_rows_of_the_last_round(kind: str | None
     Peer.step(peer, outcome)  # type: ignore[arg-type]
     assert len(applied) == 1 and served == [5]
     assert peer.known_previous == ([rows["a"], rows["b"]] if kept else [])
+
+
+def test_error_feedback_replaces_its_residual_so_a_captured_one_keeps_its_values() -> None:
+    from p2p_guard.training.error_feedback import ErrorFeedback
+
+    ef = ErrorFeedback("topk:density=0.1", 1000)
+    g = torch.Generator().manual_seed(0)
+    ef.compress(torch.randn(1000, generator=g))
+    captured = ef.residual
+    kept = captured.clone()
+    assert bool(kept.any())
+    ef.compress(torch.randn(1000, generator=g))
+    assert ef.residual is not captured and torch.equal(captured, kept)
+
+
+def test_decode_state_keeps_half_values_as_float16_views() -> None:
+    from p2p_guard.protocol.reasons import Rejected
+    from p2p_guard.protocol.states import decode_state
+
+    values = (torch.randn(2048) * 3).half()
+    raw = bytearray(values.numpy().astype("<f2").tobytes())
+    wide = decode_state(raw, "fp16", 2048)
+    half = decode_state(raw, "fp16", 2048, keep_half=True)
+    assert isinstance(wide, torch.Tensor) and isinstance(half, torch.Tensor)
+    assert wide.dtype == torch.float32 and half.dtype == torch.float16
+    assert torch.equal(half.float(), wide) and torch.equal(half, values)
+    assert half.data_ptr() == np.frombuffer(raw, dtype="u1").ctypes.data  # the received bytes, not a copy
+    from_bytes = decode_state(bytes(raw), "fp16", 2048, keep_half=True)
+    assert isinstance(from_bytes, torch.Tensor) and torch.equal(from_bytes, values)
+    raw[2:4] = np.array([np.inf], dtype="<f2").tobytes()
+    assert isinstance(decode_state(raw, "fp16", 2048, keep_half=True), Rejected)
+    fp32 = decode_state(values.float().numpy().tobytes(), "fp32", 2048, keep_half=True)
+    assert isinstance(fp32, torch.Tensor) and fp32.dtype == torch.float32  # only fp16 stays narrow

@@ -154,3 +154,22 @@ def test_the_converted_forms_of_states_no_longer_served_are_dropped() -> None:
     assert server._answer(["theta", 0, HALF])[0] == NOT_FOUND
     assert [data for data, _ in server._half.values()] == [states[r] for r in range(1, MAX_KEPT_ROUNDS)]
     assert not server._int8  # nothing of round 0 is served any more
+
+
+def test_mixing_keeps_float16_states_narrow_with_the_same_correction(monkeypatch: pytest.MonkeyPatch) -> None:
+    """θ and b states asked in fp16 reach clipped_gossip as float16 (2·d bytes each, not 4·d): same result."""
+    seen: list[torch.dtype] = []
+    real = peer_module.clipped_gossip
+
+    def watch(own: torch.Tensor, neighbours: list[torch.Tensor], **kwargs: Any) -> Any:
+        seen.extend(x.dtype for x in neighbours)
+        wide = real(own, [x.float() for x in neighbours], **kwargs)
+        narrow = real(own, neighbours, **kwargs)
+        assert torch.equal(wide.correction, narrow.correction) and wide.tau == narrow.tau
+        return narrow
+
+    monkeypatch.setattr(peer_module, "clipped_gossip", watch)
+    peer = _Peer(config=_Config(mix_precision="fp16"), local=_Local(momentum=torch.full((4,), 0.5)))
+    result, _ = _mix(peer, monkeypatch)
+    assert result is not None and result.momentum is not None
+    assert seen and set(seen) == {torch.float16}
