@@ -97,7 +97,8 @@ def encode_state(data: bytes | bytearray | memoryview, precision: str) -> bytes:
     return encode_int8(torch.from_numpy(values.copy()))
 
 
-def decode_state(data: bytes | bytearray | memoryview, precision: str, numel: int) -> torch.Tensor | Rejected:
+def decode_state(data: bytes | bytearray | memoryview, precision: str, numel: int, *,
+                 keep_half: bool = False) -> torch.Tensor | Rejected:
     """Decode a state answer (hostile bytes) asked in ``precision`` into a ``(numel,)`` float32 CPU tensor.
 
     The length is checked against :func:`state_bytes` before any byte is read.
@@ -106,9 +107,13 @@ def decode_state(data: bytes | bytearray | memoryview, precision: str, numel: in
         data: the answer's body as received.
         precision: the precision we asked in (one of :data:`STATE_PRECISIONS`), not one guessed from the length.
         numel: d, our model's parameter count.
+        keep_half: for ``fp16``, return the float16 values themselves (2·d bytes: a view of ``data`` when it is a
+            bytearray, else a copy) instead of widening them to float32 (4·d); every float16 is a float32, so a
+            caller that widens blockwise (``swarm.mixing.clipped_gossip``) computes on the same values.
 
     Returns:
-        A new float32 tensor whose values are all finite, or :class:`Rejected`: ``DECODE_ERROR`` (wrong length,
+        A float32 tensor (float16 with ``keep_half`` for ``fp16``) whose values are all finite, or
+        :class:`Rejected`: ``DECODE_ERROR`` (wrong length,
         a negative int8 scale or an int8 code −128) or ``NON_FINITE`` (a NaN/±Inf scale, or a decoded value
         that is not finite). Never raises on hostile bytes.
 
@@ -124,6 +129,9 @@ def decode_state(data: bytes | bytearray | memoryview, precision: str, numel: in
         if isinstance(decoded, Rejected):
             return decoded
         state = decoded
+    elif keep_half and precision == "fp16":
+        values = np.frombuffer(data, dtype=_WIDTHS[precision])
+        state = torch.from_numpy(values if values.flags.writeable else values.copy())
     else:
         state = torch.from_numpy(np.frombuffer(data, dtype=_WIDTHS[precision]).astype(np.float32))
     finite = torch.isfinite(state)

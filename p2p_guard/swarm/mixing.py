@@ -19,7 +19,10 @@ from dataclasses import dataclass
 
 import torch
 
+from p2p_guard.guard.linalg import column_blocks, combine_norms
+
 __all__ = [
+    "MIX_BLOCK",
     "MOMENTUM_MIX_RADIUS",
     "MixResult",
     "clipped_gossip",
@@ -35,6 +38,17 @@ MOMENTUM_MIX_RADIUS = 1.0
 Honest momenta differ by tens of percent (they sum a round's per-receiver aggregates), so the cap sits far above
 θ's ``mix_radius``; a Byzantine majority in one sample still moves b_i by at most ‖b_i‖·m/(m+1) per round. In
 one process on digits it cost nothing against an uncapped radius (0.5 and 1.0 gave the same distances).
+"""
+
+
+MIX_BLOCK = 1 << 20
+"""Coordinates per column block of :func:`clipped_gossip`, :func:`robust_centre` and :func:`consensus_distance`.
+
+Their float64 temporaries are one block (8 MiB each), never a whole ``(d,)`` row: a 25M-parameter model's
+float64 differences to 8 neighbours were 64 bytes per parameter. A multiple of ``guard.linalg.BLOCK``; a model
+of at most this many parameters is one block, and its figures are exactly those of a single float64 reduction
+over the row (``guard.linalg``'s module docstring); a larger one's norms may differ in the last bits (relative
+1e-13 or less), which no clipping radius can see.
 """
 
 
@@ -105,9 +119,17 @@ def clipped_gossip(own: torch.Tensor, neighbours: Sequence[torch.Tensor], *, max
     noisy states (the noise is moved less too). On digits with int8 states this took τ from 45 % to 13 % above
     the exact states' and left the honest models 1.7 to 3.4 times as far apart (still far under the 0.01 bound).
 
+    Memory: two passes over the columns in blocks of :data:`MIX_BLOCK` (``guard.linalg.column_blocks``): the
+    first takes each ‖x̂_j − x_i‖ and ‖x_i‖ in float64 block by block (combined as ``guard.linalg.combine_norms``),
+    the second sums the clipped differences of one block in float64 and writes its float32 correction. Beyond
+    the ``(d,)`` output only a few float64 blocks are held (about 32 MiB), whatever d and m; the correction has the
+    bits of a whole-row float64 sum, and for d ≤ :data:`MIX_BLOCK` so do τ and the distances.
+
     Args:
         own: ``(d,)`` float32, x_i.
-        neighbours: states x̂_j, each ``(d,)`` float32 and finite (the caller rejects others).
+        neighbours: states x̂_j, each ``(d,)`` float32 and finite (the caller rejects others). A neighbour may
+            also be float16 (a state as received in ``fp16``): each block is widened to float64 exactly, so the
+            result is that of the same values in float32.
         max_radius: cap on τ relative to ‖x_i‖ (dimensionless, > 0).
         noise: N_j per neighbour (θ's units squared, ≥ 0; ``protocol.states.rounding_noise``), or None: all 0,
             the plain ClippedGossip step.
@@ -131,38 +153,54 @@ def clipped_gossip(own: torch.Tensor, neighbours: Sequence[torch.Tensor], *, max
         raise ValueError(f"noise values must be finite and >= 0; got {noises}")
     if not neighbours:
         return MixResult(torch.zeros_like(own), 0.0, 0, (), ())
-    diffs = []
     for x in neighbours:
         if x.shape != own.shape:
             raise ValueError(f"neighbour shape {tuple(x.shape)} != own {tuple(own.shape)}")
-        diffs.append(x.to(torch.float64) - own.to(torch.float64))
-    norms = [float(d.norm()) for d in diffs]
+    flat_own = own.reshape(-1)
+    flats = [x.reshape(-1) for x in neighbours]
+    blocks = list(column_blocks(flat_own.numel(), MIX_BLOCK))
+    # Pass 1: ‖x̂_j − x_i‖ and ‖x_i‖, block by block in float64 (no (d,) difference kept).
+    own_partials: list[torch.Tensor] = []
+    partials: list[list[torch.Tensor]] = [[] for _ in flats]
+    for cols in blocks:
+        own64 = flat_own[cols].to(torch.float64)
+        own_partials.append(torch.linalg.vector_norm(own64).reshape(1))
+        for x, parts in zip(flats, partials, strict=True):
+            parts.append(torch.linalg.vector_norm(x[cols].to(torch.float64) - own64).reshape(1))
+    norms = [float(combine_norms(parts)[0]) for parts in partials]
+    own_norm = float(combine_norms(own_partials)[0])
     debiased = [debiased_distance(n, e) for n, e in zip(norms, noises, strict=True)]
     ordered = sorted(debiased)
     centre = ordered[(len(ordered) - 1) // 2]
     if centre == 0.0:  # half the sample coincides with us: the upper median, else two equal halves never meet
         centre = ordered[len(ordered) // 2]
-    tau = float(min(centre, max_radius * float(own.to(torch.float64).norm())))
-    total = torch.zeros_like(diffs[0])
-    clipped = 0
-    for d, n in zip(diffs, norms, strict=True):  # the raw norms: one neighbour moves us by at most τ/(m+1)
-        if n > tau:
-            clipped += 1
-            total += d * (tau / n) if n > 0 else d
-        else:
-            total += d
-    correction = (total / (len(neighbours) + 1)).to(own.dtype)
-    return MixResult(correction, tau, clipped, tuple(debiased), tuple(norms))
+    tau = float(min(centre, max_radius * own_norm))
+    # The raw norms clip: one neighbour moves us by at most τ/(m+1). None: not clipped.
+    scales = [(tau / n if n > 0 else None) if n > tau else None for n in norms]
+    clipped = sum(n > tau for n in norms)
+    # Pass 2: the clipped sum, block by block, in the same order per coordinate as a whole-row sum (same bits).
+    correction = torch.empty_like(flat_own)
+    for cols in blocks:
+        own64 = flat_own[cols].to(torch.float64)
+        total = torch.zeros_like(own64)
+        for x, scale in zip(flats, scales, strict=True):
+            diff = x[cols].to(torch.float64) - own64
+            total += diff * scale if scale is not None else diff
+        correction[cols] = (total / (len(neighbours) + 1)).to(own.dtype)
+    return MixResult(correction.reshape(own.shape), tau, clipped, tuple(debiased), tuple(norms))
 
 
 def robust_centre(states: Sequence[torch.Tensor]) -> torch.Tensor:
     """Coordinate-wise median of ``states`` (lower median for an even count, as ``torch.median``).
 
+    Memory: the states are stacked one block of :data:`MIX_BLOCK` coordinates at a time, so beyond the ``(d,)``
+    output only ``len(states)`` blocks are held (not a ``(k, d)`` stack and a ``(d,)`` int64 index vector).
+
     Args:
         states: at least one ``(d,)`` float32 tensor, all the same shape.
 
     Returns:
-        ``(d,)`` float32.
+        ``(d,)`` float32, a new tensor.
 
     Raises:
         ValueError: if ``states`` is empty or shapes differ.
@@ -171,25 +209,45 @@ def robust_centre(states: Sequence[torch.Tensor]) -> torch.Tensor:
         raise ValueError("robust_centre needs at least one state")
     if any(s.shape != states[0].shape for s in states):
         raise ValueError("states must all have the same shape")
-    return torch.stack(list(states)).median(dim=0).values.clone()
+    flats = [s.reshape(-1) for s in states]
+    out = torch.empty_like(flats[0])
+    for cols in column_blocks(out.numel(), MIX_BLOCK):
+        out[cols] = torch.stack([s[cols] for s in flats]).median(dim=0).values
+    return out.reshape(states[0].shape)
 
 
 def consensus_distance(states: Sequence[torch.Tensor]) -> float:
     """max_{i≠j} ‖x_i − x_j‖ / ‖x_i‖ over the given states (0.0 for fewer than two).
 
+    Norms in float64, block by block over :data:`MIX_BLOCK` coordinates (``guard.linalg.combine_norms``): no
+    ``(d,)`` float64 copy is made; for d ≤ :data:`MIX_BLOCK` the figure is that of a whole-row float64 norm.
+
     Args:
-        states: ``(d,)`` float tensors.
+        states: ``(d,)`` float tensors, all the same shape.
 
     Returns:
         The relative consensus distance (dimensionless); inf if some ‖x_i‖ is 0 while another state differs.
     """
+    flats = [s.reshape(-1) for s in states]
+    n = len(flats)
+    if n < 2:
+        return 0.0
+    own: list[list[torch.Tensor]] = [[] for _ in flats]
+    # ‖x_i − x_j‖ = ‖x_j − x_i‖ bit for bit (a negation is exact): each unordered pair once.
+    pair: dict[tuple[int, int], list[torch.Tensor]] = {(i, j): [] for i in range(n) for j in range(i + 1, n)}
+    for cols in column_blocks(flats[0].numel(), MIX_BLOCK):
+        blocks = [f[cols].to(torch.float64) for f in flats]
+        for i, block in enumerate(blocks):
+            own[i].append(torch.linalg.vector_norm(block).reshape(1))
+        for (i, j), parts in pair.items():
+            parts.append(torch.linalg.vector_norm(blocks[i] - blocks[j]).reshape(1))
     worst = 0.0
-    for i, a in enumerate(states):
-        norm = float(a.to(torch.float64).norm())
-        for j, b in enumerate(states):
+    for i in range(n):
+        norm = float(combine_norms(own[i])[0])
+        for j in range(n):
             if i == j:
                 continue
-            dist = float((a.to(torch.float64) - b.to(torch.float64)).norm())
+            dist = float(combine_norms(pair[(min(i, j), max(i, j))])[0])
             worst = max(worst, dist / norm if norm > 0 else (float("inf") if dist > 0 else 0.0))
     return worst
 

@@ -96,6 +96,7 @@ from p2p_guard.training.error_feedback import ErrorFeedback
 from p2p_guard.training.inner import InnerPhaseStopped, autocast_dtype
 from p2p_guard.training.local import LocalModel, pick_device, round_generator
 from p2p_guard.training.streams import peer_stream
+from p2p_guard.training.params import raw_bytes
 from p2p_guard.training.outer import dense_outer_lr
 
 __all__ = ["EarlierSessionCommit", "Peer", "ahead_and_alone", "check_model_fits", "choose_commit_round",
@@ -544,13 +545,13 @@ class Peer:
     def step(self, outcome: RoundOutcome) -> None:
         """Outer Nesterov step on the round's aggregate; serve the new θ as ``["theta", r + 1]`` (before mixing).
 
-        Only a simulated attacker keeps the round's received rows (``known_previous``, what its attack may read
-        next round): an honest peer held k ``(d,)`` float32 rows through the whole next round for nothing (28
-        bytes per parameter at k = 7).
+        A peer with an ``update`` attack also keeps the round's other rows for its next commit (``known_previous``);
+        any other peer keeps none of them past the round (an honest peer held k ``(d,)`` float32 rows through the
+        whole next round for nothing: 28 bytes per parameter at k = 7).
         """
         if outcome.aggregate is not None:
             self.local.apply(outcome.aggregate)
-            if self.attack is not None:
+            if self.attack_kind == "update":  # only an update attack reads them (attacks.apply): (n − 1)·4·d bytes
                 self.known_previous = [row for s, row in sorted(outcome.rows.items()) if s != self.me]
         self.serve_state(outcome.round + 1, mixing=outcome.mix)
 
@@ -620,13 +621,14 @@ class Peer:
         steps = gossip_steps(len(others) + 1, self.config.mix_peers, early=round_ < self.config.early_mix_rounds,
                              early_steps=self.config.early_mix_steps, max_steps=MAX_MIX_STEPS)
         start = own = self.local.theta  # θ is replaced, never modified in place: no copy needed
-        result = MixCorrection(round=round_, theta=torch.zeros_like(start))
+        # θ's correction is set at the end (own − start); a zero (d,) placeholder would cost 4·d bytes meanwhile.
+        result = MixCorrection(round=round_, theta=start.new_empty(0))
         precision = self._mix_precision()
         missed: set[str] = set()
         noise: dict[str, float] = {}  # E‖rounding noise‖² of each received state (int8 only; fetch_thetas)
         for step in range(steps):
             if step > 0:
-                self.server.publish_mixed(round_ + 1, step, own.numpy().tobytes())
+                self.server.publish_mixed(round_ + 1, step, raw_bytes(own))  # own is replaced, never changed
                 # A neighbour without its state in an earlier step of this mixing (cut as too slow or silent, or
                 # still "not found" after wait_s: it lags) is not asked again in it: it costs one wait per mixing,
                 # not one per gossip step.
@@ -634,7 +636,7 @@ class Peer:
             chosen = sample_senders(others, self.config.mix_peers, self.rng) if others else []
             states = await self.fetch_thetas(chosen, stop, round_=round_ + 1, wait_s=self.config.grace_s * 2,
                                              kind="theta" if step == 0 else "mixed", step=step,
-                                             precision=precision,
+                                             precision=precision, keep_half=True,
                                              received=result.count_received, noise=noise)
             if stop.is_set():
                 return None
@@ -656,7 +658,7 @@ class Peer:
             self.events.emit("mix", round=round_, step=step + 1, sources=len(states), tau=gossip.tau,
                              tau_rel=gossip.tau / norm, clipped=gossip.clipped, distance=distance,
                              moved=float(gossip.correction.norm()) / norm)
-        self.server.publish_mixed(round_ + 1, steps, own.numpy().tobytes(), last=True)
+        self.server.publish_mixed(round_ + 1, steps, raw_bytes(own), last=True)
         result.theta = own - start
         return result
 
@@ -703,7 +705,7 @@ class Peer:
             return None
         noise: dict[str, float] = {}
         momenta = await self.fetch_thetas(sources, stop, round_=round_ + 1, kind="momentum", precision=precision,
-                                          received=result.count_received, noise=noise)
+                                          received=result.count_received, noise=noise, keep_half=True)
         if not momenta:
             return None
         return clipped_gossip(momentum, list(momenta.values()), max_radius=MOMENTUM_MIX_RADIUS,
@@ -1058,7 +1060,8 @@ class Peer:
     async def fetch_thetas(self, peers: list[str], stop: asyncio.Event, *, round_: int = -1, wait_s: float = 0.0,
                            kind: str = "theta", step: int = 0, precision: str = "fp32",
                            received: Callable[[int], None] | None = None,
-                           noise: dict[str, float] | None = None) -> dict[str, torch.Tensor]:
+                           noise: dict[str, float] | None = None, keep_half: bool = False
+                           ) -> dict[str, torch.Tensor]:
         """Fetch each of ``peers``' θ (``kind="momentum"``: outer momentum) at the start of ``round_``, bounded reads.
 
         ``kind="mixed"``: their θ after ``step`` gossip steps of the mixing that ends at the start of ``round_``.
@@ -1068,7 +1071,9 @@ class Peer:
         (``BAD_REQUEST``) is asked again in float32. Every answer is hostile: it is decoded in the precision it
         was asked in (``protocol.states.decode_state``: its length checked against the exact size first, then
         its scales and values), and one that is rejected is logged with the reason and left out, as if that peer
-        had not answered. Returns ``(d,)`` float32 CPU tensors, all finite. ``received`` is called with the size
+        had not answered. Returns ``(d,)`` float32 CPU tensors, all finite (with ``keep_half``, an answer in
+        ``fp16`` stays float16, 2·d bytes instead of 4·d: ``decode_state``'s ``keep_half``, for the mixing, whose
+        ``clipped_gossip`` widens each block itself). ``received`` is called with the size
         in bytes of each state returned, as it came. ``noise``, if given, gets each returned state's expected
         squared rounding error in the precision its answer was actually decoded in
         (``protocol.states.rounding_noise``: from the decoded values alone, nonzero for int8 only; a peer that
@@ -1080,12 +1085,15 @@ class Peer:
             results = await asyncio.gather(*(self._fetch_vector(kind, p, key, wait_s, stop, precision=precision)
                                              for p in peers))
         states: dict[str, torch.Tensor] = {}
-        for p, answer in zip(peers, results, strict=False):
+        for i, p in enumerate(peers[:len(results)]):
+            answer, results[i] = results[i], None  # each answer's bytes are freed once decoded, not held to the end
             if stop.is_set() or answer is None:
                 self.log.debug("state of %s at round %d not used", p[-8:], round_)
                 continue
             data, asked = answer
-            theta = decode_state(data, asked, self.local.numel)
+            answer = None
+            theta = decode_state(data, asked, self.local.numel, keep_half=keep_half)
+            size, data = len(data), b""
             if isinstance(theta, Rejected):
                 self.log.warning("%s state of %s at round %d rejected: %s (%s)", asked, p[-8:], round_,
                                  theta.reason.value, theta.detail)
@@ -1094,7 +1102,7 @@ class Peer:
             if noise is not None:
                 noise[p] = rounding_noise(theta, asked)
             if received is not None:
-                received(len(data))
+                received(size)
         return states
 
     async def _fetch_vector(self, kind: str, peer: str, key: int | list[int], wait_s: float, stop: asyncio.Event,
@@ -2207,8 +2215,9 @@ def _apply_skipped(peer: Peer, skipped: RoundOutcome | None) -> None:
 class _RoundRecord:
     """What a finished round leaves on disk and in its event, captured when its step is done.
 
-    ``theta``, ``momentum`` and ``ef_residual`` are ``(d,)`` float32 copies (θ and b are replaced, never changed in
-    place, but the error-feedback residual is updated in place by the next commit). ``guard_state`` is what the
+    ``theta``, ``momentum`` and ``ef_residual`` are the peer's own ``(d,)`` float32 tensors, not copies: θ, b and
+    the error-feedback residual are replaced, never changed in place (``ErrorFeedback.compress`` sets a new
+    residual), so they keep the values of this round while the next one runs. ``guard_state`` is what the
     guard and reputation know now (``swarm.guard_state.capture``; None without a checkpoint folder), taken before
     the next round's guard runs (in a thread) or its votes are folded.
     """
@@ -2223,7 +2232,7 @@ class _RoundRecord:
     @classmethod
     def capture(cls, peer: Peer, *, snapshot: bool) -> _RoundRecord:
         state = capture_guard_state(peer.guard, peer.votes) if peer.config.checkpoint_dir else None
-        return cls(peer.local.theta, peer.local.momentum, peer.error_feedback.residual.clone(),
+        return cls(peer.local.theta, peer.local.momentum, peer.error_feedback.residual,
                    peer.local.state_hash().hex(), snapshot, state)
 
 

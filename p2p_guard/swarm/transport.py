@@ -287,11 +287,12 @@ class PayloadServer:
         self._clock = clock
         self._payloads: dict[int, tuple[bytes, bytes]] = {}  # round -> (payload, its chunk digests)
         self._states: dict[bytes, bytes] = {}
-        self._thetas: dict[int, bytes] = {}
-        self._momenta: dict[int, bytes] = {}
-        self._mixed: dict[int, dict[int, bytes]] = {}
-        self._half: OrderedDict[int, tuple[bytes, bytes]] = OrderedDict()  # id(fp32 bytes) -> (them, fp16 bytes)
-        self._int8: OrderedDict[int, tuple[bytes, bytes]] = OrderedDict()  # id(fp32 bytes) -> (them, int8 bytes)
+        # Served states: bytes, or a read-only view of a tensor that is never changed (``training.params.raw_bytes``).
+        self._thetas: dict[int, bytes | memoryview] = {}
+        self._momenta: dict[int, bytes | memoryview] = {}
+        self._mixed: dict[int, dict[int, bytes | memoryview]] = {}
+        self._half: OrderedDict[int, tuple[bytes | memoryview, bytes]] = OrderedDict()  # id(fp32) -> (it, fp16)
+        self._int8: OrderedDict[int, tuple[bytes | memoryview, bytes]] = OrderedDict()  # id(fp32) -> (it, int8)
         self._first_round: int | None = None  # payloads of earlier rounds are never revealed by this process
         self._withdrawn = False
         self._open = 0
@@ -369,7 +370,7 @@ class PayloadServer:
         for old in list(self._states)[:-MAX_KEPT_ROUNDS]:
             del self._states[old]
 
-    def publish_theta(self, round_: int, theta: bytes) -> None:
+    def publish_theta(self, round_: int, theta: bytes | memoryview) -> None:
         """Serve ``theta`` (raw little-endian fp32 bytes of our θ at the start of ``round_``, 4·d bytes).
 
         Version 2: every peer owns its model; others fetch it to mix (clipped gossip compares states of the same
@@ -378,8 +379,9 @@ class PayloadServer:
         """
         if not self._withdrawn:
             _keep(self._thetas, round_, theta)
+            self._drop_unserved_conversions()
 
-    def publish_momentum(self, round_: int, momentum: bytes) -> None:
+    def publish_momentum(self, round_: int, momentum: bytes | memoryview) -> None:
         """Serve ``momentum`` (raw little-endian fp32 bytes of our outer momentum at the start of ``round_``).
 
         Served as ``["momentum", r]`` (``-1``: the latest), beside ``["theta", r]``: mixing moves the outer
@@ -387,8 +389,9 @@ class PayloadServer:
         """
         if not self._withdrawn:
             _keep(self._momenta, round_, momentum)
+            self._drop_unserved_conversions()
 
-    def publish_mixed(self, round_: int, step: int, theta: bytes, *, last: bool = False) -> None:
+    def publish_mixed(self, round_: int, step: int, theta: bytes | memoryview, *, last: bool = False) -> None:
         """Serve ``theta`` (raw fp32 bytes, 4·d) as our θ after ``step`` gossip steps of a multi-step mixing.
 
         Served as ``["mixed", [round_, step]]`` (``round_`` as in :meth:`publish_theta`: the round the mixed θ
@@ -403,8 +406,9 @@ class PayloadServer:
             if last:
                 steps[LAST_STEP] = theta
             _keep(self._mixed, round_, steps)
+            self._drop_unserved_conversions()
 
-    def publish_unmixed(self, round_: int, theta: bytes) -> None:
+    def publish_unmixed(self, round_: int, theta: bytes | memoryview) -> None:
         """Serve ``theta`` (raw fp32 bytes, 4·d) as our answer to every gossip step of round ``round_``'s mixing.
 
         For a round in which we do not mix (``swarm.mix_schedule``): a neighbour that mixes gets our post-step θ
@@ -413,8 +417,21 @@ class PayloadServer:
         """
         if not self._withdrawn:
             _keep(self._mixed, round_, {LAST_STEP: theta})
+            self._drop_unserved_conversions()
 
-    def _mixed_state(self, round_: int, step: int) -> bytes | None:
+    def _drop_unserved_conversions(self) -> None:
+        """Forget the float16 and int8 forms of states no longer served (dropped after :data:`MAX_KEPT_ROUNDS`).
+
+        Nobody can ask for them any more, and each entry also held its float32 state alive: up to
+        :data:`HALF_CACHE` stale states of 4·d + 2·d bytes per precision.
+        """
+        served = {id(v) for v in (*self._thetas.values(), *self._momenta.values())}
+        served.update(id(v) for steps in self._mixed.values() for v in steps.values())
+        for table in (self._half, self._int8):
+            for key in [k for k, (data, _) in table.items() if id(data) not in served]:
+                del table[key]
+
+    def _mixed_state(self, round_: int, step: int) -> bytes | memoryview | None:
         """Our θ after ``step`` (≥ 1) gossip steps of round ``round_``'s mixing, or the final one past its end."""
         steps = self._mixed.get(round_, {})
         if step < 1:
@@ -569,6 +586,7 @@ class PayloadServer:
         kind, key = request[0], request[1]
         if self._withdrawn:
             return NOT_FOUND, None
+        data: bytes | memoryview | None
         if kind == "state" and isinstance(key, bytes):
             data = self._states.get(key)
         elif kind in ("theta", "momentum") and isinstance(key, int) and not isinstance(key, bool):
@@ -585,7 +603,7 @@ class PayloadServer:
             return OK, (self._as_half(data) if request[2] == HALF else self._as_int8(data),)
         return OK, (data,)
 
-    def _as_half(self, data: bytes) -> bytes:
+    def _as_half(self, data: bytes | memoryview) -> bytes:
         """``data`` (raw little-endian float32) as little-endian float16, round to nearest; cached by identity.
 
         Our states are finite float32; a value beyond float16's range (±65504) becomes ±inf, which the asking
@@ -593,7 +611,7 @@ class PayloadServer:
         """
         return _cached(self._half, data, lambda: np.frombuffer(data, dtype="<f4").astype("<f2").tobytes())
 
-    def _as_int8(self, data: bytes) -> bytes:
+    def _as_int8(self, data: bytes | memoryview) -> bytes:
         """``data`` (raw little-endian float32, d values) in the ``int8`` codec, 4·⌈d/1024⌉ + d bytes; cached.
 
         ``protocol.states.encode_state`` (the update codec's encoder: one absmax scale per 1024 values), computed
@@ -761,7 +779,8 @@ async def _read_request(reader: asyncio.StreamReader) -> object:
         return None
 
 
-def _cached(table: OrderedDict[int, tuple[bytes, bytes]], data: bytes, convert: Callable[[], bytes]) -> bytes:
+def _cached(table: OrderedDict[int, tuple[bytes | memoryview, bytes]], data: bytes | memoryview,
+            convert: Callable[[], bytes]) -> bytes:
     """``convert()``, kept in ``table`` by the identity of ``data`` (the latest :data:`HALF_CACHE` states)."""
     cached = table.get(id(data))
     if cached is not None and cached[0] is data:
@@ -801,8 +820,8 @@ class FetchResult:
             (the server stalled or sent slower than the floor: the answer was cut while reading), or -1 when
             the stream failed otherwise (peer unreachable, closed early, ``timeout_s`` reached), or
             :data:`BAD_DATA` (:func:`fetch_payload` only: the bytes failed a check, see ``rejected``).
-        data: the bytes read after ``OK`` (at most ``max_bytes + 1``; :func:`fetch_payload`: the verified
-            payload, a bytearray of exactly the declared size), else None.
+        data: the bytes read after ``OK``, a bytearray (:func:`fetch`: at most ``max_bytes + 1`` bytes;
+            :func:`fetch_payload`: the verified payload, of exactly the declared size), else None.
         detail: a short human-readable description of a failure.
         rejected: with :data:`BAD_DATA`, why (``DIGEST_MISMATCH``, ``OVERSIZE``, ``DECODE_ERROR``).
     """
@@ -963,19 +982,19 @@ async def _fetch(p2p: P2P, peer: PeerID, run_id: str, request: list[object], max
         status = await pace.read_status(reader)
         if status != OK:
             return FetchResult(status)
-        chunks: list[bytes] = []
+        body = bytearray()  # grown in place: not a list of chunks joined into a second copy of the answer
         received = 0
         while received <= max_bytes:
             chunk = await pace.read_body(reader, min(CHUNK_BYTES, max_bytes + 1 - received), received)
             if not chunk:
                 break
             pace.note(len(chunk))
-            chunks.append(chunk)
+            body += chunk
             received += len(chunk)
         if received < max_bytes:
             # A stream that ends early is a transport failure (retried), not evidence against the sender.
             return FetchResult(-1, detail=f"stream ended after {received} of {max_bytes} bytes")
-        return FetchResult(OK, b"".join(chunks))
+        return FetchResult(OK, body)
     finally:
         writer.close()
 

@@ -86,7 +86,8 @@ class ErrorFeedback:
         codec: The codec string.
         numel: d.
         decay: β.
-        residual: ``(d,)`` float32 CPU tensor e_r (zeros at the start; always zeros for ``fp32``).
+        residual: ``(d,)`` float32 CPU tensor e_r (zeros at the start; always zeros for ``fp32``); replaced by a new
+            tensor at each :meth:`compress`, never changed in place (a peer keeps the last one for its checkpoint).
 
     Raises:
         ValueError: Unknown codec, a negative ``numel``, ``decay`` outside [0, 1], or a ``dense=head`` codec
@@ -152,7 +153,7 @@ class ErrorFeedback:
         if isinstance(sent, Rejected) or not bool(torch.isfinite(sent).all()):  # fp16 beyond ±65504
             detail = sent.detail if isinstance(sent, Rejected) else "it decodes to NaN/±Inf"
             raise ValueError(f"{self.codec} cannot carry this update: {detail}")
-        self.residual = target - sent
+        self.residual = target - sent  # a new tensor: the residual is replaced, never changed in place
         return payload, sent
 
     def encode(self, delta: torch.Tensor) -> bytes:

@@ -19,7 +19,7 @@ from p2p_guard.protocol.sparse import dense_mask
 from p2p_guard.tasks import Task
 from p2p_guard.training.inner import make_inner_optimizer, run_inner_steps
 from p2p_guard.training.outer import OuterNesterov
-from p2p_guard.training.params import flatten, load_flat, param_shapes
+from p2p_guard.training.params import flatten, load_flat, param_shapes, raw_bytes
 
 __all__ = ["LocalModel", "pick_device", "round_generator"]
 
@@ -165,7 +165,9 @@ class LocalModel:
         """Outer Nesterov step on the robust aggregate: θ_{r+1} = outer(θ_r, aggregate)."""
         self.theta = self.outer.step(self.theta, aggregate)
         buffer = self.outer.momentum_buffer
-        self.momentum = buffer.clone() if buffer is not None else torch.zeros_like(self.theta)
+        # The optimizer's buffer itself, not a copy (4 bytes per parameter): ``OuterNesterov.step`` replaces its
+        # buffer by a new tensor and never changes it in place, and b is only ever replaced here too.
+        self.momentum = buffer if buffer is not None else torch.zeros_like(self.theta)
         self.previous_aggregate = aggregate.clone()
         load_flat(self.model, self.theta)
 
@@ -190,9 +192,18 @@ class LocalModel:
             raise ValueError("correction must be a finite (d,) tensor")
         self._set_momentum(self.momentum + correction.to(torch.float32))
 
-    def momentum_bytes(self) -> bytes:
-        """Raw little-endian fp32 bytes of the outer momentum b, 4·d bytes (what ``["momentum", 0]`` serves)."""
-        return self.momentum.numpy().tobytes()
+    def momentum_bytes(self) -> bytes | memoryview:
+        """Raw little-endian fp32 bytes of the outer momentum b, 4·d bytes (what ``["momentum", 0]`` serves).
+
+        No copy of b: a read-only view of its memory (``training.params.raw_bytes``; b is replaced, never changed
+        in place). A b whose bits are all zero (no outer momentum, μ = 0, the ``topk`` codecs' default; or no
+        step yet) is returned as ``bytes(4·d)``: the same bytes, but allocated zeroed (calloc) and never
+        written, so the served b of the last rounds cost no resident memory (they were 4 bytes per parameter
+        each, a new zero tensor every round).
+        """
+        if not bool(self.momentum.view(torch.int32).any()):  # bits, not values: a -0.0 is served as it is
+            return bytes(4 * self.momentum.numel())
+        return raw_bytes(self.momentum)
 
     def adopt(self, theta: torch.Tensor, momentum: torch.Tensor | None = None) -> None:
         """Take ``theta`` as our model (catch-up to a robust centre of peers' states).
@@ -226,9 +237,13 @@ class LocalModel:
         self.outer.load_state_dict({"lr": self.outer.lr, "momentum": self.outer.momentum,
                                     "momentum_buffer": None if buffer is None else buffer.clone()})
 
-    def theta_bytes(self) -> bytes:
-        """Raw little-endian fp32 bytes of θ, 4·d bytes (what ``["theta", 0]`` serves)."""
-        return self.theta.numpy().tobytes()
+    def theta_bytes(self) -> memoryview:
+        """Raw little-endian fp32 bytes of θ, 4·d bytes (what ``["theta", 0]`` serves).
+
+        A read-only view of θ's memory, no copy (``training.params.raw_bytes``): θ is replaced, never changed in
+        place, so the view keeps the θ it was taken of.
+        """
+        return raw_bytes(self.theta)
 
     def evaluate(self) -> object:
         """Metrics of θ on the task's held-out split (``tasks.Metrics``)."""

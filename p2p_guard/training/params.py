@@ -12,9 +12,31 @@ import logging
 import torch
 from torch import Tensor, nn
 
-__all__ = ["flatten", "load_flat", "num_params", "param_shapes"]
+__all__ = ["flatten", "load_flat", "num_params", "param_shapes", "raw_bytes"]
 
 logger = logging.getLogger(__name__)
+
+
+def raw_bytes(vector: Tensor) -> memoryview:
+    """The raw bytes of a CPU tensor in native byte order (little-endian on every supported machine), no copy.
+
+    A read-only byte view (``format "B"``, ``len`` in bytes) of the tensor's own memory, equal to
+    ``vector.numpy().tobytes()`` but without the copy; it keeps the tensor's memory alive. For a tensor that is
+    replaced, never changed in place (θ, the outer momentum b, a mixing step's state): what a served state was,
+    it stays.
+
+    Args:
+        vector: a contiguous CPU tensor without grad.
+
+    Returns:
+        A read-only ``memoryview`` of ``vector.numel() · vector.element_size()`` bytes.
+
+    Raises:
+        ValueError: ``vector`` is not contiguous.
+    """
+    if not vector.is_contiguous():
+        raise ValueError("raw_bytes needs a contiguous tensor")
+    return vector.detach().reshape(-1).view(torch.uint8).numpy().data.toreadonly()
 
 
 def flatten(model: nn.Module) -> Tensor:

@@ -129,3 +129,47 @@ def test_a_state_of_neither_size_is_not_used(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(peer_module, "fetch", fetch)
     peer = _Peer(config=_Config(mix_precision="fp16"))
     assert asyncio.run(Peer.fetch_thetas(peer, FAST, asyncio.Event(), round_=1, precision=HALF)) == {}  # type: ignore[arg-type]
+
+
+def test_the_converted_forms_of_states_no_longer_served_are_dropped() -> None:
+    from p2p_guard.swarm.transport import INT8, MAX_KEPT_ROUNDS
+
+    server = PayloadServer("run")
+    states = {r: np.arange(2048, dtype="<f4").tobytes() + bytes([r]) * 4 for r in range(MAX_KEPT_ROUNDS + 1)}
+    server.publish_theta(0, states[0])
+    server.publish_momentum(0, states[0])  # the same object under two names: one conversion
+    server.publish_mixed(0, 1, states[0], last=True)
+    half = server._answer(["theta", 0, HALF])[1]
+    assert server._answer(["momentum", 0, HALF])[1] == half and server._answer(["mixed", [0, 1], INT8])[0] == OK
+    assert len(server._half) == len(server._int8) == 1
+    for r in range(1, MAX_KEPT_ROUNDS):
+        server.publish_theta(r, states[r])
+        server._answer(["theta", r, HALF])
+    assert len(server._half) == MAX_KEPT_ROUNDS and len(server._int8) == 1  # round 0 still served (momentum)
+    server.publish_theta(MAX_KEPT_ROUNDS, states[MAX_KEPT_ROUNDS])  # θ of round 0 dropped, its momentum kept
+    assert len(server._half) == MAX_KEPT_ROUNDS
+    for r in range(1, MAX_KEPT_ROUNDS + 1):
+        server.publish_momentum(r, states[r])
+        server.publish_mixed(r, 1, states[r], last=True)
+    assert server._answer(["theta", 0, HALF])[0] == NOT_FOUND
+    assert [data for data, _ in server._half.values()] == [states[r] for r in range(1, MAX_KEPT_ROUNDS)]
+    assert not server._int8  # nothing of round 0 is served any more
+
+
+def test_mixing_keeps_float16_states_narrow_with_the_same_correction(monkeypatch: pytest.MonkeyPatch) -> None:
+    """θ and b states asked in fp16 reach clipped_gossip as float16 (2·d bytes each, not 4·d): same result."""
+    seen: list[torch.dtype] = []
+    real = peer_module.clipped_gossip
+
+    def watch(own: torch.Tensor, neighbours: list[torch.Tensor], **kwargs: Any) -> Any:
+        seen.extend(x.dtype for x in neighbours)
+        wide = real(own, [x.float() for x in neighbours], **kwargs)
+        narrow = real(own, neighbours, **kwargs)
+        assert torch.equal(wide.correction, narrow.correction) and wide.tau == narrow.tau
+        return narrow
+
+    monkeypatch.setattr(peer_module, "clipped_gossip", watch)
+    peer = _Peer(config=_Config(mix_precision="fp16"), local=_Local(momentum=torch.full((4,), 0.5)))
+    result, _ = _mix(peer, monkeypatch)
+    assert result is not None and result.momentum is not None
+    assert seen and set(seen) == {torch.float16}

@@ -20,7 +20,7 @@ class _Local:
 
 @dataclass
 class _Peer:
-    attack: Any = None
+    attack_kind: str | None = None
     me: str = "me"
     local: _Local = field(default_factory=_Local)
     known_previous: list[torch.Tensor] = field(default_factory=list)
@@ -44,8 +44,14 @@ def test_an_honest_peer_keeps_no_rows() -> None:
     assert len(peer.local.applied) == 1 and peer.served == [4]
 
 
-def test_an_attacker_keeps_the_others_rows_in_sender_order() -> None:
-    peer = _Peer(attack=object())
+def test_a_data_attacker_keeps_no_rows_either() -> None:
+    peer = _Peer(attack_kind="data")
+    Peer.step(peer, _outcome())  # type: ignore[arg-type]
+    assert peer.known_previous == []
+
+
+def test_an_update_attacker_keeps_the_others_rows_in_sender_order() -> None:
+    peer = _Peer(attack_kind="update")
     Peer.step(peer, _outcome())  # type: ignore[arg-type]
     assert [float(r[0]) for r in peer.known_previous] == [1.0, 2.0]  # a, b; not our own
 
