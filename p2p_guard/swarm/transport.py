@@ -111,6 +111,10 @@ EXTRA_BYTES_WAIT_S = 1.0
 REQUEST_READ_TIMEOUT_S = 10.0
 #: Revealed rounds (and published states) kept for serving.
 MAX_KEPT_ROUNDS = 3
+#: Rounds whose mixed states (``["mixed", [r, step]]``) are kept for serving: the latest mixing and the one
+#: before, for a neighbour one round behind. They are asked only during that mixing; with 3 rounds kept, an
+#: early round's 2-3 step states of 4·d bytes each stayed for three rounds (up to 870 MB at d = 25M).
+MAX_KEPT_MIXED_ROUNDS = 2
 
 #: Key, in a round's table of mixed states, of the state our mixing ended with (after its last step).
 LAST_STEP = -1
@@ -398,14 +402,14 @@ class PayloadServer:
         starts; ``step`` ≥ 1): step s + 1 of the others' mixing moves toward it (``Peer.mix``). With ``last``
         (our mixing is over) it is also the answer for every later step of that round: a peer that sees a larger
         swarm runs more steps (``mixing.gossip_steps``) and gets our final state instead of waiting for a step we
-        never run. Only the last :data:`MAX_KEPT_ROUNDS` rounds are kept.
+        never run. Only the last :data:`MAX_KEPT_MIXED_ROUNDS` rounds are kept.
         """
         if not self._withdrawn:
             steps = self._mixed.get(round_, {})
             steps[step] = theta
             if last:
                 steps[LAST_STEP] = theta
-            _keep(self._mixed, round_, steps)
+            _keep(self._mixed, round_, steps, keep=MAX_KEPT_MIXED_ROUNDS)
             self._drop_unserved_conversions()
 
     def publish_unmixed(self, round_: int, theta: bytes | memoryview) -> None:
@@ -416,7 +420,7 @@ class PayloadServer:
         steps instead of waiting for states we never compute.
         """
         if not self._withdrawn:
-            _keep(self._mixed, round_, {LAST_STEP: theta})
+            _keep(self._mixed, round_, {LAST_STEP: theta}, keep=MAX_KEPT_MIXED_ROUNDS)
             self._drop_unserved_conversions()
 
     def _drop_unserved_conversions(self) -> None:
@@ -1102,8 +1106,8 @@ async def _extra_bytes(reader: asyncio.StreamReader, wait_s: float) -> bytes:
         return b""
 
 
-def _keep(table: dict[int, _V], round_: int, data: _V) -> None:
-    """Store ``data`` under ``round_`` and drop all but the newest :data:`MAX_KEPT_ROUNDS` rounds."""
+def _keep(table: dict[int, _V], round_: int, data: _V, *, keep: int = MAX_KEPT_ROUNDS) -> None:
+    """Store ``data`` under ``round_`` and drop all but the newest ``keep`` rounds (:data:`MAX_KEPT_ROUNDS`)."""
     table[round_] = data
-    for old in sorted(table)[:-MAX_KEPT_ROUNDS]:
+    for old in sorted(table)[:-keep]:
         del table[old]

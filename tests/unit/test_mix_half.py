@@ -173,3 +173,18 @@ def test_mixing_keeps_float16_states_narrow_with_the_same_correction(monkeypatch
     result, _ = _mix(peer, monkeypatch)
     assert result is not None and result.momentum is not None
     assert seen and set(seen) == {torch.float16}
+
+
+def test_mixed_states_are_kept_for_the_latest_two_mixings_theta_for_three_rounds() -> None:
+    from p2p_guard.swarm.transport import MAX_KEPT_MIXED_ROUNDS, MAX_KEPT_ROUNDS
+
+    assert (MAX_KEPT_MIXED_ROUNDS, MAX_KEPT_ROUNDS) == (2, 3)
+    server = PayloadServer("run")
+    states = {r: np.full(16, r, dtype="<f4").tobytes() for r in range(3)}
+    for r in range(3):
+        server.publish_theta(r, states[r])
+        server.publish_mixed(r, 1, states[r], last=True)
+    assert server._answer(["mixed", [0, 1]])[0] == NOT_FOUND  # a mixing two rounds back: dropped
+    assert server._answer(["mixed", [1, 1]]) == (OK, (states[1],))
+    assert server._answer(["mixed", [2, 5]]) == (OK, (states[2],))  # a later step gets the last state
+    assert server._answer(["theta", 0]) == (OK, (states[0],))  # θ still for three rounds

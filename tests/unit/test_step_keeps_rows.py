@@ -98,6 +98,7 @@ def test_aggregate_judges_one_stack_and_leaves_views_of_it_in_the_callers_rows()
         me = "m"
         wire = _Wire()
         log = _Log()
+        attack_kind: str | None = "update"
 
         def _judge(self, senders: tuple[str, ...], stacked: torch.Tensor, *args: Any) -> None:
             seen.append((senders, stacked))
@@ -110,4 +111,9 @@ def test_aggregate_judges_one_stack_and_leaves_views_of_it_in_the_callers_rows()
     assert stacked.tolist()[0] == [1.0] * 3 and stacked.tolist()[2] == [0.0] * 3
     assert 0 < stacked[1, 0] < 2.0  # b is one round stale: weighted below 1
     assert all(rows[s].data_ptr() == stacked[i].data_ptr() for i, s in enumerate(senders))  # views, in place
-    assert outcome.rows is rows
+    assert outcome.rows is rows and outcome.judged == 3  # kept for an update attack only
+    honest = _Stub()
+    honest.attack_kind = None
+    outcome = RoundOutcome(round=1)
+    asyncio.run(Peer._aggregate(honest, {"a": torch.ones(3)}, {"a": 0}, torch.zeros(3), None, outcome))  # type: ignore[arg-type]
+    assert outcome.rows == {} and outcome.judged == 2  # the stack is not kept past the round
