@@ -143,18 +143,20 @@ PEER_MEMORY_FLOOR_BYTES = 180 * 2**20
 The floor is lower because PSS splits the pages the peers share (torch's libraries) among them, so it shrinks as
 the swarm grows."""
 
-PEER_MEMORY_BYTES_PER_PARAM = 200
+PEER_MEMORY_BYTES_PER_PARAM = 168
 """What one peer holds per model parameter, in bytes, on top of :data:`PEER_MEMORY_FLOOR_BYTES`: θ, the inner
-model, its gradients and Adam states, the outer momentum, the error-feedback buffer, the fetched rows, their
-stacked copy, the guard's working set and the states the payload server keeps for up to 3 rounds. ``p2p-guard
-simulate --task shakespeare:n_layers=8,d_model=512,n_heads=8 --honest 3 --byzantine 0 --rounds 2 --inner-steps 2
---seed 0`` (25,338,880 parameters, fp32, 2 sampled senders) reported PSS per peer mean 3184 MiB, max 4538 MiB
-(2026-12-06, stop 26), and mean 3299 MiB, max 4956 MiB when run again the same day (helper-36, at 48a7779): 129
-bytes per parameter above the digits peer's 276 MiB on the mean, 198 on the max. The bound takes the max: a peer
-peaks in its guard phase (about 36 bytes per parameter above the rest of its round, in a one-process probe), and
-with 100 bytes the check let 9 such peers start on this 24 GiB machine (23.0 GiB estimated) and one was killed for
-memory within 10 minutes; with 120 it let 7 start (23.1 GiB by the mean measured since). More sampled senders and
-mixing peers take more than the 2 measured."""
+model, its gradients and Adam states, the outer momentum, the error-feedback buffer, the fetched rows in one stack,
+the guard's working set, the neighbours' states while mixing and the states the payload server keeps for up to 3
+rounds. ``p2p-guard simulate --task shakespeare:n_layers=8,d_model=512,n_heads=8 --honest 6 --byzantine 0 --rounds
+2 --inner-steps 2 --seed 0`` (25,338,880 parameters, fp32, 5 sampled senders and mixing neighbours) reported PSS
+per peer mean 2716 MiB, max 4323 MiB (2026-12-07, stop 34; the 6 peers ran on this 24 GiB machine, 12/12 updates
+applied): 167.5 bytes per parameter above the digits peer's 276 MiB at the max, which the bound takes (so it allows
+5 such peers here). With 3 peers the same command gave mean 2846, max 3943 MiB, where before stop 34's memory
+work it gave mean 3184-3299, max 4538-4956 MiB (the bound was 200 bytes, and 4 peers of this model on 24 GiB).
+What went: the collusion stage's float64 histories (now count sketches past 2^18 coordinates), a float64
+difference per mixing neighbour, the rows held beside their stack, the rows kept through the next round, the
+copies of served states, a clipped copy of unclipped rows. More sampled senders take more: a peer holds its k + 1
+rows (4 bytes per parameter each) while its guard runs, and its neighbours' float16 states (2 each) while mixing."""
 
 
 def _peer_memory_bytes(params: int) -> int:

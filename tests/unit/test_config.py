@@ -668,17 +668,17 @@ class TestSimulateSettings:
         gib = 2**30
         d = 25_338_880  # shakespeare:n_layers=8,d_model=512,n_heads=8
         per_peer = simulate_cmd.PEER_MEMORY_FLOOR_BYTES + simulate_cmd.PEER_MEMORY_BYTES_PER_PARAM * d
-        assert per_peer == 5_256_519_680
+        assert per_peer == 4_445_675_520
         with pytest.raises(ValueError) as e:  # 9 such peers were killed for memory on this 24 GiB machine
             simulate_cmd._check_memory(SimulationConfig(honest=9, byzantine=0), params=d, total=24 * gib,
                                        available=24 * gib)
-        assert str(e.value) == ("9 peers need at least 44.2 GiB of memory (each is its own process, about 5,013 MiB "
+        assert str(e.value) == ("9 peers need at least 37.4 GiB of memory (each is its own process, about 4,240 MiB "
                                 "or more with a 25,338,880-parameter model); this machine has 24.0 GiB: run at "
-                                "most 4 peers")
-        with pytest.raises(ValueError, match=r"^5 peers need at least 24.7 GiB .* run at most 4 peers$"):
-            simulate_cmd._check_memory(SimulationConfig(honest=5, byzantine=0), params=d, total=24 * gib,
+                                "most 5 peers")
+        with pytest.raises(ValueError, match=r"^6 peers need at least 25.0 GiB .* run at most 5 peers$"):
+            simulate_cmd._check_memory(SimulationConfig(honest=6, byzantine=0), params=d, total=24 * gib,
                                        available=24 * gib)
-        simulate_cmd._check_memory(SimulationConfig(honest=4, byzantine=0), params=d, total=24 * gib,
+        simulate_cmd._check_memory(SimulationConfig(honest=5, byzantine=0), params=d, total=24 * gib,
                                    available=24 * gib)
         assert capsys.readouterr().err == ""
 
