@@ -77,6 +77,7 @@ from p2p_guard.swarm.start_identity import StartIdentity
 from p2p_guard.swarm.slowloris import server_for, start_slow_client
 from p2p_guard.swarm.suspects import Suspects
 from p2p_guard.swarm.upload import upload_cap_warning
+from p2p_guard.swarm.stragglers import gather_unless_straggling
 from p2p_guard.swarm.standing import VoteBook
 from p2p_guard.swarm.status import lower_median
 from p2p_guard.swarm.transport import (
@@ -1085,17 +1086,21 @@ class Peer:
         squared rounding error in the precision its answer was actually decoded in
         (``protocol.states.rounding_noise``: from the decoded values alone, nonzero for int8 only; a peer that
         answered in float32 after a ``BAD_REQUEST`` gets 0), for ``swarm.mixing.clipped_gossip`` to debias with.
+        Once more than half of the peers' states are in, a state still streaming past twice their time (at least
+        ``max(fetch_timeout_s, wait_s)``) is not waited for (``swarm.stragglers``): each fetch's own deadline
+        grows with the state's size, and one slow or Byzantine neighbour must not hold the mixing that long.
         """
         watch = self.departures.watching(stop) if peers else contextlib.nullcontext()
         async with watch:
             key: int | list[int] = [round_, step] if kind == "mixed" else round_
-            results = await asyncio.gather(*(self._fetch_vector(kind, p, key, wait_s, stop, precision=precision)
-                                             for p in peers))
+            results = await gather_unless_straggling(
+                [self._fetch_vector(kind, p, key, wait_s, stop, precision=precision) for p in peers],
+                floor_s=max(self.config.fetch_timeout_s, wait_s))
         states: dict[str, torch.Tensor] = {}
         for i, p in enumerate(peers[:len(results)]):
             answer, results[i] = results[i], None  # each answer's bytes are freed once decoded, not held to the end
             if stop.is_set() or answer is None:
-                self.log.debug("state of %s at round %d not used", p[-8:], round_)
+                self.log.debug("state of %s at round %d not used (no answer, or a straggler)", p[-8:], round_)
                 continue
             data, asked = answer
             answer = None

@@ -209,3 +209,19 @@ def test_a_state_deadline_grows_with_its_size_and_the_measured_rate_of_its_sende
     rate = peer.rates.rate(FAST[0])
     assert rate is not None and 4 * numel / 1.0 < rate < 4 * numel / 0.05  # 4 MB in a bit over 0.05 s
     assert timeouts[1] == 1.0  # measured fast: the floor
+
+
+def test_a_straggling_neighbours_state_is_not_waited_for_once_most_are_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three neighbours answer at once; the fourth streams for 10 s: fetch_thetas returns after about the floor."""
+
+    async def fetch(p2p: object, peer: Any, run_id: str, request: list[Any], **kwargs: Any) -> FetchResult:
+        if peer.to_base58() == SLOW:
+            await asyncio.sleep(10)
+        return FetchResult(OK, data=torch.full((D,), 1.01).numpy().tobytes())
+
+    monkeypatch.setattr(peer_module, "fetch", fetch)
+    peer = _Peer(config=_Config(fetch_timeout_s=0.2))
+    started = time.monotonic()
+    states = asyncio.run(Peer.fetch_thetas(peer, [*FAST, SLOW], asyncio.Event(), round_=1))  # type: ignore[arg-type]
+    assert sorted(states) == sorted(FAST)
+    assert time.monotonic() - started < 2.0  # the floor, 0.2 s, not the straggler's 10 s
