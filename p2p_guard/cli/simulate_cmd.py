@@ -151,8 +151,11 @@ rounds. ``p2p-guard simulate --task shakespeare:n_layers=8,d_model=512,n_heads=8
 2 --inner-steps 2 --seed 0`` (25,338,880 parameters, fp32, 5 sampled senders and mixing neighbours) reported PSS
 per peer mean 2716 MiB, max 4323 MiB (2026-12-07, stop 34; the 6 peers ran on this 24 GiB machine, 12/12 updates
 applied): 167.5 bytes per parameter above the digits peer's 276 MiB at the max, which the bound takes (so it allows
-5 such peers here). With 3 peers the same command gave mean 2846, max 3943 MiB, where before stop 34's memory
-work it gave mean 3184-3299, max 4538-4956 MiB (the bound was 200 bytes, and 4 peers of this model on 24 GiB).
+5 such peers here). The same 6 peers with ``--codec topk:density=0.02,dense=head --max-upload-mbit 20`` ran
+round 0 (390 s; 28 of 30 payloads applied, 2 cut by the 5 s idle rule) and one was killed for memory in round 1
+(PSS max 5729 MiB), with other work on the machine: 6 is past what fits. With 3 peers the same command gave
+mean 2723, max 3936 MiB, where before stop 34's memory work it gave mean 3184-3299, max 4538-4956 MiB (the bound
+was 200 bytes, and 4 peers of this model on 24 GiB).
 What went: the collusion stage's float64 histories (now count sketches past 2^18 coordinates), a float64
 difference per mixing neighbour, the rows held beside their stack, the rows kept through the next round, the
 copies of served states, a clipped copy of unclipped rows. More sampled senders take more: a peer holds its k + 1
