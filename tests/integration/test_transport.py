@@ -28,6 +28,7 @@ from p2p_guard.protocol.chunks import CHUNK_DIGEST_BYTES  # noqa: E402
 from p2p_guard.swarm.transport import (  # noqa: E402 - after the importorskip
     BAD_REQUEST,
     CHUNK_BYTES,
+    MAX_KEPT_MIXED_ROUNDS,
     MAX_KEPT_ROUNDS,
     MAX_REQUEST_BYTES,
     NOT_FOUND,
@@ -135,11 +136,11 @@ def test_mixed_states_by_round_and_step() -> None:
         await served.attach(server)
         assert await fetch(client, server.peer_id, RUN, ["mixed", [1, 1]], max_bytes=8, timeout_s=10) == \
             FetchResult(NOT_FOUND)
-        for round_ in range(MAX_KEPT_ROUNDS + 1):
+        for round_ in range(MAX_KEPT_MIXED_ROUNDS + 1):
             for step in (1, 2):
                 served.publish_mixed(round_, step, bytes([10 * round_ + step]) * 8)
         served.publish_theta(1, b"\xff" * 8)  # θ before mixing is a table of its own
-        for round_, step in ((1, 1), (1, 2), (MAX_KEPT_ROUNDS, 2)):
+        for round_, step in ((1, 1), (1, 2), (MAX_KEPT_MIXED_ROUNDS, 2)):
             got = await fetch(client, server.peer_id, RUN, ["mixed", [round_, step]], max_bytes=8, timeout_s=10)
             assert got == FetchResult(OK, bytes([10 * round_ + step]) * 8), (round_, step)
         for key in ([0, 1], [1, 3], [-1, 1]):  # evicted, a step not served, no "latest" for mixed states

@@ -214,7 +214,7 @@ def stream_and_measure(size: int, *, compare_whole_read: bool) -> None:
               f"peak extra Python memory {peak:,} B = {peak / size:.3f} x the payload")
         assert size <= peak < 1.25 * size + 4 * C  # the one buffer, plus reads and the daemon client's pieces
         del streamed
-        if compare_whole_read:  # the whole-answer read of the same bytes: the measure can tell them apart
+        if compare_whole_read:  # the whole-answer read of the same bytes (states): one growing buffer too
             whole, whole_peak, _ = await peak_extra_bytes(lambda: fetch(
                 client, server.peer_id, RUN, ["state", bytes(32)], max_bytes=size, timeout_s=600))()
             if whole.status == -1:  # a transport failure is retried once, as Peer._fetch_vector does: one CI run
@@ -224,7 +224,9 @@ def stream_and_measure(size: int, *, compare_whole_read: bool) -> None:
                     client, server.peer_id, RUN, ["state", bytes(32)], max_bytes=size, timeout_s=600))()
             assert whole.status == OK and whole.data == payload
             print(f"whole-answer read of the same bytes: peak {whole_peak / size:.3f} x")  # noqa: T201
-            assert whole_peak >= 1.9 * size
+            # it held the pieces and their join (2.0 x and more) until fetch read into one bytearray (stop 34,
+            # helper-72); measured 1.141 x in that stop's CI run
+            assert size <= whole_peak < 1.5 * size + 4 * C
 
     run_with_pair(scenario)
 
