@@ -39,6 +39,9 @@ class TestCountSketch:
         assert int(counts.min()) > 0 and int(counts.max()) < 2 * 2**8  # 256 expected per bucket
         assert abs(float(signs.sum())) < 4 * math.sqrt(2**16)
 
+    def test_the_secret_seed_is_not_in_the_repr(self) -> None:
+        assert "987654321" not in repr(CountSketch(2**10, 987654321))
+
     def test_another_seed_is_another_hash(self) -> None:
         a, _ = CountSketch(2**10, 1).hashes(0, 64)
         b, _ = CountSketch(2**10, 2).hashes(0, 64)
