@@ -91,7 +91,7 @@ import torch
 
 from p2p_guard.guard.base import AggregationContext, check_int, check_real
 from p2p_guard.guard.sketch import SKETCH_WIDTH, CountSketch, new_seed
-from p2p_guard.guard.state import GuardStateError, entries_of, key_of, round_of
+from p2p_guard.guard.state import GuardStateError, entries_of, key_of, round_of, version_of
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +102,8 @@ COLLUDING = "colluding"
 
 _STATE_VERSION = 3
 _VERSIONS = (2, 3)  # 2: no sketch, entries [receiver, sender, round, H, terms] with H of d <= m entries
+
+_MAX_NUMEL = 2**53  # largest d a saved pair may name (an exact float: its norm bound terms·√d stays finite)
 
 MAX_BYTES = 2**30
 """Default bound on the bytes of residual history one :class:`ResidualHistory` keeps (1 GiB)."""
@@ -254,10 +256,10 @@ class ResidualHistory:
 
     def _sketch_of(self, state: Mapping[str, Any], kind: str) -> CountSketch:
         """The sketch a saved state was built with (version 2: ours, as its histories are all whole)."""
-        if state.get("version") == 2:
+        if version_of(state) == 2:
             return self.sketch
         width, seed = state.get("width"), state.get("seed")
-        if width != self.sketch.width:
+        if isinstance(width, bool) or not isinstance(width, int) or width != self.sketch.width:
             raise GuardStateError(f"{kind}: sketch width {width!r:.40} is not this guard's {self.sketch.width}")
         try:
             return CountSketch(self.sketch.width, seed)  # type: ignore[arg-type]
@@ -278,14 +280,15 @@ class ResidualHistory:
             numel: d of the model, when known: every pair's d must then equal it.
 
         Raises:
-            GuardStateError: (a ``ValueError``) another version, another sketch width or a bad seed, more than
-                ``max_entries`` pairs, a pair twice, a name that is not a str, a d that is not an int >= 1 (or not
-                ``numel``, or not the other pairs'), ``H`` not a 1-D float64 tensor of ``min(d, m)`` entries, a
-                non-finite ``H``, ``‖H‖₂ > terms`` for a whole history (a sum of unit vectors) or ``> terms·√d``
-                for a sketch, or ``terms < 1``.
+            GuardStateError: (a ``ValueError``) another version (or one that is not an int), another sketch width
+                (or one that is not an int) or a bad seed, more than ``max_entries`` pairs, a pair twice, a name that
+                is not a str, a d that is not an int in [1, 2^53] (or not ``numel``, or not the other pairs'),
+                ``H`` not a dense 1-D float64 CPU tensor of ``min(d, m)`` entries, a non-finite ``H``,
+                ``‖H‖₂ > terms`` for a whole history (a sum of unit vectors) or ``> terms·√d`` for a sketch, or
+                ``terms < 1``.
         """
         kind = "collusion history"
-        version = state.get("version") if isinstance(state, Mapping) else None
+        version = version_of(state)
         items = entries_of(state, kind=kind, version=version if version in _VERSIONS else _STATE_VERSION,
                            limit=self.max_entries)
         sketch = self._sketch_of(state, kind)
@@ -299,13 +302,15 @@ class ResidualHistory:
             round_, current, terms = round_of(kind, item[2]), item[3], item[4]
             if isinstance(terms, bool) or not isinstance(terms, int) or terms < 1:
                 raise GuardStateError(f"{kind}: terms must be an int >= 1, got {terms!r:.80}")
-            if not isinstance(current, torch.Tensor) or current.dtype != torch.float64 or current.dim() != 1:
+            if (not isinstance(current, torch.Tensor) or current.dtype != torch.float64 or current.dim() != 1
+                    or current.layout != torch.strided or current.device.type != "cpu"):
                 raise GuardStateError(f"{kind}: H of {key[1]!r} must be a 1-D float64 tensor, got "
                                       f"{getattr(current, 'dtype', type(current).__name__)} "
-                                      f"{tuple(getattr(current, 'shape', ()))}")
+                                      f"{tuple(getattr(current, 'shape', ()))} {getattr(current, 'layout', '')} "
+                                      f"{getattr(current, 'device', '')} (a dense one on the CPU)")
             size = current.numel() if version == 2 else item[5]
-            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-                raise GuardStateError(f"{kind}: d of {key[1]!r} must be an int >= 1, got {size!r:.80}")
+            if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= _MAX_NUMEL:
+                raise GuardStateError(f"{kind}: d of {key[1]!r} must be an int in [1, 2**53], got {size!r:.80}")
             if width is not None and size != width:
                 raise GuardStateError(f"{kind}: H of {key[1]!r} is of d = {size}, expected {width}")
             width = size

@@ -31,7 +31,7 @@ from p2p_guard.guard.base import (
 )
 from p2p_guard.guard.baselines.median import CoordinateMedian
 from p2p_guard.guard.linalg import cosines_to, row_norms
-from p2p_guard.guard.state import GuardStateError
+from p2p_guard.guard.state import GuardStateError, version_of
 from p2p_guard.guard.verdict import make_verdicts
 
 logger = logging.getLogger(__name__)
@@ -161,7 +161,7 @@ class Guard:
         Raises:
             GuardStateError: (a ``ValueError``) the state is malformed (the message says which part and why).
         """
-        if not isinstance(state, Mapping) or state.get("version") != _STATE_VERSION:
+        if version_of(state) != _STATE_VERSION:
             got = state.get("version") if isinstance(state, Mapping) else type(state).__name__
             raise GuardStateError(f"guard: not a state of version {_STATE_VERSION} (got {got!r})")
         if not isinstance(state.get("rule"), str):

@@ -143,6 +143,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from p2p_guard.guard.state import version_of
+
 __all__ = ["ACCEPT", "EDGE", "OPPOSED", "REJECT", "Reputation", "ReputationUpdate", "Standing", "edge_rows",
            "opposed_rows", "strike_rows"]
 
@@ -564,7 +566,7 @@ class Reputation:
             ValueError: The mapping is malformed, or holds more senders than ``max_tracked`` or a longer own
                 window than ``window``.
         """
-        if not isinstance(state, Mapping) or state.get("version") != _STATE_VERSION:
+        if version_of(state) != _STATE_VERSION:
             raise ValueError(f"not a Reputation state of version {_STATE_VERSION}")
         last = state.get("last_round")
         if last is not None:

@@ -188,7 +188,7 @@ from p2p_guard.guard.linalg import cosines_to, row_norms, scalar_median
 from p2p_guard.guard.loss_score import LOSS_WORSE, loss_rejections, score_rows
 from p2p_guard.guard.magnitude import clip_rows
 from p2p_guard.guard.noise import add_noise
-from p2p_guard.guard.state import GuardStateError
+from p2p_guard.guard.state import GuardStateError, version_of
 from p2p_guard.guard.verdict import (
     OUTLIER,
     SPARSE_MAX,
@@ -500,7 +500,7 @@ class SemanticGuard:
             GuardStateError: (a ``ValueError``) on anything :meth:`DirectionRecord.load_state_dict` or
                 :meth:`ResidualHistory.load_state_dict` refuses, or another version.
         """
-        if not isinstance(state, Mapping) or state.get("version") != _STATE_VERSION:
+        if version_of(state) != _STATE_VERSION:
             got = state.get("version") if isinstance(state, Mapping) else type(state).__name__
             raise GuardStateError(f"semantic guard: not a state of version {_STATE_VERSION} (got {got!r})")
         record = None if self._record is None else DirectionRecord(decay=self._record.decay,

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -79,7 +79,7 @@ class CountSketch:
     """
 
     width: int
-    seed: int
+    seed: int = field(repr=False)  # the secret: never in a log line or a traceback's repr
 
     def __post_init__(self) -> None:
         """Check the fields."""

@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["MAX_KEY_CHARS", "GuardStateError", "entries_of", "key_of", "real_of", "round_of"]
+__all__ = ["MAX_KEY_CHARS", "GuardStateError", "entries_of", "key_of", "real_of", "round_of", "version_of"]
 
 MAX_KEY_CHARS = 128
 """Longest receiver or sender name accepted in a saved state (a base58 Ed25519 PeerID has 52 characters)."""
@@ -23,15 +23,25 @@ class GuardStateError(ValueError):
     """A saved guard state is malformed: wrong type, shape or version, a non-finite value, too many senders."""
 
 
+def version_of(state: object) -> int | None:
+    """The ``version`` of a saved state: an int (not a bool), or None (not a mapping, or no such int).
+
+    Compares nothing itself: a hostile ``version`` such as a tensor of several values made ``!=`` raise a
+    ``RuntimeError`` ("Boolean value of Tensor ... is ambiguous") instead of a :class:`GuardStateError`.
+    """
+    version = state.get("version") if isinstance(state, Mapping) else None
+    return None if isinstance(version, bool) or not isinstance(version, int) else version
+
+
 def entries_of(state: object, *, kind: str, version: int, limit: int) -> list[Any]:
     """The ``entries`` list of ``state`` after checking its ``version`` and that it holds at most ``limit`` entries.
 
     Raises:
-        GuardStateError: ``state`` is not a mapping of that version with a list of at most ``limit`` entries.
+        GuardStateError: ``state`` is not a mapping of that version (an int) with a list of at most ``limit`` entries.
     """
-    if not isinstance(state, Mapping) or state.get("version") != version:
+    if not isinstance(state, Mapping) or version_of(state) != version:
         got = state.get("version") if isinstance(state, Mapping) else type(state).__name__
-        raise GuardStateError(f"{kind}: not a state of version {version} (got {got!r})")
+        raise GuardStateError(f"{kind}: not a state of version {version} (got {got!r:.80})")
     entries = state.get("entries")
     if not isinstance(entries, (list, tuple)):
         raise GuardStateError(f"{kind}: entries must be a list, got {type(entries).__name__}")

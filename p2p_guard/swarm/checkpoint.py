@@ -132,6 +132,11 @@ def _digest(run_id: str, round_: int, tensors: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
+def _dense_cpu(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is a dense (strided) tensor with its data on the CPU (not sparse, not ``meta``)."""
+    return tensor.layout == torch.strided and tensor.device.type == "cpu"
+
+
 class _Unhashable(TypeError):
     """A guard state holds a value of a type :func:`_state_digest` does not take."""
 
@@ -140,12 +145,16 @@ def _state_digest(run_id: str, round_: int, state: object) -> str:
     """SHA-256 hex of ``state`` (a canonical walk: dict keys sorted, tensors by dtype, shape and bytes), run and round.
 
     Raises:
-        _Unhashable: ``state`` holds something other than dict, list, tuple, str, int, float, bool, None or Tensor.
+        _Unhashable: ``state`` holds something other than dict, list, tuple, str, int, float, bool, None or a
+            dense CPU Tensor (``torch.load(weights_only=True)`` also reads sparse and meta tensors back, whose bytes
+            cannot be hashed).
     """
     h = hashlib.sha256(f"{FORMAT}|{run_id}|{round_}|guard_state".encode())
 
     def walk(value: object) -> None:
         if isinstance(value, torch.Tensor):
+            if not _dense_cpu(value):
+                raise _Unhashable("a tensor that is not a dense CPU one")
             flat = value.detach().cpu().contiguous().reshape(-1)
             h.update(f"T{flat.dtype}{tuple(value.shape)}".encode())
             if flat.numel():
@@ -290,8 +299,8 @@ def _load_file(path: Path, *, run_id: str, numel: int) -> Checkpoint | None:
         raise CheckpointError(f"{path}: missing or malformed field ({e})") from None
     if ckpt_run != run_id:
         raise CheckpointError(f"{path}: checkpoint of run {ckpt_run!r}, not {run_id!r}")
-    if not all(isinstance(t, torch.Tensor) for t in (theta, momentum, *extra.values())):
-        raise CheckpointError(f"{path}: malformed tensors")
+    if not all(isinstance(t, torch.Tensor) and _dense_cpu(t) for t in (theta, momentum, *extra.values())):
+        raise CheckpointError(f"{path}: malformed tensors")  # a sparse or meta one: its digest cannot be taken
     tensors = {"theta": theta, "momentum": momentum, **{f"extra.{k}": v for k, v in extra.items()}}
     if _digest(ckpt_run, round_, tensors) != digest:
         raise CheckpointError(f"{path}: digest mismatch (corrupt or edited checkpoint)")

@@ -87,6 +87,7 @@ from p2p_guard.swarm.transport import (
     PayloadServer,
     WireCounter,
     fetch,
+    is_deadline_cut,
     is_no_answer,
 )
 from p2p_guard.swarm.validator import RecordValidator
@@ -1124,7 +1125,8 @@ class Peer:
         At most ``state_bytes(precision, d) + 1`` bytes are read (``fetch``), so an oversized answer is cut and
         then rejected by its length. Each ask's deadline comes from the state's exact size and the peer's
         measured rate, as a payload's does (``swarm.pacing.fetch_deadline_s``; the rate book is shared with the
-        payloads, since both cross the same uplink), and a state that arrives whole updates that rate. With one
+        payloads, since both cross the same uplink), and a state that arrives whole updates that rate (one cut at
+        its deadline while it streamed records ``size / deadline``, a bound that lengthens the next ask). With one
         ``fetch_timeout_s`` for every state, a 25M-parameter model's float16 θ (50.7 MB) from a 20 Mbit/s uplink
         serving 7 neighbours (about 0.36 MB/s each) was always cut at 30 s, so mixing never completed.
         """
@@ -1145,6 +1147,11 @@ class Peer:
                                     stop, gone)
             if result is None:
                 return None
+            if result.status == -1 and is_deadline_cut(result.detail):
+                # Still streaming at its deadline, so under ``size`` bytes in ``timeout_s``: record that bound on its
+                # rate (an over-estimate), so the next ask gets MARGIN times as long (up to the floor's bound). With
+                # nothing recorded, a sender never measured was cut at the same deadline in every mixing.
+                self.rates.record(peer, size, timeout_s)
             silent = result.status == TOO_SLOW and is_no_answer(result.detail)
             if result.status == -1 or silent:  # no answer at all: a killed or frozen peer is not waited for
                 self.suspects.failed(peer, time.monotonic())

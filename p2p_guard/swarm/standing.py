@@ -31,7 +31,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from p2p_guard.guard.reputation import Reputation, ReputationUpdate, strike_rows
-from p2p_guard.guard.state import round_of
+from p2p_guard.guard.state import round_of, version_of
 from p2p_guard.identity import Identity
 from p2p_guard.protocol.votes import EDGE_REASON, MAX_VOTES_SENDERS, OPPOSED_REASON, Votes, VoteVerdict, judged_map
 from p2p_guard.swarm.allowlist import filter_allowed
@@ -158,7 +158,7 @@ class VoteBook:
                 a bool, more than :data:`MAX_VOTES_SENDERS` senders, an edge or opposed row we did not accept), or
                 anything :meth:`Reputation.load_state_dict` refuses.
         """
-        if not isinstance(state, Mapping) or state.get("version") != _STATE_VERSION:
+        if version_of(state) != _STATE_VERSION:
             raise ValueError(f"votes: not a state of version {_STATE_VERSION}")
         own: dict[int, tuple[dict[str, bool], frozenset[str], frozenset[str]]] = {}
         pending = state.get("pending")

@@ -71,8 +71,10 @@ __all__ = [
     "FetchResult",
     "PayloadServer",
     "ServerStats",
+    "DEADLINE_DETAIL",
     "NO_ANSWER_DETAIL",
     "failure_detail",
+    "is_deadline_cut",
     "is_no_answer",
     "fetch",
     "fetch_payload",
@@ -90,6 +92,17 @@ BAD_DATA = -3
 #: Start of a :data:`TOO_SLOW` detail when not even the status byte came: the server never answered (frozen,
 #: asleep, or overloaded past ``idle_timeout_s``), as opposed to one that answered and then stalled or trickled.
 NO_ANSWER_DETAIL = "no status byte"
+
+
+#: Start of the detail of a -1 :class:`FetchResult` whose whole-exchange deadline (``timeout_s``) ran out. Since
+#: ``idle_timeout_s`` and the rate floor cut a silent or trickling server first (:data:`TOO_SLOW`), such an answer
+#: was still streaming at least ``min_bytes_per_s`` on average: a slow sender, not a silent one.
+DEADLINE_DETAIL = "no complete answer within"
+
+
+def is_deadline_cut(detail: str) -> bool:
+    """True if a failure detail says the deadline ran out while the answer streamed (:data:`DEADLINE_DETAIL`)."""
+    return detail.startswith(DEADLINE_DETAIL)
 
 
 def is_no_answer(detail: str) -> bool:
@@ -880,7 +893,7 @@ async def fetch(p2p: P2P, peer: PeerID, run_id: str, request: list[object], *, m
     except _TooSlow as e:
         return FetchResult(TOO_SLOW, detail=str(e))
     except asyncio.TimeoutError:
-        return FetchResult(-1, detail=f"no complete answer within {timeout_s:.1f} s")
+        return FetchResult(-1, detail=f"{DEADLINE_DETAIL} {timeout_s:.1f} s")
     except Exception as e:  # noqa: BLE001 - any transport failure is reported, not raised
         return FetchResult(-1, detail=failure_detail(e))
 

@@ -81,3 +81,31 @@ def test_whole_tensors_are_saved_without_a_copy_and_views_compactly(tmp_path: Pa
     assert loaded is not None and torch.equal(loaded.theta, theta) and torch.equal(loaded.momentum, view)
     assert loaded.momentum.untyped_storage().nbytes() == 64 * 4  # the view's elements only, not its base
     assert torch.equal(loaded.extra["residual"], base[::2][:64])
+
+
+@pytest.mark.parametrize("where", ["theta", "extra", "guard_state"])
+@pytest.mark.parametrize("odd", ["sparse", "meta"])
+def test_an_edited_file_with_a_sparse_or_meta_tensor_is_refused_not_a_crash(tmp_path: Path, where: str,
+                                                                              odd: str) -> None:
+    """torch.load(weights_only=True) reads sparse and meta tensors back; hashing them raised RuntimeError or
+    NotImplementedError, which load_resumable does not catch (a resuming peer stopped with a traceback)."""
+    save_checkpoint(tmp_path, Checkpoint("run", 2, torch.ones(4), torch.zeros(4), {"residual": torch.zeros(4)},
+                                         state={"guard": {"h": torch.zeros(4, dtype=torch.float64)}}))
+    raw = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    bad = torch.zeros(4).to_sparse() if odd == "sparse" else torch.zeros(4, device="meta")
+    if where == "theta":
+        raw["theta"] = bad
+    elif where == "extra":
+        raw["extra"]["residual"] = bad
+    else:
+        raw["guard_state"]["guard"]["h"] = bad.to(torch.float64)
+    torch.save(raw, tmp_path / "checkpoint.pt")
+    if where == "guard_state":
+        ckpt = load_checkpoint(tmp_path, run_id="run", numel=4)
+        assert ckpt is not None and ckpt.state is None
+        assert ckpt.state_problem == "guard state holds a tensor that is not a dense CPU one"
+        assert torch.equal(ckpt.theta, torch.ones(4))
+    else:
+        with pytest.raises(checkpoint.CheckpointError, match="malformed tensors"):
+            load_checkpoint(tmp_path, run_id="run", numel=4)
+        assert checkpoint.load_resumable(tmp_path, run_id="run", numel=4).checkpoint is None

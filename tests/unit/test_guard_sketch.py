@@ -39,6 +39,9 @@ class TestCountSketch:
         assert int(counts.min()) > 0 and int(counts.max()) < 2 * 2**8  # 256 expected per bucket
         assert abs(float(signs.sum())) < 4 * math.sqrt(2**16)
 
+    def test_the_secret_seed_is_not_in_the_repr(self) -> None:
+        assert "987654321" not in repr(CountSketch(2**10, 987654321))
+
     def test_another_seed_is_another_hash(self) -> None:
         a, _ = CountSketch(2**10, 1).hashes(0, 64)
         b, _ = CountSketch(2**10, 2).hashes(0, 64)
@@ -136,7 +139,8 @@ class TestSketchedHistory:
         later_g = g.add("me", "a", 1, g.units(rows[1:], torch.zeros(1000))[0], numel=1000)[0]
         assert torch.equal(later_h, later_g)
 
-    @pytest.mark.parametrize("change", ["width", "seed", "d", "length", "norm", "numel"])
+    @pytest.mark.parametrize("change", ["width", "seed", "d", "length", "norm", "numel", "width tensor", "d huge",
+                                        "d bool", "version tensor", "version float", "H sparse"])
     def test_load_refuses_a_bad_sketched_state(self, change: str) -> None:
         h = ResidualHistory(width=2**6, seed=42)
         h.add("me", "a", 0, h.units(torch.randn(1, 1000), torch.zeros(1000))[0], numel=1000)
@@ -152,9 +156,21 @@ class TestSketchedHistory:
             entry[3] = torch.zeros(1000, dtype=torch.float64)  # whole, where d = 1000 > 64 is sketched
         elif change == "norm":
             entry[3] = torch.full((2**6,), 1e6, dtype=torch.float64)
+        elif change == "width tensor":  # a RuntimeError ("Boolean value of Tensor ...") escaped the check
+            state["width"] = torch.tensor([2**6, 2**6])
+        elif change == "d huge":  # math.sqrt(d) raised OverflowError
+            entry[5] = 10**400
+        elif change == "d bool":
+            entry[5] = True
+        elif change == "version tensor":
+            state["version"] = torch.tensor([3, 3])
+        elif change == "version float":
+            state["version"] = 3.0
+        elif change == "H sparse":  # NotImplementedError from the norm
+            entry[3] = entry[3].to_sparse()
         g = ResidualHistory(width=2**6, seed=1)
         with pytest.raises(ValueError, match="collusion history"):
-            g.load_state_dict(state, numel=999 if change == "numel" else 1000)
+            g.load_state_dict(state, numel=999 if change == "numel" else None if change == "d huge" else 1000)
         assert (len(g), g.sketch.seed) == (0, 1)  # nothing changed
 
     def test_version_2_loads_when_whole_and_is_refused_past_the_width(self) -> None:

@@ -199,6 +199,14 @@ HOSTILE: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
         [["peer00", f"x{i}", 0, torch.zeros(D, dtype=torch.float64), 1] for i in range(1024)]),
      r"collusion history: 1034 entries, more than the 1024 kept"),
     ("semantic version", lambda s: s["guard"]["state"].update(version=9), r"semantic guard: not a state of version 1"),
+    ("semantic version tensor", lambda s: s["guard"]["state"].update(version=torch.tensor([1, 1])),
+     r"semantic guard: not a state of version 1"),
+    ("guard version tensor", lambda s: s["guard"].update(version=torch.tensor([1, 1])),
+     r"guard: not a state of version 1"),
+    ("record version tensor", lambda s: s["guard"]["state"]["direction_record"].update(version=torch.tensor([1, 2])),
+     r"direction record: not a state of version"),
+    ("history width tensor", lambda s: s["guard"]["state"]["collusion"].update(width=torch.tensor([1, 2])),
+     r"collusion history: sketch width"),
     ("guard not a mapping", lambda s: s.update(guard=[]), r"guard: not a state of version 1 \(got 'list'\)"),
 ]
 
@@ -263,6 +271,8 @@ def test_a_restored_vote_book_folds_the_pending_round_as_one_that_never_stopped(
     (lambda s: s["pending"]["judged"].update({f"x{i}": True for i in range(256)}), "at most 256"),
     (lambda s: s["pending"].update(edge=["nobody"]), "edge rows must be a list of senders we accepted"),
     (lambda s: s.update(version=3), "not a state of version 1"),
+    (lambda s: s.update(version=torch.tensor([1, 1])), "not a state of version 1"),
+    (lambda s: s["reputation"].update(version=torch.tensor([2, 2])), "not a Reputation state of version 2"),
     (lambda s: s["pending"].update(round=-1), "votes: pending: a round must be an int >= 0, got -1"),
     (lambda s: s["pending"].update(round=True), "votes: pending: a round must be an int >= 0, got True"),
 ])

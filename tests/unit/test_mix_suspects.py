@@ -225,3 +225,26 @@ def test_a_straggling_neighbours_state_is_not_waited_for_once_most_are_in(monkey
     states = asyncio.run(Peer.fetch_thetas(peer, [*FAST, SLOW], asyncio.Event(), round_=1))  # type: ignore[arg-type]
     assert sorted(states) == sorted(FAST)
     assert time.monotonic() - started < 2.0  # the floor, 0.2 s, not the straggler's 10 s
+
+
+def test_a_state_cut_at_its_deadline_gets_more_time_at_the_next_ask(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A state still streaming (faster than the floor, or the pace would have cut it as TOO_SLOW) when its deadline
+    passed teaches a bound on its sender's rate: before, nothing was recorded, so a large state from a sender never
+    measured (not in our payload sample) was cut at the same deadline in every mixing, and never arrived."""
+    timeouts: list[float] = []
+    numel = 1_000_000
+
+    async def fetch(p2p: object, peer: Any, run_id: str, request: list[Any], **kwargs: Any) -> FetchResult:
+        timeouts.append(kwargs["timeout_s"])
+        if len(timeouts) == 1:
+            return FetchResult(-1, detail=f"no complete answer within {kwargs['timeout_s']:.1f} s")
+        return FetchResult(OK, data=bytes(4 * numel))
+
+    monkeypatch.setattr(peer_module, "fetch", fetch)
+    peer = _Peer(config=_Config(fetch_timeout_s=1.0), local=_Local(numel=numel))
+    first = asyncio.run(Peer._fetch_vector(peer, "theta", FAST[0], 1, 0.0, asyncio.Event()))  # type: ignore[arg-type]
+    assert first is None  # cut, and no time left in this mixing's wait
+    second = asyncio.run(Peer._fetch_vector(peer, "theta", FAST[0], 1, 0.0, asyncio.Event()))  # type: ignore[arg-type]
+    assert second is not None
+    ceiling = 5.0 + 4 * numel / 65536.0
+    assert timeouts[1] == min(2 * timeouts[0], ceiling)  # the recorded bound: 4 MB in at least timeouts[0] s
