@@ -100,8 +100,10 @@ __all__ = ["COLLUDING", "MAX_BYTES", "CollusionCheck", "ResidualHistory", "group
 COLLUDING = "colluding"
 """Reason recorded in the verdict of a row rejected by this stage."""
 
-_STATE_VERSION = 3
-_VERSIONS = (2, 3)  # 2: no sketch, entries [receiver, sender, round, H, terms] with H of d <= m entries
+_STATE_VERSION = 4
+# 2: no sketch, entries [receiver, sender, round, H, terms] with H of d <= m entries; 3: sketches of a
+# multiply-shift hash (guard.sketch's docstring says why it went), so it loads only where every d <= m
+_VERSIONS = (2, 3, 4)
 
 _MAX_NUMEL = 2**53  # largest d a saved pair may name (an exact float: its norm bound terms·√d stays finite)
 
@@ -244,7 +246,7 @@ class ResidualHistory:
         """Everything that carries over between rounds, as plain values and tensors (the peer's checkpoint keeps it).
 
         Returns:
-            ``{"version": 3, "width": m, "seed": s, "entries": [[receiver, sender, round, H, terms, d], ...]}``,
+            ``{"version": 4, "width": m, "seed": s, "entries": [[receiver, sender, round, H, terms, d], ...]}``,
             least recently updated pair first: ``H`` the float64 history after ``round`` (the tensor held, not a
             copy: histories are replaced, never changed in place), ``(d,)`` for d <= m and the ``(m,)`` sketch
             past it, ``terms`` its number of rounds and ``d`` the rows' size. The history before ``round`` is not
@@ -269,7 +271,8 @@ class ResidualHistory:
     def load_state_dict(self, state: Mapping[str, Any], *, numel: int | None = None) -> None:
         """Replace the history and the sketch's seed with a saved one, checked first (nothing changes on error).
 
-        Version 2 (before sketches) loads as long as its histories are whole (d <= m).
+        Versions 2 (before sketches) and 3 (sketches of an earlier hash) load as long as their histories are whole
+        (d <= m).
 
         A restored pair goes on exactly in any later round. Called again in its own last round (which a peer
         resumed from its checkpoint never does: it resumes at the next round) it is returned unchanged, since the
@@ -314,6 +317,9 @@ class ResidualHistory:
             if width is not None and size != width:
                 raise GuardStateError(f"{kind}: H of {key[1]!r} is of d = {size}, expected {width}")
             width = size
+            if version == 3 and size > sketch.width:
+                raise GuardStateError(f"{kind}: H of {key[1]!r} (d = {size}) is a sketch of version 3's "
+                                      "multiply-shift hash, not this one's")
             if current.numel() != min(size, sketch.width):
                 raise GuardStateError(f"{kind}: H of {key[1]!r} has {current.numel()} entries, expected "
                                       f"{min(size, sketch.width)} for d = {size}")

@@ -16,13 +16,17 @@ MASK = (1 << 64) - 1
 
 
 def reference_hash(seed: int, width: int, i: int) -> tuple[int, float]:
-    """Multiply-shift in Python integers: the top log2(width) bits of a1*i+b1, the sign from the top bit of a2*i+b2."""
-    from p2p_guard.guard.sketch import _words
+    """splitmix64 in Python integers at position i of the stream keyed by the seed: the bucket from the top
+    log2(width) bits of z, the sign from its lowest bit."""
+    from p2p_guard.guard.sketch import _key
 
-    a1, b1, a2, b2 = (w & MASK for w in _words(seed))
-    bucket = ((a1 * i + b1) & MASK) >> (64 - int(math.log2(width)))
-    sign = -1.0 if ((a2 * i + b2) & MASK) >> 63 else 1.0
-    return bucket, sign
+    def mix(z: int) -> int:
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+        return z ^ (z >> 31)
+
+    z = mix((_key(seed) + (i + 1) * 0x9E3779B97F4A7C15) & MASK)
+    return z >> (64 - int(math.log2(width))), -1.0 if z & 1 else 1.0
 
 
 class TestCountSketch:
@@ -38,6 +42,18 @@ class TestCountSketch:
         counts = torch.bincount(buckets, minlength=2**8)
         assert int(counts.min()) > 0 and int(counts.max()) < 2 * 2**8  # 256 expected per bucket
         assert abs(float(signs.sum())) < 4 * math.sqrt(2**16)
+
+    @pytest.mark.parametrize("period", [1, 2, 64, 512])
+    def test_structured_vectors_keep_their_norm(self, period: int) -> None:
+        """A constant or periodic v (a push shared by every coordinate, or repeated along a matrix's rows): with
+        multiply-shift, ||S(v)||^2 / ||v||^2 was 0.48 at the median seed for a constant v (0.11 at worst of 16)."""
+        d, width = 2**20 + 12345, 2**16
+        v = torch.randn(period, generator=torch.Generator().manual_seed(period), dtype=torch.float64)
+        v = v.repeat(d // period + 1)[:d]
+        for seed in range(6):
+            buckets, signs = CountSketch(width, seed * 104729 + 3).hashes(0, d)
+            sketch = torch.zeros(width, dtype=torch.float64).index_add_(0, buckets, signs * v)
+            assert float(sketch.norm() ** 2 / v.norm() ** 2) == pytest.approx(1.0, abs=0.05)
 
     def test_the_secret_seed_is_not_in_the_repr(self) -> None:
         assert "987654321" not in repr(CountSketch(2**10, 987654321))
@@ -131,7 +147,7 @@ class TestSketchedHistory:
         rows = torch.randn(2, 1000, generator=torch.Generator().manual_seed(0))
         h.add("me", "a", 0, h.units(rows[:1], torch.zeros(1000))[0], numel=1000)
         state = h.state_dict()
-        assert (state["version"], state["width"], state["seed"]) == (3, 2**6, 42)
+        assert (state["version"], state["width"], state["seed"]) == (4, 2**6, 42)
         g = ResidualHistory(width=2**6)  # another secret seed until loaded
         g.load_state_dict(state, numel=1000)
         assert g.sketch.seed == 42
@@ -163,15 +179,26 @@ class TestSketchedHistory:
         elif change == "d bool":
             entry[5] = True
         elif change == "version tensor":
-            state["version"] = torch.tensor([3, 3])
+            state["version"] = torch.tensor([4, 4])
         elif change == "version float":
-            state["version"] = 3.0
+            state["version"] = 4.0
         elif change == "H sparse":  # NotImplementedError from the norm
             entry[3] = entry[3].to_sparse()
         g = ResidualHistory(width=2**6, seed=1)
         with pytest.raises(ValueError, match="collusion history"):
             g.load_state_dict(state, numel=999 if change == "numel" else None if change == "d huge" else 1000)
         assert (len(g), g.sketch.seed) == (0, 1)  # nothing changed
+
+    def test_version_3_loads_when_whole_and_its_sketches_are_refused(self) -> None:
+        """Version 3's sketches came from the multiply-shift hash: summed with this hash's they would be noise."""
+        e = torch.eye(4, dtype=torch.float64)
+        g = ResidualHistory(width=2**4, seed=1)
+        g.load_state_dict({"version": 3, "width": 2**4, "seed": 9, "entries": [["me", "a", 0, e[0], 1, 4]]}, numel=4)
+        assert torch.equal(g.add("me", "a", 1, e[1])[0], e[0] + e[1])
+        old = {"version": 3, "width": 2**4, "seed": 9,
+               "entries": [["me", "a", 0, torch.zeros(16, dtype=torch.float64), 1, 100]]}
+        with pytest.raises(ValueError, match="sketch of version 3's multiply-shift hash"):
+            ResidualHistory(width=2**4, seed=1).load_state_dict(old, numel=100)
 
     def test_version_2_loads_when_whole_and_is_refused_past_the_width(self) -> None:
         e = torch.eye(4, dtype=torch.float64)
