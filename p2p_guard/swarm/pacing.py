@@ -22,7 +22,8 @@ import logging
 import math
 from collections import OrderedDict
 
-__all__ = ["DEFAULT_ASSUMED_BYTES_PER_S", "MARGIN", "RateBook", "extended_deadline_s", "fetch_deadline_s"]
+__all__ = ["DEFAULT_ASSUMED_BYTES_PER_S", "MARGIN", "RateBook", "deadline_ceiling_s", "extended_deadline_s",
+           "fetch_deadline_s"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,25 @@ def _check_positive(**values: float) -> None:
     for name, value in values.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
             raise ValueError(f"{name} must be finite and > 0; got {name}={value!r}")
+
+
+def deadline_ceiling_s(payload_bytes: int, *, fetch_timeout_s: float, idle_timeout_s: float,
+                       min_bytes_per_s: float) -> float:
+    """The most seconds any answer of ``payload_bytes`` bytes is given: ``max(fetch_timeout_s, idle + b / ρ_min)``.
+
+    The rate floor cuts a slower stream anyway, so no deadline (:func:`fetch_deadline_s`) goes past this, and an
+    upload cap that keeps every receiver's stream at the floor is enough (``swarm.upload.upload_cap_warning``).
+
+    Args:
+        payload_bytes: b, the answer's size in bytes (≥ 0).
+        fetch_timeout_s: the floor of every deadline, in seconds.
+        idle_timeout_s: the fetch's idle allowance, in seconds.
+        min_bytes_per_s: ρ_min, the slowloris rate floor, in bytes per second (> 0).
+
+    Returns:
+        Seconds.
+    """
+    return max(fetch_timeout_s, idle_timeout_s + payload_bytes / min_bytes_per_s)
 
 
 def fetch_deadline_s(payload_bytes: int, rate_bytes_per_s: float | None, *, fetch_timeout_s: float,
@@ -68,7 +88,8 @@ def fetch_deadline_s(payload_bytes: int, rate_bytes_per_s: float | None, *, fetc
         raise ValueError(f"payload_bytes must be >= 0, got {payload_bytes}")
     rate = assumed_bytes_per_s if rate_bytes_per_s is None or not rate_bytes_per_s > 0 else rate_bytes_per_s
     rate = max(float(rate), float(min_bytes_per_s))
-    ceiling = max(fetch_timeout_s, idle_timeout_s + payload_bytes / min_bytes_per_s)
+    ceiling = deadline_ceiling_s(payload_bytes, fetch_timeout_s=fetch_timeout_s, idle_timeout_s=idle_timeout_s,
+                                 min_bytes_per_s=min_bytes_per_s)
     return min(max(fetch_timeout_s, MARGIN * payload_bytes / rate), ceiling)
 
 

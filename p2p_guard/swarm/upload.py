@@ -42,6 +42,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from p2p_guard.swarm.pacing import deadline_ceiling_s
+
 if TYPE_CHECKING:
     from p2p_guard.swarm.config import PeerConfig
 
@@ -204,9 +206,10 @@ def upload_cap_warning(
     from p2p_guard.protocol.codecs import expected_payload_bytes
 
     def deadline(size: int) -> float:
-        # a payload's or a state's deadline grows with its size and its sender's measured rate up to
-        # idle + b / ρ_min (swarm.pacing.fetch_deadline_s)
-        return max(config.fetch_timeout_s, config.fetch_idle_timeout_s + size / config.min_fetch_bytes_per_s)
+        # a payload's or a state's deadline grows with its size and its sender's measured rate up to this
+        return deadline_ceiling_s(size, fetch_timeout_s=config.fetch_timeout_s,
+                                  idle_timeout_s=config.fetch_idle_timeout_s,
+                                  min_bytes_per_s=config.min_fetch_bytes_per_s)
 
     payload = expected_payload_bytes(config.codec, numel, shapes)
     loads = [(f"{config.codec} payloads", payload, upload_receivers(config, config.fanout), deadline(payload))]
