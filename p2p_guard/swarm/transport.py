@@ -887,12 +887,12 @@ async def fetch(p2p: P2P, peer: PeerID, run_id: str, request: list[object], *, m
     Raises:
         ValueError: ``idle_timeout_s`` or ``min_bytes_per_s`` is not finite and > 0 (a local bug).
     """
-    pace = _make_pace(idle_timeout_s, min_bytes_per_s, max_bytes, wire)
+    pace = _make_pace(idle_timeout_s, min_bytes_per_s, max_bytes, wire, timeout_s)
     try:
         return await asyncio.wait_for(_fetch(p2p, peer, run_id, request, max_bytes, pace), timeout_s)
     except _TooSlow as e:
         return FetchResult(TOO_SLOW, detail=str(e))
-    except asyncio.TimeoutError:
+    except (asyncio.TimeoutError, _DeadlineReached):
         return FetchResult(-1, detail=f"{DEADLINE_DETAIL} {timeout_s:.1f} s")
     except Exception as e:  # noqa: BLE001 - any transport failure is reported, not raised
         return FetchResult(-1, detail=failure_detail(e))
@@ -900,6 +900,16 @@ async def fetch(p2p: P2P, peer: PeerID, run_id: str, request: list[object], *, m
 
 class _TooSlow(Exception):
     """Raised inside :func:`fetch` when the server stalls or sends below the rate floor."""
+
+
+class _DeadlineReached(Exception):
+    """Raised inside :func:`fetch` when its ``timeout_s`` has passed (reported as status -1, as a timeout is).
+
+    The fetch does not rely on ``asyncio.wait_for`` alone to stop at ``timeout_s``: on Python 3.11 a cancellation
+    that lands as an inner ``wait_for`` completes is swallowed (CPython gh-86296, fixed in 3.12), and the fetch
+    then read on until the rate floor cut it, 5 s instead of 1.5 s (CI, stop 34). Every wait inside is bounded
+    by the time left instead.
+    """
 
 
 def failure_detail(error: BaseException, limit: int = 200) -> str:
@@ -912,19 +922,25 @@ def failure_detail(error: BaseException, limit: int = 200) -> str:
 
 
 def _make_pace(idle_timeout_s: float, min_bytes_per_s: float, max_bytes: int,
-               wire: WireCounter | None = None) -> _Pace:
-    """The read limits of one fetch; ValueError unless both limits are finite and > 0 (a local bug)."""
+               wire: WireCounter | None = None, timeout_s: float = float("inf")) -> _Pace:
+    """The read limits of one fetch; ValueError unless both limits are finite and > 0 (a local bug).
+
+    ``timeout_s`` (seconds from now) sets the pace's ``deadline``, a ``time.monotonic()`` value.
+    """
     for name, value in (("idle_timeout_s", idle_timeout_s), ("min_bytes_per_s", min_bytes_per_s)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
             raise ValueError(f"{name} must be finite and > 0; got {name}={value!r}")
-    return _Pace(float(idle_timeout_s), float(min_bytes_per_s), max_bytes, wire)
+    return _Pace(float(idle_timeout_s), float(min_bytes_per_s), max_bytes, wire,
+                 deadline=time.monotonic() + float(timeout_s))
 
 
 @dataclass
 class _Pace:
     """The read limits of one :func:`fetch` (see its docstring); ``started`` is set once the request is sent.
 
-    ``wire``, when given, counts every answer byte the fetch reads (:meth:`note`).
+    ``wire``, when given, counts every answer byte the fetch reads (:meth:`note`). ``deadline`` is the
+    ``time.monotonic()`` value at which the whole fetch ends: every wait is bounded by the time left to it, and
+    one that reaches it raises :class:`_DeadlineReached`.
     """
 
     idle_timeout_s: float
@@ -932,6 +948,23 @@ class _Pace:
     max_bytes: int
     wire: WireCounter | None = None
     started: float = 0.0
+    deadline: float = float("inf")
+
+    def left_s(self) -> float:
+        """Seconds left before ``deadline``; raises :class:`_DeadlineReached` when none are."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise _DeadlineReached
+        return left
+
+    @staticmethod
+    def _raise_if_deadline(left_s: float, other_s: float) -> None:
+        """Raise :class:`_DeadlineReached` if ``left_s`` (time left to the deadline) bound a wait that timed out.
+
+        The wait lasted ``min(left_s, other_s)`` seconds.
+        """
+        if left_s <= other_s:
+            raise _DeadlineReached
 
     def note(self, nbytes: int) -> None:
         """Count ``nbytes`` answer bytes read into ``wire``, if any."""
@@ -951,10 +984,12 @@ class _Pace:
             Exception: any transport failure of the open or the write (the caller reports it as status -1).
         """
         body = msgpack.packb(request, use_bin_type=True)
+        left_s = self.left_s()
         try:
             _, reader, writer = await asyncio.wait_for(p2p.call_binary_stream_handler(peer, handler_name(run_id)),
-                                                       self.idle_timeout_s)
+                                                       min(self.idle_timeout_s, left_s))
         except asyncio.TimeoutError:
+            self._raise_if_deadline(left_s, self.idle_timeout_s)
             raise _TooSlow(f"{NO_ANSWER_DETAIL} within {self.idle_timeout_s:.1f} s (the stream did not "
                            "open)") from None
         try:
@@ -967,21 +1002,33 @@ class _Pace:
         return reader, writer
 
     async def read_status(self, reader: asyncio.StreamReader) -> int:
-        """Read the status byte within ``idle_timeout_s``; raise :class:`_TooSlow` if it does not come."""
+        """Read the status byte within ``idle_timeout_s``; raise :class:`_TooSlow` if it does not come.
+
+        Raises:
+            _DeadlineReached: the fetch's ``deadline`` came first.
+        """
+        left_s = self.left_s()
         try:
-            return (await asyncio.wait_for(reader.readexactly(1), self.idle_timeout_s))[0]
+            return (await asyncio.wait_for(reader.readexactly(1), min(self.idle_timeout_s, left_s)))[0]
         except asyncio.TimeoutError:
+            self._raise_if_deadline(left_s, self.idle_timeout_s)
             raise _TooSlow(f"{NO_ANSWER_DETAIL} within {self.idle_timeout_s:.1f} s") from None
 
     async def read_body(self, reader: asyncio.StreamReader, size: int, received: int) -> bytes:
-        """Read up to ``size`` bytes within both limits, ``received`` body bytes so far; else :class:`_TooSlow`."""
+        """Read up to ``size`` bytes within both limits, ``received`` body bytes so far; else :class:`_TooSlow`.
+
+        Raises:
+            _DeadlineReached: the fetch's ``deadline`` came first.
+        """
         elapsed = time.monotonic() - self.started
         rate_left = self.idle_timeout_s + received / self.min_bytes_per_s - elapsed
         if rate_left <= 0:
             raise _TooSlow(self._rate_detail(received, elapsed))
+        left_s = self.left_s()
         try:
-            return await asyncio.wait_for(reader.read(size), min(self.idle_timeout_s, rate_left))
+            return await asyncio.wait_for(reader.read(size), min(self.idle_timeout_s, rate_left, left_s))
         except asyncio.TimeoutError:
+            self._raise_if_deadline(left_s, min(self.idle_timeout_s, rate_left))
             if rate_left <= self.idle_timeout_s:
                 raise _TooSlow(self._rate_detail(received, time.monotonic() - self.started)) from None
             raise _TooSlow(f"no bytes for {self.idle_timeout_s:.1f} s after {received} of {self.max_bytes} "
@@ -1055,12 +1102,12 @@ async def fetch_payload(p2p: P2P, peer: PeerID, run_id: str, round_: int, verifi
     """
     verifier.restart()
     expected = verifier.digests_bytes + verifier.payload_bytes - verifier.resume_offset()
-    pace = _make_pace(idle_timeout_s, min_bytes_per_s, expected, wire)
+    pace = _make_pace(idle_timeout_s, min_bytes_per_s, expected, wire, timeout_s)
     try:
         return await asyncio.wait_for(_fetch_payload(p2p, peer, run_id, round_, verifier, pace), timeout_s)
     except _TooSlow as e:
         return FetchResult(TOO_SLOW, detail=str(e))
-    except asyncio.TimeoutError:
+    except (asyncio.TimeoutError, _DeadlineReached):
         return FetchResult(-1, detail=f"no complete answer within {timeout_s:.1f} s ({verifier.next_chunk} of "
                                       f"{verifier.chunks} chunks verified)")
     except Exception as e:  # noqa: BLE001 - any transport failure is reported, not raised
