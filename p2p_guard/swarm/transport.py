@@ -73,7 +73,9 @@ __all__ = [
     "ServerStats",
     "DEADLINE_DETAIL",
     "NO_ANSWER_DETAIL",
+    "STALL_DETAIL",
     "failure_detail",
+    "is_stall",
     "is_deadline_cut",
     "is_no_answer",
     "fetch",
@@ -92,6 +94,9 @@ BAD_DATA = -3
 #: Start of a :data:`TOO_SLOW` detail when not even the status byte came: the server never answered (frozen,
 #: asleep, or overloaded past ``idle_timeout_s``), as opposed to one that answered and then stalled or trickled.
 NO_ANSWER_DETAIL = "no status byte"
+#: Start of a :data:`TOO_SLOW` detail when the server answered, sent part of the body, then sent nothing for
+#: ``idle_timeout_s`` (a stall), as opposed to a body slower than the rate floor on average.
+STALL_DETAIL = "no bytes for"
 
 
 #: Start of the detail of a -1 :class:`FetchResult` whose whole-exchange deadline (``timeout_s``) ran out. Since
@@ -103,6 +108,11 @@ DEADLINE_DETAIL = "no complete answer within"
 def is_deadline_cut(detail: str) -> bool:
     """True if a failure detail says the deadline ran out while the answer streamed (:data:`DEADLINE_DETAIL`)."""
     return detail.startswith(DEADLINE_DETAIL)
+
+
+def is_stall(detail: str) -> bool:
+    """True if a :data:`TOO_SLOW` detail says the body stalled for ``idle_timeout_s`` (:data:`STALL_DETAIL`)."""
+    return detail.startswith(STALL_DETAIL)
 
 
 def is_no_answer(detail: str) -> bool:
@@ -1031,7 +1041,7 @@ class _Pace:
             self._raise_if_deadline(left_s, min(self.idle_timeout_s, rate_left))
             if rate_left <= self.idle_timeout_s:
                 raise _TooSlow(self._rate_detail(received, time.monotonic() - self.started)) from None
-            raise _TooSlow(f"no bytes for {self.idle_timeout_s:.1f} s after {received} of {self.max_bytes} "
+            raise _TooSlow(f"{STALL_DETAIL} {self.idle_timeout_s:.1f} s after {received} of {self.max_bytes} "
                            "bytes") from None
 
     def _rate_detail(self, received: int, elapsed: float) -> str:
