@@ -1147,13 +1147,20 @@ class Peer:
                                     stop, gone)
             if result is None:
                 return None
-            if result.status == -1 and is_deadline_cut(result.detail):
+            streaming = result.status == -1 and is_deadline_cut(result.detail)
+            if streaming:
                 # Still streaming at its deadline, so under ``size`` bytes in ``timeout_s``: record that bound on its
                 # rate (an over-estimate), so the next ask gets MARGIN times as long (up to the floor's bound). With
-                # nothing recorded, a sender never measured was cut at the same deadline in every mixing.
+                # nothing recorded, a sender never measured was cut at the same deadline in every mixing. It
+                # answered and streamed above the floor: a slow uplink, no unreachable suspect.
                 self.rates.record(peer, size, timeout_s)
             silent = result.status == TOO_SLOW and is_no_answer(result.detail)
-            if result.status == -1 or silent:  # no answer at all: a killed or frozen peer is not waited for
+            if streaming:
+                self.suspects.answered(peer)
+                failures += 1
+                if failures >= 2:
+                    return None
+            elif result.status == -1 or silent:  # no answer at all: a killed or frozen peer is not waited for
                 self.suspects.failed(peer, time.monotonic())
                 if silent:
                     return None

@@ -248,3 +248,22 @@ def test_a_state_cut_at_its_deadline_gets_more_time_at_the_next_ask(monkeypatch:
     assert second is not None
     ceiling = 5.0 + 4 * numel / 65536.0
     assert timeouts[1] == min(2 * timeouts[0], ceiling)  # the recorded bound: 4 MB in at least timeouts[0] s
+
+
+def test_a_state_cut_at_its_deadline_while_streaming_is_no_unreachable_suspect(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A neighbour whose state was still streaming at its deadline answered: before, it was marked as a transport
+    failure (``Suspects.failed``), the mark of a killed or frozen peer. It is asked at most twice per wait."""
+    asked: list[float] = []
+
+    async def fetch(p2p: object, peer: Any, run_id: str, request: list[Any], **kwargs: Any) -> FetchResult:
+        asked.append(kwargs["timeout_s"])
+        return FetchResult(-1, detail=f"no complete answer within {kwargs['timeout_s']:.1f} s")
+
+    monkeypatch.setattr(peer_module, "fetch", fetch)
+    peer = _Peer(config=_Config(fetch_timeout_s=1.0), local=_Local(numel=1_000_000))
+    answer = asyncio.run(Peer._fetch_vector(peer, "theta", FAST[0], 1, 60.0, asyncio.Event()))  # type: ignore[arg-type]
+    assert answer is None
+    assert len(asked) == 2
+    assert peer.suspects.failed_at(FAST[0]) is None
+    assert peer.suspects.current(time.monotonic()) == frozenset()
