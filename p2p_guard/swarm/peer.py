@@ -653,8 +653,10 @@ class Peer:
             if step == 0:
                 result.momentum = await self._momentum_correction(round_, list(states), stop, result,
                                                                   precision=precision)
-            gossip = clipped_gossip(own, list(states.values()), max_radius=self.config.mix_radius,
-                                    noise=[noise.get(p, 0.0) for p in states])
+            # In a thread: seconds of CPU at d = 25M, during which the event loop keeps serving our states.
+            gossip = await asyncio.to_thread(clipped_gossip, own, list(states.values()),
+                                             max_radius=self.config.mix_radius,
+                                             noise=[noise.get(p, 0.0) for p in states])
             norm = max(float(own.norm()), 1e-12)
             distance = max(gossip.distances, default=0.0) / norm
             own = own + gossip.correction
@@ -715,8 +717,9 @@ class Peer:
                                           received=result.count_received, noise=noise, keep_half=True)
         if not momenta:
             return None
-        return clipped_gossip(momentum, list(momenta.values()), max_radius=MOMENTUM_MIX_RADIUS,
-                              noise=[noise.get(p, 0.0) for p in momenta]).correction
+        gossip = await asyncio.to_thread(clipped_gossip, momentum, list(momenta.values()),
+                                         max_radius=MOMENTUM_MIX_RADIUS, noise=[noise.get(p, 0.0) for p in momenta])
+        return gossip.correction
 
     # -- commit --------------------------------------------------------------------------------------------------
 
@@ -744,14 +747,17 @@ class Peer:
             is our own row in our guard).
         """
         update = self._attacked(inner.delta, round_)
-        try:
-            payload, sent = self.error_feedback.compress(update)
+        try:  # encoding d values (a top-k selection at d = 25M: seconds): in a thread, so that we keep serving
+            payload, sent = await asyncio.to_thread(self.error_feedback.compress, update)
         except ValueError as e:  # a non-finite Δ (only an attack or a local fault makes one): sent as it is
             self.log.error("error feedback refused our update (%s); sending it without", e)
             payload, sent = encode_update(update, self.config.codec, self.local.shapes), update
+        # SHA-256 of 12·d bytes (seconds at d = 25M on a loaded machine): in a thread, so that we keep serving
+        base_hash = await asyncio.to_thread(self.local.state_hash)
         envelope = Envelope(protocol_version=PROTOCOL_VERSION, run_id=self.config.run_id, round=round_,
-                            sender=self.identity.peer_id, base_hash=self.local.state_hash(),
-                            digest=payload_digest(payload), codec=self.config.codec, shapes=self.local.shapes,
+                            sender=self.identity.peer_id, base_hash=base_hash,
+                            digest=await asyncio.to_thread(payload_digest, payload), codec=self.config.codec,
+                            shapes=self.local.shapes,
                             n_samples=self.local.shard.num_samples, payload_bytes=len(payload),
                             base_round=min(inner.base_round, round_))
         draft = CommitDraft(envelope=envelope, digest_payload=payload, serve_payload=payload)
@@ -987,7 +993,7 @@ class Peer:
         if not self.wire.leaves_own_row_out:  # a slowloris is cut by others: it leaves its own row out too
             rows[self.me] = own_update
         if any(s != self.me for s in rows):
-            senders, stacked = stack_rows(rows)
+            senders, stacked = await asyncio.to_thread(stack_rows, rows)  # n·d copies: off the event loop
             rows.update(zip(senders, stacked, strict=True))
             await asyncio.to_thread(self._judge, senders, stacked, weights, staleness, outcome, own_reference)
             outcome.judged = len(senders)
@@ -1105,7 +1111,7 @@ class Peer:
                 continue
             data, asked = answer
             answer = None
-            theta = decode_state(data, asked, self.local.numel, keep_half=keep_half)
+            theta = await asyncio.to_thread(decode_state, data, asked, self.local.numel, keep_half=keep_half)
             size, data = len(data), b""
             if isinstance(theta, Rejected):
                 self.log.warning("%s state of %s at round %d rejected: %s (%s)", asked, p[-8:], round_,
@@ -2198,7 +2204,8 @@ async def _finish(peer: Peer, pending: asyncio.Task[RoundOutcome], inner: InnerR
             outcome.train_loss, outcome.compute_s = inner.loss, inner.compute_s
         if peer.votes is not None:  # before the capture: the checkpoint keeps these verdicts until they are folded
             peer.votes.remember(outcome.round, outcome.verdicts)
-        record = _RoundRecord.capture(peer, snapshot=not deferring)
+        # hashes 12·d bytes and copies the guard's state: in a thread, so that the event loop keeps serving
+        record = await asyncio.to_thread(_RoundRecord.capture, peer, snapshot=not deferring)
         with clock.timed("save"):
             await reports.wait()  # the previous round's report first: events stay in round order
         if overlapped:

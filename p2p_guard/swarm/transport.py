@@ -320,6 +320,8 @@ class PayloadServer:
         self._mixed: dict[int, dict[int, bytes | memoryview]] = {}
         self._half: OrderedDict[int, tuple[bytes | memoryview, bytes]] = OrderedDict()  # id(fp32) -> (it, fp16)
         self._int8: OrderedDict[int, tuple[bytes | memoryview, bytes]] = OrderedDict()  # id(fp32) -> (it, int8)
+        # conversions in progress in a worker thread, by (precision, id(fp32)): one per state however many ask
+        self._converting: dict[tuple[str, int], asyncio.Future[bytes]] = {}
         self._first_round: int | None = None  # payloads of earlier rounds are never revealed by this process
         self._withdrawn = False
         self._open = 0
@@ -549,7 +551,7 @@ class PayloadServer:
                 self._note(peer, "no complete request within %.1f s, stream cut", self.request_timeout_s)
                 writer.transport.abort()
                 return
-            status, data = self._answer(request)
+            status, data = await self._converted(*self._resolve(request))
             limit_s = self.serve_limit_s(sum(len(part) for part in data) if data is not None else 1)
             sender = AnswerSender(writer, self.upload, self._count_sent)
             if not await _write_within(self._write_answer(status, data, sender), limit_s, sender):
@@ -600,19 +602,66 @@ class PayloadServer:
     def _count_sent(self, nbytes: int) -> None:
         self.bytes_sent += nbytes
 
+    async def _converted(self, status: int, data: tuple[bytes | memoryview, ...] | None, precision: str | None
+                         ) -> tuple[int, tuple[bytes | memoryview, ...] | None]:
+        """``(status, data)``, the state in ``data`` converted to ``precision`` (None: as it is).
+
+        The conversion (d values: seconds of CPU at d = 25M on a loaded machine) runs in a worker thread, so the
+        event loop keeps serving the streams in flight: done in the loop, it held a loaded peer's loop up to 5.4 s
+        and its readers cut it as too slow (stop 35). Each state is converted once (:data:`HALF_CACHE`), and
+        concurrent requests for the same state wait for the one conversion.
+        """
+        if precision is None or data is None:
+            return status, data
+        state = data[0]
+        table = self._half if precision == HALF else self._int8
+        cached = _cached_form(table, state)
+        if cached is not None:
+            return status, (cached,)
+        key = (precision, id(state))
+        pending = self._converting.get(key)
+        if pending is None:
+            convert = _to_half if precision == HALF else _to_int8
+            pending = asyncio.ensure_future(asyncio.to_thread(convert, state))
+            self._converting[key] = pending
+            pending.add_done_callback(lambda _: self._converting.pop(key, None))
+        converted = await asyncio.shield(pending)
+        _keep_converted(table, state, converted)
+        return status, (converted,)
+
     def _answer(self, request: object) -> tuple[int, tuple[bytes | memoryview, ...] | None]:
-        """The status and the parts of the answer's body (written one after the other) for ``request``."""
+        """``(status, body parts)`` for ``request``, any conversion done here, in the caller's thread (tests, tools).
+
+        The stream handler uses :meth:`_resolve` and :meth:`_converted` instead: the conversion off the event loop.
+        """
+        status, data, precision = self._resolve(request)
+        if precision is None or data is None:
+            return status, data
+        table = self._half if precision == HALF else self._int8
+        cached = _cached_form(table, data[0])
+        if cached is not None:
+            return status, (cached,)
+        converted = (_to_half if precision == HALF else _to_int8)(data[0])
+        _keep_converted(table, data[0], converted)
+        return status, (converted,)
+
+    def _resolve(self, request: object) -> tuple[int, tuple[bytes | memoryview, ...] | None, str | None]:
+        """``(status, body parts, precision)`` for ``request``; the parts are written one after the other.
+
+        ``precision`` is :data:`HALF` or :data:`INT8` when the one state in the body is still to be converted to it
+        (:meth:`_converted`), else None.
+        """
         if isinstance(request, list) and request[:1] == ["payload"] and len(request) in (2, 3):
             keys = [*request[1:], 0][:2]  # [round, first_chunk]
             if not all(isinstance(v, int) and not isinstance(v, bool) for v in keys):
-                return BAD_REQUEST, None
-            return self._payload_answer(keys[0], keys[1])
+                return BAD_REQUEST, None, None
+            return (*self._payload_answer(keys[0], keys[1]), None)
         if not (isinstance(request, list) and (len(request) == 2 or (len(request) == 3 and request[2] in (HALF, INT8)
                                                                       and request[0] != "state"))):
-            return BAD_REQUEST, None
+            return BAD_REQUEST, None, None
         kind, key = request[0], request[1]
         if self._withdrawn:
-            return NOT_FOUND, None
+            return NOT_FOUND, None, None
         data: bytes | memoryview | None
         if kind == "state" and isinstance(key, bytes):
             data = self._states.get(key)
@@ -623,30 +672,10 @@ class PayloadServer:
         elif kind == "mixed" and _is_round_step(key):
             data = self._mixed_state(key[0], key[1])
         else:
-            return BAD_REQUEST, None
+            return BAD_REQUEST, None, None
         if data is None:
-            return NOT_FOUND, None
-        if len(request) == 3:
-            return OK, (self._as_half(data) if request[2] == HALF else self._as_int8(data),)
-        return OK, (data,)
-
-    def _as_half(self, data: bytes | memoryview) -> bytes:
-        """``data`` (raw little-endian float32) as little-endian float16, round to nearest; cached by identity.
-
-        Our states are finite float32; a value beyond float16's range (±65504) becomes ±inf, which the asking
-        peer rejects as non-finite (it asks for float16 only while its own θ is within range).
-        """
-        return _cached(self._half, data, lambda: np.frombuffer(data, dtype="<f4").astype("<f2").tobytes())
-
-    def _as_int8(self, data: bytes | memoryview) -> bytes:
-        """``data`` (raw little-endian float32, d values) in the ``int8`` codec, 4·⌈d/1024⌉ + d bytes; cached.
-
-        ``protocol.states.encode_state`` (the update codec's encoder: one absmax scale per 1024 values), computed
-        once per state however many peers ask for it.
-        """
-        from p2p_guard.protocol.states import encode_state  # torch: only a server asked for int8 needs it
-
-        return _cached(self._int8, data, lambda: encode_state(data, INT8))
+            return NOT_FOUND, None, None
+        return OK, (data,), (request[2] if len(request) == 3 else None)
 
     def _payload_answer(self, round_: int, first_chunk: int) -> tuple[int, tuple[bytes | memoryview, ...] | None]:
         """``OK`` with (chunk digests, payload from ``first_chunk`` on); else NOT_READY, NOT_FOUND or BAD_REQUEST.
@@ -806,17 +835,38 @@ async def _read_request(reader: asyncio.StreamReader) -> object:
         return None
 
 
-def _cached(table: OrderedDict[int, tuple[bytes | memoryview, bytes]], data: bytes | memoryview,
-            convert: Callable[[], bytes]) -> bytes:
-    """``convert()``, kept in ``table`` by the identity of ``data`` (the latest :data:`HALF_CACHE` states)."""
+def _to_half(data: bytes | memoryview) -> bytes:
+    """``data`` (raw little-endian float32) as little-endian float16, round to nearest.
+
+    Our states are finite float32; a value beyond float16's range (±65504) becomes ±inf, which the asking
+    peer rejects as non-finite (it asks for float16 only while its own θ is within range).
+    """
+    return np.frombuffer(data, dtype="<f4").astype("<f2").tobytes()
+
+
+def _to_int8(data: bytes | memoryview) -> bytes:
+    """``data`` (raw little-endian float32, d values) in the ``int8`` codec, 4·⌈d/1024⌉ + d bytes.
+
+    ``protocol.states.encode_state`` (the update codec's encoder: one absmax scale per 1024 values).
+    """
+    from p2p_guard.protocol.states import encode_state  # torch: only a server asked for int8 needs it
+
+    return encode_state(data, INT8)
+
+
+def _cached_form(table: OrderedDict[int, tuple[bytes | memoryview, bytes]], data: bytes | memoryview) -> bytes | None:
+    """The converted form of ``data`` kept in ``table`` (by identity), or None."""
     cached = table.get(id(data))
-    if cached is not None and cached[0] is data:
-        return cached[1]
-    converted = convert()
+    return cached[1] if cached is not None and cached[0] is data else None
+
+
+def _keep_converted(table: OrderedDict[int, tuple[bytes | memoryview, bytes]], data: bytes | memoryview,
+                    converted: bytes) -> None:
+    """Keep ``converted`` in ``table`` by the identity of ``data`` (the latest :data:`HALF_CACHE` states)."""
     table[id(data)] = (data, converted)
+    table.move_to_end(id(data))
     while len(table) > HALF_CACHE:
         table.popitem(last=False)
-    return converted
 
 
 class WireCounter:
