@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import signal
 import sys
 import threading
@@ -233,21 +234,40 @@ def _warn_if_guard_falls_back(config: SimulationConfig) -> None:
         return
 
 
-def _check_names(config: SimulationConfig) -> int:
+def _warn_if_upload_too_low(config: SimulationConfig, params: int, shapes: tuple[tuple[int, ...], ...]) -> None:
+    """Print each peer's start-up warning of an upload cap too low for its receivers, once per distinct cap.
+
+    A peer logs it (``swarm.upload.upload_cap_warning``) only in its own log: ``simulate --max-upload-mbit 0.001``
+    then trained nothing, every update cut as too slow, and exited 0 with the reason only in the peers' logs (user
+    test, stop 35).
+    """
+    from p2p_guard.swarm.config import PeerConfig
+    from p2p_guard.swarm.upload import upload_cap_warning
+
+    caps = sorted({cap for cap in map(config.upload_mbit_of, range(config.num_peers)) if cap is not None})
+    for cap in caps:
+        peers = [i for i in range(config.num_peers) if config.upload_mbit_of(i) == cap]
+        peer_config = PeerConfig(codec=config.codec, max_upload_mbit=cap, num_peers=config.num_peers,
+                                 mix_precision=config.mix_precision)
+        warning = upload_cap_warning(peer_config, params, shapes)
+        if warning is not None:
+            who = "every peer" if len(peers) == config.num_peers else f"peers {', '.join(map(str, peers))}"
+            print_warning(COMMAND, f"{who}: {warning}")
+
+
+def _check_names(config: SimulationConfig) -> tuple[tuple[int, ...], ...]:
     """Check the task, guard and attack (the attack only with Byzantine peers to run it) before any process starts.
 
     The names and the task's files first (no torch: at once, so a typo fails fast), then the guard and attack
     built with their parameters and the task's data read (torch).
 
     Returns:
-        The number of parameters of the task's model.
+        The parameter shapes of the task's model.
 
     Raises:
         ValueError: on an unknown task or guard (naming the valid ones), missing or malformed task data, an
             attack spec that does not load, or an unknown or malformed ``--codec``.
     """
-    import math
-
     from p2p_guard.cli.preflight import check_attack, check_names, check_plugins
 
     attacks = split_attack_mix(config.attack) if config.byzantine > 0 and config.attack else (None,)
@@ -266,7 +286,7 @@ def _check_names(config: SimulationConfig) -> int:
         check_local_codec(config.codec)
     except ValueError as e:
         raise ValueError(f"--codec: {e}") from None
-    return sum(math.prod(shape) for shape in shapes)
+    return tuple(tuple(shape) for shape in shapes)
 
 
 def _check_unused_attack(attack: str) -> None:
@@ -452,12 +472,14 @@ def run(args: argparse.Namespace) -> int:
 
     memory = psutil.virtual_memory()
     try:
-        params = _check_names(config)  # a data split that cannot be: before the memory check
+        shapes = _check_names(config)  # a data split that cannot be: before the memory check
+        params = sum(math.prod(shape) for shape in shapes)
         _check_memory(config, params=params, total=memory.total, available=memory.available)
     except ValueError as e:
         print_error(COMMAND, str(e))
         return EXIT_USAGE
     _warn_if_guard_falls_back(config)
+    _warn_if_upload_too_low(config, params, shapes)
     from p2p_guard.simulation.orchestrator import (
         SimulationError,
         SimulationInterrupted,

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from p2p_guard.cli.errors import EXIT_FAILED, EXIT_USAGE, print_error, print_warning, silence_stdout
 from p2p_guard.cli.typed_config import add_config_flags, load_config
+from p2p_guard.swarm.config import check_run_id
 
 if TYPE_CHECKING:
     from p2p_guard.swarm.status import SwarmStatus
@@ -77,8 +78,7 @@ class StatusConfig:
         """
         if not self.initial_peers:
             raise ValueError("no --initial-peers given (the multiaddr of the bootstrap node or of any peer)")
-        if not self.run_id:
-            raise ValueError("run_id must not be empty")
+        check_run_id(self.run_id)  # as a peer checks it: a run id no peer can have finds nothing
         if not 0 <= self.depth <= 100:
             raise ValueError(f"depth must be in [0, 100]; got depth={self.depth}")
         if self.watch is not None and not (math.isfinite(self.watch) and self.watch > 0):

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from p2p_guard.swarm.config import MIX_PRECISIONS, check_inner_steps, check_run_id, check_seed
+from p2p_guard.swarm.config import MIX_PRECISIONS, check_inner_steps, check_rounds, check_run_id, check_seed
 
 __all__ = ["DEFAULT_TIMEOUT_S", "PEER_LOG_LEVELS", "SimulationConfig", "check_partition", "split_attack_mix"]
 
@@ -153,7 +153,7 @@ class SimulationConfig:
         """
         _at_least("honest", self.honest, 1)
         _at_least("byzantine", self.byzantine, 0)
-        _at_least("rounds", self.rounds, 1)
+        check_rounds(self.rounds, minimum=1)
         check_seed(self.seed)
         if self.inner_steps is not None:
             check_inner_steps(self.inner_steps)

@@ -278,8 +278,7 @@ class PeerConfig:
         if self.peer_index is not None and not 0 <= self.peer_index < self.num_peers:
             raise ValueError(f"peer_index must be in [0, num_peers); got peer_index={self.peer_index}, "
                              f"num_peers={self.num_peers}")
-        if self.rounds < 0:
-            raise ValueError(f"rounds must be >= 0; got rounds={self.rounds}")
+        check_rounds(self.rounds)
         check_seed(self.seed)
         if self.inner_steps is not None:
             check_inner_steps(self.inner_steps)
@@ -512,6 +511,19 @@ class FetchLimits:
 
 #: Largest run seed: torch's generators take a signed 64-bit seed.
 MAX_SEED = 2**63 - 1
+#: Most outer rounds a peer or a simulation may be asked to run (0 for a peer: until stopped). A billion rounds
+#: is forever at any round time; the bound turns a mistyped huge number into a clear error.
+MAX_ROUNDS = 10**9
+
+
+def check_rounds(rounds: int, minimum: int = 0) -> None:
+    """Check a number of outer rounds: an integer in ``[minimum, MAX_ROUNDS]``.
+
+    Raises:
+        ValueError: naming ``rounds`` and its value.
+    """
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or not minimum <= rounds <= MAX_ROUNDS:
+        raise ValueError(f"rounds must be an integer in [{minimum}, {MAX_ROUNDS:,}]; got rounds={rounds!r}")
 
 
 def check_inner_steps(steps: int) -> None:

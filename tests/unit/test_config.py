@@ -707,7 +707,12 @@ def _cli(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
      "p2p-guard simulate: error: command line: partition must be 'iid' or 'dirichlet:ALPHA' with ALPHA > 0, "
      "got 'dirichlet:-1'"),
     (["simulate", "--rounds", "0"], None,
-     "p2p-guard simulate: error: command line: rounds must be an integer >= 1, got 0"),
+     "p2p-guard simulate: error: command line: rounds must be an integer in [1, 1,000,000,000]; got rounds=0"),
+    (["simulate", "--rounds", "99999999999999999999999"], None,
+     "p2p-guard simulate: error: command line: rounds must be an integer in [1, 1,000,000,000]; got "
+     "rounds=99999999999999999999999"),
+    (["peer", "--initial-peers", MADDR, "--rounds", "1000000001"], None,
+     "p2p-guard peer: error: command line: rounds must be an integer in [0, 1,000,000,000]; got rounds=1000000001"),
     # argparse's own errors: one line, as ours, not argparse's usage text first (thirty lines for `peer`)
     (["peer", "--rounds", "x"], None,
      "p2p-guard peer: error: argument --rounds: invalid int value: 'x' (see --help)"),
@@ -1053,3 +1058,18 @@ def test_simulate_refuses_a_tiny_topk_density_before_launching_peers() -> None:
     with pytest.raises(ValueError) as raised:
         simulate_cmd._check_names(simulate_cmd._config(args))
     assert str(raised.value) == "--codec: " + TINY_DENSITY.format(codec="topk:density=1e-8", rho="1e-08")
+
+
+def test_simulate_prints_the_peers_warning_of_an_upload_cap_too_low(capsys: pytest.CaptureFixture[str]) -> None:
+    """``simulate --max-upload-mbit 0.001`` trained nothing and exited 0, the reason only in the peers' logs."""
+    from p2p_guard.simulation.config import SimulationConfig
+
+    shapes = ((64, 64), (64,), (10, 64), (10,))  # digits: 4,810 parameters
+    config = SimulationConfig(honest=3, byzantine=0, max_upload_mbit=0.001, peer_upload_mbit=("2:100",))
+    simulate_cmd._warn_if_upload_too_low(config, 4810, shapes)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1  # peer 2's 100 Mbit/s is enough
+    assert lines[0].startswith("p2p-guard simulate: warning: peers 0, 1: max_upload_mbit=0.001 is below ")
+    simulate_cmd._warn_if_upload_too_low(SimulationConfig(honest=3, byzantine=0, max_upload_mbit=100.0), 4810,
+                                         shapes)
+    assert capsys.readouterr().err == ""

@@ -417,3 +417,12 @@ def test_the_watch_tries_again_after_a_read_timeout(monkeypatch: pytest.MonkeyPa
     line = (f"p2p-guard status: warning: 12:00:00 the DHT (initial peer(s) {peers[0]}) did not answer a read of "
             "run 'r1''s records within 0.05 s (--timeout-s); trying again in 0.01 s\n")
     assert capsys.readouterr().err == line * 2
+
+
+@pytest.mark.parametrize("run_id", ["", "../x y", "bad id", "x" * 65])
+def test_status_refuses_a_run_id_no_peer_can_have(run_id: str) -> None:
+    """``status`` checks ``--run-id`` as ``peer`` does (it printed "0 peer(s) present" for "../x y")."""
+    from p2p_guard.cli.status_cmd import StatusConfig
+
+    with pytest.raises(ValueError, match=r"run_id must be 1-64 characters of \[A-Za-z0-9._-\]"):
+        StatusConfig(initial_peers=("/ip4/127.0.0.1/tcp/1/p2p/x",), run_id=run_id)
