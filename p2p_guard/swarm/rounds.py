@@ -36,6 +36,7 @@ from hivemind.p2p import P2P, PeerID
 from p2p_guard.guard.integrity import RoundExpectation, check_envelope, check_payload
 from p2p_guard.identity import Identity, peer_id_to_b58
 from p2p_guard.protocol import ChunkVerifier, Envelope, Rejected, RejectReason, open_envelope, payload_cap_bytes
+from p2p_guard.protocol.chunks import chunk_digests
 from p2p_guard.protocol.codecs import parse_codec
 from p2p_guard.swarm.allowlist import filter_allowed
 from p2p_guard.swarm.config import CommitPhase, FetchLimits
@@ -304,7 +305,7 @@ async def reveal_after_close(dht: SwarmDHT, server: PayloadServer, identity: Ide
         logger.warning("round %d: revealing after %.0f s without the close records of %d sender(s): %s",
                        round_, config.reveal_wait_s, len(missing), ", ".join(sorted(s[-8:] for s in missing)))
     if not stop.is_set():
-        server.reveal(round_, payload)
+        server.reveal(round_, payload, digests=await asyncio.to_thread(chunk_digests, payload))
     return missing
 
 

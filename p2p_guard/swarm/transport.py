@@ -376,15 +376,16 @@ class PayloadServer:
         """
         self._first_round = int(round_)
 
-    def reveal(self, round_: int, payload: bytes) -> None:
+    def reveal(self, round_: int, payload: bytes, *, digests: bytes | None = None) -> None:
         """Start serving ``payload`` as this peer's update of ``round_``.
 
-        Its chunk digests (``protocol.chunks``, 32 bytes per MiB) are computed here, once, and sent ahead of
-        the payload in every answer.
+        Its chunk digests (``protocol.chunks``, 32 bytes per MiB) are sent ahead of the payload in every answer:
+        ``digests`` when given (``chunk_digests(payload)``, computed by the caller off the event loop: SHA-256 over
+        the whole payload, seconds at 100 MB on a loaded machine), else computed here, once.
         """
         if self._withdrawn:
             return
-        self._payloads[round_] = (payload, chunk_digests(payload))
+        self._payloads[round_] = (payload, chunk_digests(payload) if digests is None else digests)
         for old in sorted(self._payloads)[:-MAX_KEPT_ROUNDS]:
             del self._payloads[old]
             # Gone for good: NOT_FOUND, not NOT_READY. A peer frozen (SIGSTOP) for 60 s woke up in its old round

@@ -87,3 +87,17 @@ def test_answers_without_a_conversion_are_unchanged() -> None:
     assert status == OK and data is not None and bytes(data[0]) == THETA.tobytes()
     assert missing == (NOT_FOUND, None)
     assert no_momentum == (NOT_FOUND, None)
+
+
+def test_a_payload_revealed_with_its_digests_serves_them_and_without_computes_the_same() -> None:
+    """``reveal_after_close`` hashes the payload's chunks in a worker thread and hands the digests to ``reveal``."""
+    from p2p_guard.protocol.chunks import PAYLOAD_CHUNK_BYTES, chunk_digests
+
+    payload = bytes(range(256)) * (PAYLOAD_CHUNK_BYTES // 128)  # two chunks
+    given, computed = PayloadServer("run"), PayloadServer("run")
+    given.reveal(0, payload, digests=chunk_digests(payload))
+    computed.reveal(0, payload)
+    status, parts = given._answer(["payload", 0])
+    assert status == OK and parts is not None
+    assert bytes(parts[0]) == chunk_digests(payload) and len(parts[0]) == 64
+    assert computed._answer(["payload", 0]) == (status, parts)
