@@ -195,14 +195,23 @@ def test_serve_limit_grows_with_size() -> None:
 
 
 def test_fast_reader_of_a_big_payload_is_not_cut() -> None:
-    """The serve limit leaves an honest reader alone: 16 MiB with a 1 s floor at 1 MiB/s (a 16 s limit)."""
+    """The serve limit leaves an honest reader alone: 16 MiB with a 1 s floor at 1 MiB/s (a 16 s limit).
+
+    The stream may end a few KiB short of the whole answer (seen in CI: 16,744,320 of 16,777,216 bytes in under
+    4 s, with no serve timeout: the close overtook the last bytes between the daemons). A round retries such a
+    fetch, resuming after its verified chunks (``rounds._payload``); so does this test, once. What it checks is
+    that the server never cuts the reader.
+    """
     payload = os.urandom(16 * CHUNK_BYTES)
 
     async def scenario(server: Any, client: Any) -> None:
         served = PayloadServer(RUN, serve_timeout_s=1.0, min_serve_bytes_per_s=1 << 20)
         await served.attach(server)
         served.reveal(0, payload)
-        result = await fetch_payload(client, server.peer_id, RUN, 0, verifier_for(payload), timeout_s=20)
+        verifier = verifier_for(payload)
+        result = await fetch_payload(client, server.peer_id, RUN, 0, verifier, timeout_s=20)
+        if result.status == -1 and result.detail.startswith("stream ended"):
+            result = await fetch_payload(client, server.peer_id, RUN, 0, verifier, timeout_s=20)
         assert result.status == OK, result.detail
         assert result.data == payload
         assert served.stats.serve_timeouts == 0
