@@ -15,6 +15,11 @@ Wire form (msgpack): ``[body, signature]`` where ``body`` is the msgpack encodin
   stored under the presence key in place of its presence record. ``round`` is the round it was in and
   ``value`` the DHT time (whole seconds since the epoch) at which it left; readers honour it for
   ``LEAVE_VALID_S`` only, so an old leave record replayed later says nothing.
+- ``kind == "shard"``: ``value`` is ``[shard_index, num_shards]``, two ints in [0, 2⁶³): the data shard the sender
+  trains, out of the ``num_shards`` it cuts the data into; ``round`` is the round it was in when it signed.
+  Stored under its own key (``swarm.records.shards_key``), never under the presence key: older readers take a
+  presence value for a round and refuse any other type. Informational only (``swarm.shard_claims``): a reader
+  checks the range itself and never trusts the number for anything but choosing a shard and showing coverage.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from p2p_guard.protocol.reasons import Rejected, RejectReason
 
 __all__ = ["RECORD_KINDS", "SignedRecord", "open_record", "open_signed_record", "sign_record"]
 
-RECORD_KINDS = ("state", "presence", "close", "leave")
+RECORD_KINDS = ("state", "presence", "close", "leave", "shard")
 #: Domain separation: a record signature can never be replayed as an envelope signature, or vice versa.
 RECORD_SIGNING_CONTEXT = b"p2p_guard.record\x00"
 MAX_RECORD_BYTES = 1024
@@ -46,12 +51,13 @@ class SignedRecord:
     """A verified record: who signed what, for which run and round.
 
     Attributes:
-        kind: ``"state"``, ``"presence"``, ``"close"`` or ``"leave"``.
+        kind: ``"state"``, ``"presence"``, ``"close"``, ``"leave"`` or ``"shard"``.
         run_id: the run the record belongs to.
         round: the outer round it refers to.
         sender: the signer's PeerID bytes (its public key is inside).
         value: ``bytes`` (32-byte state hash) for ``state``; ``int`` for ``presence`` (round), ``close``
-            (commits in the closed set) and ``leave`` (DHT time it left, whole seconds).
+            (commits in the closed set) and ``leave`` (DHT time it left, whole seconds); ``[shard_index,
+            num_shards]`` (two ints) for ``shard``.
     """
 
     kind: str
@@ -68,7 +74,8 @@ def sign_record(kind: str, run_id: str, round_: int, value: Any, identity: Ident
         kind: one of :data:`RECORD_KINDS`.
         run_id: run name.
         round_: outer round number (>= 0).
-        value: 32 bytes for ``state``; a non-negative int for ``presence``, ``close`` and ``leave``.
+        value: 32 bytes for ``state``; a non-negative int for ``presence``, ``close`` and ``leave``;
+            ``[shard_index, num_shards]`` for ``shard``.
         identity: the signer.
 
     Returns:
@@ -141,11 +148,20 @@ def _check_fields(fields: list[Any], body: Any, signature: Any, *, kind: str | t
         return Rejected(RejectReason.WRONG_RUN, f"run {r_run!r}")
     if not isinstance(r_round, int) or isinstance(r_round, bool) or not 0 <= r_round <= _MAX_INT64:
         return Rejected(RejectReason.DECODE_ERROR, f"round {r_round!r}")
-    valid_value = (isinstance(value, bytes) and len(value) == 32) if r_kind == "state" else (
-        isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_INT64)
+    if r_kind == "state":
+        valid_value = isinstance(value, bytes) and len(value) == 32
+    elif r_kind == "shard":
+        valid_value = isinstance(value, list) and len(value) == 2 and all(_is_count(v) for v in value)
+    else:
+        valid_value = _is_count(value)
     if not valid_value:
         return Rejected(RejectReason.DECODE_ERROR, f"bad {r_kind} value")
     return SignedRecord(kind=r_kind, run_id=r_run, round=r_round, sender=sender, value=value)
+
+
+def _is_count(value: Any) -> bool:
+    """An int in [0, 2⁶³) that is not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_INT64
 
 
 def open_signed_record(data: object, *, max_bytes: int = MAX_RECORD_BYTES) -> SignedRecord | Rejected:

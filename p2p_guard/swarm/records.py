@@ -8,6 +8,7 @@
 | ``p2p_guard/<run>/<round>/close`` | sender PeerID b58 | signed ``close`` record (its commit count) | 10 min|
 | ``p2p_guard/<run>/<round>/votes`` | voter PeerID b58  | signed ``votes`` record (its verdicts)  | 10 min|
 | ``p2p_guard/<run>/proofs``        | ACCUSED PeerID b58| equivocation proof (``protocol.proof``) | 10 min|
+| ``p2p_guard/<run>/shards``        | sender PeerID b58 | signed ``shard`` record (its data shard)| 3 min |
 
 A subkey is only a claim: every value is verified against the key inside the PeerID it names, and a value
 signed by a different key than its subkey names is rejected as impersonation. Under ``proofs`` the subkey
@@ -29,9 +30,9 @@ from p2p_guard.protocol.records import SignedRecord, open_record, sign_record
 from p2p_guard.swarm.dht import SwarmDHT
 
 __all__ = ["CLOSE_TTL_S", "COMMIT_TTL_S", "KEY_PREFIX", "LEAVE_VALID_S", "PRESENCE_TTL_S", "PROOF_TTL_S",
-           "VOTES_TTL_S", "Roster", "close_key", "commit_key", "presence_key", "proofs_key", "publish_close",
-           "presence_stored_at", "publish_leave", "publish_proof", "read_closes", "read_presence", "read_proofs",
-           "read_roster", "votes_key"]
+           "SHARD_TTL_S", "VOTES_TTL_S", "Roster", "close_key", "commit_key", "presence_key", "proofs_key",
+           "publish_close", "presence_stored_at", "publish_leave", "publish_proof", "read_closes", "read_presence",
+           "read_proofs", "read_roster", "shards_key", "votes_key"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +46,9 @@ CLOSE_TTL_S = 600.0
 VOTES_TTL_S = 600.0
 #: A proof expires like any record; every honest peer that holds one republishes it each round.
 PROOF_TTL_S = 600.0
+#: A shard claim lives 3 min, refreshed every minute (``swarm.shard_claims.SHARD_REFRESH_S``); readers count it
+#: only while its sender is present, so it need not expire with the peer.
+SHARD_TTL_S = 180.0
 #: A leave record counts only while its signed leave time is within this many seconds of our DHT time (the
 #: validators' cap on a presence-key value's lifetime): an old one replayed later is ignored.
 LEAVE_VALID_S = 60.0
@@ -73,6 +77,11 @@ def votes_key(run_id: str, round_: int) -> str:
 def proofs_key(run_id: str) -> str:
     """DHT key under which equivocation proofs of the run are published (subkey: the ACCUSED PeerID)."""
     return f"p2p_guard/{run_id}/proofs"
+
+
+def shards_key(run_id: str) -> str:
+    """DHT key under which each peer states the data shard it trains (subkey: its PeerID; ``swarm.shard_claims``)."""
+    return f"p2p_guard/{run_id}/shards"
 
 
 async def publish_proof(dht: SwarmDHT, run_id: str, proof: EquivocationProof,

@@ -14,8 +14,8 @@ on every record it reads back from another node (``DHTProtocol.rpc_store`` / ``c
 The key text is hashed away, so a record is recognised as ours in two ways:
 
 - **by key**: for each run id the validator is given, it precomputes the hashes of the run's keys
-  (``presence``, ``proofs``, and ``commit``/``close``/``votes`` of rounds ``0 … max_rounds − 1``); any record
-  under one of them is ours, whatever its value;
+  (``presence``, ``proofs``, ``shards``, and ``commit``/``close``/``votes`` of rounds ``0 … max_rounds − 1``); any
+  record under one of them is ours, whatever its value;
 - **by content**: a value that is structurally a p2p_guard envelope, record or equivocation proof is ours,
   whatever key it is under; once authenticated it names its own key (run, round, kind), which must hash to
   ``record.key`` (so a node that does not know the run still refuses a value replayed under another round's or
@@ -29,13 +29,14 @@ only if, first failure wins:
 2. its value is at most ``max_value_bytes`` (``oversize``) and its expiration is finite and at most
    ``max_ttl_s`` in the future (``bad_expiration``);
 3. its value is a msgpack ``bin`` holding an envelope (``commit``), a signed record (``presence`` or ``leave``
-   under the presence key, ``close``, ``votes``) or an equivocation proof (``proofs``) that opens: structure,
+   under the presence key, ``close``, ``votes``, ``shard`` under the shards key) or an equivocation proof
+   (``proofs``) that opens: structure,
    version, signature (``decode_error``, ``oversize``, ``unsupported_version``, ``unsigned``,
    ``bad_signature``; for a proof, also its own checks);
 4. the content belongs under this key: the right kind (``wrong_kind``), run (``wrong_run``) and round
    (``wrong_round``) for a known key, or the key named by the content (``wrong_key``) otherwise;
 5. its expiration is within the cap of its kind (``max_ttl_by_kind``, e.g. ``presence``; ``bad_expiration``),
-   and a ``presence`` or ``close`` record is at most ``MAX_RECORD_BYTES`` (``oversize``);
+   and a ``presence``, ``close`` or ``shard`` record is at most ``MAX_RECORD_BYTES`` (``oversize``);
 6. the signer's PeerID is the subkey (for ``proofs``: the accused's) (``impersonation``).
 
 ``validate`` never raises: a parser failure is a rejection, counted by reason (:meth:`RecordValidator.stats`),
@@ -85,7 +86,7 @@ from p2p_guard.protocol.proof import (
 )
 from p2p_guard.protocol.reasons import Rejected
 from p2p_guard.protocol.records import MAX_RECORD_BYTES, SignedRecord, open_signed_record
-from p2p_guard.swarm.records import close_key, commit_key, presence_key, proofs_key, votes_key
+from p2p_guard.swarm.records import close_key, commit_key, presence_key, proofs_key, shards_key, votes_key
 
 __all__ = [
     "DEFAULT_MAX_ROUNDS",
@@ -107,7 +108,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: The kinds of key the validator protects, by the name of their last path component.
-KEY_KINDS: tuple[str, ...] = ("presence", "commit", "close", "votes", "proofs")
+KEY_KINDS: tuple[str, ...] = ("presence", "commit", "close", "votes", "proofs", "shards")
 #: Every reason :meth:`RecordValidator.check` gives (:meth:`RecordValidator.stats` counts no others).
 REASONS: tuple[str, ...] = (
     "accepted",
@@ -129,8 +130,9 @@ REASONS: tuple[str, ...] = (
 )
 #: Commits live 600 s (``COMMIT_TTL_S``); one minute more allows for clock skew between nodes.
 DEFAULT_MAX_TTL_S = 660.0
-#: Tighter caps per kind: presence lives 30 s, so a replayed one can hold its subkey for a minute at most.
-DEFAULT_MAX_TTL_BY_KIND: Mapping[str, float] = {"presence": 60.0}
+#: Tighter caps per kind: presence lives 30 s, so a replayed one can hold its subkey for a minute at most; a shard
+#: claim lives 180 s (``SHARD_TTL_S``), one minute more for clock skew.
+DEFAULT_MAX_TTL_BY_KIND: Mapping[str, float] = {"presence": 60.0, "shards": 240.0}
 #: A signed ``votes`` record: one verdict per sender of a round.
 DEFAULT_MAX_VOTES_BYTES = 64 * 1024
 #: The largest value of ours: a proof (two envelopes), plus the msgpack ``bin`` header hivemind adds.
@@ -168,6 +170,8 @@ class KeySpec(NamedTuple):
             return presence_key(self.run_id)
         if self.kind == "proofs":
             return proofs_key(self.run_id)
+        if self.kind == "shards":
+            return shards_key(self.run_id)
         if self.kind == "commit":
             return commit_key(self.run_id, int(self.round or 0))
         if self.kind == "close":
@@ -501,7 +505,7 @@ class RecordValidator(RecordValidatorBase):  # type: ignore[misc]  # hivemind sh
         late = self._expiration_problem(expiration, self.max_ttl_by_kind.get(kind, self.max_ttl_s))
         if late:
             return RecordVerdict(False, "bad_expiration", late, kind)
-        if kind in ("presence", "close") and len(raw) > MAX_RECORD_BYTES:
+        if kind in ("presence", "close", "shards") and len(raw) > MAX_RECORD_BYTES:
             return RecordVerdict(False, "oversize", f"{kind} record of {len(raw)} bytes", kind)
         signer = self._signers.get(content.sender)
         if signer is None:
@@ -570,7 +574,7 @@ class RecordValidator(RecordValidatorBase):  # type: ignore[misc]  # hivemind sh
         if self._table is None:
             table: dict[bytes, KeySpec] = {}
             for run in self.run_ids:
-                specs = [KeySpec("presence", run, None), KeySpec("proofs", run, None)]
+                specs = [KeySpec("presence", run, None), KeySpec("proofs", run, None), KeySpec("shards", run, None)]
                 specs += [
                     KeySpec(kind, run, r) for r in range(self.max_rounds) for kind in ("commit", "close", "votes")
                 ]
@@ -727,6 +731,8 @@ def _claimed_key(content: Envelope | SignedRecord | EquivocationProof) -> KeySpe
         return KeySpec("votes", content.run_id, content.round)
     if content.kind == "close":
         return KeySpec("close", content.run_id, content.round)
+    if content.kind == "shard":  # a peer's claim of the data shard it trains (informational)
+        return KeySpec("shards", content.run_id, None)
     return None
 
 

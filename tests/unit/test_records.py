@@ -89,7 +89,22 @@ class TestRoundTrip:
             sign_record("vote", RUN, 0, 0, ALICE)
 
     def test_kinds(self) -> None:
-        assert RECORD_KINDS == ("state", "presence", "close", "leave")
+        assert RECORD_KINDS == ("state", "presence", "close", "leave", "shard")
+
+    def test_shard_record(self) -> None:
+        data = sign_record("shard", RUN, 4, [2, 3], ALICE)
+        assert len(data) <= MAX_RECORD_BYTES
+        expected = SignedRecord(kind="shard", run_id=RUN, round=4, sender=ALICE.peer_id, value=[2, 3])
+        assert open_record(data, kind="shard", run_id=RUN) == expected
+        assert_rejected(open_record(data, kind=("presence", "leave"), run_id=RUN), RejectReason.DECODE_ERROR)
+
+    @pytest.mark.parametrize("value", [3, [1], [1, 2, 3], [1, True], [-1, 3], [1, 2**63], [1.0, 3], [b"\x01", 3],
+                                       [[1], 3]])
+    def test_shard_value_must_be_two_counts(self, value: object) -> None:
+        """The range check (shard < count) is the reader's (``swarm.shard_claims``); the type check is here."""
+        result = open_record(craft(state_fields(kind="shard", value=value)), kind="shard", run_id=RUN)
+        assert_rejected(result, RejectReason.DECODE_ERROR)
+        assert result.detail == "bad shard value"  # type: ignore[union-attr]
 
     def test_leave_record(self) -> None:
         data = sign_record("leave", RUN, 4, 1_700_000_000, ALICE)
