@@ -68,11 +68,13 @@ from p2p_guard.swarm.pacing import RateBook, fetch_deadline_s
 from p2p_guard.swarm.mix_schedule import MixSchedule
 from p2p_guard.swarm.mixing import MOMENTUM_MIX_RADIUS, clipped_gossip, gossip_steps, robust_centre
 from p2p_guard.swarm.model_match import ModelMismatch, ShapeWatch
-from p2p_guard.swarm.records import COMMIT_TTL_S, PRESENCE_TTL_S, commit_key, presence_key, presence_stored_at, \
-    publish_leave, publish_proof, read_closes, read_presence, read_proofs
+from p2p_guard.swarm.records import COMMIT_TTL_S, PRESENCE_TTL_S, SHARD_TTL_S, commit_key, presence_key, \
+    presence_stored_at, publish_leave, publish_proof, read_closes, read_presence, read_proofs
 from p2p_guard.swarm.rounds import TOO_SLOW_DETAIL, UNREACHABLE_DETAIL, Departures, IntegrityVerdict, await_commits, \
     check_rows, first_of, late_commits, open_commits, reveal_after_close, revealed_payloads
 from p2p_guard.swarm.sampling import sample_senders, staleness_weight
+from p2p_guard.swarm.shard_claims import SHARD_REFRESH_S, ShardChoice, choose_shard, coverage_warnings, \
+    describe_choice, present_claims, publish_shard_claim
 from p2p_guard.swarm.start_identity import StartIdentity
 from p2p_guard.swarm.slowloris import server_for, start_slow_client
 from p2p_guard.swarm.suspects import Suspects
@@ -97,7 +99,7 @@ from p2p_guard.tasks.guarded import TaskFailed, guard_user_task
 from p2p_guard.training.error_feedback import ErrorFeedback
 from p2p_guard.training.inner import InnerPhaseStopped, autocast_dtype
 from p2p_guard.training.local import LocalModel, pick_device, round_generator
-from p2p_guard.training.streams import peer_stream
+from p2p_guard.training.streams import PeerStream, peer_stream
 from p2p_guard.training.params import raw_bytes
 from p2p_guard.training.outer import dense_outer_lr
 
@@ -124,6 +126,8 @@ _Phase = TypeVar("_Phase")  # what one part of an inner phase returns (InnerResu
 
 #: Seconds between two stores of our presence record (it lives ``PRESENCE_TTL_S``, 30 s).
 PRESENCE_REFRESH_S = 5.0
+#: How long a starting peer waits for the presence and shard keys before it takes the shard of its PeerID.
+SHARD_READ_TIMEOUT_S = 10.0
 #: Seconds between two reads of the presence key while waiting for peers (each read walks the DHT).
 WAIT_POLL_S = 2.0
 #: How often the peer asks ``p2pd`` for its addresses and connections (``network`` events), in seconds.
@@ -400,6 +404,7 @@ class Peer:
         # set once a stop is requested (_relay_stop): the inner phase's thread stops at its next step boundary
         self.halt = threading.Event()
         self.codec_warned: set[str] = set()  # senders whose update in a codec other than ours we warned of
+        self.shard_warnings: tuple[str, ...] = ()  # the data-shard coverage warnings last logged (note_coverage)
 
     @property
     def attack_kind(self) -> str | None:
@@ -414,12 +419,65 @@ class Peer:
         self.log.extra["round"] = round_
 
     async def announce(self, stop: asyncio.Event) -> None:
-        """Refresh this peer's signed presence record every few seconds until ``stop``."""
+        """Refresh this peer's signed presence record every few seconds until ``stop``.
+
+        Our shard claim too (:meth:`claim_shard`): at once, then every ``SHARD_REFRESH_S``, each time with a look
+        at the others' claims (the first time only for a shard shared: the others may not have joined yet).
+        """
+        next_claim = time.monotonic()
+        first = True
         while not stop.is_set():
             record = sign_record("presence", self.config.run_id, self.round, self.round, self.identity)
             await self.dht.store(presence_key(self.config.run_id), self.me, record, PRESENCE_TTL_S)
+            if time.monotonic() >= next_claim:
+                next_claim = time.monotonic() + SHARD_REFRESH_S
+                await self.claim_shard(uncovered=not first)
+                first = False
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), PRESENCE_REFRESH_S)
+
+    async def claim_shard(self, *, uncovered: bool = True) -> None:
+        """Store our signed shard claim (``swarm.shard_claims``), then look at the other present peers' claims.
+
+        Logs the coverage warnings when they changed (:meth:`note_coverage`; ``uncovered``: also of the shards no
+        present peer trains).
+
+        Never raises but on cancellation, and takes at most ``SHARD_READ_TIMEOUT_S``: the announcer that calls it
+        keeps our presence alive, and a claim is only informational (a failure is logged at DEBUG).
+        """
+        config = self.config
+
+        async def claim_and_look() -> dict[str, int]:
+            await publish_shard_claim(self.dht, self.identity, config.run_id, self.round, self.stream.shard_index,
+                                      config.num_peers, SHARD_TTL_S)
+            return await present_claims(self.dht, config.run_id, config.num_peers, me=self.me,
+                                        allowed=self.allowed, exclude=self.banned)
+
+        try:
+            others = await asyncio.wait_for(claim_and_look(), SHARD_READ_TIMEOUT_S)
+        except Exception as e:  # noqa: BLE001 - informational; presence must go on
+            self.log.debug("shard claim not refreshed: %s", e or type(e).__name__)
+            return
+        self.note_coverage(others, uncovered=uncovered)
+
+    def note_coverage(self, others: Mapping[str, int], *, uncovered: bool = True) -> None:
+        """Log the data-shard coverage warnings (``swarm.shard_claims.coverage_warnings``) when they changed.
+
+        Args:
+            others: ``{PeerID: claimed shard}`` of the other present peers.
+            uncovered: also warn of shards no present peer trains (False at start: the others may not have joined
+                yet).
+        """
+        kept = tuple(coverage_warnings(self.me, self.stream.shard_index, others, self.config.num_peers,
+                                       uncovered=uncovered))
+        if kept == self.shard_warnings:
+            return
+        for warning in kept:
+            self.log.warning("%s", warning)
+        if not kept and self.shard_warnings:
+            self.log.info("data shards: each of the %d is now trained by a present peer, ours by us alone",
+                          self.config.num_peers)
+        self.shard_warnings = kept
 
     async def others_present(self) -> dict[str, int]:
         """``{PeerID: self-reported round}`` of the other present, allowed, unbanned peers."""
@@ -1553,6 +1611,40 @@ def build_local_model(config: PeerConfig, identity: Identity, task: Task) -> Loc
                       device=pick_device(config.device), mixed_precision=config.bf16_autocast)
 
 
+async def start_shard(peer: Peer, config: PeerConfig) -> ShardChoice:
+    """Pick our data shard now that the DHT is up, train on it, and log which one and how it was chosen.
+
+    ``--peer-index`` if set (nothing read: the announcer's first claim warns if a present peer claims it too).
+    Else reads the other present peers' shard claims (``swarm.shard_claims.present_claims``, at most
+    :data:`SHARD_READ_TIMEOUT_S`) and takes ``choose_shard``'s pick: the unclaimed shard our PeerID prefers, else
+    (every shard claimed, or the claims unreadable) the shard of our PeerID. Our batches stay keyed as before
+    (``peer.stream.key``). Warns when another present peer claims our shard; shards nobody trains are warned of
+    later, by the announcer (``Peer.note_coverage``), once the others had time to join.
+
+    Raises:
+        ValueError: the new shard makes our envelopes exceed ``--max-envelope-bytes`` (``check_model_fits``).
+    """
+    others: dict[str, int] | None = None
+    try:
+        if config.peer_index is None:
+            others = await asyncio.wait_for(
+                present_claims(peer.dht, config.run_id, config.num_peers, me=peer.me, allowed=peer.allowed),
+                SHARD_READ_TIMEOUT_S)
+    except Exception as e:  # noqa: BLE001 - a read that fails or times out leaves the shard of our PeerID
+        peer.log.debug("shard claims not read: %s", e or type(e).__name__)
+        others = None
+    choice = choose_shard(peer.me, config.num_peers, None if others is None else others.values(), config.peer_index)
+    if choice.shard_index != peer.stream.shard_index:
+        local = peer.local
+        local.shard = local.task.shard(config.num_peers, choice.shard_index, config.partition, config.seed)
+        peer.stream = PeerStream(choice.shard_index, peer.stream.key, peer.stream.derived)
+        check_model_fits(config, local.numel, local.shapes, local.shard.num_samples, peer.identity)
+    peer.log.info("%s", describe_choice(choice, config.num_peers))
+    if others is not None:
+        peer.note_coverage(others, uncovered=False)
+    return choice
+
+
 async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
     # A new key file is written only once the DHT is up: a failed start leaves no peer_identity.key behind.
     start_identity = StartIdentity(config.identity)
@@ -1595,8 +1687,7 @@ async def _main(config: PeerConfig, progress: bool, stop: asyncio.Event) -> int:
         autocast = autocast_dtype(local.device, config.bf16_autocast)
         logger.info("peer %s up on %s (task %s, device %s%s, %d parameters)", identity.peer_id_b58,
                     ", ".join(maddrs), config.task, local.device, ", bf16 autocast" if autocast else "", local.numel)
-        logger.info("data shard %d of %d (%s)", peer.stream.shard_index, config.num_peers,
-                    "derived from our PeerID; batches our own" if peer.stream.derived else "--peer-index")
+        await start_shard(peer, config)
         events.emit("ready", peer_id=identity.peer_id_b58, byzantine=config.attack is not None,
                     attack=config.attack, maddrs=maddrs, numel=local.numel)
         relay = asyncio.create_task(_relay_stop(stop, peer.halt))
