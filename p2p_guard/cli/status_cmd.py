@@ -36,7 +36,7 @@ from p2p_guard.swarm.config import check_run_id
 if TYPE_CHECKING:
     from p2p_guard.swarm.status import SwarmStatus
 
-__all__ = ["StatusConfig", "add_parser", "render_json", "render_table", "run"]
+__all__ = ["StatusConfig", "add_parser", "render_json", "render_table", "run", "shard_line"]
 
 logger = logging.getLogger(__name__)
 
@@ -134,11 +134,13 @@ def render_table(status: SwarmStatus) -> str:
     """The human-readable view of a snapshot: a summary line, one row per peer, claims, proofs, skipped records.
 
     Columns: PEER (last 8 characters of the PeerID), ROUND (its presence round, ``-``: no live presence record),
-    COMMIT / BASE / BASE_HASH / CODEC (its latest commit envelope: the round, the claimed base round and the first
-    8 hex digits of the claimed base hash, the codec), CLOSED (its latest close record: round and, in brackets,
-    the commits in its closed set), VOTED / ACC / REJ (its latest votes record: round, senders accepted and
-    rejected), NOTE (``banned``: a valid equivocation proof accuses it; ``left``: its signed leave record replaced
-    its presence).
+    SHARD (the data shard it claims to train, ``S/N``: shard S of N; ``-``: no valid claim), COMMIT / BASE /
+    BASE_HASH / CODEC (its latest commit envelope: the round, the claimed base round and the first 8 hex digits
+    of the claimed base hash, the codec), CLOSED (its latest close record: round and, in brackets, the commits in
+    its closed set), VOTED / ACC / REJ (its latest votes record: round, senders accepted and rejected), NOTE
+    (``banned``: a valid equivocation proof accuses it; ``left``: its signed leave record replaced its presence).
+    Below the rows, when a peer is present, one ``data shards:`` line: how many shards the present peers' claims
+    cover, which no present peer trains and which several share (:func:`shard_line`).
 
     Args:
         status: a snapshot from :func:`~p2p_guard.swarm.status.collect_status`.
@@ -158,14 +160,17 @@ def render_table(status: SwarmStatus) -> str:
         notes = [n for n, on in (("banned", p.banned), ("left", p.left),
                                   ("not present", p.presence_round is None and not p.left)) if on]
         rows.append([
-            p.short_id, _cell(p.presence_round),
+            p.short_id, _cell(p.presence_round), "-" if p.shard is None else f"{p.shard.shard}/{p.shard.num_shards}",
             _cell(c and c.round), _cell(c and c.base_round), "-" if c is None else c.base_hash[:SHORT_HASH_CHARS],
             "-" if c is None else _codec_text(c.codec),
             "-" if k is None else f"{k.round} ({k.commits})",
             _cell(v and v.round), _cell(v and v.accepted), _cell(v and v.rejected), ", ".join(notes)])
-    headers = ["PEER", "ROUND", "COMMIT", "BASE", "BASE_HASH", "CODEC", "CLOSED", "VOTED", "ACC", "REJ", "NOTE"]
-    lines += _align(headers, rows, right={1, 2, 3, 6, 7, 8, 9}) if rows else [
+    headers = ["PEER", "ROUND", "SHARD", "COMMIT", "BASE", "BASE_HASH", "CODEC", "CLOSED", "VOTED", "ACC", "REJ",
+               "NOTE"]
+    lines += _align(headers, rows, right={1, 2, 3, 4, 7, 8, 9, 10}) if rows else [
         f"(no valid records of run {status.run_id!r}: is that the swarm's run_id? Pass it with --run-id)"]
+    if status.present:
+        lines.append(shard_line(status))
     if status.base_hash_claims:
         claims = "; ".join(f"round {r}: {len(c)} distinct in {sum(c.values())} commit(s)"
                            for r, c in sorted(status.base_hash_claims.items()))
@@ -179,6 +184,33 @@ def render_table(status: SwarmStatus) -> str:
     skipped = ", ".join(f"{kind} {n}" for kind, n in sorted(status.skipped.items()))
     lines.append(f"invalid records skipped: {skipped or 'none'}")
     return "\n".join(lines)
+
+
+def shard_line(status: SwarmStatus) -> str:
+    """The table's ``data shards:`` line: the present peers' shard claims, covered, uncovered and shared.
+
+    E.g. ``data shards: 2 of 3 claimed by the 3 present peers; trained by none: 0; by several: 1 (Lr2NASuq,
+    yKSUKPH5)``; ``…; trained by none: 0, 1, … and 7 more`` past ``MAX_LISTED``; ``(N claim(s) for another number
+    of shards left out)`` when some present peer cuts the data otherwise; with no claim at all, says so (a peer of
+    an older version publishes none).
+    """
+    cov = status.shards
+    present = len(status.present)
+    if cov is None:
+        return (f"data shards: none of the {present} present peer(s) claims one (a peer of an older version "
+                "publishes none)")
+    claimers = sum(len(peers) for peers in cov.peers_by_shard.values())
+    more = cov.uncovered_count - len(cov.uncovered)
+    none = ", ".join(str(s) for s in cov.uncovered) + (f", … and {more} more" if more else "")
+    parts = [f"data shards: {len(cov.peers_by_shard)} of {cov.num_shards} claimed by {claimers} of the {present} "
+             f"present peer(s)", f"trained by none: {none or '-'}"]
+    if cov.shared:
+        parts.append("by several: " + ", ".join(f"{s} ({', '.join(p[-8:] for p in peers)})"
+                                                for s, peers in cov.shared.items()))
+    line = "; ".join(parts)
+    if status.shard_other:
+        line += f" ({status.shard_other} claim(s) for another number of shards left out)"
+    return line
 
 
 def render_json(status: SwarmStatus) -> str:

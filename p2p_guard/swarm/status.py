@@ -4,7 +4,8 @@
 protocol's own openers, exactly as a peer does: presence and close records with
 :func:`~p2p_guard.protocol.records.open_record`, commit envelopes with
 :func:`~p2p_guard.protocol.envelope.open_envelope`, votes with :func:`~p2p_guard.protocol.votes.open_votes` and
-proofs with :func:`~p2p_guard.protocol.proof.verify_proof`. A value is kept only if it opens, is for this run
+proofs with :func:`~p2p_guard.protocol.proof.verify_proof`, shard claims with
+:func:`~p2p_guard.swarm.shard_claims.open_shard_claims`. A value is kept only if it opens, is for this run
 (and round, where the key names one) and is signed by the PeerID of its subkey (for a proof: accuses it);
 everything else is counted in :attr:`SwarmStatus.skipped` and otherwise ignored. Nothing read is trusted: the
 result is what the records *say* (self-reported rounds, claimed base hashes), never a judgement of a peer.
@@ -13,6 +14,11 @@ Which rounds are read: a presence round is self-reported, so a hostile peer can 
 2⁶³ − 1. The view is anchored at the swarm's round, the lower median of the presence rounds (a Byzantine minority
 cannot move it, the rule of ``protocol.md`` §7.2), and reads the commit, close and votes keys of the rounds
 ``swarm_round + 1`` down to ``swarm_round − depth`` (at least 0).
+
+Shard coverage (:attr:`SwarmStatus.shards`) is taken over the present peers' claims, for the number of shards most
+of them claim (a claim names its own, and ``status`` has none): which shards they train, which several of them
+share and which none trains. Claims are the peers' own word (``swarm.shard_claims``); peers of older versions
+publish none.
 """
 
 from __future__ import annotations
@@ -29,10 +35,11 @@ from p2p_guard.protocol.proof import verify_proof
 from p2p_guard.protocol.reasons import Rejected
 from p2p_guard.protocol.records import open_record
 from p2p_guard.protocol.votes import open_votes
-from p2p_guard.swarm.records import close_key, commit_key, presence_key, proofs_key, votes_key
+from p2p_guard.swarm.records import close_key, commit_key, presence_key, proofs_key, shards_key, votes_key
+from p2p_guard.swarm.shard_claims import Coverage, ShardClaim, coverage, open_shard_claims
 
 __all__ = ["DEFAULT_DEPTH", "CloseClaim", "CommitClaim", "DHTReader", "PeerStatus", "ProofInfo", "SwarmStatus",
-           "VoteCounts", "collect_status", "lower_median", "swarm_round"]
+           "VoteCounts", "collect_status", "lower_median", "shard_coverage", "swarm_round"]
 
 #: Rounds read below the swarm's round (the peers serve their last ``MAX_KEPT_ROUNDS`` = 3 rounds).
 DEFAULT_DEPTH = 3
@@ -108,6 +115,7 @@ class PeerStatus:
         votes: its latest votes record in the rounds read.
         banned: a valid equivocation proof accuses it.
         left: its latest presence value is its own signed leave record (it stopped cleanly).
+        shard: its valid shard claim (the data shard it says it trains, of how many).
     """
 
     peer_id: str
@@ -117,6 +125,7 @@ class PeerStatus:
     votes: VoteCounts | None = None
     banned: bool = False
     left: bool = False
+    shard: ShardClaim | None = None
 
     @property
     def short_id(self) -> str:
@@ -136,7 +145,10 @@ class SwarmStatus:
         proofs: valid equivocation proofs, sorted by accused PeerID.
         base_hash_claims: ``{round: {base_hash hex: senders}}`` over the latest commits: how many distinct
             starting states the peers claim (version 2 models differ a little; a claim, never a gate).
-        skipped: ``{record kind: count}`` of values that did not open or were not signed by their subkey.
+        skipped: ``{record kind: count}`` of values that did not open or were not signed by their subkey (a shard
+            claim also: a shard out of its own range).
+        shards: the present peers' shard coverage (:func:`shard_coverage`; None: no present peer claims a shard).
+        shard_other: present peers whose claim is for another number of shards than ``shards.num_shards``.
     """
 
     run_id: str
@@ -146,6 +158,8 @@ class SwarmStatus:
     proofs: list[ProofInfo] = field(default_factory=list)
     base_hash_claims: dict[int, dict[str, int]] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
+    shards: Coverage | None = None
+    shard_other: int = 0
 
     @property
     def present(self) -> list[PeerStatus]:
@@ -164,11 +178,16 @@ class SwarmStatus:
                  "commit": None if p.commit is None else vars(p.commit).copy(),
                  "close": None if p.close is None else vars(p.close).copy(),
                  "votes": None if p.votes is None else vars(p.votes).copy(),
-                 "banned": p.banned, "left": p.left}
+                 "banned": p.banned, "left": p.left, "shard": None if p.shard is None else vars(p.shard).copy()}
                 for p in self.peers],
             "proofs": [vars(proof).copy() for proof in self.proofs],
             "base_hash_claims": {str(r): dict(claims) for r, claims in sorted(self.base_hash_claims.items())},
             "skipped": dict(sorted(self.skipped.items())),
+            "shards": None if self.shards is None else {
+                "num_shards": self.shards.num_shards,
+                "claimed": {str(s): list(peers) for s, peers in self.shards.peers_by_shard.items()},
+                "uncovered": list(self.shards.uncovered), "uncovered_count": self.shards.uncovered_count,
+                "other_num_shards": self.shard_other},
         }
 
 
@@ -184,6 +203,24 @@ def lower_median(rounds: Collection[int]) -> int:
         raise ValueError("lower_median needs at least one round")
     ordered = sorted(rounds)
     return ordered[(len(ordered) - 1) // 2]
+
+
+def shard_coverage(claims: Mapping[str, ShardClaim]) -> tuple[Coverage | None, int]:
+    """The coverage of some peers' shard claims, for the number of shards most of them claim (ties: the smallest).
+
+    Args:
+        claims: ``{PeerID: claim}``, e.g. of the present peers.
+
+    Returns:
+        (the :class:`~p2p_guard.swarm.shard_claims.Coverage`, or None when ``claims`` is empty; how many claims
+        are for another number of shards and left out).
+    """
+    if not claims:
+        return None, 0
+    counts = Counter(c.num_shards for c in claims.values())
+    num_shards = min(counts, key=lambda n: (-counts[n], n))
+    kept = {p: c.shard for p, c in claims.items() if c.num_shards == num_shards}
+    return coverage(kept, num_shards), len(claims) - len(kept)
 
 
 def swarm_round(presence: Mapping[str, int]) -> int | None:
@@ -208,7 +245,8 @@ async def collect_status(dht: DHTReader, run_id: str, *, depth: int = DEFAULT_DE
     if depth < 0:
         raise ValueError(f"depth must be >= 0; got {depth}")
     skipped: Counter[str] = Counter()
-    presence_raw, proofs_raw = await asyncio.gather(dht.read(presence_key(run_id)), dht.read(proofs_key(run_id)))
+    presence_raw, proofs_raw, shards_raw = await asyncio.gather(
+        dht.read(presence_key(run_id)), dht.read(proofs_key(run_id)), dht.read(shards_key(run_id)))
     presence, left = _open_presence(presence_raw, run_id, skipped)
     anchor = swarm_round(presence)
     rounds = [] if anchor is None else list(range(max(0, anchor - depth), anchor + 2))
@@ -223,6 +261,12 @@ async def collect_status(dht: DHTReader, run_id: str, *, depth: int = DEFAULT_DE
         entry(peer_id).presence_round = round_
     for peer_id in left:
         entry(peer_id).left = True
+    shard_read = open_shard_claims(shards_raw, run_id)
+    if shard_read.ignored:
+        skipped["shards"] += len(shard_read.ignored)
+    for peer_id, claim in shard_read.claims.items():
+        entry(peer_id).shard = claim
+    shards, shard_other = shard_coverage({p: c for p, c in shard_read.claims.items() if p in presence})
     for i, round_ in enumerate(rounds):  # ascending: a later round's record replaces an earlier one
         commits, closes, votes = reads[3 * i: 3 * i + 3]
         for peer_id, commit in _open_commits(commits, run_id, round_, skipped).items():
@@ -242,7 +286,7 @@ async def collect_status(dht: DHTReader, run_id: str, *, depth: int = DEFAULT_DE
         run_id=run_id, swarm_round=anchor, rounds_read=rounds, peers=[peers[k] for k in sorted(peers)],
         proofs=sorted(proofs, key=lambda p: p.accused),
         base_hash_claims={r: dict(sorted(c.items())) for r, c in sorted(claims.items())},
-        skipped=dict(skipped))
+        skipped=dict(skipped), shards=shards, shard_other=shard_other)
 
 
 def _signer_is(sender: bytes, subkey: str) -> bool:

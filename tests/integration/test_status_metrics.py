@@ -104,6 +104,11 @@ def test_metrics_endpoint_and_status_of_a_live_swarm(live: Swarm) -> None:  # no
         assert not peers[peer_id]["banned"]
     # the status client is read-only: no record names anyone but the two peers
     assert len(view["peers"]) == PEERS
+    # each peer claims its --peer-index: both shards trained
+    by_index = [live.events(i, "ready")[0]["peer_id"] for i in range(PEERS)]
+    assert [peers[p]["shard"]["shard"] for p in by_index] == list(range(PEERS)), done.stdout
+    assert view["shards"] == {"num_shards": PEERS, "claimed": {str(i): [p] for i, p in enumerate(by_index)},
+                              "uncovered": [], "uncovered_count": 0, "other_num_shards": 0}
 
     watch = subprocess.Popen([*_entry(), "status", "--initial-peers", maddr, "--run-id", RUN, "--watch", "1"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=live.env, cwd=REPO)
@@ -126,5 +131,6 @@ def test_metrics_endpoint_and_status_of_a_live_swarm(live: Swarm) -> None:  # no
     table = "".join(shown)
     print(table)  # noqa: T201 - shown with -s, for the record
     assert f"{PEERS} peer(s) present" in table
+    assert f"data shards: {PEERS} of {PEERS} claimed by {PEERS} of the {PEERS} present peer(s); trained by none: -" in table
     for peer_id in ids:
         assert peer_id[-8:] in table

@@ -10,17 +10,17 @@ import sys
 import msgpack
 import pytest
 
-from p2p_guard.cli.status_cmd import render_json, render_table
+from p2p_guard.cli.status_cmd import render_json, render_table, shard_line
 from p2p_guard.identity import Identity
 from p2p_guard.protocol.envelope import PROTOCOL_VERSION, Envelope, sign_envelope
 from p2p_guard.protocol.proof import make_proof
 from p2p_guard.protocol.records import sign_record
 from p2p_guard.protocol.votes import VoteVerdict, sign_votes
-from p2p_guard.swarm.records import close_key, commit_key, presence_key, proofs_key, votes_key
+from p2p_guard.swarm.records import close_key, commit_key, presence_key, proofs_key, shards_key, votes_key
 from p2p_guard.swarm.status import collect_status, swarm_round
 
 RUN = "status-test"
-ALICE, BOB, CAROL, MALLORY = (Identity.from_seed(bytes([i]) * 32) for i in (1, 2, 3, 4))
+ALICE, BOB, CAROL, MALLORY, DAVE = (Identity.from_seed(bytes([i]) * 32) for i in (1, 2, 3, 4, 5))
 
 
 class FakeDHT:
@@ -65,6 +65,13 @@ def fabricated() -> FakeDHT:
                             CAROL.peer_id_b58: msgpack.packb({"not": "votes"})},
         votes_key(RUN, 3): {CAROL.peer_id_b58: sign_votes(RUN, 3, verdicts[:1], CAROL)},
         proofs_key(RUN): {MALLORY.peer_id_b58: make_proof(e1, e2), ALICE.peer_id_b58: make_proof(e1, e2)},
+        # Alice and Bob claim shard 1 of 3, Carol 2 of 4 (another count), Mallory 0 of 3 (not present: no coverage)
+        shards_key(RUN): {ALICE.peer_id_b58: sign_record("shard", RUN, 5, [1, 3], ALICE),
+                          BOB.peer_id_b58: sign_record("shard", RUN, 5, [1, 3], BOB),
+                          CAROL.peer_id_b58: sign_record("shard", RUN, 4, [2, 4], CAROL),
+                          MALLORY.peer_id_b58: sign_record("shard", RUN, 4, [0, 3], MALLORY),
+                          DAVE.peer_id_b58: sign_record("shard", RUN, 5, [3, 3], DAVE),  # out of range: skipped
+                          "y" + ALICE.peer_id_b58: sign_record("shard", RUN, 5, 7, ALICE)},  # not a pair: skipped
     })
 
 
@@ -72,15 +79,17 @@ def fabricated() -> FakeDHT:
 #: Mallory qV8L8BQw. Rows are sorted by full PeerID.
 EXPECTED_TABLE = """\
 run status-test: 3 peer(s) present, swarm round 5; rounds read 2-6
-PEER      ROUND  COMMIT  BASE  BASE_HASH  CODEC      CLOSED  VOTED  ACC  REJ  NOTE
-Lr2NASuq      5       5     5  bbbbbbbb   fp??31m16       -      -    -    -
-yKSUKPH5      5       5     5  bbbbbbbb   int8        4 (3)      4    2    1
-qV8L8BQw      -       4     4  aaaaaaaa   fp32            -      -    -    -  banned, not present
-9r3ANaba      4       4     3  bbbbbbbb   fp32            -      3    1    0
+PEER      ROUND  SHARD  COMMIT  BASE  BASE_HASH  CODEC      CLOSED  VOTED  ACC  REJ  NOTE
+Lr2NASuq      5    1/3       5     5  bbbbbbbb   fp??31m16       -      -    -    -
+yKSUKPH5      5    1/3       5     5  bbbbbbbb   int8        4 (3)      4    2    1
+qV8L8BQw      -    0/3       4     4  aaaaaaaa   fp32            -      -    -    -  banned, not present
+9r3ANaba      4    2/4       4     3  bbbbbbbb   fp32            -      3    1    0
+data shards: 1 of 3 claimed by 2 of the 3 present peer(s); trained by none: 0, 2; by several: 1 (Lr2NASuq, \
+yKSUKPH5) (1 claim(s) for another number of shards left out)
 base_hash claims: round 4: 2 distinct in 2 commit(s); round 5: 1 distinct in 2 commit(s)
 equivocation proofs: 1 (every honest peer bans the accused)
   qV8L8BQw  round 4  digests 01010101 / 02020202
-invalid records skipped: close 1, commit 1, presence 3, proofs 1, votes 1"""
+invalid records skipped: close 1, commit 1, presence 3, proofs 1, shards 2, votes 1"""
 
 
 def test_swarm_round_is_the_lower_median() -> None:
@@ -112,13 +121,16 @@ def test_json_from_fabricated_records_exact() -> None:
         "commit": {"round": 5, "base_round": 5, "base_hash": "bb" * 32, "codec": "int8", "payload_bytes": 16,
                    "n_samples": 10},
         "close": {"round": 4, "commits": 3}, "votes": {"round": 4, "accepted": 2, "rejected": 1}, "banned": False,
-        "left": False}
+        "left": False, "shard": {"shard": 1, "num_shards": 3, "round": 5}}
     assert peers[BOB.peer_id_b58]["commit"]["codec"] == "fp\x1b[31m16"  # JSON escapes it; the table replaces it
     assert peers[CAROL.peer_id_b58]["votes"] is None  # round 3 is below the window at depth 1
     assert out["proofs"] == [{"accused": MALLORY.peer_id_b58, "round": 4, "digest_a": "01" * 32,
                               "digest_b": "02" * 32}]
     assert out["base_hash_claims"] == {"4": {"aa" * 32: 1, "bb" * 32: 1}, "5": {"bb" * 32: 2}}
-    assert out["skipped"] == {"close": 1, "commit": 1, "presence": 3, "proofs": 1, "votes": 1}
+    assert out["skipped"] == {"close": 1, "commit": 1, "presence": 3, "proofs": 1, "shards": 2, "votes": 1}
+    assert peers[MALLORY.peer_id_b58]["shard"] == {"shard": 0, "num_shards": 3, "round": 4}  # shown, not counted
+    assert out["shards"] == {"num_shards": 3, "claimed": {"1": sorted([ALICE.peer_id_b58, BOB.peer_id_b58])},
+                             "uncovered": [0, 2], "uncovered_count": 2, "other_num_shards": 1}
 
 
 def test_a_signed_leave_record_is_a_peer_that_left_not_an_invalid_record() -> None:
@@ -134,7 +146,8 @@ def test_a_signed_leave_record_is_a_peer_that_left_not_an_invalid_record() -> No
     assert not rows[ALICE.peer_id_b58].left and CAROL.peer_id_b58 not in rows
     assert [p.peer_id for p in status.present] == [ALICE.peer_id_b58]
     table = render_table(status)
-    assert "Lr2NASuq      -       -     -  -          -           -      -    -    -  left" in table, table
+    assert "Lr2NASuq      -      -       -     -  -          -           -      -    -    -  left" in table, table
+    assert "data shards: none of the 1 present peer(s) claims one (a peer of an older version publishes none)" in table
     assert json.loads(render_json(status))["peers"][0]["left"] is True
 
 
@@ -144,9 +157,24 @@ def test_empty_swarm_and_hostile_values_never_crash() -> None:
                                     "(no valid records of run 'status-test': is that the swarm's run_id? Pass it with --run-id)\n"
                                     "equivocation proofs: none\ninvalid records skipped: none")
     hostile = FakeDHT({presence_key(RUN): {str(i): bytes([i]) * i for i in range(40)},
-                       proofs_key(RUN): {"x": b"\xc1" * 100}})
+                       proofs_key(RUN): {"x": b"\xc1" * 100},
+                       shards_key(RUN): {"a": b"\xc1" * 100, "b": sign_record("shard", RUN, 0, [0, 0], ALICE),
+                                         ALICE.peer_id_b58: sign_record("shard", RUN, 0, [0, 0], ALICE)}})
     status = asyncio.run(collect_status(hostile, RUN))
-    assert status.peers == [] and status.skipped == {"presence": 40, "proofs": 1}
+    assert status.peers == [] and status.skipped == {"presence": 40, "proofs": 1, "shards": 3}
+
+
+def test_a_hostile_shard_count_is_bounded_in_the_table() -> None:
+    """A present peer may claim 2**63 - 1 shards: the line lists MAX_LISTED uncovered ones and counts the rest."""
+    huge = 2**63 - 1
+    dht = FakeDHT({presence_key(RUN): {MALLORY.peer_id_b58: sign_record("presence", RUN, 1, 1, MALLORY)},
+                   shards_key(RUN): {MALLORY.peer_id_b58: sign_record("shard", RUN, 1, [5, huge], MALLORY)}})
+    status = asyncio.run(collect_status(dht, RUN))
+    assert status.shards is not None and status.shards.uncovered_count == huge - 1
+    listed = ", ".join(str(s) for s in [*range(5), *range(6, 33)])
+    assert shard_line(status) == (f"data shards: 1 of {huge} claimed by 1 of the 1 present peer(s); trained by none: "
+                                  f"{listed}, … and {huge - 1 - 32} more")
+    assert f"qV8L8BQw      1  5/{huge}" in render_table(status)
 
 
 def test_a_join_timeout_names_the_limit_as_given(monkeypatch: pytest.MonkeyPatch,
