@@ -44,9 +44,10 @@ class PeerConfig:
             same shapes on other data would mix, so put the task in ``run_id`` when in doubt.
         seed: run seed; the initial model θ_0 is built from it, so every peer starts identical.
         peer_index: this peer's data shard in ``[0, num_peers)``, which also keys its private per-round
-            generators (inner batches, the guard's held-out batch). Unset (the default): both derived from the
-            PeerID (``training.streams``), so volunteers on defaults never draw the same batches and a restart
-            with the same identity key keeps its shard.
+            generators (inner batches, the guard's held-out batch). Unset (the default): the generators are keyed
+            by the PeerID (``training.streams``), so volunteers on defaults never draw the same batches, and the
+            shard is picked at start among those no present peer claims, else derived from the PeerID
+            (``swarm.shard_claims.choose_shard``; the log says which).
         num_peers: number of data shards (the intended swarm size).
         partition: ``iid`` or ``dirichlet:ALPHA`` (``by_work`` is implied for text).
         rounds: the run's round at which to leave: the peer takes part in rounds up to ``rounds`` − 1 of the run,

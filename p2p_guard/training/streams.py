@@ -8,10 +8,11 @@ key only has to differ between peers.
 - ``--peer-index i`` given: shard ``i`` and key ``i``, as before (``simulate`` and the benchmarks give every peer
   its own index; their numbers do not change).
 - not given (the default): the shard is ``SHA-256("p2p-guard/shard|" + PeerID) mod num_peers`` and the key is the
-  base58 PeerID itself. Both follow from the identity key alone, so a restart with the same key resumes the same
-  shard and stream, and two volunteers never draw the same batches (two may share a shard, each with its own
-  batches: with 3 shards and 3 volunteers, in 7 of 9 key draws some pair does; set ``--peer-index`` to cut
-  the data exactly).
+  base58 PeerID itself. Both follow from the identity key alone, so two volunteers never draw the same batches
+  (two may share a shard, each with its own batches: with 3 shards and 3 volunteers, in 7 of 9 key draws some
+  pair does). A running peer then moves to a shard no present peer claims, when there is one
+  (``swarm.shard_claims.choose_shard``, at start); its key stays the PeerID. Set ``--peer-index`` to cut the
+  data exactly.
 
 A key is formatted into ``round_generator``'s hashed text; a base58 PeerID (``12D3KooW…``, ``Qm…``) always holds
 a letter, so it never reads as an index.
