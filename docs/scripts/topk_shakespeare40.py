@@ -7,7 +7,7 @@ An exploratory measurement, not a default: ``bench.wire.convergence`` (Shakespea
 8 workers, IID, the mean of the decoded rows, error feedback per worker, one torch thread, evaluation every 10
 rounds), the same as ``p2p-guard bench wire --task shakespeare --rounds 40 --eval-every 10 --guard-attacks none
 --seed S --codecs ... [--topk-ef-decay B]``, which is what the runs below used (``--json``; wall times on a
-2-core machine shared with other people's runs, load 3 to 9, so they only say roughly what a run costs).
+2-core machine shared with other people's runs, load 3 to 12, so they only say roughly what a run costs).
 Issue 10 asks for topk 2 % within 3 % of fp32's final perplexity.
 
 Measured 2026-12-08 at 62a73e4 (perplexity after rounds 10 / 20 / 30 / 40; vs fp32 after 40; bytes per parameter
@@ -20,6 +20,9 @@ per round of one worker's payload):
 | 0 | ``topk:density=0.02,dense=head`` | 0.95 | 3 | 8.8546 / 6.7098 / 6.2316 / 5.9723 | +5.84 % | 0.1323 | 745 s |
 | 0 | ``topk:density=0.02,dense=head`` | 0.9 | 3 | 8.8866 / 6.6615 / 6.1865 / 5.8983 | +4.53 % | 0.1323 | 502 s |
 | 0 | ``topk:density=0.02,dense=head`` | 0.8 | 3 | 8.7270 / 6.7099 / 6.2281 / 5.9261 | +5.02 % | 0.1323 | 939 s |
+| 1 | ``fp32`` | | 0.7, μ 0.9 | 8.1614 / 6.5467 / 6.0385 / 5.6825 | | 4.0000 | 750 s |
+| 1 | ``topk:density=0.02,dense=head`` | 0.95 | 3 | – / 6.7671 / – / 5.8576 (docs/protocol.md §2, at 40683dc) | +3.08 % | 0.1323 | not rerun |
+| 1 | ``topk:density=0.02,dense=head`` | 0.9 | 3 | 9.1442 / 6.7080 / 6.1976 / 5.8970 | +3.77 % | 0.1323 | 767 s |
 
 The first three rows are one run (``--codecs fp32 topk:density=0.02 topk:density=0.02,dense=head``, 1,742 s with
 the codec-size part); they repeat docs/protocol.md §2's seed-0 figures at 40683dc bit for bit (fp32 5.6427,
@@ -31,12 +34,16 @@ which one seed does not rank (seed-to-seed spread of the shipped codec: +3.08 to
 
 Digits (``p2p-guard bench wire --rounds 40 --codecs fp32 topk:density=0.02 --guard-attacks none``, 13 s; and
 ``--codecs topk:density=0.02 --topk-ef-decay 0.9``): fp32 0.9667, topk 2 % 0.9639 (−0.28 points) at β = 0.95 and
-0.9639 at β = 0.9, 0.0489 bytes/param/round.
+0.9639 at β = 0.9, 0.0489 bytes/param/round; seed 1 (``--seed 1``): fp32 0.9750, topk 0.9778 (+0.28) at β = 0.95
+and 0.9750 (0.00) at β = 0.9. β = 0.9 does not hurt digits, nor help it.
 
-Verdict: topk 2 % is not within 3 % of fp32 after 40 rounds on seed 0 with any setting tried here (plain +8.70 %;
-``dense=head`` +5.84 % as shipped, +4.53 % at β = 0.9). Seed 1 not run yet at this commit of the script. No default changed. Not run to the end: smaller
-chunks (``TOPK_LATE_CHUNK=1024 python docs/scripts/topk_late.py base 0 40``, k = 21 of 1,024, 2.05 %), stopped
-after 4 rounds to make room for the β runs.
+Verdict: topk 2 % is not within 3 % of fp32 after 40 rounds with any setting tried here, on either seed (seed 0:
+plain +8.70 %, ``dense=head`` +5.84 % as shipped, +4.53 % at β = 0.9; seed 1: ``dense=head`` +3.08 % as shipped,
++3.77 % at β = 0.9). β = 0.9's seed-0 gain does not carry over to seed 1, where it is worse than the shipped 0.95.
+fp32 on seed 1 repeats 40683dc's 5.6825 bit for bit, as seed 0 did for both codecs, so the shipped seed-1 row
+taken from docs/protocol.md presumably holds at 62a73e4 (not rerun). No default changed. Not run to the end:
+smaller chunks (``TOPK_LATE_CHUNK=1024 python docs/scripts/topk_late.py base 0 40``, k = 21 of 1,024, 2.05 %),
+stopped after 4 rounds to make room for the β runs.
 """
 
 from __future__ import annotations
