@@ -204,6 +204,14 @@ class DirectionRecord:
             total, terms = total + latest, terms + 1
         return total / terms if terms else math.nan
 
+    def restart(self, receiver: str, sender: str) -> None:
+        """Forget the pair's record: the next :meth:`add` starts it afresh.
+
+        Used for a sender that turned against its own previous row (:mod:`~p2p_guard.guard.reversal`). A pair not
+        held is left so.
+        """
+        self._entries.pop((receiver, sender), None)
+
     def state_dict(self) -> dict[str, Any]:
         """Everything that carries over between rounds, as plain values (the peer's checkpoint keeps it).
 
