@@ -73,8 +73,8 @@ from p2p_guard.swarm.records import COMMIT_TTL_S, PRESENCE_TTL_S, SHARD_TTL_S, c
 from p2p_guard.swarm.rounds import TOO_SLOW_DETAIL, UNREACHABLE_DETAIL, Departures, IntegrityVerdict, await_commits, \
     check_rows, first_of, late_commits, open_commits, reveal_after_close, revealed_payloads
 from p2p_guard.swarm.sampling import sample_senders, staleness_weight
-from p2p_guard.swarm.shard_claims import SHARD_REFRESH_S, ShardChoice, choose_shard, coverage_warnings, \
-    describe_choice, present_claims, publish_shard_claim
+from p2p_guard.swarm.shard_claims import SHARD_REFRESH_S, ShardChoice, ShardClaim, choose_shard, \
+    coverage_warnings, describe_choice, present_claims, present_shard_claims, publish_shard_claim, rebalance
 from p2p_guard.swarm.start_identity import StartIdentity
 from p2p_guard.swarm.slowloris import server_for, start_slow_client
 from p2p_guard.swarm.suspects import Suspects
@@ -405,6 +405,9 @@ class Peer:
         self.halt = threading.Event()
         self.codec_warned: set[str] = set()  # senders whose update in a codec other than ours we warned of
         self.shard_warnings: tuple[str, ...] = ()  # the data-shard coverage warnings last logged (note_coverage)
+        # the shard to move to (note_coverage's rebalance), applied by the round loop before an inner phase starts
+        self.pending_shard: int | None = None
+        self.claim_due = False  # our shard changed: the announcer stores our claim at its next beat
 
     @property
     def attack_kind(self) -> str | None:
@@ -429,8 +432,9 @@ class Peer:
         while not stop.is_set():
             record = sign_record("presence", self.config.run_id, self.round, self.round, self.identity)
             await self.dht.store(presence_key(self.config.run_id), self.me, record, PRESENCE_TTL_S)
-            if time.monotonic() >= next_claim:
+            if time.monotonic() >= next_claim or self.claim_due:
                 next_claim = time.monotonic() + SHARD_REFRESH_S
+                self.claim_due = False
                 await self.claim_shard(uncovered=not first)
                 first = False
             with contextlib.suppress(asyncio.TimeoutError):
@@ -440,36 +444,52 @@ class Peer:
         """Store our signed shard claim (``swarm.shard_claims``), then look at the other present peers' claims.
 
         Logs the coverage warnings when they changed (:meth:`note_coverage`; ``uncovered``: also of the shards no
-        present peer trains).
+        present peer trains, and maybe moves to one of them).
 
         Never raises but on cancellation, and takes at most ``SHARD_READ_TIMEOUT_S``: the announcer that calls it
         keeps our presence alive, and a claim is only informational (a failure is logged at DEBUG).
         """
         config = self.config
 
-        async def claim_and_look() -> dict[str, int]:
+        async def claim_and_look() -> dict[str, ShardClaim]:
             await publish_shard_claim(self.dht, self.identity, config.run_id, self.round, self.stream.shard_index,
                                       config.num_peers, SHARD_TTL_S)
-            return await present_claims(self.dht, config.run_id, config.num_peers, me=self.me,
-                                        allowed=self.allowed, exclude=self.banned)
+            return await present_shard_claims(self.dht, config.run_id, me=self.me, allowed=self.allowed,
+                                              exclude=self.banned)
 
         try:
-            others = await asyncio.wait_for(claim_and_look(), SHARD_READ_TIMEOUT_S)
+            claims = await asyncio.wait_for(claim_and_look(), SHARD_READ_TIMEOUT_S)
         except Exception as e:  # noqa: BLE001 - informational; presence must go on
             self.log.debug("shard claim not refreshed: %s", e or type(e).__name__)
             return
-        self.note_coverage(others, uncovered=uncovered)
+        others = {p: c.shard for p, c in claims.items() if c.num_shards == config.num_peers}
+        foreign = {p: c.num_shards for p, c in claims.items() if c.num_shards != config.num_peers}
+        self.note_coverage(others, uncovered=uncovered, foreign=foreign)
 
-    def note_coverage(self, others: Mapping[str, int], *, uncovered: bool = True) -> None:
+    def note_coverage(self, others: Mapping[str, int], *, uncovered: bool = True,
+                      foreign: Mapping[str, int] | None = None) -> None:
         """Log the data-shard coverage warnings (``swarm.shard_claims.coverage_warnings``) when they changed.
+
+        With ``uncovered``, no ``foreign`` claims and no move pending, a peer that chose its shard itself and
+        finds it shared while another is trained by nobody may be the one to move (``shard_claims.rebalance``):
+        one INFO line, and :attr:`pending_shard` is set for the round loop (:meth:`apply_pending_shard`).
 
         Args:
             others: ``{PeerID: claimed shard}`` of the other present peers.
             uncovered: also warn of shards no present peer trains (False at start: the others may not have joined
                 yet).
+            foreign: ``{PeerID: its num_shards}`` of the other present peers claiming for another number of shards.
         """
-        kept = tuple(coverage_warnings(self.me, self.stream.shard_index, others, self.config.num_peers,
-                                       uncovered=uncovered))
+        by_index = self.config.peer_index is not None
+        num_shards = self.config.num_peers
+        if uncovered and not foreign and self.pending_shard is None:
+            move = rebalance(self.me, self.stream.shard_index, others, num_shards, by_index=by_index)
+            if move is not None:
+                self.log.info("data shard %d of %d is also trained by %s; moving to shard %d, which no present peer "
+                              "trains", move.shard, num_shards, ", ".join(p[-8:] for p in move.sharing), move.to)
+                self.pending_shard = move.to
+        kept = tuple(coverage_warnings(self.me, self.stream.shard_index, others, num_shards, uncovered=uncovered,
+                                       by_index=by_index, foreign=foreign))
         if kept == self.shard_warnings:
             return
         for warning in kept:
@@ -478,6 +498,34 @@ class Peer:
             self.log.info("data shards: each of the %d is now trained by a present peer, ours by us alone",
                           self.config.num_peers)
         self.shard_warnings = kept
+
+    def use_shard(self, index: int) -> None:
+        """Train data shard ``index`` from now on (our batches stay keyed as before). Only between inner phases.
+
+        Raises:
+            ValueError: the new shard makes our envelopes exceed ``--max-envelope-bytes`` (``check_model_fits``);
+                nothing is changed then.
+        """
+        config, local = self.config, self.local
+        shard = local.task.shard(config.num_peers, index, config.partition, config.seed)
+        check_model_fits(config, local.numel, local.shapes, shard.num_samples, self.identity)
+        local.shard = shard
+        self.stream = PeerStream(index, self.stream.key, self.stream.derived)
+
+    def apply_pending_shard(self) -> None:
+        """Move to :attr:`pending_shard`, if any, and have the announcer store our new claim at its next beat.
+
+        The round loop calls it before an inner phase starts: no worker thread uses the shard then.
+        """
+        index, self.pending_shard = self.pending_shard, None
+        if index is None or index == self.stream.shard_index:
+            return
+        try:
+            self.use_shard(index)
+        except ValueError as e:
+            self.log.warning("data shard %d not taken, we stay on %d: %s", index, self.stream.shard_index, e)
+            return
+        self.claim_due = True
 
     async def others_present(self) -> dict[str, int]:
         """``{PeerID: self-reported round}`` of the other present, allowed, unbanned peers."""
@@ -1635,10 +1683,7 @@ async def start_shard(peer: Peer, config: PeerConfig) -> ShardChoice:
         others = None
     choice = choose_shard(peer.me, config.num_peers, None if others is None else others.values(), config.peer_index)
     if choice.shard_index != peer.stream.shard_index:
-        local = peer.local
-        local.shard = local.task.shard(config.num_peers, choice.shard_index, config.partition, config.seed)
-        peer.stream = PeerStream(choice.shard_index, peer.stream.key, peer.stream.derived)
-        check_model_fits(config, local.numel, local.shapes, local.shard.num_samples, peer.identity)
+        peer.use_shard(choice.shard_index)
     peer.log.info("%s", describe_choice(choice, config.num_peers))
     if others is not None:
         peer.note_coverage(others, uncovered=False)
@@ -1948,6 +1993,7 @@ async def _round_loop(peer: Peer, config: PeerConfig, progress: bool, stop: asyn
                 if pending is not None and peer.local.theta is not before:
                     pending_step = False  # the adopted state is the swarm's, past the pending round: its step is in it
             peer._set_round(round_)
+            peer.apply_pending_shard()  # between inner phases: no worker thread is using the shard
             head: PhaseHead | None = None
             if pending is None:
                 whole = await _inner_phase(peer, round_, clock, peer.inner(round_))

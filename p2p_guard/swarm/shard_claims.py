@@ -8,9 +8,11 @@ cuts the data into as many shards as it does; every other value is ignored with 
 (:func:`open_shard_claims`). A claim counts only while its sender has a presence record (:func:`present_claims`).
 
 A claim is the sender's word and is used for nothing but two conveniences: a peer started without
-``--peer-index`` trains a shard no present peer claims (:func:`choose_shard`), and ``p2p-guard status`` and the
-peers' logs say which shards are trained by several peers and which by none (:func:`coverage`). A liar can make a
-shard look trained or untrained, so the most it does is steer a joiner to another shard: the joiner's batches
+``--peer-index`` trains a shard no present peer claims (:func:`choose_shard`) and, when it finds its shard shared
+while another is trained by nobody, the designated one of the sharers moves there between rounds
+(:func:`rebalance`); and ``p2p-guard status`` and the peers' logs say which shards are trained by several peers
+and which by none (:func:`coverage`). A liar can make a shard look trained or untrained, so the most it does is
+steer a peer to another shard: the joiner's batches
 stay keyed by its own PeerID (``training.streams``), so no two peers send identical updates, and every update is
 judged by the guard the same whatever shard its sender claims.
 
@@ -34,8 +36,9 @@ from p2p_guard.swarm.records import read_roster, shards_key
 from p2p_guard.training.streams import derived_shard_index
 
 __all__ = ["MAX_LISTED", "SHARD_REFRESH_S", "ClaimsRead", "Coverage", "DHTReader", "DHTWriter", "ShardChoice",
-           "ShardClaim", "choose_shard", "coverage", "coverage_warnings", "describe_choice", "open_shard_claims",
-           "pick_order", "present_claims", "publish_shard_claim", "read_shard_claims"]
+           "ShardClaim", "ShardMove", "choose_shard", "count_mismatch_warning", "coverage", "coverage_warnings",
+           "describe_choice", "move_order", "open_shard_claims", "pick_order", "present_claims",
+           "present_shard_claims", "publish_shard_claim", "read_shard_claims", "rebalance"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +47,7 @@ SHARD_REFRESH_S = 60.0
 #: Uncovered shards listed by :func:`coverage` (the rest are only counted): a hostile claim may name 2⁶³ shards.
 MAX_LISTED = 32
 _PICK_DOMAIN = b"p2p-guard/shard-pick|"
+_MOVE_DOMAIN = b"p2p-guard/shard-move|"
 
 
 class DHTReader(Protocol):
@@ -226,6 +230,94 @@ def choose_shard(peer_id: str, num_shards: int, claimed: Iterable[int] | None,
     return ShardChoice(derived_shard_index(peer_id, num_shards), "peer_id", known)
 
 
+@dataclass(frozen=True)
+class ShardMove:
+    """A move of ours from a shared shard to one no present peer claims (:func:`rebalance`).
+
+    Attributes:
+        shard: the shard we train now.
+        to: the shard we move to (claimed by no present peer).
+        sharing: the other present peers that claim ``shard``, sorted.
+    """
+
+    shard: int
+    to: int
+    sharing: tuple[str, ...]
+
+
+def move_order(peer_id: str, shard: int) -> bytes:
+    """The rank of ``peer_id`` among the peers sharing ``shard``: the largest moves first (:func:`rebalance`).
+
+    ``SHA-256("p2p-guard/shard-move|" + peer_id + "|" + decimal shard)``; distinct PeerIDs never tie.
+    """
+    return hashlib.sha256(_MOVE_DOMAIN + peer_id.encode() + b"|" + str(shard).encode()).digest()
+
+
+def rebalance(me: str, shard: int, others: Mapping[str, int], num_shards: int, *,
+              by_index: bool) -> ShardMove | None:
+    """Whether we leave our shard for one no present peer trains, and which (None: we stay).
+
+    We move only if we chose our shard ourselves (``by_index`` False: a ``--peer-index`` never moves), our shard
+    is claimed by another present peer too, some shard is claimed by nobody, and we are among the designated
+    movers of our shard: its sharers (us included) ranked by :func:`move_order`, largest first, the first
+    ``min(sharers - 1, uncovered shards)`` move, so the last one always stays. Every sharer computes the same
+    ranks from the same claims. The shard moved to is :func:`choose_shard`'s pick among the unclaimed ones.
+
+    Args:
+        me: our PeerID.
+        shard: the shard we train.
+        others: ``{PeerID: claimed shard}`` of the other present peers (valid claims for our ``num_shards``).
+        num_shards: our number of shards, >= 1.
+        by_index: our shard was set by ``--peer-index``.
+
+    Returns:
+        The :class:`ShardMove`, or None.
+
+    Raises:
+        ValueError: ``num_shards`` < 1 or an empty ``me``.
+    """
+    if num_shards < 1:
+        raise ValueError(f"num_shards must be >= 1; got {num_shards}")
+    if not me:
+        raise ValueError("me must not be empty")
+    if by_index:
+        return None
+    theirs = {p: s for p, s in others.items() if p != me and 0 <= s < num_shards}
+    cov = coverage({**theirs, me: shard}, num_shards, max_listed=0)
+    sharers = cov.peers_by_shard.get(shard, ())
+    if len(sharers) < 2 or cov.uncovered_count == 0:
+        return None
+    ranked = sorted(sharers, key=lambda p: move_order(p, shard), reverse=True)
+    if ranked.index(me) >= min(len(sharers) - 1, cov.uncovered_count):
+        return None
+    to = choose_shard(me, num_shards, theirs.values()).shard_index  # uncovered: our shard is claimed by a sharer
+    return ShardMove(shard=shard, to=to, sharing=tuple(p for p in sharers if p != me))
+
+
+def count_mismatch_warning(foreign: Mapping[str, int], num_shards: int) -> str | None:
+    """The warning when present peers cut the data into another number of shards than we do (None: none do).
+
+    Args:
+        foreign: ``{PeerID: its num_shards}`` of the other present peers whose claims are for another number.
+        num_shards: our number of shards (``num_peers``).
+
+    Returns:
+        One message naming each other number and its peers (at most :data:`MAX_LISTED` numbers listed), or None.
+    """
+    by_count: dict[int, list[str]] = {}
+    for peer, count in foreign.items():
+        if count != num_shards:
+            by_count.setdefault(count, []).append(peer)
+    if not by_count:
+        return None
+    counts = sorted(by_count)
+    listed = "; ".join(f"{n} ({', '.join(p[-8:] for p in sorted(by_count[n]))})" for n in counts[:MAX_LISTED])
+    more = f"; and {len(counts) - MAX_LISTED} more number(s)" if len(counts) > MAX_LISTED else ""
+    return (f"{sum(len(v) for v in by_count.values())} present peer(s) cut the data into another number of shards "
+            f"than our {num_shards} (num_peers): {listed}{more}; their shards are not ours, so which shards are "
+            "trained by nobody is not judged: give every peer of the run the same num_peers")
+
+
 def coverage(claims: Mapping[str, int], num_shards: int, *, max_listed: int = MAX_LISTED) -> Coverage:
     """Which of ``num_shards`` shards the claims cover, which several peers share and which nobody trains.
 
@@ -276,7 +368,8 @@ def describe_choice(choice: ShardChoice, num_shards: int) -> str:
 
 
 def coverage_warnings(me: str, shard: int, others: Mapping[str, int], num_shards: int, *,
-                      uncovered: bool = True) -> list[str]:
+                      uncovered: bool = True, by_index: bool = False,
+                      foreign: Mapping[str, int] | None = None) -> list[str]:
     """What a peer warns of, given its own shard and the other present peers' claims (empty: nothing).
 
     Args:
@@ -286,9 +379,14 @@ def coverage_warnings(me: str, shard: int, others: Mapping[str, int], num_shards
         num_shards: our number of shards, >= 1.
         uncovered: also warn of the shards nobody claims (a peer just started leaves that out: the others may not
             have joined yet).
+        by_index: our shard was set by ``--peer-index`` (our batches are keyed by the index, so a sharer started
+            with the same index draws the same ones).
+        foreign: ``{PeerID: its num_shards}`` of the other present peers whose claims are for another number of
+            shards (:func:`count_mismatch_warning`); when there are any, it replaces the warning of uncovered shards.
 
     Returns:
-        Up to two messages: our shard is also claimed by others; some shards are claimed by nobody.
+        Up to two messages: our shard is also claimed by others; present peers use another number of shards, or
+        else some shards are claimed by nobody.
 
     Raises:
         ValueError: ``num_shards`` < 1.
@@ -297,10 +395,19 @@ def coverage_warnings(me: str, shard: int, others: Mapping[str, int], num_shards
     warnings = []
     sharing = [p for p in cov.peers_by_shard.get(shard, ()) if p != me]
     if sharing:
-        warnings.append(f"our data shard {shard} of {num_shards} is also claimed by {len(sharing)} other present "
-                        f"peer(s) ({', '.join(p[-8:] for p in sharing)}): each draws its own batches, but that part "
-                        "of the data weighs more in the swarm's model")
-    if uncovered and cov.uncovered_count:
+        head = (f"our data shard {shard} of {num_shards} is also claimed by {len(sharing)} other present peer(s) "
+                f"({', '.join(p[-8:] for p in sharing)})")
+        if by_index:
+            warnings.append(f"{head}: a peer started with the same --peer-index draws the same batches as we do, and "
+                            "the guard rejects such identical updates as duplicates; give each peer its own "
+                            "--peer-index, or leave it out to have a free shard picked")
+        else:
+            warnings.append(f"{head}: each draws its own batches, but that part of the data weighs more in the "
+                            "swarm's model")
+    mismatch = count_mismatch_warning(foreign or {}, num_shards)
+    if mismatch is not None:
+        warnings.append(mismatch)
+    elif uncovered and cov.uncovered_count:
         more = cov.uncovered_count - len(cov.uncovered)
         warnings.append(f"{cov.uncovered_count} of {num_shards} data shard(s) trained by no present peer: "
                         f"{_shard_list(cov.uncovered)}{f' and {more} more' if more else ''} (by the present peers' "
@@ -369,11 +476,17 @@ async def present_claims(dht: DHTReader, run_id: str, num_shards: int, *, me: st
     Returns:
         The claims kept.
     """
+    claims = await present_shard_claims(dht, run_id, me=me, allowed=allowed, exclude=exclude)
+    return {p: c.shard for p, c in claims.items() if c.num_shards == num_shards}
+
+
+async def present_shard_claims(dht: DHTReader, run_id: str, *, me: str, allowed: frozenset[str] | None = None,
+                               exclude: Iterable[str] = ()) -> dict[str, ShardClaim]:
+    """:func:`present_claims`, but claims for any number of shards, whole (to tell of a ``num_peers`` mismatch)."""
     present = (await read_roster(dht, run_id)).present  # type: ignore[arg-type]  # SwarmDHT or any reader
-    claims = (await read_shard_claims(dht, run_id, num_shards=num_shards)).claims
+    claims = (await read_shard_claims(dht, run_id)).claims
     skip = {me, *exclude}
-    return {p: c.shard for p, c in claims.items()
-            if p in present and p not in skip and (allowed is None or p in allowed)}
+    return {p: c for p, c in claims.items() if p in present and p not in skip and (allowed is None or p in allowed)}
 
 
 def _shard_list(shards: Iterable[int]) -> str:

@@ -30,14 +30,18 @@ from p2p_guard.swarm.shard_claims import (
     Coverage,
     ShardChoice,
     ShardClaim,
+    ShardMove,
     choose_shard,
+    count_mismatch_warning,
     coverage,
     coverage_warnings,
     describe_choice,
+    move_order,
     open_shard_claims,
     pick_order,
     present_claims,
     publish_shard_claim,
+    rebalance,
 )
 from p2p_guard.swarm.validator import RecordValidator
 from p2p_guard.tasks import load_task
@@ -215,6 +219,117 @@ def test_describe_choice_exact() -> None:
         "our own)")
 
 
+# -- rebalancing, a num_peers mismatch -------------------------------------------------------------------------------
+
+# by move_order(·, 0), largest first: E, C, B, A, D
+B_, C_, D_, E_ = (x.peer_id_b58 for x in (B, C, D, E))
+
+
+def test_move_order_is_sha256_of_peer_id_and_shard() -> None:
+    assert move_order(ME, 0) == hashlib.sha256(b"p2p-guard/shard-move|" + ME.encode() + b"|0").digest()
+    assert sorted((ME, B_, C_, D_, E_), key=lambda p: move_order(p, 0), reverse=True) == [E_, C_, B_, ME, D_]
+
+
+def test_of_two_sharers_only_the_designated_one_moves() -> None:
+    assert rebalance(ME, 0, {B_: 0, C_: 1}, 3, by_index=False) is None
+    assert rebalance(B_, 0, {ME: 0, C_: 1}, 3, by_index=False) == ShardMove(shard=0, to=2, sharing=(ME,))
+
+
+def test_a_peer_index_never_moves_and_nothing_uncovered_means_no_move() -> None:
+    assert rebalance(B_, 0, {ME: 0, C_: 1}, 3, by_index=True) is None
+    assert rebalance(B_, 0, {ME: 0, C_: 1, D_: 2}, 3, by_index=False) is None  # every shard trained
+    assert rebalance(B_, 0, {C_: 1}, 3, by_index=False) is None  # not shared
+    assert rebalance(B_, 0, {B_: 1, ME: 0}, 3, by_index=False) == ShardMove(0, 2, (ME,))  # our own old claim: out
+
+
+def test_at_most_one_mover_per_uncovered_shard_and_the_last_sharer_stays() -> None:
+    others = {ME: 0, B_: 0, C_: 0, D_: 1}
+    # 3 shards, 1 uncovered: only C, the first by move_order, moves (sharing: the others, sorted)
+    assert [rebalance(p, 0, {q: s for q, s in others.items() if q != p}, 3, by_index=False) for p in (ME, B_, C_)] \
+        == [None, None, ShardMove(0, 2, (B_, ME))]
+    # 4 shards, 2 and 3 uncovered: C and B move (each to the shard its PeerID prefers: both 2 here), A stays
+    assert [rebalance(p, 0, {q: s for q, s in others.items() if q != p}, 4, by_index=False) for p in (ME, B_, C_)] \
+        == [None, ShardMove(0, 2, (ME, C_)), ShardMove(0, 2, (B_, ME))]
+
+
+def _simulate(peers: list[str], claims: dict[str, int], num_shards: int, checks: int) -> list[list[int]]:
+    """Every peer checks at once, ``checks`` times, on the claims of the check before; the sorted claims each time."""
+    seen = []
+    for _ in range(checks):
+        moves = {p: rebalance(p, claims[p], {q: s for q, s in claims.items() if q != p}, num_shards, by_index=False)
+                 for p in peers}
+        claims = {p: claims[p] if m is None else m.to for p, m in moves.items()}
+        seen.append(sorted(claims.values()))
+    return seen
+
+
+def test_eight_peers_all_on_shard_0_cover_the_eight_shards_within_three_checks() -> None:
+    peers = [Identity.from_seed(bytes([i + 20]) * 32).peer_id_b58 for i in range(8)]
+    assert _simulate(peers, dict.fromkeys(peers, 0), 8, 4) == [
+        [0, 2, 3, 4, 4, 5, 5, 6], [0, 2, 3, 4, 5, 6, 7, 7], list(range(8)), list(range(8))]
+
+
+def test_rebalancing_always_reaches_full_coverage_and_then_stops() -> None:
+    """A covered shard always keeps a sharer and each check covers at least one more: full within N − 1 checks."""
+    for swarm in range(30):
+        peers = [Identity.from_seed(bytes([swarm, i]) * 16).peer_id_b58 for i in range(8 + swarm % 3)]
+        seen = _simulate(peers, dict.fromkeys(peers, swarm % 8), 8, 8)
+        covered = [len(set(shards)) for shards in seen]
+        assert covered == sorted(covered) and covered[-1] == 8 and seen[-1] == seen[-2], (swarm, seen)
+
+
+def test_count_mismatch_warning_exact() -> None:
+    assert count_mismatch_warning({}, 4) is None
+    assert count_mismatch_warning({B_: 3, C_: 3, D_: 5}, 4) == (
+        "3 present peer(s) cut the data into another number of shards than our 4 (num_peers): 3 (Lr2NASuq, "
+        "9r3ANaba); 5 (qV8L8BQw); their shards are not ours, so which shards are trained by nobody is not judged: "
+        "give every peer of the run the same num_peers")
+    # it replaces the warning of uncovered shards
+    assert coverage_warnings(ME, 0, {}, 4, foreign={B_: 3}) == [count_mismatch_warning({B_: 3}, 4)]
+
+
+def test_a_peer_of_another_num_peers_is_named(caplog: pytest.LogCaptureFixture) -> None:
+    """The user test: a peer with num_peers 4 in a swarm of 3 heard '3 of 4 data shard(s) trained by no present
+    peer' instead of the mismatch; and it moves nowhere."""
+    dht = FakeDHT({presence_key(RUN): presence(B, C, D),
+                   shards_key(RUN): {B_: claim(B, 0), C_: claim(C, 1), D_: claim(D, 2)}})
+    peer = _peer(A, dht, num_peers=4)
+    with caplog.at_level(logging.INFO, logger="p2p_guard"):
+        asyncio.run(peer.claim_shard())
+    assert [r.getMessage().split("] ", 1)[1] for r in caplog.records] == [
+        "3 present peer(s) cut the data into another number of shards than our 4 (num_peers): 3 (Lr2NASuq, "
+        "qV8L8BQw, 9r3ANaba); their shards are not ours, so which shards are trained by nobody is not judged: give "
+        "every peer of the run the same num_peers"]
+    assert peer.pending_shard is None
+
+
+def test_the_designated_sharer_moves_between_rounds_and_claims_its_new_shard(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """B (no --peer-index) and A both train shard 0, C trains 1, nobody 2: B is the one to move."""
+    dht = FakeDHT({presence_key(RUN): presence(A, C), shards_key(RUN): {ME: claim(A, 0), C_: claim(C, 1)}})
+    peer = _peer(B, dht)
+    peer.use_shard(0)
+    with caplog.at_level(logging.INFO, logger="p2p_guard"):
+        asyncio.run(peer.claim_shard(uncovered=False))  # the first look: no move
+        assert peer.pending_shard is None
+        asyncio.run(peer.claim_shard())
+    assert [r.getMessage().split("] ", 1)[1] for r in caplog.records if r.levelno == logging.INFO] == [
+        "data shard 0 of 3 is also trained by yKSUKPH5; moving to shard 2, which no present peer trains"]
+    assert peer.pending_shard == 2 and peer.local.shard.index == 0  # not while an inner phase may run
+    assert dht.data[shards_key(RUN)][B_] == claim(B, 0)
+    peer.apply_pending_shard()  # the round loop, before the next inner phase
+    assert peer.pending_shard is None and peer.claim_due
+    assert peer.local.shard.index == 2 and peer.stream == PeerStream(2, B_, derived=True)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="p2p_guard"):
+        asyncio.run(peer.claim_shard())
+    assert dht.data[shards_key(RUN)][B_] == claim(B, 2)
+    assert [r.getMessage().split("] ", 1)[1] for r in caplog.records] == [
+        "data shards: each of the 3 is now trained by a present peer, ours by us alone"]
+    peer.apply_pending_shard()  # nothing pending: nothing changes
+    assert peer.local.shard.index == 2
+
+
 # -- reading and publishing ----------------------------------------------------------------------------------------
 
 
@@ -243,8 +358,8 @@ def test_publish_stores_a_signed_claim_under_our_subkey() -> None:
 
 
 def _peer(identity: Identity, dht: FakeDHT, **kw: object) -> Peer:
-    config = PeerConfig(run_id=RUN, num_peers=3, inner_steps=1, device="cpu", reputation=False,
-                        **kw)  # type: ignore[arg-type]
+    config = PeerConfig(**{"run_id": RUN, "num_peers": 3, "inner_steps": 1, "device": "cpu", "reputation": False,
+                           **kw})  # type: ignore[arg-type]
     local = build_local_model(config, identity, load_task(config.task))
     return Peer(config, identity, local, dht, None, None, None)  # type: ignore[arg-type]
 
@@ -300,14 +415,16 @@ def test_a_peer_index_shared_with_a_present_peer_is_warned_of(caplog: pytest.Log
     assert warnings_of(start_shard(peer, peer.config)) == []
     assert [r.getMessage() for r in caplog.records][-1].endswith("data shard 1 of 3 (--peer-index)")
     assert peer.local.shard.index == 1 and peer.stream == PeerStream(1, 1, derived=False)
-    shared = ("our data shard 1 of 3 is also claimed by 1 other present peer(s) (Lr2NASuq): each draws its own "
-              "batches, but that part of the data weighs more in the swarm's model")
+    shared = ("our data shard 1 of 3 is also claimed by 1 other present peer(s) (Lr2NASuq): a peer started with the "
+              "same --peer-index draws the same batches as we do, and the guard rejects such identical updates as "
+              "duplicates; give each peer its own --peer-index, or leave it out to have a free shard picked")
     assert warnings_of(peer.claim_shard(uncovered=False)) == [shared]
     assert dht.data[shards_key(RUN)][ME] == sign_record("shard", RUN, 0, [1, 3], A)
     assert warnings_of(peer.claim_shard()) == [shared, (
         "2 of 3 data shard(s) trained by no present peer: 0, 2 (by the present peers' shard claims; a peer of an "
         "older version publishes none)")]
     assert warnings_of(peer.claim_shard()) == []
+    assert peer.pending_shard is None  # a --peer-index never moves
     # B moves to shard 0, C joins on 2: one line says every shard is trained now
     dht.data[presence_key(RUN)] = presence(B, C)
     dht.data[shards_key(RUN)].update({B.peer_id_b58: claim(B, 0), C.peer_id_b58: claim(C, 2)})
