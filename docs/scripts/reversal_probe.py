@@ -16,10 +16,13 @@ Measured 2026-12-08 at 62a73e4, before ``guard.reversal`` existed:
 | ``sleeper`` 3 of 10, Dirichlet 0.5, seed 0, 12 rounds | 0.758 / 0.779 / 0.896 | −0.915 (its flip round, 3) / 0.904 |
 | clean, Dirichlet 0.1, seed 2, 40 rounds | 0.702 / 0.808 / 0.925 | |
 | clean, Dirichlet 0.1, seed 3, 40 rounds | 0.584 / 0.673 / 0.858 | |
+| clean, IID, seed 0, 60 rounds (at f66db46) | 0.702 / 0.780 / 0.889 | |
 
 Every ``sleeper`` peer's row in round 3 was at −0.89 to −0.91 with its round-2 row, and at +0.82 to +0.97 with
 its previous row in every other round (the flipped rows follow each other). Dirichlet 0.1 seeds 2 and 3 are the
-cells where honest rows drift against the centre late in training (``guard.reputation``, "Why the record").
+cells where honest rows drift against the centre late in training (``guard.reputation``, "Why the record"); the
+60 IID rounds look for an honest model that oscillates about its minimum late in a long run (its consecutive
+pseudo-gradients would turn against each other): none did.
 """
 
 from __future__ import annotations
