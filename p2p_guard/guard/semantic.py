@@ -343,6 +343,8 @@ class SemanticGuard:
             (cosine below ``cos_reverse``; :mod:`~p2p_guard.guard.reversal`; default on, with the record).
         cos_reverse: the cosine with the sender's previous row below which its row is a reversal, in [-1, 1)
             (−0.5).
+        reject_reversed: also reject a reversed row (reason ``outlier``, the detail naming the reversal; default
+            on; off: its sender's record restarts and the row goes on through the guard).
         cos_record_floor: the record below which a sender's accepted row weighs 0, in [-1, cos_record] (-1, the
             default: off; module docstring, stage 4c, for what -0.05 measured).
         record_decay: γ of the record, in (0, 1]: each earlier judged round weighs γ times the next (1, the default:
